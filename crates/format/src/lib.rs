@@ -1,0 +1,413 @@
+//! The alloctrace wire format, shared by the writer (the `alloctrace` library)
+//! and the reader (`alloctrace-reader`) so that the two cannot drift apart.
+//!
+//! docs/FORMAT.md is the byte-level specification; this crate is its code.
+//! Everything here is plain data and pure functions: no allocation, no I/O,
+//! no panics on any input, so the writer may call it from inside malloc.
+//!
+//! # Layout in one paragraph
+//! A trace is a 16-byte [file header](FileHeader) followed by batches. A batch
+//! is `[kind u8][payload length u32 LE][payload]`; every payload opens with
+//! `varint generation, varint thread, varint base timestamp`. Event batches
+//! then hold events `[kind u8][varint timestamp delta][varint args...]`.
+//! Addresses travel as compressed IDs, `(addr - min_heap_addr) / align`, with
+//! the alignments written once per generation in an info batch.
+#![no_std]
+#![forbid(unsafe_code)]
+
+/// The first eight bytes of every trace file.
+pub const MAGIC: [u8; 8] = *b"ALCTRACE";
+
+/// The format version this crate writes and reads.
+pub const VERSION: u16 = 1;
+
+/// Size of the file header in bytes: magic, version u16 LE, flags u16 LE,
+/// reserved u32 (zero).
+pub const FILE_HEADER_LEN: usize = 16;
+
+/// Size of the fixed prefix of every batch: kind byte and payload length.
+pub const BATCH_PREFIX_LEN: usize = 5;
+
+/// Largest payload a batch may declare. Readers reject larger lengths before
+/// allocating anything, so a corrupt length can never cause a huge allocation.
+pub const MAX_BATCH_PAYLOAD: u32 = 16 << 20;
+
+/// Most bytes a LEB128 varint of a u64 takes.
+pub const MAX_VARINT_LEN: usize = 10;
+
+/// Most bytes one event takes: kind, timestamp delta and three arguments.
+pub const MAX_EVENT_LEN: usize = 1 + 4 * MAX_VARINT_LEN;
+
+/// Most bytes a batch header takes: prefix plus generation, thread and base
+/// timestamp varints.
+pub const MAX_BATCH_HEADER_LEN: usize = BATCH_PREFIX_LEN + 3 * MAX_VARINT_LEN;
+
+/// Largest stack-size order (log2 of the size) a short-form stack event may
+/// carry.
+pub const MAX_STACK_ORDER: u64 = 63;
+
+/// Kinds of batch. The kind is the first byte of every batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum BatchKind {
+    /// Events [event...] written by one thread in one generation.
+    Events = 1,
+    /// Info [min_heap_addr, page_size, min_heap_align, min_stack_align,
+    /// page_shift, start_ticks, start_mono_ns, start_wall_ns, ticks_per_sec]
+    /// for interpreting one generation.
+    Info = 2,
+    /// Types [{id, size, ptr_bytes, name_len, name bytes}...].
+    Types = 3,
+    /// GenerationEnd [end_ticks, end_mono_ns, lost_events, odd_arguments]:
+    /// the generation is complete; no batch of it follows.
+    GenerationEnd = 4,
+    /// TraceEnd []: the trace was stopped cleanly; nothing follows.
+    TraceEnd = 5,
+    /// Pages [8-byte page words...] from the page tracer.
+    Pages = 6,
+}
+
+impl BatchKind {
+    /// The batch kind for a byte, or `None` for an unknown kind.
+    pub const fn from_u8(b: u8) -> Option<BatchKind> {
+        Some(match b {
+            1 => BatchKind::Events,
+            2 => BatchKind::Info,
+            3 => BatchKind::Types,
+            4 => BatchKind::GenerationEnd,
+            5 => BatchKind::TraceEnd,
+            6 => BatchKind::Pages,
+            _ => return None,
+        })
+    }
+
+    /// A short lowercase name, for messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BatchKind::Events => "events",
+            BatchKind::Info => "info",
+            BatchKind::Types => "types",
+            BatchKind::GenerationEnd => "generation-end",
+            BatchKind::TraceEnd => "trace-end",
+            BatchKind::Pages => "pages",
+        }
+    }
+}
+
+/// Set in an event's kind byte when the event is in long form: its first
+/// argument is the absolute address instead of a compressed ID, and a stack
+/// event's size argument is the size in bytes instead of its log2. The writer
+/// uses long form for any argument the short form cannot carry exactly (an
+/// address below `min_heap_addr` or off its alignment, a stack size that is
+/// not a power of two).
+pub const LONG_FORM: u8 = 0x80;
+
+/// Mask of the event kind proper in an event's kind byte.
+pub const EVENT_KIND_MASK: u8 = 0x3f;
+
+/// Kinds of event in an events batch, with their arguments after the kind
+/// byte and the timestamp delta.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EventKind {
+    /// SpanExists [span id, npages, kind_class]
+    SpanExists = 1,
+    /// SpanAlloc [span id, npages, kind_class]
+    SpanAlloc = 2,
+    /// SpanFree [span id]
+    SpanFree = 3,
+    /// HeapObjectExists [object id, size, type id]
+    HeapObjectExists = 4,
+    /// HeapObjectAlloc [object id, size, type id]
+    HeapObjectAlloc = 5,
+    /// HeapObjectFree [object id]
+    HeapObjectFree = 6,
+    /// StackExists [stack id, order]
+    StackExists = 7,
+    /// StackAlloc [stack id, order]
+    StackAlloc = 8,
+    /// StackFree [stack id]
+    StackFree = 9,
+}
+
+/// All event kinds, in kind-byte order.
+pub const EVENT_KINDS: [EventKind; 9] = [
+    EventKind::SpanExists,
+    EventKind::SpanAlloc,
+    EventKind::SpanFree,
+    EventKind::HeapObjectExists,
+    EventKind::HeapObjectAlloc,
+    EventKind::HeapObjectFree,
+    EventKind::StackExists,
+    EventKind::StackAlloc,
+    EventKind::StackFree,
+];
+
+/// What an event's first argument identifies, and so which alignment its ID
+/// is compressed with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AddressClass {
+    /// IDs are `(base - min_heap_addr) / page_size`.
+    Span,
+    /// IDs are `(addr - min_heap_addr) / min_heap_align`.
+    HeapObject,
+    /// IDs are `(base - min_heap_addr) / min_stack_align`.
+    Stack,
+}
+
+impl EventKind {
+    /// The event kind for the low bits of a kind byte, or `None`.
+    pub const fn from_u8(b: u8) -> Option<EventKind> {
+        if b == 0 || b as usize > EVENT_KINDS.len() {
+            return None;
+        }
+        Some(EVENT_KINDS[b as usize - 1])
+    }
+
+    /// Number of varint arguments after the timestamp delta.
+    pub const fn arg_count(self) -> usize {
+        match self {
+            EventKind::SpanFree | EventKind::HeapObjectFree | EventKind::StackFree => 1,
+            EventKind::StackExists | EventKind::StackAlloc => 2,
+            _ => 3,
+        }
+    }
+
+    /// Which alignment the event's first argument is compressed with.
+    pub const fn address_class(self) -> AddressClass {
+        match self {
+            EventKind::SpanExists | EventKind::SpanAlloc | EventKind::SpanFree => AddressClass::Span,
+            EventKind::HeapObjectExists | EventKind::HeapObjectAlloc | EventKind::HeapObjectFree => {
+                AddressClass::HeapObject
+            }
+            _ => AddressClass::Stack,
+        }
+    }
+
+    /// The snake_case name used by the CLI and its JSON output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EventKind::SpanExists => "span_exists",
+            EventKind::SpanAlloc => "span_alloc",
+            EventKind::SpanFree => "span_free",
+            EventKind::HeapObjectExists => "heap_object_exists",
+            EventKind::HeapObjectAlloc => "heap_object_alloc",
+            EventKind::HeapObjectFree => "heap_object_free",
+            EventKind::StackExists => "stack_exists",
+            EventKind::StackAlloc => "stack_alloc",
+            EventKind::StackFree => "stack_free",
+        }
+    }
+}
+
+/// The fields of the file header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileHeader {
+    /// Format version.
+    pub version: u16,
+    /// Flags; none are defined in version 1, so writers write 0.
+    pub flags: u16,
+}
+
+impl FileHeader {
+    /// The header bytes for this version.
+    pub const fn encode(self) -> [u8; FILE_HEADER_LEN] {
+        let v = self.version.to_le_bytes();
+        let f = self.flags.to_le_bytes();
+        let m = MAGIC;
+        [m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], v[0], v[1], f[0], f[1], 0, 0, 0, 0]
+    }
+
+    /// Parses a header, saying what is wrong with a bad one.
+    pub fn decode(bytes: &[u8; FILE_HEADER_LEN]) -> Result<FileHeader, HeaderError> {
+        if bytes[..8] != MAGIC {
+            return Err(HeaderError::BadMagic);
+        }
+        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+        if version != VERSION {
+            return Err(HeaderError::UnsupportedVersion(version));
+        }
+        let flags = u16::from_le_bytes([bytes[10], bytes[11]]);
+        Ok(FileHeader { version, flags })
+    }
+}
+
+/// What is wrong with a file header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderError {
+    /// The file does not start with [`MAGIC`]: not an alloctrace trace.
+    BadMagic,
+    /// A version this reader does not know.
+    UnsupportedVersion(u16),
+}
+
+/// Writes `v` as a LEB128 varint at `buf[pos..]` and returns the position
+/// after it.
+///
+/// The caller guarantees `buf.len() - pos >= MAX_VARINT_LEN`; the writer
+/// reserves room for a whole event before encoding it. Out-of-room writes
+/// are cut short rather than panicking.
+#[inline(always)]
+pub fn put_uvarint(buf: &mut [u8], mut pos: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        if let Some(b) = buf.get_mut(pos) {
+            *b = (v as u8) | 0x80;
+        }
+        v >>= 7;
+        pos += 1;
+    }
+    if let Some(b) = buf.get_mut(pos) {
+        *b = v as u8;
+    }
+    pos + 1
+}
+
+/// Number of bytes `v` takes as a varint.
+#[inline]
+pub const fn uvarint_len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+/// Why a varint could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VarintError {
+    /// The input ended inside the varint.
+    Truncated,
+    /// More than ten bytes, or a tenth byte above 1: not a u64.
+    Overflow,
+}
+
+/// Reads a LEB128 varint from `buf[*pos..]`, advancing `*pos` past it.
+#[inline]
+pub fn get_uvarint(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
+    let mut v: u64 = 0;
+    let mut shift = 0u32;
+    let mut i = *pos;
+    loop {
+        let Some(&b) = buf.get(i) else {
+            return Err(VarintError::Truncated);
+        };
+        i += 1;
+        if shift == 63 && b > 1 {
+            return Err(VarintError::Overflow);
+        }
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            *pos = i;
+            return Ok(v);
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err(VarintError::Overflow);
+        }
+    }
+}
+
+/// log2 of a power of two; `None` for anything else.
+#[inline]
+pub const fn exact_log2(v: u64) -> Option<u32> {
+    if v != 0 && v & (v - 1) == 0 {
+        Some(v.trailing_zeros())
+    } else {
+        None
+    }
+}
+
+/// Compresses an address into an ID: `(addr - min) / align`, or `None` when
+/// that would not be exact (address below `min`, or off the alignment). The
+/// caller then writes the event in [`LONG_FORM`]. `align_shift` is log2 of
+/// the alignment.
+#[inline(always)]
+pub const fn compress_address(addr: u64, min: u64, align_shift: u32) -> Option<u64> {
+    if addr < min {
+        return None;
+    }
+    let off = addr - min;
+    if off & ((1u64 << align_shift) - 1) != 0 {
+        return None;
+    }
+    Some(off >> align_shift)
+}
+
+/// Restores an address from an ID. Wraps instead of overflowing, so a
+/// corrupt ID gives a wrong address, never a panic.
+#[inline]
+pub const fn restore_address(id: u64, min: u64, align_shift: u32) -> u64 {
+    min.wrapping_add(id.wrapping_shl(align_shift))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varint_round_trip_at_boundaries() {
+        let values = [0u64, 1, 127, 128, 255, 16383, 16384, u32::MAX as u64, u64::MAX - 1, u64::MAX];
+        for &v in &values {
+            let mut buf = [0u8; MAX_VARINT_LEN];
+            let end = put_uvarint(&mut buf, 0, v);
+            assert_eq!(end, uvarint_len(v), "length of {v}");
+            let mut pos = 0;
+            assert_eq!(get_uvarint(&buf[..end], &mut pos), Ok(v));
+            assert_eq!(pos, end);
+        }
+    }
+
+    #[test]
+    fn varint_rejects_truncation_and_overflow() {
+        let mut pos = 0;
+        assert_eq!(get_uvarint(&[0x80, 0x80], &mut pos), Err(VarintError::Truncated));
+        let eleven = [0xffu8; 11];
+        let mut pos = 0;
+        assert_eq!(get_uvarint(&eleven, &mut pos), Err(VarintError::Overflow));
+        let tenth_too_big = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+        let mut pos = 0;
+        assert_eq!(get_uvarint(&tenth_too_big, &mut pos), Err(VarintError::Overflow));
+        assert_eq!(pos, 0, "position must not move on error");
+    }
+
+    #[test]
+    fn short_buffer_write_does_not_panic() {
+        let mut buf = [0u8; 2];
+        assert_eq!(put_uvarint(&mut buf, 1, u64::MAX), 11);
+    }
+
+    #[test]
+    fn header_round_trip_and_errors() {
+        let h = FileHeader { version: VERSION, flags: 0 };
+        let bytes = h.encode();
+        assert_eq!(FileHeader::decode(&bytes), Ok(h));
+        let mut bad = bytes;
+        bad[0] = b'X';
+        assert_eq!(FileHeader::decode(&bad), Err(HeaderError::BadMagic));
+        let mut v2 = bytes;
+        v2[8] = 2;
+        assert_eq!(FileHeader::decode(&v2), Err(HeaderError::UnsupportedVersion(2)));
+    }
+
+    #[test]
+    fn address_compression() {
+        assert_eq!(compress_address(0x1010, 0x1000, 4), Some(1));
+        assert_eq!(compress_address(0x1008, 0x1000, 4), None, "off alignment");
+        assert_eq!(compress_address(0x0ff0, 0x1000, 4), None, "below min");
+        assert_eq!(restore_address(1, 0x1000, 4), 0x1010);
+        assert_eq!(exact_log2(4096), Some(12));
+        assert_eq!(exact_log2(3), None);
+        assert_eq!(exact_log2(0), None);
+    }
+
+    #[test]
+    fn event_kinds_round_trip() {
+        for (i, k) in EVENT_KINDS.iter().enumerate() {
+            assert_eq!(EventKind::from_u8(i as u8 + 1), Some(*k));
+        }
+        assert_eq!(EventKind::from_u8(0), None);
+        assert_eq!(EventKind::from_u8(10), None);
+        for b in 0..=255u8 {
+            if let Some(k) = BatchKind::from_u8(b) {
+                assert_eq!(k as u8, b);
+            }
+        }
+    }
+}

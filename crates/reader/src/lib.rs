@@ -1,0 +1,1 @@
+//! Streaming reader for alloctrace traces (in progress).
