@@ -1,0 +1,295 @@
+//! Batch buffers and the pool that recycles them.
+//!
+//! A buffer is one mmap'd region: a small header ([`Buffer`]) followed by the
+//! bytes of exactly one batch. Buffers never come from malloc, so a thread can
+//! take a new one from inside the host's malloc. Full buffers travel to the
+//! writer thread through a preallocated lock-free queue and come back empty
+//! through another.
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use alloctrace_format::{put_uvarint, BatchKind, BATCH_PREFIX_LEN, MAX_VARINT_LEN};
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
+
+/// Offset of the batch bytes from the start of the mapping; the header sits
+/// before them in its own cache line.
+const DATA_OFFSET: usize = 64;
+
+/// The header of a batch buffer.
+///
+/// A buffer has one holder at a time: the free pool, one thread writing into
+/// it, or the full queue and then the writer thread. Only the holder touches
+/// its fields, so they are plain (the queues' push/pop order the handover).
+#[repr(C)]
+pub(crate) struct Buffer {
+    /// Bytes of the batch written so far, prefix and header included.
+    pub(crate) len: usize,
+    /// Capacity of the batch bytes.
+    pub(crate) cap: usize,
+    /// Timestamp of the last event written: the base of the next delta.
+    pub(crate) last_ticks: u64,
+    /// Size of the whole mapping, for munmap.
+    map_len: usize,
+}
+
+static_assertions::const_assert!(core::mem::size_of::<Buffer>() <= DATA_OFFSET);
+
+impl Buffer {
+    /// Maps a new buffer with room for `cap` batch bytes, or `None` when the
+    /// kernel refuses.
+    ///
+    /// Makes a syscall: called only when the pool is empty, never for an
+    /// ordinary event.
+    fn map(cap: usize) -> Option<NonNull<Buffer>> {
+        let map_len = (DATA_OFFSET + cap).next_multiple_of(4096);
+        // SAFETY: an anonymous private mapping with no address hint has no
+        // preconditions; we check for MAP_FAILED below.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let buf = p.cast::<Buffer>();
+        // SAFETY: the mapping is fresh, writable, page-aligned and larger
+        // than a Buffer.
+        unsafe { buf.write(Buffer { len: 0, cap, last_ticks: 0, map_len }) };
+        NonNull::new(buf)
+    }
+
+    /// Unmaps a buffer.
+    ///
+    /// # Safety
+    /// `buf` came from [`Buffer::map`] and nothing refers to it any more.
+    unsafe fn unmap(buf: NonNull<Buffer>) {
+        // SAFETY: the caller guarantees the buffer is ours and unused.
+        unsafe {
+            let len = (*buf.as_ptr()).map_len;
+            libc::munmap(buf.as_ptr().cast(), len);
+        }
+    }
+
+    /// Pointer to the first batch byte.
+    #[inline(always)]
+    pub(crate) fn data(&mut self) -> *mut u8 {
+        // SAFETY: the batch bytes follow the header inside one mapping.
+        unsafe { (self as *mut Buffer).cast::<u8>().add(DATA_OFFSET) }
+    }
+
+    /// Bytes still free in the batch.
+    #[inline(always)]
+    pub(crate) fn room(&self) -> usize {
+        self.cap - self.len
+    }
+
+    /// The batch bytes written so far.
+    pub(crate) fn bytes(&mut self) -> &[u8] {
+        let len = self.len;
+        // SAFETY: the first `len` bytes were written by the holder.
+        unsafe { core::slice::from_raw_parts(self.data(), len) }
+    }
+
+    /// The batch bytes as a mutable slice of the whole capacity.
+    fn all_bytes_mut(&mut self) -> &mut [u8] {
+        let cap = self.cap;
+        // SAFETY: the mapping holds `cap` writable bytes after the header.
+        unsafe { core::slice::from_raw_parts_mut(self.data(), cap) }
+    }
+
+    /// Starts a batch: kind, a length to be patched by [`Buffer::seal`], and
+    /// the batch header.
+    ///
+    /// Must not allocate: runs on the event path when a buffer is refilled.
+    pub(crate) fn begin(&mut self, kind: BatchKind, generation: u64, thread: u64, base_ticks: u64) {
+        let bytes = self.all_bytes_mut();
+        bytes[0] = kind as u8;
+        let mut pos = BATCH_PREFIX_LEN;
+        pos = put_uvarint(bytes, pos, generation);
+        pos = put_uvarint(bytes, pos, thread);
+        pos = put_uvarint(bytes, pos, base_ticks);
+        self.len = pos;
+        self.last_ticks = base_ticks;
+    }
+
+    /// Appends one varint. The caller has checked that there is room.
+    pub(crate) fn put_varint(&mut self, v: u64) {
+        let pos = self.len;
+        self.len = put_uvarint(self.all_bytes_mut(), pos, v).min(self.cap);
+    }
+
+    /// Appends raw bytes. The caller has checked that there is room.
+    pub(crate) fn put_bytes(&mut self, src: &[u8]) {
+        let pos = self.len;
+        let n = src.len().min(self.cap - pos);
+        self.all_bytes_mut()[pos..pos + n].copy_from_slice(&src[..n]);
+        self.len += n;
+    }
+
+    /// Whether a varint-headed entry of `n` more bytes fits.
+    pub(crate) fn fits(&self, n: usize) -> bool {
+        self.room() >= n
+    }
+
+    /// Writes the payload length into the batch prefix.
+    pub(crate) fn seal(&mut self) {
+        let payload = (self.len - BATCH_PREFIX_LEN) as u32;
+        self.all_bytes_mut()[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
+    }
+}
+
+/// An owned pointer to a buffer, moved between threads through the queues.
+pub(crate) struct BufferRef(pub(crate) NonNull<Buffer>);
+
+// SAFETY: a BufferRef is the unique handle to its buffer (one holder at a
+// time, see Buffer); moving it to another thread moves that ownership.
+unsafe impl Send for BufferRef {}
+
+/// Most bytes a batch header takes; a buffer must hold this plus one event.
+pub(crate) const MAX_HEADER_LEN: usize = BATCH_PREFIX_LEN + 3 * MAX_VARINT_LEN;
+
+/// The free pool and the queue of full buffers of one tracing session.
+pub(crate) struct BufferPool {
+    /// Empty buffers ready to be taken.
+    free: ArrayQueue<BufferRef>,
+    /// Sealed batches waiting for the writer thread, in push order.
+    full: ArrayQueue<BufferRef>,
+    /// Buffers mapped so far; never above `max_buffers`.
+    mapped: CachePadded<AtomicUsize>,
+    /// Times a producer found no free buffer and had to wait for the writer.
+    waits: CachePadded<AtomicUsize>,
+    /// Bytes of batch data per buffer.
+    pub(crate) buffer_size: usize,
+    /// The memory bound: at most this many buffers exist at once.
+    max_buffers: usize,
+}
+
+impl BufferPool {
+    /// A pool of at most `max_buffers` buffers of `buffer_size` bytes, none
+    /// mapped yet. Allocates the two queues: call only from trace_start.
+    pub(crate) fn new(buffer_size: usize, max_buffers: usize) -> BufferPool {
+        BufferPool {
+            free: ArrayQueue::new(max_buffers),
+            full: ArrayQueue::new(max_buffers),
+            mapped: CachePadded::new(AtomicUsize::new(0)),
+            waits: CachePadded::new(AtomicUsize::new(0)),
+            buffer_size,
+            max_buffers,
+        }
+    }
+
+    /// Takes an empty buffer: from the free pool, else a newly mapped one
+    /// while under the memory bound, else waits for the writer thread to
+    /// return one. Lossless back-pressure: it never gives up while the
+    /// writer runs; `None` only if the kernel refuses memory and no buffer
+    /// comes back within a few seconds.
+    ///
+    /// Must not allocate or lock: may run inside the host's malloc. Makes
+    /// syscalls (mmap, sched_yield, nanosleep) only when no buffer is free.
+    pub(crate) fn take(&self, wake_writer: impl Fn()) -> Option<NonNull<Buffer>> {
+        if let Some(b) = self.free.pop() {
+            return Some(b.0);
+        }
+        let mut waited = false;
+        let mut map_failures = 0u32;
+        for round in 0u64.. {
+            if let Some(b) = self.free.pop() {
+                return Some(b.0);
+            }
+            let n = self.mapped.load(Ordering::Relaxed);
+            if n < self.max_buffers {
+                if self
+                    .mapped
+                    .compare_exchange(n, n + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    if let Some(b) = Buffer::map(self.buffer_size) {
+                        return Some(b);
+                    }
+                    self.mapped.fetch_sub(1, Ordering::Relaxed);
+                    map_failures += 1;
+                    if map_failures > 1000 {
+                        return None;
+                    }
+                }
+                continue;
+            }
+            if !waited {
+                waited = true;
+                self.waits.fetch_add(1, Ordering::Relaxed);
+                wake_writer();
+            }
+            if round < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        None
+    }
+
+    /// Hands a sealed batch to the writer thread. The full queue has room for
+    /// every buffer that exists, so this cannot fail.
+    ///
+    /// Must not allocate: runs on the event path when a buffer is full.
+    pub(crate) fn push_full(&self, buf: NonNull<Buffer>) {
+        let mut item = BufferRef(buf);
+        while let Err(back) = self.full.push(item) {
+            // Unreachable while max_buffers bounds both queues; spin rather
+            // than lose the batch.
+            item = back;
+            std::thread::yield_now();
+        }
+    }
+
+    /// Takes the oldest full batch, for the writer thread.
+    pub(crate) fn pop_full(&self) -> Option<NonNull<Buffer>> {
+        self.full.pop().map(|b| b.0)
+    }
+
+    /// Whether no full batch is waiting.
+    pub(crate) fn full_is_empty(&self) -> bool {
+        self.full.is_empty()
+    }
+
+    /// Returns a written-out buffer to the free pool.
+    pub(crate) fn recycle(&self, buf: NonNull<Buffer>) {
+        // SAFETY: the caller holds the buffer.
+        unsafe { (*buf.as_ptr()).len = 0 };
+        let mut item = BufferRef(buf);
+        while let Err(back) = self.free.push(item) {
+            item = back;
+            std::thread::yield_now();
+        }
+    }
+
+    /// How often producers waited for a free buffer.
+    pub(crate) fn waits(&self) -> usize {
+        self.waits.load(Ordering::Relaxed)
+    }
+
+    /// Number of buffers mapped.
+    pub(crate) fn mapped(&self) -> usize {
+        self.mapped.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for BufferPool {
+    fn drop(&mut self) {
+        // By the time a session drops its pool every buffer is back in a
+        // queue (trace_stop collected them all and the writer drained them).
+        while let Some(b) = self.full.pop().or_else(|| self.free.pop()) {
+            // SAFETY: the queues held the only references.
+            unsafe { Buffer::unmap(b.0) };
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The C API: `include/alloctrace.h` is generated from this file by cbindgen.
+//!
+//! Conventions (after rustls-ffi):
+//! - every export is `#[no_mangle] pub extern "C" fn trace_*`;
+//! - lifecycle calls return a [`trace_result`] and run their body inside a
+//!   panic guard, so a panic never unwinds into C;
+//! - event calls return nothing and cannot fail loudly: odd arguments are
+//!   recorded faithfully (long form) and unrecordable events are counted in
+//!   the trace. They hold no panic guard because they cannot panic: no
+//!   indexing, no unwrap, wrapping arithmetic only.
+
+use core::ffi::{c_char, c_int, c_void, CStr};
+use std::cell::Cell;
+
+use crate::tracer::{self, Config, Error};
+use crate::{events, Output};
+
+/// The result of a lifecycle call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum trace_result {
+    /// Success.
+    TRACE_OK = 0,
+    /// A required pointer argument was NULL.
+    TRACE_ERR_NULL_ARGUMENT = 1,
+    /// A field of `trace_config` is invalid; `trace_last_error_detail()`
+    /// names it.
+    TRACE_ERR_BAD_CONFIG = 2,
+    /// `trace_start` while tracing is already on.
+    TRACE_ERR_ALREADY_STARTED = 3,
+    /// `trace_stop` or `trace_advance` while tracing is off.
+    TRACE_ERR_NOT_STARTED = 4,
+    /// The output could not be created or written; errno is in
+    /// `trace_last_error_detail()`.
+    TRACE_ERR_IO = 5,
+    /// Memory or a thread could not be had.
+    TRACE_ERR_OUT_OF_MEMORY = 6,
+    /// An internal error (a bug in alloctrace): please report it.
+    TRACE_ERR_PANIC = 7,
+    /// A lifecycle call from inside the snapshot callback.
+    TRACE_ERR_BUSY = 8,
+}
+
+/// Configuration for `trace_start`. Fill it with `trace_config_init`, then
+/// set the fields you need.
+#[repr(C)]
+pub struct trace_config {
+    /// `sizeof(trace_config)` as the caller compiled it, for ABI evolution.
+    pub struct_size: u32,
+    /// Output file, created with mode 0600 (an existing file is truncated,
+    /// a symlink is refused), or NULL to write to `fd`.
+    pub path: *const c_char,
+    /// Output descriptor when `path` is NULL; default -1. Not closed by
+    /// `trace_stop`.
+    pub fd: c_int,
+    /// Base of compressed IDs (0 allowed); addresses below it are recorded
+    /// in long form.
+    pub min_heap_addr: u64,
+    /// Span IDs are `(base - min_heap_addr) / page_size`; a power of two,
+    /// default 4096.
+    pub page_size: u64,
+    /// Object IDs are `(addr - min_heap_addr) / min_heap_align`; a power of
+    /// two, default 8.
+    pub min_heap_align: u64,
+    /// Stack IDs are `(base - min_heap_addr) / min_stack_align`; a power of
+    /// two, default 4096.
+    pub min_stack_align: u64,
+    /// Bytes per per-thread batch buffer; 0 for the default (64 KiB), else
+    /// 4096 to 16 MiB.
+    pub buffer_size: u32,
+    /// Optional: called inside `trace_start`, on its thread, once tracing is
+    /// on, to emit `*_exists` events for memory already live. It must not
+    /// call `trace_start`, `trace_stop` or `trace_advance`.
+    pub snapshot: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
+    /// Passed to `snapshot`.
+    pub snapshot_ctx: *mut c_void,
+}
+
+thread_local! {
+    /// Detail of the calling thread's last failed lifecycle call.
+    static LAST_ERROR: Cell<&'static CStr> = const { Cell::new(c"") };
+}
+
+fn set_detail(detail: &'static CStr) {
+    LAST_ERROR.with(|e| e.set(detail));
+}
+
+fn to_result(r: Result<(), Error>) -> trace_result {
+    match r {
+        Ok(()) => trace_result::TRACE_OK,
+        Err(Error::BadConfig(what)) => {
+            set_detail(bad_config_detail(what));
+            trace_result::TRACE_ERR_BAD_CONFIG
+        }
+        Err(Error::AlreadyStarted) => trace_result::TRACE_ERR_ALREADY_STARTED,
+        Err(Error::NotStarted) => trace_result::TRACE_ERR_NOT_STARTED,
+        Err(Error::Io(errno)) => {
+            set_detail(errno_detail(errno));
+            trace_result::TRACE_ERR_IO
+        }
+        Err(Error::OutOfMemory) => trace_result::TRACE_ERR_OUT_OF_MEMORY,
+        Err(Error::Busy) => trace_result::TRACE_ERR_BUSY,
+    }
+}
+
+/// The static C string for a Config::validate message.
+fn bad_config_detail(what: &str) -> &'static CStr {
+    const DETAILS: [&CStr; 7] = [
+        c"page_size must be a power of two",
+        c"min_heap_align must be a power of two",
+        c"min_stack_align must be a power of two",
+        c"buffer_size must be 0 (default) or 4096..16777216",
+        c"struct_size is smaller than sizeof(trace_config): call trace_config_init",
+        c"path is NULL and fd is negative: set one of them",
+        c"bad configuration",
+    ];
+    DETAILS.iter().copied().find(|d| d.to_bytes() == what.as_bytes()).unwrap_or(DETAILS[6])
+}
+
+fn errno_detail(errno: i32) -> &'static CStr {
+    match errno {
+        libc::ENOENT => c"the output's directory does not exist (ENOENT)",
+        libc::EACCES | libc::EPERM => c"permission denied creating the output (EACCES)",
+        libc::ELOOP => c"the output path is a symlink, which alloctrace refuses to follow (ELOOP)",
+        libc::EISDIR => c"the output path is a directory (EISDIR)",
+        libc::ENOSPC => c"no space left on the output device (ENOSPC)",
+        libc::EBADF => c"the output descriptor is not open for writing (EBADF)",
+        libc::EPIPE => c"the output pipe was closed by its reader (EPIPE)",
+        _ => c"an I/O error on the output",
+    }
+}
+
+/// Runs a lifecycle body, turning a panic into TRACE_ERR_PANIC.
+macro_rules! ffi_guard {
+    ($body:expr) => {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| $body)) {
+            Ok(result) => result,
+            Err(_) => trace_result::TRACE_ERR_PANIC,
+        }
+    };
+}
+
+/// Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
+/// `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
+/// `min_stack_align` 4096, `buffer_size` 0, no snapshot.
+///
+/// NULL does nothing. Any thread, at any time; it does not allocate.
+#[no_mangle]
+pub extern "C" fn trace_config_init(cfg: *mut trace_config) {
+    if cfg.is_null() {
+        return;
+    }
+    let d = Config::default();
+    // SAFETY: the caller passes a pointer to a writable trace_config.
+    unsafe {
+        cfg.write(trace_config {
+            struct_size: core::mem::size_of::<trace_config>() as u32,
+            path: core::ptr::null(),
+            fd: -1,
+            min_heap_addr: d.min_heap_addr,
+            page_size: d.page_size,
+            min_heap_align: d.min_heap_align,
+            min_stack_align: d.min_stack_align,
+            buffer_size: 0,
+            snapshot: None,
+            snapshot_ctx: core::ptr::null_mut(),
+        });
+    }
+}
+
+/// Starts tracing. Writes the trace header, starts the writer thread, opens
+/// generation 1 and runs the snapshot callback.
+///
+/// Returns TRACE_ERR_NULL_ARGUMENT for a NULL `cfg`, TRACE_ERR_BAD_CONFIG
+/// for an invalid field, TRACE_ERR_ALREADY_STARTED when tracing is on,
+/// TRACE_ERR_IO when the output cannot be created or written. `cfg` and
+/// `path` are only read during the call. Any thread; allocates, so not from
+/// inside a malloc that the process's own malloc calls would deadlock on.
+#[no_mangle]
+pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
+    ffi_guard!({
+        // SAFETY: a non-NULL cfg points to a readable trace_config.
+        let Some(cfg) = (unsafe { cfg.as_ref() }) else {
+            return trace_result::TRACE_ERR_NULL_ARGUMENT;
+        };
+        if (cfg.struct_size as usize) < core::mem::size_of::<trace_config>() {
+            return to_result(Err(Error::BadConfig(
+                "struct_size is smaller than sizeof(trace_config): call trace_config_init",
+            )));
+        }
+        if cfg.path.is_null() && cfg.fd < 0 {
+            return to_result(Err(Error::BadConfig("path is NULL and fd is negative: set one of them")));
+        }
+        let config = Config {
+            min_heap_addr: cfg.min_heap_addr,
+            page_size: cfg.page_size,
+            min_heap_align: cfg.min_heap_align,
+            min_stack_align: cfg.min_stack_align,
+            buffer_size: if cfg.buffer_size == 0 { tracer::DEFAULT_BUFFER_SIZE } else { cfg.buffer_size as usize },
+            ..Config::default()
+        };
+        if let Err(e) = config.validate() {
+            return to_result(Err(e));
+        }
+        let output = if cfg.path.is_null() {
+            Output::borrowed_fd(cfg.fd)
+        } else {
+            // SAFETY: a non-NULL path is a NUL-terminated string.
+            match Output::create(unsafe { CStr::from_ptr(cfg.path) }) {
+                Ok(o) => o,
+                Err(errno) => return to_result(Err(Error::Io(errno))),
+            }
+        };
+        let (snapshot, ctx) = (cfg.snapshot, cfg.snapshot_ctx);
+        let mut run_snapshot = || {
+            if let Some(f) = snapshot {
+                // SAFETY: the caller supplied the callback and its context.
+                unsafe { f(ctx) };
+            }
+        };
+        let snapshot: Option<&mut dyn FnMut()> = if snapshot.is_some() { Some(&mut run_snapshot) } else { None };
+        let result = tracer::start(&config, output, snapshot);
+        to_result(result)
+    })
+}
+
+/// Stops tracing: flushes every thread's buffers, ends the trace and closes
+/// the output if `trace_start` opened it. Nothing recorded before it returns
+/// is missing from the output. TRACE_ERR_NOT_STARTED when tracing is off;
+/// TRACE_ERR_IO if any write failed. Any thread; not from inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_stop() -> trace_result {
+    ffi_guard!(to_result(tracer::stop()))
+}
+
+/// Ends the current generation (flushing every thread's buffers of it) and
+/// starts the next. TRACE_ERR_NOT_STARTED when tracing is off. Any thread;
+/// waits for threads that are inside an event call.
+#[no_mangle]
+pub extern "C" fn trace_advance() -> trace_result {
+    ffi_guard!(to_result(tracer::advance()))
+}
+
+/// Flushes the calling thread's buffers now, as its exit would. Harmless
+/// when tracing is off. May be called from inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_thread_destroy() {
+    events::thread_destroy();
+}
+
+/// Whether tracing is on. One relaxed load; any thread, also inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_enabled() -> bool {
+    tracer::enabled()
+}
+
+/// The calling thread's trace thread ID (as in the trace), registering the
+/// thread if needed; 0 when tracing is off.
+#[no_mangle]
+pub extern "C" fn trace_thread_id() -> u64 {
+    events::thread_id()
+}
+
+/// A static, NUL-terminated name for a result code, such as "TRACE_OK".
+/// Never NULL; unknown codes give "TRACE_ERR_UNKNOWN".
+#[no_mangle]
+pub extern "C" fn trace_result_str(result: trace_result) -> *const c_char {
+    // Read the raw value: C may pass any int.
+    // SAFETY: trace_result is repr(C), an int-sized enum; reading it as u32
+    // does not depend on the value being a declared variant.
+    let raw: u32 = unsafe { core::mem::transmute::<trace_result, u32>(result) };
+    let name: &'static CStr = match raw {
+        0 => c"TRACE_OK",
+        1 => c"TRACE_ERR_NULL_ARGUMENT",
+        2 => c"TRACE_ERR_BAD_CONFIG",
+        3 => c"TRACE_ERR_ALREADY_STARTED",
+        4 => c"TRACE_ERR_NOT_STARTED",
+        5 => c"TRACE_ERR_IO",
+        6 => c"TRACE_ERR_OUT_OF_MEMORY",
+        7 => c"TRACE_ERR_PANIC",
+        8 => c"TRACE_ERR_BUSY",
+        _ => c"TRACE_ERR_UNKNOWN",
+    };
+    name.as_ptr()
+}
+
+/// A static, NUL-terminated sentence about the calling thread's last failed
+/// lifecycle call (which field of the config was bad, which I/O error), or
+/// "" if none. Never NULL.
+#[no_mangle]
+pub extern "C" fn trace_last_error_detail() -> *const c_char {
+    LAST_ERROR.with(|e| e.get()).as_ptr()
+}
+
+/// Registers a type for heap object events and returns its ID (at least 1),
+/// or 0 when the table is full. `name` need not be NUL-terminated; NULL is
+/// allowed with `name_len` 0. Names over 1024 bytes are cut. Works before
+/// `trace_start`; each call makes a new ID. Any thread, also inside malloc
+/// (it never allocates or locks).
+#[no_mangle]
+pub extern "C" fn trace_type_register(name: *const c_char, name_len: libc::size_t, size: u64, ptr_bytes: u64) -> u64 {
+    let name: &[u8] = if name.is_null() || name_len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller passes name_len readable bytes at name.
+        unsafe { core::slice::from_raw_parts(name.cast(), name_len) }
+    };
+    events::type_register(name, size, ptr_bytes)
+}
+
+/// Records that a span of `npages` pages at `base` existed when tracing
+/// started (call from the snapshot callback). `kind_class` is yours to
+/// define. Any thread, also inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_span_exists(base: usize, npages: usize, kind_class: u64) {
+    events::span_exists(base, npages, kind_class);
+}
+
+/// Records that a span of `npages` pages was allocated at `base`. Any
+/// thread, also inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_span_alloc(base: usize, npages: usize, kind_class: u64) {
+    events::span_alloc(base, npages, kind_class);
+}
+
+/// Records that the span at `base` is about to be freed. Any thread, also
+/// inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_span_free(base: usize) {
+    events::span_free(base);
+}
+
+/// Records that a heap object of `size` bytes at `addr` existed when
+/// tracing started. `type_id` from `trace_type_register`, or 0. Any thread,
+/// also inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_heap_object_exists(addr: usize, size: u64, type_id: u64) {
+    events::heap_object_exists(addr, size, type_id);
+}
+
+/// Records that a heap object of `size` bytes was allocated at `addr`.
+/// `type_id` from `trace_type_register`, or 0. Any thread, also inside
+/// malloc.
+#[no_mangle]
+pub extern "C" fn trace_heap_object_alloc(addr: usize, size: u64, type_id: u64) {
+    events::heap_object_alloc(addr, size, type_id);
+}
+
+/// Records that the heap object at `addr` is about to be freed. Any thread,
+/// also inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_heap_object_free(addr: usize) {
+    events::heap_object_free(addr);
+}
+
+/// Records that a stack of `size` bytes at `base` existed when tracing
+/// started. A size that is not a power of two is recorded exactly (long
+/// form). Any thread, also inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_stack_exists(base: usize, size: usize) {
+    events::stack_exists(base, size);
+}
+
+/// Records that a stack of `size` bytes was allocated at `base`. Any
+/// thread, also inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_stack_alloc(base: usize, size: usize) {
+    events::stack_alloc(base, size);
+}
+
+/// Records that the stack at `base` is about to be freed. Any thread, also
+/// inside malloc.
+#[no_mangle]
+pub extern "C" fn trace_stack_free(base: usize) {
+    events::stack_free(base);
+}

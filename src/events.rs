@@ -1,0 +1,89 @@
+//! The event calls, as Rust functions. The C API (capi.rs) forwards to
+//! these; Rust runtimes can call them directly.
+//!
+//! Every function here must not allocate, lock or panic: they run inside
+//! the host's malloc. Before start and after stop they cost one relaxed
+//! load and a branch.
+
+use alloctrace_format::EventKind;
+
+use crate::tracer::emit;
+
+/// A span of `npages` pages at `base` existed when tracing started.
+#[inline]
+pub fn span_exists(base: usize, npages: usize, kind_class: u64) {
+    emit(EventKind::SpanExists, base as u64, npages as u64, kind_class);
+}
+
+/// A span of `npages` pages was allocated at `base`.
+#[inline]
+pub fn span_alloc(base: usize, npages: usize, kind_class: u64) {
+    emit(EventKind::SpanAlloc, base as u64, npages as u64, kind_class);
+}
+
+/// The span at `base` is about to be freed.
+#[inline]
+pub fn span_free(base: usize) {
+    emit(EventKind::SpanFree, base as u64, 0, 0);
+}
+
+/// A heap object of `size` bytes existed at `addr` when tracing started.
+#[inline]
+pub fn heap_object_exists(addr: usize, size: u64, type_id: u64) {
+    emit(EventKind::HeapObjectExists, addr as u64, size, type_id);
+}
+
+/// A heap object of `size` bytes was allocated at `addr`.
+#[inline]
+pub fn heap_object_alloc(addr: usize, size: u64, type_id: u64) {
+    emit(EventKind::HeapObjectAlloc, addr as u64, size, type_id);
+}
+
+/// The heap object at `addr` is about to be freed.
+#[inline]
+pub fn heap_object_free(addr: usize) {
+    emit(EventKind::HeapObjectFree, addr as u64, 0, 0);
+}
+
+/// A stack of `size` bytes at `base` existed when tracing started.
+#[inline]
+pub fn stack_exists(base: usize, size: usize) {
+    emit(EventKind::StackExists, base as u64, size as u64, 0);
+}
+
+/// A stack of `size` bytes was allocated at `base`.
+#[inline]
+pub fn stack_alloc(base: usize, size: usize) {
+    emit(EventKind::StackAlloc, base as u64, size as u64, 0);
+}
+
+/// The stack at `base` is about to be freed.
+#[inline]
+pub fn stack_free(base: usize) {
+    emit(EventKind::StackFree, base as u64, 0, 0);
+}
+
+/// Registers a type for heap object events and returns its ID (at least
+/// 1), or 0 when the table is full. Names longer than 1024 bytes are cut.
+/// Works before tracing starts; every call makes a new ID.
+pub fn type_register(name: &[u8], size: u64, ptr_bytes: u64) -> u64 {
+    crate::types::register(name, size, ptr_bytes)
+}
+
+/// The calling thread's trace thread ID (as in the trace's batch headers),
+/// claiming a slot if needed; 0 when tracing is off or no slot is free.
+pub fn thread_id() -> u64 {
+    if !crate::tracer::enabled() {
+        return 0;
+    }
+    match crate::thread::current_or_claim() {
+        Some(slot) => slot.id.load(core::sync::atomic::Ordering::Relaxed),
+        None => 0,
+    }
+}
+
+/// Flushes the calling thread's buffers now and frees its slot, as thread
+/// exit does. Its next event starts a new slot with a new thread ID.
+pub fn thread_destroy() {
+    crate::thread::release_current();
+}

@@ -1,0 +1,117 @@
+//! Where the trace goes: the output descriptor and the writer thread that
+//! drains the queue of full buffers into it.
+
+use std::ffi::CStr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::tracer::Session;
+
+/// How long the writer sleeps when the queue is empty. Producers never wait
+/// for it unless the memory bound is reached, and then they wake it.
+const IDLE_SLEEP: Duration = Duration::from_millis(1);
+
+/// The trace's output descriptor.
+pub struct Output {
+    fd: libc::c_int,
+    /// Whether trace_stop closes the descriptor (it does for a path it
+    /// opened, not for a descriptor the caller passed).
+    owned: bool,
+}
+
+impl Output {
+    /// Creates the file at `path`: mode 0600, truncating an existing regular
+    /// file, never following a symlink in the last component. Returns errno.
+    pub fn create(path: &CStr) -> Result<Output, i32> {
+        // SAFETY: path is a valid NUL-terminated string.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(errno());
+        }
+        Ok(Output { fd, owned: true })
+    }
+
+    /// Writes to a descriptor the caller owns; it stays open after stop.
+    pub fn borrowed_fd(fd: libc::c_int) -> Output {
+        Output { fd, owned: false }
+    }
+
+    /// Writes all of `bytes`, retrying on EINTR and short writes.
+    pub(crate) fn write_all(&self, mut bytes: &[u8]) -> Result<(), i32> {
+        while !bytes.is_empty() {
+            // SAFETY: bytes is a valid readable slice.
+            let n = unsafe { libc::write(self.fd, bytes.as_ptr().cast(), bytes.len()) };
+            if n < 0 {
+                let e = errno();
+                if e == libc::EINTR || e == libc::EAGAIN {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(libc::EIO);
+            }
+            bytes = &bytes[n as usize..];
+        }
+        Ok(())
+    }
+
+    /// Closes the descriptor if it is ours.
+    pub(crate) fn close(&self) -> Result<(), i32> {
+        if !self.owned {
+            return Ok(());
+        }
+        // SAFETY: the descriptor is ours and nothing writes to it any more.
+        if unsafe { libc::close(self.fd) } != 0 {
+            return Err(errno());
+        }
+        Ok(())
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Starts the writer thread of a session.
+pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("alloctrace-writer".into()).spawn(move || run_writer(&session))
+}
+
+/// Writes full batches out in queue order until the session stops. After a
+/// write error it keeps draining (and discarding), so producers never block
+/// on a dead output; stop reports the error.
+fn run_writer(session: &Session) {
+    crate::thread::mark_internal();
+    loop {
+        let mut wrote = false;
+        while let Some(buf) = session.pool.pop_full() {
+            // SAFETY: popping the full queue hands this thread the buffer.
+            let bytes = unsafe { (*buf.as_ptr()).bytes() };
+            if session.io_error.load(Ordering::Relaxed) == 0 {
+                if let Err(e) = session.output.write_all(bytes) {
+                    session.io_error.store(e, Ordering::Relaxed);
+                }
+            }
+            session.pool.recycle(buf);
+            wrote = true;
+        }
+        if session.stopping.load(Ordering::Acquire) && session.pool.full_is_empty() {
+            return;
+        }
+        if !wrote {
+            session.writer_sleeping.store(true, Ordering::SeqCst);
+            if session.pool.full_is_empty() && !session.stopping.load(Ordering::Acquire) {
+                std::thread::park_timeout(IDLE_SLEEP);
+            }
+            session.writer_sleeping.store(false, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Per-thread writer state: the thread slots, how a thread finds its slot,
+//! and what happens when it exits.
+//!
+//! Slots live in one static table, so a slot's address stays valid for the
+//! life of the process: a thread-local pointer to it can never dangle, even
+//! across trace_stop and a later trace_start. A thread claims a free slot on
+//! its first event and gives it back when it exits (or calls
+//! `trace_thread_destroy`).
+
+use core::cell::Cell;
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{compiler_fence, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize};
+
+use crate::buffer::Buffer;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::handshake::SeqLock;
+
+/// Most threads that can hold a slot at once. A thread that finds none has
+/// its events counted as lost (never silently dropped).
+pub(crate) const MAX_THREADS: usize = 4096;
+
+/// Per-thread streams, each with its own batch buffer per generation parity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stream {
+    /// Heap object, span and stack events.
+    Events = 0,
+}
+
+/// Number of [`Stream`]s.
+pub(crate) const STREAMS: usize = 1;
+
+const SLOT_FREE: u32 = 0;
+const SLOT_OWNED: u32 = 1;
+
+/// One thread's writer state.
+#[repr(align(128))]
+pub(crate) struct ThreadSlot {
+    /// Seqlock, odd while the owner is inside the event path (between
+    /// reading the generation and finishing its writes). Written only by the
+    /// owner; read by advance and stop, which wait for it to move on.
+    pub(crate) seq: SeqLock,
+    /// SLOT_FREE or SLOT_OWNED. Claimed by compare-exchange from free;
+    /// released by the owner.
+    state: AtomicU32,
+    /// Set while the owner is inside the event path, so a signal handler
+    /// that emits on the same thread does not write into a half-written
+    /// event. Owner only.
+    pub(crate) busy: AtomicBool,
+    /// The trace thread ID (at least 1), new at every claim.
+    pub(crate) id: AtomicU64,
+    /// The owner's last timestamp, to keep its timestamps strictly
+    /// increasing across buffers. Owner only.
+    pub(crate) last_ticks: AtomicU64,
+    /// Batch buffers indexed `[generation % 2][stream]`, null when none.
+    /// The owner loads and stores the current generation's pointers; advance
+    /// and stop take (swap to null) the previous generation's pointers after
+    /// the handshake; a thread's exit takes all of them.
+    pub(crate) bufs: [[AtomicPtr<Buffer>; STREAMS]; 2],
+    /// Events the owner could not record, per generation parity. The owner
+    /// adds; advance takes the previous generation's count.
+    pub(crate) lost: [AtomicU64; 2],
+}
+
+impl ThreadSlot {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const NEW: ThreadSlot = ThreadSlot {
+        seq: SeqLock::new(),
+        state: AtomicU32::new(SLOT_FREE),
+        busy: AtomicBool::new(false),
+        id: AtomicU64::new(0),
+        last_ticks: AtomicU64::new(0),
+        bufs: [const { [const { AtomicPtr::new(ptr::null_mut()) }; STREAMS] }; 2],
+        lost: [AtomicU64::new(0), AtomicU64::new(0)],
+    };
+
+    /// Takes the buffer of one parity and stream, leaving null.
+    pub(crate) fn take_buffer(&self, parity: usize, stream: usize) -> Option<NonNull<Buffer>> {
+        NonNull::new(self.bufs[parity][stream].swap(ptr::null_mut(), Ordering::AcqRel))
+    }
+}
+
+static SLOTS: [ThreadSlot; MAX_THREADS] = [ThreadSlot::NEW; MAX_THREADS];
+
+/// One past the highest slot index ever claimed: advance and stop look at
+/// slots below it only.
+static SLOTS_USED: AtomicUsize = AtomicUsize::new(0);
+
+/// Source of trace thread IDs.
+static NEXT_THREAD_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The pthread key whose destructor flushes a thread's buffers at exit;
+/// `KEY_STATE` is 0 (not created), 1 (being created), 2 (ready), 3 (failed).
+static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
+static KEY_STATE: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// This thread's slot, or null. Const-initialised with no destructor, so
+    /// reading it never allocates or registers anything.
+    static CURRENT: Cell<*const ThreadSlot> = const { Cell::new(ptr::null()) };
+    /// Set on the tracer's own threads (the writer), which are never traced.
+    static INTERNAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Every slot that has ever been claimed (some may be free now).
+pub(crate) fn used_slots() -> &'static [ThreadSlot] {
+    let n = SLOTS_USED.load(Ordering::Acquire).min(MAX_THREADS);
+    &SLOTS[..n]
+}
+
+/// Marks the calling thread as the tracer's own: its events are ignored.
+pub(crate) fn mark_internal() {
+    INTERNAL.with(|f| f.set(true));
+}
+
+/// Whether the calling thread is one of the tracer's own.
+pub(crate) fn is_internal() -> bool {
+    INTERNAL.with(|f| f.get())
+}
+
+/// This thread's slot if it has one, without claiming.
+#[inline(always)]
+pub(crate) fn current() -> Option<&'static ThreadSlot> {
+    let p = CURRENT.with(|c| c.get());
+    // SAFETY: CURRENT only ever holds null or a pointer into SLOTS.
+    unsafe { p.as_ref() }
+}
+
+/// This thread's slot, claiming one on first use. `None` on the tracer's own
+/// threads and when every slot is taken.
+///
+/// Must not allocate: runs on the event path. The first call on a thread
+/// calls pthread_setspecific, which glibc serves from a static block for the
+/// first 32 keys; TLS is set before that, so a malloc it makes finds the
+/// slot ready instead of recursing into registration.
+#[inline(always)]
+pub(crate) fn current_or_claim() -> Option<&'static ThreadSlot> {
+    match current() {
+        Some(slot) => Some(slot),
+        None => claim(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn claim() -> Option<&'static ThreadSlot> {
+    if INTERNAL.with(|f| f.get()) {
+        return None;
+    }
+    for (index, slot) in SLOTS.iter().enumerate() {
+        if slot.state.load(Ordering::Relaxed) != SLOT_FREE {
+            continue;
+        }
+        if slot
+            .state
+            .compare_exchange(SLOT_FREE, SLOT_OWNED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        slot.id.store(NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        SLOTS_USED.fetch_max(index + 1, Ordering::AcqRel);
+        CURRENT.with(|c| c.set(slot));
+        if KEY_STATE.load(Ordering::Acquire) == 2 {
+            // SAFETY: the key was created by ensure_exit_key; the value is a
+            // pointer into the static SLOTS table.
+            unsafe {
+                libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), (slot as *const ThreadSlot).cast());
+            }
+        }
+        return Some(slot);
+    }
+    None
+}
+
+/// Creates the pthread key whose destructor flushes an exiting thread.
+/// Called by trace_start, before any thread can claim a slot in the session.
+pub(crate) fn ensure_exit_key() {
+    if KEY_STATE.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        while KEY_STATE.load(Ordering::Acquire) == 1 {
+            std::thread::yield_now();
+        }
+        return;
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: key is a valid out-pointer and on_thread_exit has the
+    // destructor signature.
+    let rc = unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) };
+    if rc == 0 {
+        EXIT_KEY.store(key, Ordering::Relaxed);
+        KEY_STATE.store(2, Ordering::Release);
+    } else {
+        KEY_STATE.store(3, Ordering::Release);
+    }
+}
+
+/// pthread key destructor: the thread is exiting; flush and free its slot.
+unsafe extern "C" fn on_thread_exit(value: *mut libc::c_void) {
+    let slot = value.cast::<ThreadSlot>().cast_const();
+    if CURRENT.with(|c| c.get()) == slot {
+        release_current();
+    }
+}
+
+/// Flushes the calling thread's buffers and gives its slot back; its next
+/// event claims a new slot with a new thread ID.
+pub(crate) fn release_current() {
+    let Some(slot) = current() else { return };
+    crate::tracer::flush_exiting_thread(slot);
+    CURRENT.with(|c| c.set(ptr::null()));
+    if KEY_STATE.load(Ordering::Acquire) == 2 {
+        // SAFETY: the key exists; clearing it stops the destructor from
+        // running for a slot we no longer own.
+        unsafe { libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), ptr::null()) };
+    }
+    slot.state.store(SLOT_FREE, Ordering::Release);
+}
+
+/// Marks the owner as inside the event path. Returns false if it already
+/// is (a signal handler interrupted an event on this thread).
+#[inline(always)]
+pub(crate) fn enter(slot: &ThreadSlot) -> bool {
+    if slot.busy.load(Ordering::Relaxed) {
+        return false;
+    }
+    slot.busy.store(true, Ordering::Relaxed);
+    // A signal handler on this thread must see busy before any write below.
+    compiler_fence(Ordering::SeqCst);
+    true
+}
+
+/// Undoes [`enter`].
+#[inline(always)]
+pub(crate) fn leave(slot: &ThreadSlot) {
+    compiler_fence(Ordering::SeqCst);
+    slot.busy.store(false, Ordering::Relaxed);
+}

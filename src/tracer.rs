@@ -1,0 +1,673 @@
+//! The tracer: session lifecycle (start, advance, stop) and the event path.
+//!
+//! ## Design
+//!
+//! Tracing runs in *sessions* (trace_start .. trace_stop), each writing one
+//! trace, divided into *generations* (FORMAT.md section 6). The current
+//! generation lives in [`GENERATION`]; 0 means tracing is off, which is all
+//! the event path checks before returning when disabled.
+//!
+//! Each thread writes into its own batch buffers, `bufs[generation % 2]
+//! [stream]` of its [`ThreadSlot`], reused until full. A full buffer is
+//! sealed and pushed on the session's queue of full buffers; the writer
+//! thread (output.rs) writes it out and returns it to the free pool.
+//!
+//! An advance (and stop, which is a last advance to generation 0) bumps
+//! [`GENERATION`], runs the [handshake](crate::handshake) with every slot,
+//! then takes every slot's previous-generation buffers, including those of
+//! idle or blocked threads, writes the type table and a generation-end
+//! batch, and so completes the old generation. The tracer's own batches
+//! (info, types, generation end, trace end) are written by the thread running
+//! start/advance/stop into buffers of its own, with thread ID 0.
+//!
+//! ## Invariants
+//!
+//! 1. A thread MUST read [`GENERATION`] only between `seq.begin()` and
+//!    `seq.end()` of its slot, and touch buffers only of the parity it read.
+//!    Otherwise an advance could take a buffer the thread is still writing.
+//! 2. Advance and stop MUST store the new generation before waiting on any
+//!    slot's seqlock, and take old-parity buffers only after the wait.
+//!    Otherwise a thread could keep writing to a taken buffer.
+//! 3. Every batch of generation `g` MUST be pushed before the generation-end
+//!    batch of `g`. The full queue is FIFO and the handshake orders every
+//!    thread's pushes before the advancer's; otherwise a reader would close
+//!    the generation early.
+//! 4. start, advance and stop MUST hold [`CONTROL`]. Otherwise two advances
+//!    could interleave and a third generation could open before the first
+//!    one ends (FORMAT.md allows at most two open).
+//! 5. The event path MUST NOT allocate, lock or panic, and makes syscalls
+//!    only when it needs a new buffer. Otherwise it could deadlock or recurse
+//!    inside the host's malloc.
+//! 6. An event that cannot be recorded MUST be counted in its generation's
+//!    `lost_events`. Otherwise the trace would lie about what happened.
+//!
+//! ## Corner cases
+//!
+//! - Thread exit: a pthread key destructor flushes the thread's buffers of
+//!   both parities and frees its slot (thread.rs). A later event on the same
+//!   thread (another destructor freeing memory) claims a new slot.
+//! - Calls before start or after stop see generation 0 and return.
+//! - A signal handler emitting while its thread is inside the event path
+//!   finds the slot busy; that event is counted as lost.
+//! - Calls from the snapshot callback to start/advance/stop return
+//!   TRACE_ERR_BUSY instead of deadlocking on [`CONTROL`].
+//! - More threads than slots: events of slotless threads are counted lost.
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
+
+use alloctrace_format::{
+    exact_log2, uvarint_len, BatchKind, EventKind, FileHeader, FILE_HEADER_LEN, LONG_FORM, MAX_EVENT_LEN, VERSION,
+};
+use crossbeam_utils::CachePadded;
+
+use crate::buffer::{Buffer, BufferPool, MAX_HEADER_LEN};
+use crate::clock::{self, ClockPair};
+use crate::output::{self, Output};
+use crate::thread::{self, Stream, ThreadSlot, STREAMS};
+use crate::types;
+
+/// The current generation, or 0 while tracing is off. Stored by start,
+/// advance and stop under [`CONTROL`]; loaded by every event.
+pub(crate) static GENERATION: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+
+/// Address compression parameters of the running session. Written by start
+/// before [`GENERATION`] becomes non-zero; read by events after they load it.
+struct Params {
+    min_heap_addr: AtomicU64,
+    page_shift: AtomicU32,
+    heap_shift: AtomicU32,
+    stack_shift: AtomicU32,
+}
+
+static PARAMS: Params = Params {
+    min_heap_addr: AtomicU64::new(0),
+    page_shift: AtomicU32::new(12),
+    heap_shift: AtomicU32::new(3),
+    stack_shift: AtomicU32::new(12),
+};
+
+/// The running session, or null. Published by start before the first
+/// generation, cleared by stop after the last handshake; events read it only
+/// inside their seqlock section with a non-zero generation.
+static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Events lost by threads without a slot, per generation parity.
+static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Serialises start, advance and stop (invariant 4).
+static CONTROL: Mutex<Control> = Mutex::new(Control { session: None, writer: None });
+
+thread_local! {
+    /// Set while this thread runs start/advance/stop, so a snapshot callback
+    /// calling them gets an error instead of a self-deadlock.
+    static IN_CONTROL: Cell<bool> = const { Cell::new(false) };
+}
+
+struct Control {
+    session: Option<Arc<Session>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// One tracing session: its buffers and its output.
+pub(crate) struct Session {
+    pub(crate) pool: BufferPool,
+    pub(crate) output: Output,
+    /// Set by stop once every batch is queued; the writer drains and exits.
+    pub(crate) stopping: AtomicBool,
+    /// Set while the writer thread sleeps, so a waiting producer wakes it.
+    pub(crate) writer_sleeping: AtomicBool,
+    pub(crate) writer_thread: std::sync::OnceLock<std::thread::Thread>,
+    /// First write error (errno), 0 if none.
+    pub(crate) io_error: AtomicI32,
+    info: SessionInfo,
+}
+
+/// What the info batch of every generation repeats.
+#[derive(Clone, Copy)]
+struct SessionInfo {
+    min_heap_addr: u64,
+    page_size: u64,
+    min_heap_align: u64,
+    min_stack_align: u64,
+    ticks_per_sec: u64,
+    pid: u64,
+}
+
+impl Session {
+    /// Wakes the writer thread if it sleeps. A syscall: call only when a
+    /// producer has to wait for a buffer.
+    fn wake_writer(&self) {
+        if self.writer_sleeping.load(Ordering::Relaxed) {
+            if let Some(t) = self.writer_thread.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// Errors of the lifecycle calls; the C API maps them to `trace_result`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// Invalid configuration: the message says which field.
+    BadConfig(&'static str),
+    AlreadyStarted,
+    NotStarted,
+    /// An I/O error, with errno.
+    Io(i32),
+    OutOfMemory,
+    /// Called from inside the snapshot callback.
+    Busy,
+}
+
+/// A validated configuration (see `trace_config` in the C API).
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub min_heap_addr: u64,
+    pub page_size: u64,
+    pub min_heap_align: u64,
+    pub min_stack_align: u64,
+    /// Bytes per batch buffer.
+    pub buffer_size: usize,
+    /// Upper bound on buffer memory, in bytes; producers wait beyond it.
+    pub max_buffer_memory: usize,
+}
+
+/// Default bytes per batch buffer.
+pub const DEFAULT_BUFFER_SIZE: usize = 64 << 10;
+/// Smallest and largest buffer size accepted.
+pub const MIN_BUFFER_SIZE: usize = 4096;
+pub const MAX_BUFFER_SIZE: usize = alloctrace_format::MAX_BATCH_PAYLOAD as usize;
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            min_heap_addr: 0,
+            page_size: 4096,
+            min_heap_align: 8,
+            min_stack_align: 4096,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+            max_buffer_memory: 256 << 20,
+        }
+    }
+}
+
+impl Config {
+    /// Checks every field, naming the first bad one.
+    pub fn validate(&self) -> Result<(), Error> {
+        if exact_log2(self.page_size).is_none() {
+            return Err(Error::BadConfig("page_size must be a power of two"));
+        }
+        if exact_log2(self.min_heap_align).is_none() {
+            return Err(Error::BadConfig("min_heap_align must be a power of two"));
+        }
+        if exact_log2(self.min_stack_align).is_none() {
+            return Err(Error::BadConfig("min_stack_align must be a power of two"));
+        }
+        if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {
+            return Err(Error::BadConfig("buffer_size must be 0 (default) or 4096..16777216"));
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f` as a lifecycle call: refuses re-entry from the snapshot callback
+/// and holds [`CONTROL`].
+fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T, Error> {
+    if IN_CONTROL.with(|c| c.get()) {
+        return Err(Error::Busy);
+    }
+    let mut control = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    IN_CONTROL.with(|c| c.set(true));
+    let result = f(&mut control);
+    IN_CONTROL.with(|c| c.set(false));
+    result
+}
+
+/// Starts tracing into `output`. `snapshot`, if any, runs once tracing is on,
+/// to emit the *_exists events of memory that is already live.
+pub fn start(config: &Config, output: Output, snapshot: Option<&mut dyn FnMut()>) -> Result<(), Error> {
+    config.validate()?;
+    with_control(|control| {
+        if control.session.is_some() {
+            return Err(Error::AlreadyStarted);
+        }
+        output.write_all(&FileHeader { version: VERSION, flags: 0 }.encode()).map_err(Error::Io)?;
+        debug_assert_eq!(FILE_HEADER_LEN, 16);
+        thread::ensure_exit_key();
+
+        let max_buffers = (config.max_buffer_memory / config.buffer_size).max(64);
+        let session = Arc::new(Session {
+            pool: BufferPool::new(config.buffer_size, max_buffers),
+            output,
+            stopping: AtomicBool::new(false),
+            writer_sleeping: AtomicBool::new(false),
+            writer_thread: std::sync::OnceLock::new(),
+            io_error: AtomicI32::new(0),
+            info: SessionInfo {
+                min_heap_addr: config.min_heap_addr,
+                page_size: config.page_size,
+                min_heap_align: config.min_heap_align,
+                min_stack_align: config.min_stack_align,
+                ticks_per_sec: clock::ticks_per_sec(),
+                // SAFETY: getpid has no preconditions.
+                pid: unsafe { libc::getpid() } as u64,
+            },
+        });
+        let writer = output::spawn_writer(Arc::clone(&session)).map_err(|_| Error::OutOfMemory)?;
+        let _ = session.writer_thread.set(writer.thread().clone());
+
+        PARAMS.min_heap_addr.store(config.min_heap_addr, Ordering::Relaxed);
+        PARAMS.page_shift.store(config.page_size.trailing_zeros(), Ordering::Relaxed);
+        PARAMS.heap_shift.store(config.min_heap_align.trailing_zeros(), Ordering::Relaxed);
+        PARAMS.stack_shift.store(config.min_stack_align.trailing_zeros(), Ordering::Relaxed);
+        for lost in &LOST_WITHOUT_SLOT {
+            lost.store(0, Ordering::Relaxed);
+        }
+        SESSION.store(Arc::as_ptr(&session).cast_mut(), Ordering::SeqCst);
+
+        write_info(&session, 1);
+        GENERATION.store(1, Ordering::SeqCst);
+        control.session = Some(session);
+        control.writer = Some(writer);
+        Ok(())
+    })?;
+    if let Some(snapshot) = snapshot {
+        IN_CONTROL.with(|c| c.set(true));
+        snapshot();
+        IN_CONTROL.with(|c| c.set(false));
+    }
+    Ok(())
+}
+
+/// Ends the current generation and starts the next.
+pub fn advance() -> Result<(), Error> {
+    with_control(|control| {
+        let session = control.session.as_ref().ok_or(Error::NotStarted)?;
+        let old = GENERATION.load(Ordering::Relaxed);
+        let new = old + 1;
+        write_info(session, new);
+        end_generation(session, old, new);
+        Ok(())
+    })
+}
+
+/// Flushes everything, ends the trace and closes the output (a path it
+/// opened; a descriptor the caller passed stays open). Returns the first
+/// write error, if any.
+pub fn stop() -> Result<(), Error> {
+    with_control(|control| {
+        let session = control.session.take().ok_or(Error::NotStarted)?;
+        let last = GENERATION.load(Ordering::Relaxed);
+        end_generation(&session, last, 0);
+        let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
+        end.finish();
+        SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
+        session.stopping.store(true, Ordering::Release);
+        if let Some(t) = session.writer_thread.get() {
+            t.unpark();
+        }
+        if let Some(writer) = control.writer.take() {
+            let _ = writer.join();
+        }
+        let errno = session.io_error.load(Ordering::Relaxed);
+        let close_result = session.output.close();
+        drop(session);
+        match (errno, close_result) {
+            (0, Ok(())) => Ok(()),
+            (0, Err(e)) | (e, _) => Err(Error::Io(e)),
+        }
+    })
+}
+
+/// Whether tracing is on.
+#[inline(always)]
+pub fn enabled() -> bool {
+    GENERATION.load(Ordering::Relaxed) != 0
+}
+
+/// Stores `new` as the generation (0 to stop), waits for every thread to
+/// leave the old one, and completes the old generation in the trace.
+fn end_generation(session: &Session, old: u64, new: u64) {
+    GENERATION.store(new, Ordering::SeqCst);
+    let slots = thread::used_slots();
+    for slot in slots {
+        slot.seq.wait_quiescent();
+    }
+    let parity = (old & 1) as usize;
+    let mut lost = LOST_WITHOUT_SLOT[parity].swap(0, Ordering::Relaxed);
+    for slot in slots {
+        for stream in 0..STREAMS {
+            if let Some(buf) = slot.take_buffer(parity, stream) {
+                hand_over(session, buf);
+            }
+        }
+        lost += slot.lost[parity].swap(0, Ordering::Relaxed);
+    }
+    write_types(session, old);
+    let end = ClockPair::now();
+    let mut batch = MetaWriter::new(session, BatchKind::GenerationEnd, old);
+    batch.base_ticks(end.ticks);
+    batch.varint(end.ticks);
+    batch.varint(end.mono_ns);
+    batch.varint(lost);
+    batch.finish();
+}
+
+/// Seals a buffer and queues it for the writer, or recycles it when it
+/// holds only a batch header.
+///
+/// Must not allocate: runs on the event path when a buffer fills.
+fn hand_over(session: &Session, buf: NonNull<Buffer>) {
+    // SAFETY: the caller took the buffer out of its slot, so it holds it.
+    let b = unsafe { &mut *buf.as_ptr() };
+    if b.len == 0 {
+        session.pool.recycle(buf);
+        return;
+    }
+    b.seal();
+    session.pool.push_full(buf);
+}
+
+/// Flushes the buffers of an exiting thread (or one calling
+/// trace_thread_destroy), and folds its lost counts into the global ones.
+pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
+    if !thread::enter(slot) {
+        return;
+    }
+    slot.seq.begin();
+    let generation = GENERATION.load(Ordering::SeqCst);
+    // SAFETY: a non-zero generation read inside the seqlock section keeps
+    // the session alive until seq.end() (stop waits for it).
+    let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
+    for parity in 0..2 {
+        for stream in 0..STREAMS {
+            if let Some(buf) = slot.take_buffer(parity, stream) {
+                match (generation, session) {
+                    (1.., Some(session)) => hand_over(session, buf),
+                    // Unreachable: stop takes every buffer before clearing
+                    // the generation. Keep the memory rather than guess.
+                    _ => {}
+                }
+            }
+        }
+        let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
+        LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
+    }
+    slot.seq.end();
+    thread::leave(slot);
+}
+
+/// A tracer batch (info, types, generation end, trace end) under
+/// construction, spilling into further batches of the same kind when full.
+struct MetaWriter<'a> {
+    session: &'a Session,
+    kind: BatchKind,
+    generation: u64,
+    base_ticks: u64,
+    buf: Option<NonNull<Buffer>>,
+    header_len: usize,
+}
+
+impl<'a> MetaWriter<'a> {
+    fn new(session: &'a Session, kind: BatchKind, generation: u64) -> MetaWriter<'a> {
+        MetaWriter { session, kind, generation, base_ticks: clock::ticks(), buf: None, header_len: 0 }
+    }
+
+    fn base_ticks(&mut self, ticks: u64) {
+        self.base_ticks = ticks;
+    }
+
+    /// The current buffer, with at least `n` bytes of room.
+    fn room(&mut self, n: usize) -> Option<&mut Buffer> {
+        if let Some(buf) = self.buf {
+            // SAFETY: this writer holds the buffer.
+            if unsafe { (*buf.as_ptr()).fits(n) } {
+                // SAFETY: as above, this writer holds the buffer.
+                return self.buf.map(|b| unsafe { &mut *b.as_ptr() });
+            }
+            self.flush();
+        }
+        let buf = self.session.pool.take(|| self.session.wake_writer())?;
+        // SAFETY: take gave us the buffer.
+        let b = unsafe { &mut *buf.as_ptr() };
+        b.begin(self.kind, self.generation, 0, self.base_ticks);
+        self.header_len = b.len;
+        self.buf = Some(buf);
+        Some(b)
+    }
+
+    fn varint(&mut self, v: u64) {
+        if let Some(b) = self.room(uvarint_len(v)) {
+            b.put_varint(v);
+        }
+    }
+
+    /// Writes one entry (varints then bytes) so that it is never split
+    /// across batches.
+    fn entry(&mut self, varints: &[u64], bytes: &[u8]) {
+        let n = varints.iter().map(|&v| uvarint_len(v)).sum::<usize>() + bytes.len();
+        if let Some(b) = self.room(n) {
+            for &v in varints {
+                b.put_varint(v);
+            }
+            b.put_bytes(bytes);
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            hand_over(self.session, buf);
+        }
+    }
+
+    /// Queues the batch, writing an empty one if nothing was written.
+    fn finish(&mut self) {
+        if self.buf.is_none() {
+            let _ = self.room(0);
+        }
+        self.flush();
+    }
+}
+
+/// Writes the info batch that opens generation `generation`.
+fn write_info(session: &Session, generation: u64) {
+    let info = session.info;
+    let start = ClockPair::now();
+    let mut batch = MetaWriter::new(session, BatchKind::Info, generation);
+    batch.base_ticks(start.ticks);
+    for v in [
+        info.min_heap_addr,
+        info.page_size,
+        info.min_heap_align,
+        info.min_stack_align,
+        start.ticks,
+        start.mono_ns,
+        clock::wall_ns(),
+        info.ticks_per_sec,
+        info.pid,
+    ] {
+        batch.varint(v);
+    }
+    batch.finish();
+}
+
+/// Writes every registered type into generation `generation`.
+fn write_types(session: &Session, generation: u64) {
+    let mut batch = MetaWriter::new(session, BatchKind::Types, generation);
+    let mut any = false;
+    types::for_each(|t| {
+        any = true;
+        batch.entry(&[t.id, t.size, t.ptr_bytes, t.name.len() as u64], t.name);
+    });
+    if any {
+        batch.finish();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The event path.
+
+/// Writes `v` as a varint at `p` and returns the byte after it.
+///
+/// # Safety
+/// `p` has room for [`alloctrace_format::MAX_VARINT_LEN`] bytes.
+#[inline(always)]
+unsafe fn put_varint_raw(mut p: *mut u8, mut v: u64) -> *mut u8 {
+    // SAFETY: at most 10 bytes are written, within the caller's room.
+    unsafe {
+        while v >= 0x80 {
+            *p = (v as u8) | 0x80;
+            v >>= 7;
+            p = p.add(1);
+        }
+        *p = v as u8;
+        p.add(1)
+    }
+}
+
+/// Records one event. `addr` is compressed into an ID with the alignment of
+/// the kind's class; `arg1`, `arg2` are the remaining arguments (for stack
+/// alloc/exists, `arg1` is the size in bytes, written as its log2).
+///
+/// Must not allocate, lock or panic: runs inside the host's malloc.
+#[inline(always)]
+pub(crate) fn emit(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
+    // Tracing off: one relaxed load and a branch.
+    if GENERATION.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    emit_enabled(kind, addr, arg1, arg2);
+}
+
+#[inline(always)]
+fn emit_enabled(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
+    let Some(slot) = thread::current_or_claim() else {
+        count_lost_without_slot();
+        return;
+    };
+    if !thread::enter(slot) {
+        // A signal handler interrupted an event on this thread.
+        let generation = GENERATION.load(Ordering::Relaxed);
+        slot.lost[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    slot.seq.begin();
+    let generation = GENERATION.load(Ordering::SeqCst);
+    if generation != 0 {
+        write_event(slot, generation, kind, addr, arg1, arg2);
+    }
+    slot.seq.end();
+    thread::leave(slot);
+}
+
+#[cold]
+fn count_lost_without_slot() {
+    if thread::is_internal() {
+        return;
+    }
+    let generation = GENERATION.load(Ordering::Relaxed);
+    LOST_WITHOUT_SLOT[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Encodes one event into the slot's buffer for `generation`.
+#[inline(always)]
+fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
+    let parity = (generation & 1) as usize;
+    let min = PARAMS.min_heap_addr.load(Ordering::Relaxed);
+    let shift = match kind.address_class() {
+        alloctrace_format::AddressClass::Span => PARAMS.page_shift.load(Ordering::Relaxed),
+        alloctrace_format::AddressClass::HeapObject => PARAMS.heap_shift.load(Ordering::Relaxed),
+        alloctrace_format::AddressClass::Stack => PARAMS.stack_shift.load(Ordering::Relaxed),
+    };
+    let compressed = alloctrace_format::compress_address(addr, min, shift);
+    let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
+    let order = if is_stack_size { exact_log2(arg1) } else { Some(0) };
+    // Short form only when it is exact; odd arguments go in long form, raw.
+    let (kind_byte, first, second) = match (compressed, order) {
+        (Some(id), Some(order)) if is_stack_size => (kind as u8, id, order as u64),
+        (Some(id), Some(_)) => (kind as u8, id, arg1),
+        _ => (kind as u8 | LONG_FORM, addr, arg1),
+    };
+
+    let mut ticks = clock::ticks();
+    let last = slot.last_ticks.load(Ordering::Relaxed);
+    if ticks <= last {
+        ticks = last.wrapping_add(1);
+    }
+    slot.last_ticks.store(ticks, Ordering::Relaxed);
+
+    let mut buf = slot.bufs[parity][Stream::Events as usize].load(Ordering::Relaxed);
+    // SAFETY: a non-null pointer in the slot's current-parity entry is held
+    // by this thread (invariant 1).
+    if buf.is_null() || unsafe { (*buf).room() } < MAX_EVENT_LEN {
+        match refill(slot, generation, Stream::Events, ticks) {
+            Some(b) => buf = b.as_ptr(),
+            None => {
+                slot.lost[parity].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+    // SAFETY: this thread holds `buf`, which has MAX_EVENT_LEN bytes of room:
+    // one kind byte and four varints at most.
+    unsafe {
+        let b = &mut *buf;
+        let start = b.data().add(b.len);
+        *start = kind_byte;
+        let mut p = put_varint_raw(start.add(1), ticks.wrapping_sub(b.last_ticks));
+        p = put_varint_raw(p, first);
+        if kind.arg_count() >= 2 {
+            p = put_varint_raw(p, second);
+        }
+        if kind.arg_count() >= 3 {
+            p = put_varint_raw(p, arg2);
+        }
+        b.len += p.offset_from(start) as usize;
+        b.last_ticks = ticks;
+    }
+}
+
+/// Replaces the slot's buffer for `generation` and `stream` with an empty one
+/// holding a fresh batch header, handing the old one to the writer.
+///
+/// Must not allocate or lock: runs inside the host's malloc. Waits (lossless
+/// back-pressure) when the writer is behind and the memory bound is reached.
+#[cold]
+#[inline(never)]
+fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Option<NonNull<Buffer>> {
+    // SAFETY: the caller read a non-zero generation inside its seqlock
+    // section, so the session outlives this call (stop waits for us).
+    let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() }?;
+    let parity = (generation & 1) as usize;
+    let entry = &slot.bufs[parity][stream as usize];
+    if let Some(old) = NonNull::new(entry.swap(core::ptr::null_mut(), Ordering::Relaxed)) {
+        hand_over(session, old);
+    }
+    let buf = session.pool.take(|| session.wake_writer())?;
+    // SAFETY: take gave us the buffer; it has room for a header and an event
+    // because buffer sizes are at least MIN_BUFFER_SIZE.
+    let b = unsafe { &mut *buf.as_ptr() };
+    debug_assert!(b.cap >= MAX_HEADER_LEN + MAX_EVENT_LEN);
+    b.begin(BatchKind::Events, generation, slot.id.load(Ordering::Relaxed), ticks);
+    entry.store(buf.as_ptr(), Ordering::Relaxed);
+    Some(buf)
+}
+
+/// Statistics of the running session, for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SessionStats {
+    pub buffers_mapped: usize,
+    pub producer_waits: usize,
+}
+
+/// Statistics of the running session, if any.
+pub fn session_stats() -> Option<SessionStats> {
+    let control = CONTROL.lock().unwrap_or_else(|p| p.into_inner());
+    control
+        .session
+        .as_ref()
+        .map(|s| SessionStats { buffers_mapped: s.pool.mapped(), producer_waits: s.pool.waits() })
+}
