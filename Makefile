@@ -1,0 +1,98 @@
+# alloctrace: `make` builds everything (release), `make test` runs every
+# test, `make demo` traces the bundled example. See README.md.
+
+CARGO     ?= cargo
+CC        ?= cc
+RELEASE   := target/release
+BUILD     := build
+CLI       := $(RELEASE)/alloctrace
+LIB_SO    := $(RELEASE)/liballoctrace.so
+LIB_A     := $(RELEASE)/liballoctrace.a
+HEADER    := include/alloctrace.h
+
+CWARN     := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Werror
+CFLAGS    ?= -O1 -g
+ASAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LINK      := -L$(RELEASE) -lalloctrace -Wl,-rpath,$(abspath $(RELEASE)) -lpthread
+
+C_TESTS   := $(sort $(wildcard c_tests/test_*.c))
+C_COMMON  := $(wildcard c_tests/common.c)
+C_BINS    := $(patsubst c_tests/%.c,$(BUILD)/c_tests/%,$(C_TESTS))
+ASAN_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/asan/%,$(shell grep -L 'alloctrace-test: no-asan' $(C_TESTS) /dev/null 2>/dev/null | grep test_))
+
+.PHONY: all lib cli header check-header test rust-test c-test c-test-plain c-test-asan readme-example demo clean fuzz
+
+all: header lib cli
+
+lib:
+	$(CARGO) build --release -p alloctrace
+
+cli:
+	$(CARGO) build --release -p alloctrace-cli
+
+# The header is generated from src/capi.rs and committed.
+header:
+	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(HEADER)
+
+check-header:
+	@mkdir -p $(BUILD)
+	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(BUILD)/alloctrace.h
+	@if ! diff -u $(HEADER) $(BUILD)/alloctrace.h; then \
+	  echo "error: $(HEADER) is stale: run 'make header' and commit it"; exit 1; fi
+	@echo "header: $(HEADER) is up to date"
+
+test: check-header lib cli rust-test c-test readme-example
+
+rust-test:
+	$(CARGO) test --workspace --release
+
+c-test: c-test-plain c-test-asan
+
+$(BUILD)/c_tests/%: c_tests/%.c $(C_COMMON) $(HEADER) lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CWARN) $(CFLAGS) -Iinclude -Ic_tests $< $(C_COMMON) $(LINK) -o $@
+
+$(BUILD)/c_tests/asan/%: c_tests/%.c $(C_COMMON) $(HEADER) lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CWARN) $(CFLAGS) $(ASAN) -Iinclude -Ic_tests $< $(C_COMMON) $(LINK) -o $@
+	@nm $@ | grep -q __asan_init || { echo "error: $@ is not linked with ASan"; exit 1; }
+
+# Each test runs in a fresh directory; it prints PASS and exits 0.
+define run_c_tests
+	@pass=0; fail=0; for t in $(1); do \
+	  dir=$$(mktemp -d); \
+	  if ALLOCTRACE_CLI=$(abspath $(CLI)) TEST_TMPDIR=$$dir $(2) $$t; then pass=$$((pass+1)); \
+	  else echo "FAIL $$t"; fail=$$((fail+1)); fi; rm -rf $$dir; \
+	done; echo "c-tests-$(3): $$pass passed, $$fail failed"; [ $$fail -eq 0 ]
+endef
+
+c-test-plain: cli $(C_BINS)
+	$(call run_c_tests,$(C_BINS),,plain)
+
+c-test-asan: cli $(ASAN_BINS)
+	$(call run_c_tests,$(ASAN_BINS),TEST_SCALE=10 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1,asan)
+
+demo: lib cli $(BUILD)/demo
+	@rm -f $(BUILD)/demo.trace
+	$(BUILD)/demo $(BUILD)/demo.trace
+	$(CLI) stats $(BUILD)/demo.trace
+
+$(BUILD)/demo: examples/demo.c $(HEADER) lib
+	@mkdir -p $(BUILD)
+	$(CC) $(CWARN) -O2 -g -Iinclude $< $(LINK) -o $@
+
+# The README's C example must compile as written and produce a valid trace.
+readme-example: lib cli
+	@mkdir -p $(BUILD)/readme
+	awk '/<!-- readme-example/{f=1;next} f&&/^```c/{p=1;next} p&&/^```/{exit} p' README.md > $(BUILD)/readme/example.c
+	$(CC) $(CWARN) -Iinclude $(BUILD)/readme/example.c $(LINK) -o $(BUILD)/readme/example
+	cd $(BUILD)/readme && rm -f example.trace && ./example && $(abspath $(CLI)) check example.trace
+	@echo "readme-example: 1 passed, 0 failed"
+
+# Coverage-guided fuzzing of the reader (needs cargo-fuzz; see fuzz/README).
+fuzz:
+	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run reader -- -max_total_time=$${FUZZ_SECONDS:-60}
+
+clean:
+	$(CARGO) clean
+	rm -rf $(BUILD)
