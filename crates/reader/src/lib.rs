@@ -1,1 +1,507 @@
-//! Streaming reader for alloctrace traces (in progress).
+//! Streaming reader for alloctrace traces (docs/FORMAT.md, version 1).
+//!
+//! ```no_run
+//! use std::{fs::File, io::BufReader};
+//! use alloctrace_reader::TraceReader;
+//!
+//! let file = BufReader::new(File::open("app.trace")?);
+//! let mut reader = TraceReader::new(file)?;
+//! while let Some(event) = reader.next_event()? {
+//!     println!("{} {} {:#x}", event.time_ns, event.data.name(), event.addr);
+//! }
+//! if let Some(offset) = reader.truncated() {
+//!     eprintln!("trace cut off at byte {offset}");
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Design
+//! Batches of one generation arrive interleaved across threads and with the
+//! next generation's batches; only a generation-end batch says a generation
+//! is complete. So the reader keeps each open generation's events batches as
+//! raw bytes (validated as they arrive, so errors come in file order) and,
+//! when a generation ends, merges its batches into time order and hands the
+//! events out one by one. At most two generations are open at once
+//! (FORMAT.md section 6), so memory is at most two generations of raw batch
+//! bytes, capped by [`TraceReader::set_max_generation_bytes`].
+//!
+//! ## Guarantees
+//! 1. No input makes the reader panic, hang, or allocate more than a
+//!    checked length: a payload length is checked against
+//!    `MAX_BATCH_PAYLOAD` before anything is read into memory.
+//! 2. Every error names the byte offset from the start of the file where
+//!    the bad item starts.
+//! 3. A trace cut short (EOF inside a batch, or no trace-end batch) is not an
+//!    error: every complete batch's events come out, generations without a
+//!    generation-end included, and [`TraceReader::truncated`] says where the
+//!    cut is.
+
+#![forbid(unsafe_code)]
+
+mod decode;
+mod error;
+mod event;
+mod generation;
+#[doc(hidden)]
+pub mod testing;
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+
+use alloctrace_format::{
+    BatchKind, FileHeader, HeaderError, BATCH_PREFIX_LEN, FILE_HEADER_LEN, MAGIC, MAX_BATCH_PAYLOAD,
+};
+
+use decode::{BatchContext, Cursor};
+use generation::{Emitter, EventBatch, Generation};
+
+pub use error::ReadError;
+pub use event::{Event, EventData, GenerationEnd, GenerationInfo, Record, TypeInfo};
+
+/// Default cap on the memory one open generation may hold (raw events plus
+/// its type table): 1 GiB.
+pub const DEFAULT_MAX_GENERATION_BYTES: u64 = 1 << 30;
+
+/// Reads a trace from any [`Read`], streaming. Wrap files in a
+/// [`std::io::BufReader`]: the reader makes small reads.
+pub struct TraceReader<R: Read> {
+    input: R,
+    /// Bytes consumed from the input so far.
+    offset: u64,
+    /// Payload of the batch being parsed; reused to avoid an allocation per
+    /// batch.
+    scratch: Vec<u8>,
+    /// Generations with batches read but not yet handed out, oldest first;
+    /// at most two. Only the oldest can be without a generation-end batch
+    /// when the newest has one.
+    open: Vec<Generation>,
+    /// The newest generation handed out (or dropped at a cut).
+    last_emitted: Option<u64>,
+    /// The generation whose events are being handed out, or were last.
+    current: Option<Emitter>,
+    /// `start_mono_ns` of the first generation: event times count from it.
+    time_origin_ns: Option<u64>,
+    generations: u64,
+    lost_events: u64,
+    /// A trace-end batch or the end of the input was reached.
+    input_done: bool,
+    truncated: Option<u64>,
+    /// The first error, returned again by every later call.
+    failed: Option<ReadError>,
+    max_generation_bytes: u64,
+    /// What `types()` returns before the first generation.
+    no_types: BTreeMap<u64, TypeInfo>,
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Reads and checks the file header.
+    pub fn new(mut input: R) -> Result<TraceReader<R>, ReadError> {
+        let mut header = [0u8; FILE_HEADER_LEN];
+        let n = read_full(&mut input, &mut header).map_err(|e| ReadError::io(0, e))?;
+        let magic_len = n.min(MAGIC.len());
+        if header[..magic_len] != MAGIC[..magic_len] || n == 0 {
+            return Err(ReadError::malformed(
+                0,
+                "not an alloctrace trace: the file does not start with \"ALCTRACE\"",
+            ));
+        }
+        if n < FILE_HEADER_LEN {
+            return Err(ReadError::malformed(
+                0,
+                format!(
+                    "the file ends after {n} bytes, inside the {FILE_HEADER_LEN}-byte file header"
+                ),
+            ));
+        }
+        match FileHeader::decode(&header) {
+            Ok(_) => {}
+            Err(HeaderError::BadMagic) => {
+                return Err(ReadError::malformed(
+                    0,
+                    "not an alloctrace trace: bad magic",
+                ));
+            }
+            Err(HeaderError::UnsupportedVersion(v)) => {
+                return Err(ReadError::malformed(
+                    8,
+                    format!(
+                        "unsupported format version {v} (this reader knows version {})",
+                        alloctrace_format::VERSION
+                    ),
+                ));
+            }
+        }
+        Ok(TraceReader {
+            input,
+            offset: FILE_HEADER_LEN as u64,
+            scratch: Vec::new(),
+            open: Vec::new(),
+            last_emitted: None,
+            current: None,
+            time_origin_ns: None,
+            generations: 0,
+            lost_events: 0,
+            input_done: false,
+            truncated: None,
+            failed: None,
+            max_generation_bytes: DEFAULT_MAX_GENERATION_BYTES,
+            no_types: BTreeMap::new(),
+        })
+    }
+
+    /// The next event in time order, or `None` at the end of the trace.
+    /// After an error, every later call returns the same error.
+    pub fn next_event(&mut self) -> Result<Option<Event>, ReadError> {
+        loop {
+            match self.next_record()? {
+                Some(Record::Event(event)) => return Ok(Some(event)),
+                Some(Record::GenerationStart { .. }) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Like [`next_event`](Self::next_event), with a
+    /// [`Record::GenerationStart`] before each generation's events.
+    pub fn next_record(&mut self) -> Result<Option<Record>, ReadError> {
+        if let Some(err) = &self.failed {
+            return Err(err.replay());
+        }
+        let result = self.advance();
+        if let Err(err) = &result {
+            self.failed = Some(err.replay());
+        }
+        result
+    }
+
+    /// Where the trace was cut short, once `next_event` has returned `None`:
+    /// the offset of the incomplete batch, or the file length when only the
+    /// trace-end batch is missing. `None` for a complete trace.
+    pub fn truncated(&self) -> Option<u64> {
+        self.truncated
+    }
+
+    /// Number of generations whose events have been (or are being) handed
+    /// out.
+    pub fn generations(&self) -> u64 {
+        self.generations
+    }
+
+    /// Sum of `lost_events` over the generations handed out so far.
+    pub fn lost_events(&self) -> u64 {
+        self.lost_events
+    }
+
+    /// Type table of the generation of the last returned event (empty before
+    /// the first generation).
+    pub fn types(&self) -> &BTreeMap<u64, TypeInfo> {
+        match &self.current {
+            Some(em) => &em.gen.types,
+            None => &self.no_types,
+        }
+    }
+
+    /// Info batch of the generation of the last returned event.
+    pub fn info(&self) -> Option<&GenerationInfo> {
+        self.current.as_ref().map(|em| em.info())
+    }
+
+    /// Generation-end batch of the generation of the last returned event;
+    /// `None` for a generation cut off before it.
+    pub fn generation_end(&self) -> Option<&GenerationEnd> {
+        self.current.as_ref().and_then(|em| em.gen.end.as_ref())
+    }
+
+    /// `start_mono_ns` of the first generation, which event times count from.
+    pub fn time_origin_ns(&self) -> Option<u64> {
+        self.time_origin_ns
+    }
+
+    /// Bytes consumed from the input so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.offset
+    }
+
+    /// Caps the memory one open generation may hold; a trace whose
+    /// generation needs more is reported as malformed.
+    pub fn set_max_generation_bytes(&mut self, max: u64) {
+        self.max_generation_bytes = max;
+    }
+
+    fn advance(&mut self) -> Result<Option<Record>, ReadError> {
+        loop {
+            if let Some(em) = &mut self.current {
+                if let Some(event) = em.next()? {
+                    return Ok(Some(Record::Event(event)));
+                }
+                em.release();
+            }
+            if let Some(generation) = self.start_next_generation()? {
+                return Ok(Some(Record::GenerationStart { generation }));
+            }
+            if self.input_done {
+                return Ok(None);
+            }
+            self.read_batch()?;
+        }
+    }
+
+    /// Starts handing out the oldest open generation if it is complete (or
+    /// the input has ended).
+    fn start_next_generation(&mut self) -> Result<Option<u64>, ReadError> {
+        loop {
+            let ready = self
+                .open
+                .first()
+                .is_some_and(|g| g.end.is_some() || self.input_done);
+            if !ready {
+                return Ok(None);
+            }
+            let gen = self.open.remove(0);
+            self.last_emitted = Some(gen.number);
+            // Only a generation cut off by the end of the input can lack its
+            // info batch (a generation-end requires one). Its events cannot
+            // be restored; the truncation is reported.
+            let Some(info) = gen.info else { continue };
+            let number = gen.number;
+            let origin = *self.time_origin_ns.get_or_insert(info.start_mono_ns);
+            self.generations += 1;
+            self.lost_events = self
+                .lost_events
+                .saturating_add(gen.end.map_or(0, |e| e.lost_events));
+            self.current = Some(Emitter::new(gen, info, origin)?);
+            return Ok(Some(number));
+        }
+    }
+
+    /// Reads one batch, or notes the end of the input.
+    fn read_batch(&mut self) -> Result<(), ReadError> {
+        let batch_offset = self.offset;
+        let mut prefix = [0u8; BATCH_PREFIX_LEN];
+        let n =
+            read_full(&mut self.input, &mut prefix).map_err(|e| ReadError::io(batch_offset, e))?;
+        self.offset += n as u64;
+        if n == 0 {
+            // A clean cut between batches: only the trace-end batch is missing.
+            self.cut_at(batch_offset);
+            return Ok(());
+        }
+        let kind = BatchKind::from_u8(prefix[0]).ok_or_else(|| {
+            ReadError::malformed(batch_offset, format!("unknown batch kind {}", prefix[0]))
+        })?;
+        if kind == BatchKind::Pages {
+            return Err(ReadError::malformed(
+                batch_offset,
+                "pages batch (kind 6) is reserved for the page tracer and not defined in format version 1",
+            ));
+        }
+        if n < BATCH_PREFIX_LEN {
+            self.cut_at(batch_offset);
+            return Ok(());
+        }
+        let len = u32::from_le_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
+        if len > MAX_BATCH_PAYLOAD {
+            return Err(ReadError::malformed(
+                batch_offset,
+                format!(
+                    "{} batch declares a payload of {len} bytes, above the limit of {MAX_BATCH_PAYLOAD}",
+                    kind.name()
+                ),
+            ));
+        }
+        // read_to_end grows the buffer with the bytes that really arrive, so
+        // a cut-off file never costs the declared length.
+        let mut payload = std::mem::take(&mut self.scratch);
+        payload.clear();
+        let got = (&mut self.input)
+            .take(u64::from(len))
+            .read_to_end(&mut payload)
+            .map_err(|e| ReadError::io(self.offset, e))?;
+        self.offset += got as u64;
+        let result = if got < len as usize {
+            self.cut_at(batch_offset);
+            Ok(())
+        } else {
+            self.handle_batch(kind, batch_offset, &payload)
+        };
+        self.scratch = payload;
+        result
+    }
+
+    fn cut_at(&mut self, offset: u64) {
+        self.input_done = true;
+        self.truncated = Some(offset);
+    }
+
+    fn handle_batch(
+        &mut self,
+        kind: BatchKind,
+        batch_offset: u64,
+        payload: &[u8],
+    ) -> Result<(), ReadError> {
+        let ctx = BatchContext {
+            kind,
+            offset: batch_offset,
+        };
+        let mut c = Cursor::new(payload, batch_offset + BATCH_PREFIX_LEN as u64, ctx);
+        let header = decode::batch_header(&mut c)?;
+        let number = header.generation;
+        if kind == BatchKind::TraceEnd {
+            return self.trace_end(&c, batch_offset);
+        }
+        let idx = self.open_generation(number, batch_offset)?;
+        let max = self.max_generation_bytes;
+        let Some(gen) = self.open.get_mut(idx) else {
+            return Ok(());
+        };
+        match kind {
+            BatchKind::Events => {
+                let body_pos = c.pos();
+                decode::validate_events(&mut c, header.base_ticks)?;
+                let body = payload.get(body_pos..).unwrap_or(&[]);
+                if body.is_empty() {
+                    return Ok(());
+                }
+                // The batch record, its merge cursor and heap slot count too.
+                let overhead = (std::mem::size_of::<EventBatch>() + 64) as u64;
+                charge(gen, body.len() as u64 + overhead, max, batch_offset)?;
+                let start = gen.raw.len();
+                gen.raw.extend_from_slice(body);
+                gen.batches.push(EventBatch {
+                    thread: header.thread,
+                    base_ticks: header.base_ticks,
+                    range: start..gen.raw.len(),
+                    body_offset: c.offset_of(body_pos),
+                    batch_offset,
+                });
+            }
+            BatchKind::Info => {
+                if gen.info.is_some() {
+                    return Err(ReadError::malformed(
+                        batch_offset,
+                        format!("second info batch for generation {number}"),
+                    ));
+                }
+                gen.info = Some(decode::info(&mut c, number)?);
+            }
+            BatchKind::Types => {
+                let memory = decode::types(&mut c, &mut gen.types)?;
+                charge(gen, memory, max, batch_offset)?;
+            }
+            BatchKind::GenerationEnd => {
+                if gen.info.is_none() {
+                    return Err(ReadError::malformed(
+                        batch_offset,
+                        format!(
+                            "generation-end batch of generation {number}, which has no info batch"
+                        ),
+                    ));
+                }
+                gen.end = Some(decode::generation_end(&mut c, number)?);
+            }
+            // Handled before the generation was looked up.
+            BatchKind::TraceEnd | BatchKind::Pages => {}
+        }
+        Ok(())
+    }
+
+    fn trace_end(&mut self, c: &Cursor<'_>, batch_offset: u64) -> Result<(), ReadError> {
+        if c.remaining() > 0 {
+            return Err(c.error_at(
+                c.pos(),
+                format_args!("{} bytes of body, expected none", c.remaining()),
+            ));
+        }
+        if let Some(gen) = self.open.first() {
+            return Err(ReadError::malformed(
+                batch_offset,
+                format!(
+                    "trace-end batch while generation {} has no generation-end batch",
+                    gen.number
+                ),
+            ));
+        }
+        // Nothing may follow a trace-end batch.
+        let mut probe = [0u8; 1];
+        let n =
+            read_full(&mut self.input, &mut probe).map_err(|e| ReadError::io(self.offset, e))?;
+        if n > 0 {
+            return Err(ReadError::malformed(
+                self.offset,
+                "data after the trace-end batch",
+            ));
+        }
+        self.input_done = true;
+        Ok(())
+    }
+
+    /// The index in `open` of generation `number`, opening it if the format
+    /// allows (FORMAT.md section 6).
+    fn open_generation(&mut self, number: u64, batch_offset: u64) -> Result<usize, ReadError> {
+        let malformed = |what: String| Err(ReadError::malformed(batch_offset, what));
+        if let Some(i) = self.open.iter().position(|g| g.number == number) {
+            if self.open[i].end.is_some() {
+                return malformed(format!(
+                    "batch of generation {number} after its generation-end batch"
+                ));
+            }
+            return Ok(i);
+        }
+        if self.last_emitted.is_some_and(|last| number <= last) {
+            return malformed(format!("batch of generation {number}, which already ended"));
+        }
+        let expected = match (self.open.last(), self.last_emitted) {
+            (Some(newest), _) => newest.number.saturating_add(1),
+            (None, Some(last)) => last.saturating_add(1),
+            (None, None) => number,
+        };
+        if number != expected || self.open.len() >= 2 {
+            return malformed(match self.open.first() {
+                Some(oldest) if number > oldest.number => format!(
+                    "batch of generation {number} before generation {} ended (at most two consecutive generations may be open)",
+                    oldest.number
+                ),
+                Some(oldest) => format!(
+                    "batch of generation {number} after generation {} started (generations must start in order)",
+                    oldest.number
+                ),
+                None => format!(
+                    "batch of generation {number} right after generation {} ended: generation {expected} is missing",
+                    expected.saturating_sub(1)
+                ),
+            });
+        }
+        self.open.push(Generation::new(number));
+        Ok(self.open.len() - 1)
+    }
+}
+
+/// Counts `bytes` against the generation's memory budget.
+fn charge(gen: &mut Generation, bytes: u64, max: u64, batch_offset: u64) -> Result<(), ReadError> {
+    gen.memory = gen.memory.saturating_add(bytes);
+    if gen.memory > max {
+        return Err(ReadError::malformed(
+            batch_offset,
+            format!(
+                "generation {} needs more than {max} bytes of memory before its generation-end batch (the reader's limit)",
+                gen.number
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Fills `buf` as far as the input allows; returns how much was read (less
+/// than `buf.len()` only at the end of the input).
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k.min(buf.len() - n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,318 @@
+//! Parsing of batch payloads (FORMAT.md sections 2 and 3). Pure functions
+//! over byte slices; every error carries the file offset of the bad item.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use alloctrace_format::{
+    exact_log2, get_uvarint, BatchKind, EventKind, VarintError, EVENT_KIND_MASK, LONG_FORM,
+    MAX_STACK_ORDER,
+};
+
+use crate::event::{GenerationEnd, GenerationInfo, TypeInfo};
+use crate::ReadError;
+
+/// Names the batch an error was found in: "events batch starting at offset 1200".
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BatchContext {
+    pub kind: BatchKind,
+    /// File offset of the batch's kind byte.
+    pub offset: u64,
+}
+
+impl fmt::Display for BatchContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} batch starting at offset {}",
+            self.kind.name(),
+            self.offset
+        )
+    }
+}
+
+/// A position in a slice of one batch's payload that knows where the slice
+/// sits in the file, so errors can name absolute offsets.
+pub(crate) struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    /// File offset of `buf[0]`.
+    file_offset: u64,
+    ctx: BatchContext,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(buf: &'a [u8], file_offset: u64, ctx: BatchContext) -> Cursor<'a> {
+        Cursor {
+            buf,
+            pos: 0,
+            file_offset,
+            ctx,
+        }
+    }
+
+    /// Moves `n` bytes on (at most to the end).
+    pub fn skip(&mut self, n: usize) {
+        self.pos = self.pos.saturating_add(n).min(self.buf.len());
+    }
+
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    /// File offset of position `pos` of the slice.
+    pub fn offset_of(&self, pos: usize) -> u64 {
+        self.file_offset.saturating_add(pos as u64)
+    }
+
+    /// A malformed-trace error for the item starting at slice position `pos`.
+    pub fn error_at(&self, pos: usize, what: impl fmt::Display) -> ReadError {
+        ReadError::malformed(self.offset_of(pos), format!("{what} in {}", self.ctx))
+    }
+
+    /// Reads a varint; `field` names it in the error message.
+    pub fn varint(&mut self, field: &str) -> Result<u64, ReadError> {
+        let start = self.pos;
+        get_uvarint(self.buf, &mut self.pos).map_err(|e| match e {
+            VarintError::Truncated => self.error_at(
+                start,
+                format_args!("{field} runs past the end of the payload (truncated varint)"),
+            ),
+            VarintError::Overflow => self.error_at(
+                start,
+                format_args!("{field} is a varint that overflows 64 bits"),
+            ),
+        })
+    }
+
+    /// Reads a varint, leaving the message to the caller.
+    pub fn try_varint(&mut self) -> Result<u64, VarintError> {
+        get_uvarint(self.buf, &mut self.pos)
+    }
+
+    pub fn byte(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.buf.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+}
+
+/// The three varints every payload opens with.
+pub(crate) struct BatchHeader {
+    pub generation: u64,
+    pub thread: u64,
+    pub base_ticks: u64,
+}
+
+pub(crate) fn batch_header(c: &mut Cursor<'_>) -> Result<BatchHeader, ReadError> {
+    let gen_pos = c.pos();
+    let generation = c.varint("the generation")?;
+    if generation == 0 {
+        return Err(c.error_at(gen_pos, "generation 0 (generations are numbered from 1)"));
+    }
+    let thread = c.varint("the thread ID")?;
+    let base_ticks = c.varint("the base timestamp")?;
+    Ok(BatchHeader {
+        generation,
+        thread,
+        base_ticks,
+    })
+}
+
+/// One event as written: kind, timestamp delta, arguments still compressed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawEvent {
+    pub kind: EventKind,
+    pub long_form: bool,
+    pub delta: u64,
+    /// The first `kind.arg_count()` are meaningful; the rest are 0.
+    pub args: [u64; 3],
+}
+
+/// Reads one event at the cursor. The caller checks there is at least one
+/// byte left.
+pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
+    let start = c.pos();
+    let Some(kind_byte) = c.byte() else {
+        return Err(c.error_at(start, "event expected but the payload ended"));
+    };
+    if kind_byte & 0x40 != 0 {
+        return Err(c.error_at(
+            start,
+            format_args!("event kind byte 0x{kind_byte:02x} has the reserved bit 6 set"),
+        ));
+    }
+    let code = kind_byte & EVENT_KIND_MASK;
+    let Some(kind) = EventKind::from_u8(code) else {
+        return Err(c.error_at(start, format_args!("unknown event kind {code}")));
+    };
+    let long_form = kind_byte & LONG_FORM != 0;
+    // Hot path: no message is formatted unless something is wrong.
+    let next = |c: &mut Cursor<'_>, arg: usize| {
+        let pos = c.pos();
+        c.try_varint().map_err(|e| match e {
+            VarintError::Truncated => c.error_at(
+                start,
+                format_args!("{} event runs past the end of the payload", kind.name()),
+            ),
+            VarintError::Overflow if arg == 0 => c.error_at(
+                pos,
+                format_args!(
+                    "the timestamp delta of a {} event overflows 64 bits",
+                    kind.name()
+                ),
+            ),
+            VarintError::Overflow => c.error_at(
+                pos,
+                format_args!(
+                    "argument {arg} of a {} event overflows 64 bits",
+                    kind.name()
+                ),
+            ),
+        })
+    };
+    let delta = next(c, 0)?;
+    let mut args = [0u64; 3];
+    for (i, arg) in args.iter_mut().enumerate().take(kind.arg_count()) {
+        *arg = next(c, i + 1)?;
+    }
+    let short_stack_size =
+        matches!(kind, EventKind::StackExists | EventKind::StackAlloc) && !long_form;
+    if short_stack_size && args[1] > MAX_STACK_ORDER {
+        return Err(c.error_at(
+            start,
+            format_args!(
+                "{} event with stack order {} (at most {MAX_STACK_ORDER})",
+                kind.name(),
+                args[1]
+            ),
+        ));
+    }
+    Ok(RawEvent {
+        kind,
+        long_form,
+        delta,
+        args,
+    })
+}
+
+/// Checks a whole events body: every event well formed, the body consumed
+/// exactly, no timestamp past 2^64. Returns the number of events.
+pub(crate) fn validate_events(c: &mut Cursor<'_>, base_ticks: u64) -> Result<u64, ReadError> {
+    let mut ticks = base_ticks;
+    let mut count = 0u64;
+    while c.remaining() > 0 {
+        let start = c.pos();
+        let ev = event(c)?;
+        ticks = ticks
+            .checked_add(ev.delta)
+            .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+pub(crate) fn info(c: &mut Cursor<'_>, generation: u64) -> Result<GenerationInfo, ReadError> {
+    let min_heap_addr = c.varint("min_heap_addr")?;
+    let page_size = power_of_two(c, "page_size")?;
+    let min_heap_align = power_of_two(c, "min_heap_align")?;
+    let min_stack_align = power_of_two(c, "min_stack_align")?;
+    let start_ticks = c.varint("start_ticks")?;
+    let start_mono_ns = c.varint("start_mono_ns")?;
+    let start_wall_ns = c.varint("start_wall_ns")?;
+    let tps_pos = c.pos();
+    let ticks_per_sec = c.varint("ticks_per_sec")?;
+    if ticks_per_sec == 0 {
+        return Err(c.error_at(tps_pos, "ticks_per_sec is 0"));
+    }
+    let pid = c.varint("pid")?;
+    // Later versions may append fields: the rest of the body is ignored.
+    Ok(GenerationInfo {
+        generation,
+        min_heap_addr,
+        page_size,
+        min_heap_align,
+        min_stack_align,
+        start_ticks,
+        start_mono_ns,
+        start_wall_ns,
+        ticks_per_sec,
+        pid,
+    })
+}
+
+fn power_of_two(c: &mut Cursor<'_>, field: &str) -> Result<u64, ReadError> {
+    let pos = c.pos();
+    let v = c.varint(field)?;
+    if exact_log2(v).is_none() {
+        return Err(c.error_at(pos, format_args!("{field} {v} is not a power of two")));
+    }
+    Ok(v)
+}
+
+/// Reads type-table entries to the end of the body into `table` (a later
+/// entry with the same ID replaces the earlier one). Returns the bytes the
+/// new entries take in memory, for the reader's memory budget.
+pub(crate) fn types(
+    c: &mut Cursor<'_>,
+    table: &mut BTreeMap<u64, TypeInfo>,
+) -> Result<u64, ReadError> {
+    let mut memory = 0u64;
+    while c.remaining() > 0 {
+        let entry_pos = c.pos();
+        let id = c.varint("a type ID")?;
+        if id == 0 {
+            return Err(c.error_at(entry_pos, "type ID 0 (reserved for \"no type\")"));
+        }
+        let size = c.varint("a type size")?;
+        let ptr_bytes = c.varint("a type's ptr_bytes")?;
+        let len_pos = c.pos();
+        let name_len = c.varint("a type name length")?;
+        let left = c.remaining();
+        let name = usize::try_from(name_len).ok().and_then(|n| c.bytes(n)).ok_or_else(|| {
+            c.error_at(len_pos, format_args!("type name length {name_len} runs past the end of the payload ({left} bytes left)"))
+        })?;
+        let name = String::from_utf8_lossy(name).into_owned();
+        memory += name.len() as u64 + TYPE_ENTRY_OVERHEAD;
+        table.insert(
+            id,
+            TypeInfo {
+                id,
+                size,
+                ptr_bytes,
+                name,
+            },
+        );
+    }
+    Ok(memory)
+}
+
+/// Rough memory of one type-table entry besides its name.
+const TYPE_ENTRY_OVERHEAD: u64 = 96;
+
+pub(crate) fn generation_end(
+    c: &mut Cursor<'_>,
+    generation: u64,
+) -> Result<GenerationEnd, ReadError> {
+    let end_ticks = c.varint("end_ticks")?;
+    let end_mono_ns = c.varint("end_mono_ns")?;
+    let lost_events = c.varint("lost_events")?;
+    // Later versions may append fields: the rest of the body is ignored.
+    Ok(GenerationEnd {
+        generation,
+        end_ticks,
+        end_mono_ns,
+        lost_events,
+    })
+}

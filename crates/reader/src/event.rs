@@ -1,0 +1,137 @@
+//! What the reader hands out: events, type-table entries, generation info.
+
+use alloctrace_format::EventKind;
+
+/// One entry of a generation's type table (types batch, FORMAT.md section 2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TypeInfo {
+    /// Type ID, at least 1 (0 means "no type" and is never defined).
+    pub id: u64,
+    /// Size of one object of the type in bytes.
+    pub size: u64,
+    /// Bytes of the object that may hold pointers.
+    pub ptr_bytes: u64,
+    /// The registered name; invalid UTF-8 is replaced by U+FFFD.
+    pub name: String,
+}
+
+/// A generation's info batch: how to restore its addresses and times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenerationInfo {
+    pub generation: u64,
+    /// Base of the compressed address IDs.
+    pub min_heap_addr: u64,
+    /// Power of two; span IDs count pages of this size.
+    pub page_size: u64,
+    /// Power of two; heap object IDs count units of this size.
+    pub min_heap_align: u64,
+    /// Power of two; stack IDs count units of this size.
+    pub min_stack_align: u64,
+    /// Trace clock at the start of the generation, read with `start_mono_ns`.
+    pub start_ticks: u64,
+    /// CLOCK_MONOTONIC in ns at the start of the generation.
+    pub start_mono_ns: u64,
+    /// CLOCK_REALTIME in ns since the Unix epoch (for display only).
+    pub start_wall_ns: u64,
+    /// Estimated rate of the trace clock, greater than 0.
+    pub ticks_per_sec: u64,
+    /// Process ID of the traced process.
+    pub pid: u64,
+}
+
+/// A generation's generation-end batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenerationEnd {
+    pub generation: u64,
+    /// Trace clock when the generation ended, read with `end_mono_ns`.
+    pub end_ticks: u64,
+    /// CLOCK_MONOTONIC in ns when the generation ended.
+    pub end_mono_ns: u64,
+    /// Events of this generation the writer could not record.
+    pub lost_events: u64,
+}
+
+/// One allocation event, with its address restored and its time in ns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Nanoseconds since the first generation's `start_mono_ns` (0 for an
+    /// event stamped before it).
+    pub time_ns: u64,
+    /// The raw trace-clock timestamp.
+    pub ticks: u64,
+    pub generation: u64,
+    /// Trace thread ID of the thread that recorded the event.
+    pub thread: u64,
+    /// The writer used the long form: the address (and, for a stack, the
+    /// size) could not be compressed exactly, so it was written raw.
+    pub long_form: bool,
+    /// Address of the span, heap object or stack.
+    pub addr: u64,
+    pub data: EventData,
+}
+
+/// The kind of an event and the arguments that kind carries besides the
+/// address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventData {
+    SpanExists {
+        npages: u64,
+        kind_class: u64,
+    },
+    SpanAlloc {
+        npages: u64,
+        kind_class: u64,
+    },
+    SpanFree,
+    HeapObjectExists {
+        size: u64,
+        type_id: u64,
+    },
+    HeapObjectAlloc {
+        size: u64,
+        type_id: u64,
+    },
+    HeapObjectFree,
+    /// `size` in bytes (the short form carries its log2).
+    StackExists {
+        size: u64,
+    },
+    StackAlloc {
+        size: u64,
+    },
+    StackFree,
+}
+
+impl EventData {
+    /// The snake_case name the CLI prints, e.g. `"heap_object_alloc"`.
+    // Not a `kind() -> EventKind`: page events will join this enum without a
+    // kind byte of their own.
+    pub fn name(&self) -> &'static str {
+        let kind = match self {
+            EventData::SpanExists { .. } => EventKind::SpanExists,
+            EventData::SpanAlloc { .. } => EventKind::SpanAlloc,
+            EventData::SpanFree => EventKind::SpanFree,
+            EventData::HeapObjectExists { .. } => EventKind::HeapObjectExists,
+            EventData::HeapObjectAlloc { .. } => EventKind::HeapObjectAlloc,
+            EventData::HeapObjectFree => EventKind::HeapObjectFree,
+            EventData::StackExists { .. } => EventKind::StackExists,
+            EventData::StackAlloc { .. } => EventKind::StackAlloc,
+            EventData::StackFree => EventKind::StackFree,
+        };
+        kind.name()
+    }
+}
+
+/// What [`TraceReader::next_record`](crate::TraceReader::next_record)
+/// returns: events, and a marker before each generation's events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// The events of `generation` follow; its info, type table and
+    /// generation end are now what `info()`, `types()` and
+    /// `generation_end()` return. Comes even for a generation without
+    /// events.
+    GenerationStart {
+        generation: u64,
+    },
+    Event(Event),
+}

@@ -1,0 +1,259 @@
+//! One generation: its batches buffered while it is open, then its events
+//! merged into time order once it is complete.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::ops::Range;
+
+use alloctrace_format::{exact_log2, restore_address, AddressClass, BatchKind, EventKind};
+
+use crate::decode::{self, BatchContext, Cursor, RawEvent};
+use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, TypeInfo};
+use crate::ReadError;
+
+/// The events batches of one generation are kept as raw bytes: a few bytes
+/// per event instead of a decoded `Event` each.
+pub(crate) struct Generation {
+    pub number: u64,
+    pub info: Option<GenerationInfo>,
+    pub types: BTreeMap<u64, TypeInfo>,
+    pub end: Option<GenerationEnd>,
+    /// Bodies of the generation's events batches, back to back, in file
+    /// order (already validated by `decode::validate_events`).
+    pub raw: Vec<u8>,
+    pub batches: Vec<EventBatch>,
+    /// Memory this generation holds, checked against the reader's limit.
+    pub memory: u64,
+}
+
+pub(crate) struct EventBatch {
+    pub thread: u64,
+    pub base_ticks: u64,
+    /// Where the body sits in `Generation::raw`.
+    pub range: Range<usize>,
+    /// File offset of the body's first byte.
+    pub body_offset: u64,
+    /// File offset of the batch's kind byte.
+    pub batch_offset: u64,
+}
+
+impl Generation {
+    pub fn new(number: u64) -> Generation {
+        Generation {
+            number,
+            info: None,
+            types: BTreeMap::new(),
+            end: None,
+            raw: Vec::new(),
+            batches: Vec::new(),
+            memory: 0,
+        }
+    }
+}
+
+/// Turns ticks into ns since the time origin (FORMAT.md section 5).
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    start_ticks: u64,
+    start_mono_ns: u64,
+    /// ns per tick as the fraction `ns_per / ticks_per`.
+    ns_per: u64,
+    ticks_per: u64,
+    origin_ns: u64,
+}
+
+impl Clock {
+    fn new(info: &GenerationInfo, end: Option<&GenerationEnd>, origin_ns: u64) -> Clock {
+        let (ns_per, ticks_per) = match end {
+            Some(end)
+                if end.end_ticks > info.start_ticks && end.end_mono_ns >= info.start_mono_ns =>
+            {
+                (
+                    end.end_mono_ns - info.start_mono_ns,
+                    end.end_ticks - info.start_ticks,
+                )
+            }
+            // No clock pair at the end (generation cut off): use the rate.
+            _ => (1_000_000_000, info.ticks_per_sec.max(1)),
+        };
+        Clock {
+            start_ticks: info.start_ticks,
+            start_mono_ns: info.start_mono_ns,
+            ns_per,
+            ticks_per,
+            origin_ns,
+        }
+    }
+
+    /// Saturates instead of overflowing: a corrupt timestamp gives a wrong
+    /// time, never a panic. Times before the origin are 0.
+    fn time_ns(&self, ticks: u64) -> u64 {
+        let (before, dt) = if ticks >= self.start_ticks {
+            (false, ticks - self.start_ticks)
+        } else {
+            (true, self.start_ticks - ticks)
+        };
+        // Both factors are below 2^64, so the product fits in a u128.
+        let scaled = u128::from(dt) * u128::from(self.ns_per) / u128::from(self.ticks_per);
+        let scaled = i128::try_from(scaled).unwrap_or(i128::MAX);
+        let start = i128::from(self.start_mono_ns);
+        let ns = if before {
+            start.saturating_sub(scaled)
+        } else {
+            start.saturating_add(scaled)
+        };
+        let since_origin = ns.saturating_sub(i128::from(self.origin_ns));
+        u64::try_from(since_origin.max(0)).unwrap_or(u64::MAX)
+    }
+}
+
+/// Hands out a complete generation's events in time order: a k-way merge of
+/// its events batches, each already in time order (deltas are unsigned).
+/// Heap keys are (ticks, thread, batch index), which is exactly "sort by
+/// ticks; ties by thread ID, then file order".
+pub(crate) struct Emitter {
+    pub gen: Generation,
+    info: GenerationInfo,
+    clock: Clock,
+    heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    /// Per batch: position of the next undecoded byte in its body, and the
+    /// decoded event waiting in the heap.
+    cursors: Vec<(usize, RawEvent)>,
+}
+
+impl Emitter {
+    /// `gen` must have its info batch.
+    pub fn new(
+        gen: Generation,
+        info: GenerationInfo,
+        origin_ns: u64,
+    ) -> Result<Emitter, ReadError> {
+        let clock = Clock::new(&info, gen.end.as_ref(), origin_ns);
+        let mut em = Emitter {
+            gen,
+            info,
+            clock,
+            heap: BinaryHeap::new(),
+            cursors: Vec::new(),
+        };
+        em.cursors.reserve_exact(em.gen.batches.len());
+        em.heap.reserve(em.gen.batches.len());
+        for i in 0..em.gen.batches.len() {
+            let base = em.gen.batches[i].base_ticks;
+            let placeholder = RawEvent {
+                kind: EventKind::SpanFree,
+                long_form: false,
+                delta: 0,
+                args: [0; 3],
+            };
+            em.cursors.push((0, placeholder));
+            em.advance(i, base)?;
+        }
+        Ok(em)
+    }
+
+    /// Decodes batch `i`'s next event, if any, and puts it in the heap.
+    fn advance(&mut self, i: usize, prev_ticks: u64) -> Result<(), ReadError> {
+        let (Some(batch), Some(cursor)) = (self.gen.batches.get(i), self.cursors.get_mut(i)) else {
+            return Ok(());
+        };
+        let body = self.gen.raw.get(batch.range.clone()).unwrap_or(&[]);
+        let ctx = BatchContext {
+            kind: BatchKind::Events,
+            offset: batch.batch_offset,
+        };
+        let mut c = Cursor::new(body, batch.body_offset, ctx);
+        c.skip(cursor.0);
+        if c.remaining() == 0 {
+            return Ok(());
+        }
+        let start = c.pos();
+        let ev = decode::event(&mut c)?;
+        // Validated when the batch was read; checked again rather than trusted.
+        let ticks = prev_ticks
+            .checked_add(ev.delta)
+            .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+        *cursor = (c.pos(), ev);
+        self.heap.push(Reverse((ticks, batch.thread, i)));
+        Ok(())
+    }
+
+    pub fn next(&mut self) -> Result<Option<Event>, ReadError> {
+        let Some(Reverse((ticks, thread, i))) = self.heap.pop() else {
+            return Ok(None);
+        };
+        let Some(&(_, raw)) = self.cursors.get(i) else {
+            return Ok(None);
+        };
+        let event = self.event(raw, ticks, thread);
+        self.advance(i, ticks)?;
+        Ok(Some(event))
+    }
+
+    fn event(&self, raw: RawEvent, ticks: u64, thread: u64) -> Event {
+        let info = &self.info;
+        let [first, second, third] = raw.args;
+        let addr = if raw.long_form {
+            first
+        } else {
+            let align = match raw.kind.address_class() {
+                AddressClass::Span => info.page_size,
+                AddressClass::HeapObject => info.min_heap_align,
+                AddressClass::Stack => info.min_stack_align,
+            };
+            // Alignments were checked to be powers of two in the info batch.
+            restore_address(first, info.min_heap_addr, exact_log2(align).unwrap_or(0))
+        };
+        let stack_size = if raw.long_form {
+            second
+        } else {
+            // The order was checked to be at most 63.
+            1u64.checked_shl(u32::try_from(second).unwrap_or(u32::MAX))
+                .unwrap_or(0)
+        };
+        let data = match raw.kind {
+            EventKind::SpanExists => EventData::SpanExists {
+                npages: second,
+                kind_class: third,
+            },
+            EventKind::SpanAlloc => EventData::SpanAlloc {
+                npages: second,
+                kind_class: third,
+            },
+            EventKind::SpanFree => EventData::SpanFree,
+            EventKind::HeapObjectExists => EventData::HeapObjectExists {
+                size: second,
+                type_id: third,
+            },
+            EventKind::HeapObjectAlloc => EventData::HeapObjectAlloc {
+                size: second,
+                type_id: third,
+            },
+            EventKind::HeapObjectFree => EventData::HeapObjectFree,
+            EventKind::StackExists => EventData::StackExists { size: stack_size },
+            EventKind::StackAlloc => EventData::StackAlloc { size: stack_size },
+            EventKind::StackFree => EventData::StackFree,
+        };
+        Event {
+            time_ns: self.clock.time_ns(ticks),
+            ticks,
+            generation: self.gen.number,
+            thread,
+            long_form: raw.long_form,
+            addr,
+            data,
+        }
+    }
+
+    pub fn info(&self) -> &GenerationInfo {
+        &self.info
+    }
+
+    /// Frees the raw bytes once every event is out; info and types stay.
+    pub fn release(&mut self) {
+        self.gen.raw = Vec::new();
+        self.gen.batches = Vec::new();
+        self.cursors = Vec::new();
+        self.heap = BinaryHeap::new();
+    }
+}

@@ -1,0 +1,406 @@
+//! Builds traces byte by byte per docs/FORMAT.md, for tests of the reader
+//! and the CLI that must not depend on the writer library. Also builds
+//! deliberately broken traces: every method takes raw values unchecked.
+//!
+//! Not part of the stable API.
+
+use alloctrace_format::{
+    compress_address, exact_log2, put_uvarint, BatchKind, EventKind, FileHeader, LONG_FORM,
+    MAX_VARINT_LEN, VERSION,
+};
+
+use crate::{EventData, GenerationInfo, TypeInfo};
+
+/// Appends `v` as a varint.
+pub fn varint(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; MAX_VARINT_LEN];
+    let n = put_uvarint(&mut buf, 0, v);
+    out.extend_from_slice(&buf[..n]);
+}
+
+/// Info for generation `generation` with round numbers: heap from 0x10000,
+/// 4 KiB pages, 16-byte heap and 4 KiB stack alignment, a 1 GHz clock
+/// starting at tick 1000 and monotonic time 5,000,000 ns.
+pub fn info(generation: u64) -> GenerationInfo {
+    GenerationInfo {
+        generation,
+        min_heap_addr: 0x10000,
+        page_size: 4096,
+        min_heap_align: 16,
+        min_stack_align: 4096,
+        start_ticks: 1000,
+        start_mono_ns: 5_000_000,
+        start_wall_ns: 1_700_000_000_000_000_000,
+        ticks_per_sec: 1_000_000_000,
+        pid: 4242,
+    }
+}
+
+/// A trace under construction.
+pub struct TraceBuilder {
+    bytes: Vec<u8>,
+}
+
+impl Default for TraceBuilder {
+    fn default() -> Self {
+        TraceBuilder::new()
+    }
+}
+
+impl TraceBuilder {
+    /// A trace with its file header.
+    pub fn new() -> TraceBuilder {
+        let header = FileHeader {
+            version: VERSION,
+            flags: 0,
+        }
+        .encode();
+        TraceBuilder {
+            bytes: header.to_vec(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn finish(&self) -> Vec<u8> {
+        self.bytes.clone()
+    }
+
+    /// Appends bytes as they are.
+    pub fn raw(&mut self, bytes: &[u8]) -> &mut Self {
+        self.bytes.extend_from_slice(bytes);
+        self
+    }
+
+    /// A batch: kind byte, payload length, the batch header varints, `body`.
+    pub fn batch(
+        &mut self,
+        kind: u8,
+        generation: u64,
+        thread: u64,
+        base_ticks: u64,
+        body: &[u8],
+    ) -> &mut Self {
+        let mut payload = Vec::with_capacity(body.len() + 3 * MAX_VARINT_LEN);
+        varint(&mut payload, generation);
+        varint(&mut payload, thread);
+        varint(&mut payload, base_ticks);
+        payload.extend_from_slice(body);
+        self.bytes.push(kind);
+        self.bytes
+            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(&payload);
+        self
+    }
+
+    pub fn info(&mut self, info: &GenerationInfo) -> &mut Self {
+        let mut body = Vec::new();
+        for v in [
+            info.min_heap_addr,
+            info.page_size,
+            info.min_heap_align,
+            info.min_stack_align,
+            info.start_ticks,
+            info.start_mono_ns,
+            info.start_wall_ns,
+            info.ticks_per_sec,
+            info.pid,
+        ] {
+            varint(&mut body, v);
+        }
+        self.batch(
+            BatchKind::Info as u8,
+            info.generation,
+            0,
+            info.start_ticks,
+            &body,
+        )
+    }
+
+    pub fn types(&mut self, generation: u64, types: &[TypeInfo]) -> &mut Self {
+        let mut body = Vec::new();
+        for t in types {
+            varint(&mut body, t.id);
+            varint(&mut body, t.size);
+            varint(&mut body, t.ptr_bytes);
+            varint(&mut body, t.name.len() as u64);
+            body.extend_from_slice(t.name.as_bytes());
+        }
+        self.batch(BatchKind::Types as u8, generation, 0, 0, &body)
+    }
+
+    /// An events batch of `thread` with the events of `events`.
+    pub fn events(&mut self, generation: u64, thread: u64, events: &EventsBody) -> &mut Self {
+        self.batch(
+            BatchKind::Events as u8,
+            generation,
+            thread,
+            events.base_ticks,
+            &events.bytes,
+        )
+    }
+
+    pub fn generation_end(
+        &mut self,
+        generation: u64,
+        end_ticks: u64,
+        end_mono_ns: u64,
+        lost_events: u64,
+    ) -> &mut Self {
+        let mut body = Vec::new();
+        varint(&mut body, end_ticks);
+        varint(&mut body, end_mono_ns);
+        varint(&mut body, lost_events);
+        self.batch(
+            BatchKind::GenerationEnd as u8,
+            generation,
+            0,
+            end_ticks,
+            &body,
+        )
+    }
+
+    pub fn trace_end(&mut self, generation: u64) -> &mut Self {
+        self.batch(BatchKind::TraceEnd as u8, generation, 0, 0, &[])
+    }
+}
+
+/// The body of an events batch, built one event at a time with absolute
+/// timestamps (the builder writes the deltas).
+#[derive(Clone, Debug)]
+pub struct EventsBody {
+    base_ticks: u64,
+    last_ticks: u64,
+    bytes: Vec<u8>,
+}
+
+impl EventsBody {
+    pub fn new(base_ticks: u64) -> EventsBody {
+        EventsBody {
+            base_ticks,
+            last_ticks: base_ticks,
+            bytes: Vec::new(),
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// An event with a raw kind byte and raw arguments. `ticks` below the
+    /// previous event's wraps around (a huge delta), for broken traces.
+    pub fn raw_event(&mut self, kind_byte: u8, ticks: u64, args: &[u64]) -> &mut Self {
+        self.bytes.push(kind_byte);
+        varint(&mut self.bytes, ticks.wrapping_sub(self.last_ticks));
+        self.last_ticks = ticks;
+        for &a in args {
+            varint(&mut self.bytes, a);
+        }
+        self
+    }
+
+    /// An event as the writer would write it: short form when the address
+    /// (and a stack's size) compress exactly with `info`, long form
+    /// otherwise.
+    pub fn event(
+        &mut self,
+        info: &GenerationInfo,
+        ticks: u64,
+        addr: u64,
+        data: &EventData,
+    ) -> &mut Self {
+        let align = match kind_of(data) {
+            EventKind::SpanExists | EventKind::SpanAlloc | EventKind::SpanFree => info.page_size,
+            EventKind::HeapObjectExists
+            | EventKind::HeapObjectAlloc
+            | EventKind::HeapObjectFree => info.min_heap_align,
+            _ => info.min_stack_align,
+        };
+        let id =
+            exact_log2(align).and_then(|shift| compress_address(addr, info.min_heap_addr, shift));
+        let order = match data {
+            EventData::StackExists { size } | EventData::StackAlloc { size } => {
+                exact_log2(*size).map(u64::from)
+            }
+            _ => Some(0),
+        };
+        match (id, order) {
+            (Some(id), Some(order)) => self.encode(false, ticks, id, order, data),
+            _ => self.long_event(ticks, addr, data),
+        }
+    }
+
+    /// An event in long form: raw address, raw stack size.
+    pub fn long_event(&mut self, ticks: u64, addr: u64, data: &EventData) -> &mut Self {
+        let size = match data {
+            EventData::StackExists { size } | EventData::StackAlloc { size } => *size,
+            _ => 0,
+        };
+        self.encode(true, ticks, addr, size, data)
+    }
+
+    fn encode(
+        &mut self,
+        long: bool,
+        ticks: u64,
+        first: u64,
+        stack_size: u64,
+        data: &EventData,
+    ) -> &mut Self {
+        let kind = kind_of(data) as u8 | if long { LONG_FORM } else { 0 };
+        match *data {
+            EventData::SpanExists { npages, kind_class }
+            | EventData::SpanAlloc { npages, kind_class } => {
+                self.raw_event(kind, ticks, &[first, npages, kind_class])
+            }
+            EventData::HeapObjectExists { size, type_id }
+            | EventData::HeapObjectAlloc { size, type_id } => {
+                self.raw_event(kind, ticks, &[first, size, type_id])
+            }
+            EventData::StackExists { .. } | EventData::StackAlloc { .. } => {
+                self.raw_event(kind, ticks, &[first, stack_size])
+            }
+            EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree => {
+                self.raw_event(kind, ticks, &[first])
+            }
+        }
+    }
+}
+
+fn kind_of(data: &EventData) -> EventKind {
+    match data {
+        EventData::SpanExists { .. } => EventKind::SpanExists,
+        EventData::SpanAlloc { .. } => EventKind::SpanAlloc,
+        EventData::SpanFree => EventKind::SpanFree,
+        EventData::HeapObjectExists { .. } => EventKind::HeapObjectExists,
+        EventData::HeapObjectAlloc { .. } => EventKind::HeapObjectAlloc,
+        EventData::HeapObjectFree => EventKind::HeapObjectFree,
+        EventData::StackExists { .. } => EventKind::StackExists,
+        EventData::StackAlloc { .. } => EventKind::StackAlloc,
+        EventData::StackFree => EventKind::StackFree,
+    }
+}
+
+/// A small deterministic PRNG (xorshift64*) for mutation tests: no extra
+/// dependency, same sequence on every run.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform-ish in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// A small valid trace touching every batch kind and every event kind, in
+/// short and long form, across two threads and two interleaved generations.
+/// Used by tests and as a fuzzing seed.
+pub fn sample_trace() -> Vec<u8> {
+    let g1 = info(1);
+    let mut g2 = info(2);
+    g2.start_ticks = 5000;
+    g2.start_mono_ns = 5_004_000;
+    let mut t = TraceBuilder::new();
+    t.info(&g1);
+    let mut a = EventsBody::new(1100);
+    a.event(
+        &g1,
+        1100,
+        0x20000,
+        &EventData::SpanExists {
+            npages: 2,
+            kind_class: 7,
+        },
+    )
+    .event(
+        &g1,
+        1200,
+        0x10040,
+        &EventData::HeapObjectExists {
+            size: 48,
+            type_id: 1,
+        },
+    )
+    .event(&g1, 1300, 0x40000, &EventData::StackExists { size: 8192 })
+    .event(
+        &g1,
+        1400,
+        0x22000,
+        &EventData::SpanAlloc {
+            npages: 1,
+            kind_class: 3,
+        },
+    )
+    .event(
+        &g1,
+        1500,
+        0x10080,
+        &EventData::HeapObjectAlloc {
+            size: 32,
+            type_id: 2,
+        },
+    )
+    .event(&g1, 1600, 0x10040, &EventData::HeapObjectFree);
+    t.events(1, 1, &a);
+    let mut b = EventsBody::new(1250);
+    b.event(&g1, 1250, 0x50000, &EventData::StackAlloc { size: 3000 })
+        .event(
+            &g1,
+            1300,
+            0x10008,
+            &EventData::HeapObjectAlloc {
+                size: 24,
+                type_id: 0,
+            },
+        )
+        .event(&g1, 1700, 0x50000, &EventData::StackFree)
+        .event(&g1, 1800, 0x22000, &EventData::SpanFree);
+    t.events(1, 2, &b);
+    t.info(&g2);
+    let mut c = EventsBody::new(5100);
+    c.event(&g2, 5100, 0x10080, &EventData::HeapObjectFree)
+        .event(&g2, 5200, 0x40000, &EventData::StackFree)
+        .event(&g2, 5300, 0x10008, &EventData::HeapObjectFree);
+    t.events(2, 1, &c);
+    let types = [
+        TypeInfo {
+            id: 1,
+            size: 48,
+            ptr_bytes: 16,
+            name: "struct node".into(),
+        },
+        TypeInfo {
+            id: 2,
+            size: 32,
+            ptr_bytes: 0,
+            name: "char[32]".into(),
+        },
+    ];
+    t.types(1, &types);
+    t.generation_end(1, 5000, 5_004_000, 0);
+    t.types(2, &types);
+    t.generation_end(2, 6000, 5_005_000, 3);
+    t.trace_end(2);
+    t.finish()
+}
