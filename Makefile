@@ -20,7 +20,7 @@ C_COMMON  := $(wildcard c_tests/common.c)
 C_BINS    := $(patsubst c_tests/%.c,$(BUILD)/c_tests/%,$(C_TESTS))
 ASAN_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/asan/%,$(shell grep -L 'alloctrace-test: no-asan' $(C_TESTS) /dev/null 2>/dev/null | grep test_))
 
-.PHONY: all lib cli header check-header test rust-test c-test c-test-plain c-test-asan readme-example demo clean fuzz
+.PHONY: all lib cli header check-header test rust-test c-test c-test-plain c-test-asan readme-example loom demo clean fuzz
 
 all: header lib cli
 
@@ -41,10 +41,14 @@ check-header:
 	  echo "error: $(HEADER) is stale: run 'make header' and commit it"; exit 1; fi
 	@echo "header: $(HEADER) is up to date"
 
-test: check-header lib cli rust-test c-test readme-example
+test: check-header lib cli rust-test loom c-test readme-example
 
 rust-test:
 	$(CARGO) test --workspace --release
+
+# Model-check the generation-advance handshake (tests/loom_handshake.rs).
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p alloctrace --test loom_handshake
 
 c-test: c-test-plain c-test-asan
 

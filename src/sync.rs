@@ -3,12 +3,12 @@
 //! model-checked (tests/loom_handshake.rs).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::thread::yield_now as spin_yield;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) fn spin_yield() {
     std::thread::yield_now();

@@ -378,7 +378,7 @@ pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
         return;
     }
     slot.seq.begin();
-    let generation = GENERATION.load(Ordering::SeqCst);
+    let generation = GENERATION.load(Ordering::Acquire);
     // SAFETY: a non-zero generation read inside the seqlock section keeps
     // the session alive until seq.end() (stop waits for it).
     let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
@@ -555,7 +555,7 @@ fn emit_enabled(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
         return;
     }
     slot.seq.begin();
-    let generation = GENERATION.load(Ordering::SeqCst);
+    let generation = GENERATION.load(Ordering::Acquire);
     if generation != 0 {
         write_event(slot, generation, kind, addr, arg1, arg2);
     }
