@@ -39,6 +39,7 @@ const char *result_code_name(trace_result r)
     case TRACE_ERR_IO: return "TRACE_ERR_IO";
     case TRACE_ERR_OUT_OF_MEMORY: return "TRACE_ERR_OUT_OF_MEMORY";
     case TRACE_ERR_PANIC: return "TRACE_ERR_PANIC";
+    case TRACE_ERR_BUSY: return "TRACE_ERR_BUSY";
     }
     return "(unknown trace_result)";
 }

@@ -2,6 +2,7 @@
  * trace_start rejects bad input with the documented code, leaves tracing
  * off and does not call the snapshot; boundary values are accepted; a second
  * start while running is refused without disturbing the running trace;
+ * lifecycle calls from inside the snapshot callback get TRACE_ERR_BUSY;
  * trace_result_str names every code distinctly; after all the failures a
  * valid start still works.
  */
@@ -21,6 +22,20 @@ static void count_snapshot(void *ctx)
 }
 
 static char good_path[PATH_BUF_LEN];
+
+/* A snapshot that tries lifecycle calls, which are refused while it runs. */
+struct reentry {
+    const trace_config *cfg;
+    trace_result start, advance, stop;
+};
+
+static void reentrant_snapshot(void *ctx)
+{
+    struct reentry *r = ctx;
+    r->start = trace_start(r->cfg);
+    r->advance = trace_advance();
+    r->stop = trace_stop();
+}
 
 /* A valid config; each case changes one field. */
 static trace_config good_config(void)
@@ -143,10 +158,31 @@ int main(void)
     expect_free(&log);
     snapshot_calls = 0;
 
+    /* Lifecycle calls from inside the snapshot are refused with BUSY, and
+     * the trace goes on normally. */
+    cfg = good_config();
+    struct reentry re = {.cfg = &cfg};
+    cfg.snapshot = reentrant_snapshot;
+    cfg.snapshot_ctx = &re;
+    expect_init(&log, &cfg);
+    CHECK_RESULT(trace_start(&cfg), TRACE_OK);
+    CHECK_RESULT(re.start, TRACE_ERR_BUSY);
+    CHECK_RESULT(re.advance, TRACE_ERR_BUSY);
+    CHECK_RESULT(re.stop, TRACE_ERR_BUSY);
+    CHECK(trace_enabled());
+    log.thread = trace_thread_id();
+    emit_stack_alloc(&log, 0x40000, 8192);
+    CHECK_RESULT(trace_stop(), TRACE_OK);
+    dump_read(good_path, &d);
+    EXPECT_MATCH_DUMP(&log, &d);
+    dump_free(&d);
+    expect_free(&log);
+
     /* Every code has its own name. */
     const trace_result codes[] = {
         TRACE_OK, TRACE_ERR_NULL_ARGUMENT, TRACE_ERR_BAD_CONFIG, TRACE_ERR_ALREADY_STARTED,
         TRACE_ERR_NOT_STARTED, TRACE_ERR_IO, TRACE_ERR_OUT_OF_MEMORY, TRACE_ERR_PANIC,
+        TRACE_ERR_BUSY,
     };
     const size_t ncodes = sizeof codes / sizeof codes[0];
     for (size_t i = 0; i < ncodes; i++) {
