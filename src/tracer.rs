@@ -266,6 +266,13 @@ pub fn start(config: &Config, output: Output, snapshot: Option<&mut dyn FnMut()>
         for lost in &LOST_WITHOUT_SLOT {
             lost.store(0, Ordering::Relaxed);
         }
+        // Counts left from a signal handler after the last session ended
+        // belong to no generation of this trace.
+        for slot in thread::used_slots() {
+            for lost in &slot.lost {
+                lost.store(0, Ordering::Relaxed);
+            }
+        }
         SESSION.store(Arc::as_ptr(&session).cast_mut(), Ordering::SeqCst);
 
         write_info(&session, 1);
