@@ -1,0 +1,72 @@
+//! Lossless back-pressure: when the output drains slower than threads emit,
+//! producers wait for free buffers instead of dropping events, and buffer
+//! memory stays within its bound.
+
+use std::io::Read;
+use std::os::fd::FromRawFd;
+
+use alloctrace::events;
+use alloctrace_reader::TraceReader;
+
+#[test]
+fn slow_output_loses_nothing() {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds is a valid out-array of two ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (read_fd, write_fd) = (fds[0], fds[1]);
+
+    // A reader that drains the pipe slowly, in small sips.
+    let drain = std::thread::spawn(move || {
+        // SAFETY: read_fd is the read end we own from here on.
+        let mut pipe = unsafe { std::fs::File::from_raw_fd(read_fd) };
+        let mut trace = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    trace.extend_from_slice(&chunk[..n]);
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+                Err(e) => panic!("pipe read: {e}"),
+            }
+        }
+        trace
+    });
+
+    // 64 buffers of 4 KiB at most: far less than the trace.
+    let config = alloctrace::Config { buffer_size: 4096, max_buffer_memory: 64 * 4096, ..Default::default() };
+    alloctrace::start(&config, alloctrace::Output::borrowed_fd(write_fd), None).unwrap();
+    const THREADS: usize = 2;
+    const PAIRS: usize = 100_000;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in 0..PAIRS {
+                    let a = 0x1000_0000 + (t << 28) + i * 8;
+                    events::heap_object_alloc(a, 8, 0);
+                    events::heap_object_free(a);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let stats = alloctrace::session_stats().unwrap();
+    alloctrace::stop().unwrap();
+    // SAFETY: we own the write end; closing it ends the drain thread.
+    unsafe { libc::close(write_fd) };
+    let trace = drain.join().unwrap();
+
+    assert!(stats.buffers_mapped <= 64, "memory bound exceeded: {} buffers", stats.buffers_mapped);
+    assert!(stats.producer_waits > 0, "the test did not make producers wait");
+    let mut reader = TraceReader::new(&trace[..]).unwrap();
+    let mut count = 0usize;
+    while reader.next_event().unwrap().is_some() {
+        count += 1;
+    }
+    assert_eq!(count, THREADS * PAIRS * 2);
+    assert_eq!(reader.lost_events(), 0);
+    assert_eq!(reader.truncated(), None);
+}
