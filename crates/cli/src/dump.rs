@@ -1,0 +1,116 @@
+//! `alloctrace dump`: one line per event. The text form is parsed by the C
+//! tests with sscanf, so its fields and spacing are fixed (docs/CLI.md).
+
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use alloctrace_reader::{Event, EventData, Record, TypeInfo};
+
+use crate::{open, output_error, truncation_warning, Failure};
+
+pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
+    let mut reader = open(path)?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::with_capacity(256 * 1024, stdout.lock());
+    // Print what was read before an error, then the error.
+    let result = loop {
+        match reader.next_record() {
+            Ok(Some(Record::GenerationStart { generation })) => {
+                if !json {
+                    for t in reader.types().values() {
+                        write_type(&mut out, generation, t).map_err(output_error)?;
+                    }
+                }
+            }
+            Ok(Some(Record::Event(event))) => {
+                let written = if json {
+                    write_json(&mut out, &event)
+                } else {
+                    write_text(&mut out, &event)
+                };
+                written.map_err(output_error)?;
+            }
+            Ok(None) => break Ok(()),
+            Err(err) => break Err(Failure::from(err)),
+        }
+    };
+    out.flush().map_err(output_error)?;
+    if result.is_ok() {
+        if let Some(offset) = reader.truncated() {
+            eprintln!("{}", truncation_warning(offset));
+        }
+    }
+    result
+}
+
+/// `type gen=G id=ID size=S ptr_bytes=P name=NAME`; line breaks in the name
+/// are escaped so every type stays on one line.
+fn write_type(out: &mut impl Write, generation: u64, t: &TypeInfo) -> io::Result<()> {
+    let name = t.name.replace('\n', "\\n").replace('\r', "\\r");
+    writeln!(
+        out,
+        "type gen={generation} id={} size={} ptr_bytes={} name={name}",
+        t.id, t.size, t.ptr_bytes
+    )
+}
+
+/// `TIME_NS gen=G thread=T KIND addr=0xHEX [args] [long]`.
+fn write_text(out: &mut impl Write, e: &Event) -> io::Result<()> {
+    write!(
+        out,
+        "{} gen={} thread={} {} addr={:#x}",
+        e.time_ns,
+        e.generation,
+        e.thread,
+        e.data.name(),
+        e.addr
+    )?;
+    match e.data {
+        EventData::SpanExists { npages, kind_class }
+        | EventData::SpanAlloc { npages, kind_class } => {
+            write!(out, " npages={npages} class={kind_class}")?
+        }
+        EventData::HeapObjectExists { size, type_id }
+        | EventData::HeapObjectAlloc { size, type_id } => {
+            write!(out, " size={size} type={type_id}")?
+        }
+        EventData::StackExists { size } | EventData::StackAlloc { size } => {
+            write!(out, " size={size}")?
+        }
+        EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree => {}
+    }
+    if e.long_form {
+        out.write_all(b" long")?;
+    }
+    out.write_all(b"\n")
+}
+
+/// One JSON object; written by hand because every value is a number or a
+/// fixed identifier, and dumps can have millions of lines.
+fn write_json(out: &mut impl Write, e: &Event) -> io::Result<()> {
+    write!(
+        out,
+        "{{\"time_ns\":{},\"gen\":{},\"thread\":{},\"kind\":\"{}\",\"addr\":{},\"long_form\":{}",
+        e.time_ns,
+        e.generation,
+        e.thread,
+        e.data.name(),
+        e.addr,
+        e.long_form
+    )?;
+    match e.data {
+        EventData::SpanExists { npages, kind_class }
+        | EventData::SpanAlloc { npages, kind_class } => {
+            write!(out, ",\"npages\":{npages},\"class\":{kind_class}")?
+        }
+        EventData::HeapObjectExists { size, type_id }
+        | EventData::HeapObjectAlloc { size, type_id } => {
+            write!(out, ",\"size\":{size},\"type\":{type_id}")?
+        }
+        EventData::StackExists { size } | EventData::StackAlloc { size } => {
+            write!(out, ",\"size\":{size}")?
+        }
+        EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree => {}
+    }
+    out.write_all(b"}\n")
+}

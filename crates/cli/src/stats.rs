@@ -1,0 +1,290 @@
+//! `alloctrace stats`: counts and live-heap accounting over a whole trace,
+//! in memory proportional to the live objects.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use alloctrace_format::EVENT_KINDS;
+use alloctrace_reader::{Event, EventData, Record, TypeInfo};
+use serde_json::{json, Value};
+
+use crate::progress::Progress;
+use crate::{open, print_stdout, truncation_warning, Failure, Reader};
+
+/// Live map of one address space (heap objects, spans or stacks): address
+/// to the size recorded at allocation.
+#[derive(Default)]
+struct Live {
+    map: HashMap<u64, u64>,
+}
+
+impl Live {
+    /// Returns the size it replaces when the address was already live.
+    fn alloc(&mut self, addr: u64, size: u64) -> Option<u64> {
+        self.map.insert(addr, size)
+    }
+
+    fn free(&mut self, addr: u64) -> Option<u64> {
+        self.map.remove(&addr)
+    }
+}
+
+#[derive(Default)]
+pub struct Stats {
+    /// Per event name, every kind present (zero or not).
+    pub counts: BTreeMap<&'static str, u64>,
+    pub total_events: u64,
+    pub per_thread: BTreeMap<u64, u64>,
+    /// Type IDs defined in any generation's type table.
+    pub type_ids: BTreeSet<u64>,
+    pub generations: u64,
+    pub lost_events: u64,
+    heap: Live,
+    spans: Live,
+    stacks: Live,
+    /// u128 so that odd sizes (long-form events may carry any value) cannot
+    /// overflow; printed saturated to u64.
+    live_bytes: u128,
+    peak_live_bytes: u128,
+    pub unknown_free: u64,
+    pub double_alloc: u64,
+    pub long_form_events: u64,
+    /// Heap object events naming a type ID absent from their generation's
+    /// type table.
+    pub unknown_type_refs: u64,
+    pub first_anomaly: Option<String>,
+    pub first_unknown_type: Option<String>,
+    pub duration_ns: u64,
+    pub truncated_at: Option<u64>,
+    pub bytes: u64,
+}
+
+impl Stats {
+    fn new(bytes: u64) -> Stats {
+        let counts = EVENT_KINDS.iter().map(|k| (k.name(), 0)).collect();
+        Stats {
+            counts,
+            bytes,
+            ..Stats::default()
+        }
+    }
+
+    /// Threads (non-zero IDs) that wrote events.
+    pub fn threads(&self) -> u64 {
+        self.per_thread.keys().filter(|&&t| t != 0).count() as u64
+    }
+
+    pub fn anomalies(&self) -> u64 {
+        self.unknown_free + self.double_alloc
+    }
+
+    pub fn live_objects(&self) -> u64 {
+        self.heap.map.len() as u64
+    }
+
+    pub fn live_bytes(&self) -> u64 {
+        u64::try_from(self.live_bytes).unwrap_or(u64::MAX)
+    }
+
+    pub fn peak_live_bytes(&self) -> u64 {
+        u64::try_from(self.peak_live_bytes).unwrap_or(u64::MAX)
+    }
+
+    fn generation_start(&mut self, reader: &Reader) {
+        self.type_ids.extend(reader.types().keys().copied());
+        if let (Some(end), Some(origin)) = (reader.generation_end(), reader.time_origin_ns()) {
+            self.duration_ns = self.duration_ns.max(end.end_mono_ns.saturating_sub(origin));
+        }
+    }
+
+    fn event(&mut self, e: &Event, types: &BTreeMap<u64, TypeInfo>) {
+        *self.counts.entry(e.data.name()).or_insert(0) += 1;
+        self.total_events += 1;
+        *self.per_thread.entry(e.thread).or_insert(0) += 1;
+        self.long_form_events += u64::from(e.long_form);
+        self.duration_ns = self.duration_ns.max(e.time_ns);
+        match e.data {
+            EventData::HeapObjectExists { size, type_id }
+            | EventData::HeapObjectAlloc { size, type_id } => {
+                if type_id != 0 && !types.contains_key(&type_id) {
+                    self.unknown_type_refs += 1;
+                    if self.first_unknown_type.is_none() {
+                        self.first_unknown_type = Some(format!(
+                            "{} at {:#x} ({} ns, generation {}, thread {}) has type ID {type_id}, which is not in the generation's type table",
+                            e.data.name(), e.addr, e.time_ns, e.generation, e.thread
+                        ));
+                    }
+                }
+                if let Some(old) = self.heap.alloc(e.addr, size) {
+                    // The old object was never freed: replace it.
+                    self.live_bytes = self.live_bytes.saturating_sub(u128::from(old));
+                    self.anomaly(e, "allocation of an address that is already live", true);
+                }
+                self.live_bytes += u128::from(size);
+                self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
+            }
+            EventData::HeapObjectFree => match self.heap.free(e.addr) {
+                Some(size) => self.live_bytes = self.live_bytes.saturating_sub(u128::from(size)),
+                None => self.anomaly(e, "free of an address that is not live", false),
+            },
+            EventData::SpanExists { npages, .. } | EventData::SpanAlloc { npages, .. } => {
+                if self.spans.alloc(e.addr, npages).is_some() {
+                    self.anomaly(e, "allocation of an address that is already live", true);
+                }
+            }
+            EventData::StackExists { size } | EventData::StackAlloc { size } => {
+                if self.stacks.alloc(e.addr, size).is_some() {
+                    self.anomaly(e, "allocation of an address that is already live", true);
+                }
+            }
+            EventData::SpanFree => {
+                if self.spans.free(e.addr).is_none() {
+                    self.anomaly(e, "free of an address that is not live", false);
+                }
+            }
+            EventData::StackFree => {
+                if self.stacks.free(e.addr).is_none() {
+                    self.anomaly(e, "free of an address that is not live", false);
+                }
+            }
+        }
+    }
+
+    fn anomaly(&mut self, e: &Event, what: &str, double_alloc: bool) {
+        if double_alloc {
+            self.double_alloc += 1;
+        } else {
+            self.unknown_free += 1;
+        }
+        if self.first_anomaly.is_none() {
+            self.first_anomaly = Some(format!(
+                "{} at {:#x} ({} ns, generation {}, thread {}): {what}",
+                e.data.name(),
+                e.addr,
+                e.time_ns,
+                e.generation,
+                e.thread
+            ));
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let per_thread: serde_json::Map<String, Value> = self
+            .per_thread
+            .iter()
+            .map(|(t, n)| (t.to_string(), json!(n)))
+            .collect();
+        json!({
+            "events": self.counts,
+            "total_events": self.total_events,
+            "generations": self.generations,
+            "threads": self.threads(),
+            "per_thread": per_thread,
+            "types": self.type_ids.len(),
+            "live_objects": self.live_objects(),
+            "live_bytes": self.live_bytes(),
+            "peak_live_bytes": self.peak_live_bytes(),
+            "live_spans": self.spans.map.len(),
+            "live_stacks": self.stacks.map.len(),
+            "lost_events": self.lost_events,
+            "anomalies": self.anomalies(),
+            "anomaly_kinds": { "unknown_free": self.unknown_free, "double_alloc": self.double_alloc },
+            "long_form_events": self.long_form_events,
+            "duration_ns": self.duration_ns,
+            "bytes": self.bytes,
+            "truncated": self.truncated_at.is_some(),
+            "truncated_at": self.truncated_at,
+        })
+    }
+
+    /// A two-column table: names left, numbers right-aligned.
+    pub fn to_text(&self, path: &Path) -> String {
+        let mut s = format!("{:<22}{} ({} bytes)\n", "file", path.display(), self.bytes);
+        let mut row = |name: &str, value: &dyn std::fmt::Display, note: &str| {
+            let _ = writeln!(s, "{name:<22}{value:>14}{note}");
+        };
+        row("events", &self.total_events, "");
+        // Kind order, then any kind this table does not know yet.
+        let known: Vec<&str> = EVENT_KINDS.iter().map(|k| k.name()).collect();
+        let others = self.counts.keys().copied().filter(|k| !known.contains(k));
+        for kind in known.iter().copied().chain(others) {
+            row(
+                &format!("  {kind}"),
+                &self.counts.get(kind).copied().unwrap_or(0),
+                "",
+            );
+        }
+        row("generations", &self.generations, "");
+        row("threads", &self.threads(), "");
+        for (thread, n) in &self.per_thread {
+            row(&format!("  thread {thread}"), n, " events");
+        }
+        row("types", &self.type_ids.len(), "");
+        row("live heap objects", &self.live_objects(), "");
+        row("live bytes", &self.live_bytes(), "");
+        row("peak live bytes", &self.peak_live_bytes(), "");
+        row("live spans", &self.spans.map.len(), "");
+        row("live stacks", &self.stacks.map.len(), "");
+        row("long-form events", &self.long_form_events, "");
+        row("lost events", &self.lost_events, "");
+        row("anomalies", &self.anomalies(), "");
+        row("  unknown frees", &self.unknown_free, "");
+        row("  double allocs", &self.double_alloc, "");
+        row(
+            "duration ns",
+            &self.duration_ns,
+            &format!("  ({:.3} ms)", self.duration_ns as f64 / 1e6),
+        );
+        match self.truncated_at {
+            Some(offset) => row("truncated at byte", &offset, ""),
+            None => row("truncated", &"no", ""),
+        }
+        s
+    }
+}
+
+/// Reads the whole trace into a [`Stats`]. Fails on a malformed trace or an
+/// I/O error.
+pub fn collect(path: &Path) -> Result<Stats, Failure> {
+    let mut reader = open(path)?;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let mut stats = Stats::new(size);
+    let mut progress = Progress::new(size);
+    let mut records = 0u64;
+    let result = loop {
+        match reader.next_record() {
+            Ok(Some(Record::GenerationStart { .. })) => stats.generation_start(&reader),
+            Ok(Some(Record::Event(e))) => stats.event(&e, reader.types()),
+            Ok(None) => break Ok(()),
+            Err(err) => break Err(err),
+        }
+        records += 1;
+        if records & 0xffff == 0 {
+            progress.update(reader.bytes_read());
+        }
+    };
+    progress.finish();
+    result?;
+    stats.generations = reader.generations();
+    stats.lost_events = reader.lost_events();
+    stats.truncated_at = reader.truncated();
+    if stats.bytes == 0 {
+        stats.bytes = reader.bytes_read();
+    }
+    Ok(stats)
+}
+
+pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
+    let stats = collect(path)?;
+    let text = if json {
+        format!("{}\n", stats.to_json())
+    } else {
+        stats.to_text(path)
+    };
+    print_stdout(&text)?;
+    if let Some(offset) = stats.truncated_at {
+        eprintln!("{}", truncation_warning(offset));
+    }
+    Ok(())
+}
