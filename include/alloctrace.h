@@ -254,6 +254,27 @@ void trace_stack_alloc(uintptr_t base, uintptr_t size);
  */
 void trace_stack_free(uintptr_t base);
 
+/**
+ * Page tracer: records that `npages` pages at `base` were allocated. Pages
+ * are `page_size` bytes (from `trace_config`). A base off the page grid or
+ * above 2^48 is recorded exactly in long form. Any thread, also inside the
+ * allocator; never allocates or locks.
+ */
+void trace_page_alloc(uintptr_t base, uintptr_t npages);
+
+/**
+ * Page tracer: records that `npages` pages at `base` were freed. Any
+ * thread, also inside the allocator.
+ */
+void trace_page_free(uintptr_t base, uintptr_t npages);
+
+/**
+ * Page tracer: records that `npages` pages at `base` were scavenged
+ * (returned to the OS, e.g. with madvise). Any thread, also inside the
+ * allocator.
+ */
+void trace_page_scav(uintptr_t base, uintptr_t npages);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -127,6 +127,20 @@ impl Buffer {
         self.len = put_uvarint(self.all_bytes_mut(), pos, v).min(self.cap);
     }
 
+    /// Appends one little-endian 8-byte word (page tracer). The caller has
+    /// checked that there is room.
+    ///
+    /// Must not allocate: runs on the event path.
+    #[inline(always)]
+    pub(crate) fn put_word(&mut self, w: u64) {
+        if self.room() >= 8 {
+            let pos = self.len;
+            // SAFETY: 8 bytes at pos are inside the batch capacity.
+            unsafe { self.data().add(pos).cast::<[u8; 8]>().write_unaligned(w.to_le_bytes()) };
+            self.len += 8;
+        }
+    }
+
     /// Appends raw bytes. The caller has checked that there is room.
     pub(crate) fn put_bytes(&mut self, src: &[u8]) {
         let pos = self.len;

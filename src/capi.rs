@@ -374,3 +374,27 @@ pub extern "C" fn trace_stack_alloc(base: usize, size: usize) {
 pub extern "C" fn trace_stack_free(base: usize) {
     events::stack_free(base);
 }
+
+/// Page tracer: records that `npages` pages at `base` were allocated. Pages
+/// are `page_size` bytes (from `trace_config`). A base off the page grid or
+/// above 2^48 is recorded exactly in long form. Any thread, also inside the
+/// allocator; never allocates or locks.
+#[no_mangle]
+pub extern "C" fn trace_page_alloc(base: usize, npages: usize) {
+    events::page_alloc(base, npages);
+}
+
+/// Page tracer: records that `npages` pages at `base` were freed. Any
+/// thread, also inside the allocator.
+#[no_mangle]
+pub extern "C" fn trace_page_free(base: usize, npages: usize) {
+    events::page_free(base, npages);
+}
+
+/// Page tracer: records that `npages` pages at `base` were scavenged
+/// (returned to the OS, e.g. with madvise). Any thread, also inside the
+/// allocator.
+#[no_mangle]
+pub extern "C" fn trace_page_scav(base: usize, npages: usize) {
+    events::page_scav(base, npages);
+}

@@ -87,3 +87,21 @@ pub fn thread_id() -> u64 {
 pub fn thread_destroy() {
     crate::thread::release_current();
 }
+
+/// `npages` pages at `base` were allocated (page tracer).
+#[inline]
+pub fn page_alloc(base: usize, npages: usize) {
+    crate::tracer::emit_page(alloctrace_format::pages::KIND_ALLOC, base as u64, npages as u64);
+}
+
+/// `npages` pages at `base` were freed (page tracer).
+#[inline]
+pub fn page_free(base: usize, npages: usize) {
+    crate::tracer::emit_page(alloctrace_format::pages::KIND_FREE, base as u64, npages as u64);
+}
+
+/// `npages` pages at `base` were scavenged: returned to the OS (page tracer).
+#[inline]
+pub fn page_scav(base: usize, npages: usize) {
+    crate::tracer::emit_page(alloctrace_format::pages::KIND_SCAV, base as u64, npages as u64);
+}

@@ -25,10 +25,12 @@ pub(crate) const MAX_THREADS: usize = 4096;
 pub(crate) enum Stream {
     /// Heap object, span and stack events.
     Events = 0,
+    /// Page tracer words.
+    Pages = 1,
 }
 
 /// Number of [`Stream`]s.
-pub(crate) const STREAMS: usize = 1;
+pub(crate) const STREAMS: usize = 2;
 
 const SLOT_FREE: u32 = 0;
 const SLOT_OWNED: u32 = 1;

@@ -549,8 +549,11 @@ pub(crate) fn emit(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
     emit_enabled(kind, addr, arg1, arg2);
 }
 
+/// Runs `write` for one event inside the calling thread's seqlock section
+/// (invariant 1), with the generation it read. Counts the event as lost when
+/// the thread has no slot or is already inside the event path.
 #[inline(always)]
-fn emit_enabled(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
+fn with_slot(write: impl FnOnce(&ThreadSlot, u64)) {
     let Some(slot) = thread::current_or_claim() else {
         count_lost_without_slot();
         return;
@@ -564,10 +567,108 @@ fn emit_enabled(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
     slot.seq.begin();
     let generation = GENERATION.load(Ordering::Acquire);
     if generation != 0 {
-        write_event(slot, generation, kind, addr, arg1, arg2);
+        write(slot, generation);
     }
     slot.seq.end();
     thread::leave(slot);
+}
+
+#[inline(always)]
+fn emit_enabled(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
+    with_slot(|slot, generation| write_event(slot, generation, kind, addr, arg1, arg2));
+}
+
+/// The calling thread's next timestamp: the clock, kept strictly above the
+/// thread's previous one.
+#[inline(always)]
+fn next_ticks(slot: &ThreadSlot) -> u64 {
+    let mut ticks = clock::ticks();
+    let last = slot.last_ticks.load(Ordering::Relaxed);
+    if ticks <= last {
+        ticks = last.wrapping_add(1);
+    }
+    slot.last_ticks.store(ticks, Ordering::Relaxed);
+    ticks
+}
+
+/// The slot's buffer for `generation` and `stream` with at least `need`
+/// bytes of room, refilled when needed. `None` (the event counted as lost)
+/// only when no buffer could be had at all.
+#[inline(always)]
+fn buffer_with_room(
+    slot: &ThreadSlot,
+    generation: u64,
+    stream: Stream,
+    need: usize,
+    ticks: u64,
+) -> Option<&'static mut Buffer> {
+    let parity = (generation & 1) as usize;
+    let mut buf = slot.bufs[parity][stream as usize].load(Ordering::Relaxed);
+    // SAFETY: a non-null pointer in the slot's current-parity entry is held
+    // by this thread (invariant 1).
+    if buf.is_null() || unsafe { (*buf).room() } < need {
+        match refill(slot, generation, stream, ticks) {
+            Some(b) => buf = b.as_ptr(),
+            None => {
+                slot.lost[parity].fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        }
+    }
+    // SAFETY: as above; the buffer stays this thread's until the event ends.
+    Some(unsafe { &mut *buf })
+}
+
+/// The page tracer's word layout for the running session.
+#[inline(always)]
+fn page_layout() -> alloctrace_format::pages::Layout {
+    alloctrace_format::pages::Layout {
+        page_shift: PARAMS.page_shift.load(Ordering::Relaxed),
+        lost_bits: alloctrace_format::pages::TIME_LOST_BITS,
+    }
+}
+
+/// Records one page tracer event (a kind from `alloctrace_format::pages`).
+///
+/// Must not allocate, lock or panic: runs inside the host's page allocator.
+#[inline(always)]
+pub(crate) fn emit_page(kind: u64, base: u64, npages: u64) {
+    if GENERATION.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    with_slot(|slot, generation| write_page_event(slot, generation, kind, base, npages));
+}
+
+/// Most bytes one page event takes: a time sync word, then a long event
+/// (sync word, base, npages).
+const MAX_PAGE_EVENT_LEN: usize = 4 * 8;
+
+#[inline(always)]
+fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, npages: u64) {
+    use alloctrace_format::pages::{self, SYNC_LONG_EVENT, SYNC_TIME};
+    let ticks = next_ticks(slot);
+    let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
+        return;
+    };
+    let layout = page_layout();
+    let units = ticks >> pages::TIME_LOST_BITS;
+    // A pages buffer keeps its time base, in units, in last_ticks.
+    if units.wrapping_sub(b.last_ticks) >> pages::DELTA_BITS != 0 {
+        b.put_word(pages::sync_word(SYNC_TIME, units));
+        b.last_ticks = units;
+    }
+    let delta = units.wrapping_sub(b.last_ticks);
+    if layout.page_shift >= pages::MIN_PAGE_SHIFT && layout.fits(base) {
+        b.put_word(layout.event_word(kind, base, npages, delta));
+        if layout.is_large(npages) {
+            b.put_word(npages);
+        }
+    } else {
+        // Off the page grid or above 48 bits: recorded exactly, long form.
+        b.put_word(pages::sync_word(SYNC_LONG_EVENT, kind | delta << 2));
+        b.put_word(base);
+        b.put_word(npages);
+    }
 }
 
 #[cold]
@@ -582,7 +683,6 @@ fn count_lost_without_slot() {
 /// Encodes one event into the slot's buffer for `generation`.
 #[inline(always)]
 fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
-    let parity = (generation & 1) as usize;
     let min = PARAMS.min_heap_addr.load(Ordering::Relaxed);
     let shift = match kind.address_class() {
         alloctrace_format::AddressClass::Span => PARAMS.page_shift.load(Ordering::Relaxed),
@@ -599,29 +699,13 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
         _ => (kind as u8 | LONG_FORM, addr, arg1),
     };
 
-    let mut ticks = clock::ticks();
-    let last = slot.last_ticks.load(Ordering::Relaxed);
-    if ticks <= last {
-        ticks = last.wrapping_add(1);
-    }
-    slot.last_ticks.store(ticks, Ordering::Relaxed);
-
-    let mut buf = slot.bufs[parity][Stream::Events as usize].load(Ordering::Relaxed);
-    // SAFETY: a non-null pointer in the slot's current-parity entry is held
-    // by this thread (invariant 1).
-    if buf.is_null() || unsafe { (*buf).room() } < MAX_EVENT_LEN {
-        match refill(slot, generation, Stream::Events, ticks) {
-            Some(b) => buf = b.as_ptr(),
-            None => {
-                slot.lost[parity].fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-    }
-    // SAFETY: this thread holds `buf`, which has MAX_EVENT_LEN bytes of room:
-    // one kind byte and four varints at most.
+    let ticks = next_ticks(slot);
+    let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
+        return;
+    };
+    // SAFETY: `b` has MAX_EVENT_LEN bytes of room: one kind byte and four
+    // varints at most.
     unsafe {
-        let b = &mut *buf;
         let start = b.data().add(b.len);
         *start = kind_byte;
         let mut p = put_varint_raw(start.add(1), ticks.wrapping_sub(b.last_ticks));
@@ -657,8 +741,20 @@ fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Opt
     // SAFETY: take gave us the buffer; it has room for a header and an event
     // because buffer sizes are at least MIN_BUFFER_SIZE.
     let b = unsafe { &mut *buf.as_ptr() };
-    debug_assert!(b.cap >= MAX_HEADER_LEN + MAX_EVENT_LEN);
-    b.begin(BatchKind::Events, generation, slot.id.load(Ordering::Relaxed), ticks);
+    debug_assert!(b.cap >= MAX_HEADER_LEN + 3 * 8 + MAX_EVENT_LEN.max(MAX_PAGE_EVENT_LEN));
+    let thread_id = slot.id.load(Ordering::Relaxed);
+    match stream {
+        Stream::Events => b.begin(BatchKind::Events, generation, thread_id, ticks),
+        Stream::Pages => {
+            use alloctrace_format::pages::{self, SYNC_THREAD, SYNC_TIME};
+            b.begin(BatchKind::Pages, generation, thread_id, ticks);
+            let units = ticks >> pages::TIME_LOST_BITS;
+            b.put_word(page_layout().word());
+            b.put_word(pages::sync_word(SYNC_THREAD, thread_id));
+            b.put_word(pages::sync_word(SYNC_TIME, units));
+            b.last_ticks = units;
+        }
+    }
     entry.store(buf.as_ptr(), Ordering::Relaxed);
     Some(buf)
 }
