@@ -1,0 +1,64 @@
+//! Writes the fuzzing seed corpus, fuzz/seeds/ (ignored by default):
+//! `cargo test -p alloctrace-reader --test seeds -- --ignored`.
+
+use alloctrace_reader::testing::{info, sample_trace, EventsBody, TraceBuilder};
+use alloctrace_reader::{EventData, TypeInfo};
+
+fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let sample = sample_trace();
+    let mut empty = TraceBuilder::new();
+    empty.trace_end(1);
+
+    let g = info(1);
+    let mut one = TraceBuilder::new();
+    let mut b = EventsBody::new(1000);
+    b.event(&g, 1001, 0x10010, &EventData::HeapObjectAlloc { size: 16, type_id: 1 })
+        .event(&g, 1002, 0x10010, &EventData::HeapObjectFree);
+    let types = [TypeInfo { id: 1, size: 16, ptr_bytes: 8, name: "t".into() }];
+    one.info(&g).events(1, 1, &b).types(1, &types).generation_end(1, 2000, 5_001_000, 0).trace_end(1);
+
+    let mut threads = TraceBuilder::new();
+    threads.info(&g);
+    for thread in 1..4u64 {
+        let mut b = EventsBody::new(1000);
+        for i in 0..8u64 {
+            let addr = 0x10000 + 16 * (i + 32 * thread);
+            let data = match i % 4 {
+                0 => EventData::SpanAlloc { npages: i, kind_class: thread },
+                1 => EventData::StackAlloc { size: 4096 << i },
+                2 => EventData::StackExists { size: 3000 },
+                _ => EventData::SpanFree,
+            };
+            b.event(&g, 1000 + 3 * i + thread, addr, &data);
+        }
+        threads.events(1, thread, &b);
+    }
+    threads.generation_end(1, 2000, 5_001_000, 1);
+
+    vec![
+        ("sample.bin", sample.clone()),
+        ("sample-cut.bin", sample[..sample.len() / 2].to_vec()),
+        ("empty.bin", empty.finish()),
+        ("header-only.bin", TraceBuilder::new().finish()),
+        ("one-pair.bin", one.finish()),
+        ("threads-no-end.bin", threads.finish()),
+    ]
+}
+
+#[test]
+#[ignore = "writes fuzz/seeds/; run by hand after a format change"]
+fn write_fuzz_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, bytes) in seeds() {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}
+
+#[test]
+fn seeds_read_without_error() {
+    for (name, bytes) in seeds() {
+        let mut reader = alloctrace_reader::TraceReader::new(bytes.as_slice()).unwrap();
+        while reader.next_event().unwrap_or_else(|e| panic!("{name}: {e}")).is_some() {}
+    }
+}
