@@ -74,6 +74,9 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
             s.lost_events
         );
     }
+    if let Some(s) = stats.as_ref().filter(|s| s.skipped_page_events > 0) {
+        eprintln!("{}", crate::page_events_note(s.skipped_page_events));
+    }
     match verdict.code {
         0 => Ok(()),
         code => Err(Failure::Verdict(code)),

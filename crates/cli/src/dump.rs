@@ -6,7 +6,7 @@ use std::path::Path;
 
 use alloctrace_reader::{Event, EventData, Record, TypeInfo};
 
-use crate::{open, output_error, truncation_warning, Failure};
+use crate::{open, output_error, page_events_note, truncation_warning, Failure};
 
 pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
     let mut reader = open(path)?;
@@ -36,6 +36,9 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
     };
     out.flush().map_err(output_error)?;
     if result.is_ok() {
+        if reader.skipped_page_events() > 0 {
+            eprintln!("{}", page_events_note(reader.skipped_page_events()));
+        }
         if let Some(offset) = reader.truncated() {
             eprintln!("{}", truncation_warning(offset));
         }

@@ -99,6 +99,11 @@ pub fn truncation_warning(offset: u64) -> String {
     )
 }
 
+/// The note every command prints when page-tracer events were left out.
+pub fn page_events_note(count: u64) -> String {
+    format!("note: {count} page-tracer events (pages batches) were checked but are not shown: this version does not decode them yet")
+}
+
 /// Maps a failed write to stdout: a closed pipe (`| head`) ends quietly.
 pub fn output_error(err: io::Error) -> Failure {
     if err.kind() == io::ErrorKind::BrokenPipe {

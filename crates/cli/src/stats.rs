@@ -58,6 +58,8 @@ pub struct Stats {
     pub duration_ns: u64,
     pub truncated_at: Option<u64>,
     pub bytes: u64,
+    /// Page-tracer events, not decoded yet by the reader.
+    pub skipped_page_events: u64,
 }
 
 impl Stats {
@@ -195,6 +197,7 @@ impl Stats {
             "bytes": self.bytes,
             "truncated": self.truncated_at.is_some(),
             "truncated_at": self.truncated_at,
+            "skipped_page_events": self.skipped_page_events,
         })
     }
 
@@ -227,6 +230,13 @@ impl Stats {
         row("live spans", &self.spans.map.len(), "");
         row("live stacks", &self.stacks.map.len(), "");
         row("long-form events", &self.long_form_events, "");
+        if self.skipped_page_events > 0 {
+            row(
+                "page events",
+                &self.skipped_page_events,
+                "  (not decoded yet, not counted above)",
+            );
+        }
         row("lost events", &self.lost_events, "");
         row("anomalies", &self.anomalies(), "");
         row("  unknown frees", &self.unknown_free, "");
@@ -269,6 +279,7 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
     stats.generations = reader.generations();
     stats.lost_events = reader.lost_events();
     stats.truncated_at = reader.truncated();
+    stats.skipped_page_events = reader.skipped_page_events();
     if stats.bytes == 0 {
         stats.bytes = reader.bytes_read();
     }

@@ -132,7 +132,8 @@ fn stats_json_is_exact() {
         "duration_ns": 5000,
         "bytes": bytes.len(),
         "truncated": false,
-        "truncated_at": null
+        "truncated_at": null,
+        "skipped_page_events": 0
     });
     assert_eq!(got, expected);
 }
@@ -417,4 +418,39 @@ fn type_names_stay_on_one_line() {
         out,
         "type gen=1 id=3 size=1 ptr_bytes=0 name=two\\nlines and spaces\n"
     );
+}
+
+#[test]
+fn page_events_are_counted_and_noted() {
+    use alloctrace_format::pages::{sync_word, Layout, KIND_ALLOC, SYNC_THREAD, SYNC_TIME};
+    let layout = Layout {
+        page_shift: 12,
+        lost_bits: 7,
+    };
+    let body: Vec<u8> = [
+        layout.word(),
+        sync_word(SYNC_THREAD, 1),
+        sync_word(SYNC_TIME, 8),
+        layout.event_word(KIND_ALLOC, 0x7000_0000, 3, 5),
+        layout.event_word(KIND_ALLOC, 0x7000_4000, 1, 6),
+    ]
+    .iter()
+    .flat_map(|w| w.to_le_bytes())
+    .collect();
+    let mut t = TraceBuilder::new();
+    t.info(&info(1))
+        .batch(6, 1, 1, 1000, &body)
+        .generation_end(1, 2000, 5_001_000, 0)
+        .trace_end(1);
+    let note = "note: 2 page-tracer events (pages batches) were checked but are not shown: this version does not decode them yet\n";
+    let (code, out, err) = run("check", t.bytes(), &[]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (0, "ok: 0 events in 1 generations, 0 threads\n", note)
+    );
+    let (code, out, err) = run("dump", t.bytes(), &[]);
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "", note));
+    let (_, out, _) = run("stats", t.bytes(), &["--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["skipped_page_events"], 2);
 }

@@ -316,3 +316,68 @@ pub(crate) fn generation_end(
         lost_events,
     })
 }
+
+/// Checks a pages body (FORMAT.md section 7) and returns its number of page
+/// events. The events themselves are not decoded yet: they are counted, so
+/// a trace with page events reads, and nothing is hidden.
+pub(crate) fn validate_pages(c: &mut Cursor<'_>) -> Result<u64, ReadError> {
+    use alloctrace_format::pages::{self, Layout, Word};
+    let body_pos = c.pos();
+    if c.remaining() & 7 != 0 {
+        return Err(c.error_at(
+            body_pos,
+            format_args!(
+                "pages body of {} bytes is not a multiple of 8",
+                c.remaining()
+            ),
+        ));
+    }
+    let mut layout: Option<Layout> = None;
+    let mut events = 0u64;
+    let next_word = |c: &mut Cursor<'_>| {
+        c.bytes(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    while c.remaining() > 0 {
+        let pos = c.pos();
+        let Some(word) = next_word(c) else { break };
+        let extra_words = match (word & 3 == pages::KIND_SYNC, layout) {
+            (true, _) => {
+                let (subtype, payload) = ((word >> 2) & 3, word >> 4);
+                if subtype == pages::SYNC_LAYOUT {
+                    layout = Some(Layout::from_payload(payload).ok_or_else(|| {
+                        c.error_at(
+                            pos,
+                            format_args!("page layout payload {payload:#x} out of range"),
+                        )
+                    })?);
+                    0
+                } else if subtype == pages::SYNC_LONG_EVENT {
+                    if layout.is_none() {
+                        return Err(c.error_at(pos, "long page event before the layout word"));
+                    }
+                    if payload & 3 == pages::KIND_SYNC {
+                        return Err(c.error_at(pos, "long page event of kind 0"));
+                    }
+                    events += 1;
+                    2
+                } else {
+                    0
+                }
+            }
+            (false, None) => return Err(c.error_at(pos, "page event word before the layout word")),
+            (false, Some(layout)) => {
+                events += 1;
+                match pages::decode(layout, word) {
+                    Word::Event { large: true, .. } => 1,
+                    _ => 0,
+                }
+            }
+        };
+        if c.remaining() < 8 * extra_words {
+            return Err(c.error_at(pos, "page event runs past the end of the payload"));
+        }
+        c.skip(8 * extra_words);
+    }
+    Ok(events)
+}

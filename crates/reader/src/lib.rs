@@ -31,7 +31,10 @@
 //!    `MAX_BATCH_PAYLOAD` before anything is read into memory.
 //! 2. Every error names the byte offset from the start of the file where
 //!    the bad item starts.
-//! 3. A trace cut short (EOF inside a batch, or no trace-end batch) is not an
+//! 3. Pages batches (the page tracer, FORMAT.md section 7) are checked but
+//!    their events are not decoded yet: [`TraceReader::skipped_page_events`]
+//!    counts them.
+//! 4. A trace cut short (EOF inside a batch, or no trace-end batch) is not an
 //!    error: every complete batch's events come out, generations without a
 //!    generation-end included, and [`TraceReader::truncated`] says where the
 //!    cut is.
@@ -89,6 +92,7 @@ pub struct TraceReader<R: Read> {
     /// The first error, returned again by every later call.
     failed: Option<ReadError>,
     max_generation_bytes: u64,
+    skipped_page_events: u64,
     /// What `types()` returns before the first generation.
     no_types: BTreeMap<u64, TypeInfo>,
 }
@@ -145,6 +149,7 @@ impl<R: Read> TraceReader<R> {
             truncated: None,
             failed: None,
             max_generation_bytes: DEFAULT_MAX_GENERATION_BYTES,
+            skipped_page_events: 0,
             no_types: BTreeMap::new(),
         })
     }
@@ -222,6 +227,13 @@ impl<R: Read> TraceReader<R> {
         self.offset
     }
 
+    /// Page-tracer events read so far (pages batches, FORMAT.md section 7).
+    /// Their batches are checked but their events are not decoded yet, so
+    /// `next_event` does not return them; this says how many were left out.
+    pub fn skipped_page_events(&self) -> u64 {
+        self.skipped_page_events
+    }
+
     /// Caps the memory one open generation may hold; a trace whose
     /// generation needs more is reported as malformed.
     pub fn set_max_generation_bytes(&mut self, max: u64) {
@@ -289,12 +301,6 @@ impl<R: Read> TraceReader<R> {
         let kind = BatchKind::from_u8(prefix[0]).ok_or_else(|| {
             ReadError::malformed(batch_offset, format!("unknown batch kind {}", prefix[0]))
         })?;
-        if kind == BatchKind::Pages {
-            return Err(ReadError::malformed(
-                batch_offset,
-                "pages batch (kind 6) is reserved for the page tracer and not defined in format version 1",
-            ));
-        }
         if n < BATCH_PREFIX_LEN {
             self.cut_at(batch_offset);
             return Ok(());
@@ -399,8 +405,12 @@ impl<R: Read> TraceReader<R> {
                 }
                 gen.end = Some(decode::generation_end(&mut c, number)?);
             }
+            BatchKind::Pages => {
+                let events = decode::validate_pages(&mut c)?;
+                self.skipped_page_events = self.skipped_page_events.saturating_add(events);
+            }
             // Handled before the generation was looked up.
-            BatchKind::TraceEnd | BatchKind::Pages => {}
+            BatchKind::TraceEnd => {}
         }
         Ok(())
     }

@@ -80,17 +80,101 @@ fn file_header_errors() {
 }
 
 #[test]
-fn unknown_batch_kind_and_pages_batch() {
+fn unknown_batch_kind() {
     let mut t = start();
     let at = t.len() as u64;
     t.batch(7, 1, 0, 0, &[]);
     let e = error(t.bytes());
     assert_eq!(e.offset(), at);
     assert!(e.what().contains("unknown batch kind 7"), "{e}");
+}
 
+fn words(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+#[test]
+fn pages_batches_are_checked_counted_and_skipped() {
+    use alloctrace_format::pages::{
+        sync_word, Layout, KIND_ALLOC, KIND_FREE, SYNC_LONG_EVENT, SYNC_THREAD, SYNC_TIME,
+    };
+    let layout = Layout {
+        page_shift: 12,
+        lost_bits: 7,
+    };
+    let short = layout.event_word(KIND_ALLOC, 0x7000_0000, 3, 5);
+    let large = layout.event_word(KIND_FREE, 0x7000_0000, 1 << 20, 6);
+    let long = sync_word(SYNC_LONG_EVENT, KIND_ALLOC | 7 << 2);
+    let valid = words(&[
+        layout.word(),
+        sync_word(SYNC_THREAD, 1),
+        sync_word(SYNC_TIME, 8),
+        short,
+        large,
+        1 << 20,
+        long,
+        0x1234,
+        9,
+    ]);
+    let g = info(1);
+    let mut b = EventsBody::new(1000);
+    b.event(&g, 1001, 0x10010, &EventData::HeapObjectFree);
     let mut t = start();
-    t.batch(6, 1, 1, 0, &[0; 8]);
-    assert!(error(t.bytes()).what().contains("pages batch"));
+    t.batch(6, 1, 1, 1000, &valid)
+        .events(1, 1, &b)
+        .generation_end(1, 2000, 5_001_000, 0)
+        .trace_end(1);
+    let mut reader = TraceReader::new(t.bytes()).unwrap();
+    let mut n = 0;
+    while reader.next_event().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!((n, reader.skipped_page_events()), (1, 3));
+
+    let cases: [(Vec<u8>, u64, &str); 6] = [
+        (
+            vec![0; 12],
+            0,
+            "pages body of 12 bytes is not a multiple of 8",
+        ),
+        (words(&[short]), 0, "page event word before the layout word"),
+        (
+            words(&[long, 1, 1]),
+            0,
+            "long page event before the layout word",
+        ),
+        (
+            words(&[layout.word(), sync_word(SYNC_LONG_EVENT, 0), 1, 1]),
+            8,
+            "long page event of kind 0",
+        ),
+        (
+            words(&[layout.word(), long, 1]),
+            8,
+            "page event runs past the end of the payload",
+        ),
+        (
+            words(&[layout.word(), large]),
+            8,
+            "page event runs past the end of the payload",
+        ),
+    ];
+    for (body, word_at, what) in cases {
+        let mut t = start();
+        let at = t.len() as u64;
+        t.batch(6, 1, 1, 1000, &body);
+        let e = error(t.bytes());
+        assert_eq!(e.offset(), at + 5 + 4 + word_at, "{e}");
+        assert_eq!(
+            e.what(),
+            format!("{what} in pages batch starting at offset {at}")
+        );
+    }
+    let mut t = start();
+    t.batch(6, 1, 1, 1000, &words(&[sync_word(2, 3)]));
+    assert!(error(t.bytes())
+        .what()
+        .contains("page layout payload 0x3 out of range"));
 }
 
 #[test]
@@ -507,6 +591,21 @@ fn corpus() -> Vec<Vec<u8>> {
         }
         t.events(1, thread, &b);
     }
+    // A pages batch: layout, thread, time base, a short and a large event.
+    use alloctrace_format::pages::{sync_word, Layout, KIND_ALLOC, SYNC_THREAD, SYNC_TIME};
+    let layout = Layout {
+        page_shift: 12,
+        lost_bits: 7,
+    };
+    let body = words(&[
+        layout.word(),
+        sync_word(SYNC_THREAD, 2),
+        sync_word(SYNC_TIME, 8),
+        layout.event_word(KIND_ALLOC, 0x7000_0000, 3, 5),
+        layout.event_word(KIND_ALLOC, 0x7000_0000, 1 << 20, 6),
+        1 << 20,
+    ]);
+    t.batch(6, 1, 2, 1000, &body);
     t.generation_end(1, 3000, 5_002_000, 0).trace_end(1);
     vec![sample_trace(), t.finish()]
 }

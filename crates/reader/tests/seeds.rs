@@ -12,10 +12,27 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let g = info(1);
     let mut one = TraceBuilder::new();
     let mut b = EventsBody::new(1000);
-    b.event(&g, 1001, 0x10010, &EventData::HeapObjectAlloc { size: 16, type_id: 1 })
-        .event(&g, 1002, 0x10010, &EventData::HeapObjectFree);
-    let types = [TypeInfo { id: 1, size: 16, ptr_bytes: 8, name: "t".into() }];
-    one.info(&g).events(1, 1, &b).types(1, &types).generation_end(1, 2000, 5_001_000, 0).trace_end(1);
+    b.event(
+        &g,
+        1001,
+        0x10010,
+        &EventData::HeapObjectAlloc {
+            size: 16,
+            type_id: 1,
+        },
+    )
+    .event(&g, 1002, 0x10010, &EventData::HeapObjectFree);
+    let types = [TypeInfo {
+        id: 1,
+        size: 16,
+        ptr_bytes: 8,
+        name: "t".into(),
+    }];
+    one.info(&g)
+        .events(1, 1, &b)
+        .types(1, &types)
+        .generation_end(1, 2000, 5_001_000, 0)
+        .trace_end(1);
 
     let mut threads = TraceBuilder::new();
     threads.info(&g);
@@ -24,7 +41,10 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         for i in 0..8u64 {
             let addr = 0x10000 + 16 * (i + 32 * thread);
             let data = match i % 4 {
-                0 => EventData::SpanAlloc { npages: i, kind_class: thread },
+                0 => EventData::SpanAlloc {
+                    npages: i,
+                    kind_class: thread,
+                },
                 1 => EventData::StackAlloc { size: 4096 << i },
                 2 => EventData::StackExists { size: 3000 },
                 _ => EventData::SpanFree,
@@ -33,6 +53,26 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         }
         threads.events(1, thread, &b);
     }
+    use alloctrace_format::pages::{
+        sync_word, Layout, KIND_FREE, SYNC_LONG_EVENT, SYNC_THREAD, SYNC_TIME,
+    };
+    let layout = Layout {
+        page_shift: 12,
+        lost_bits: 7,
+    };
+    let pages: Vec<u8> = [
+        layout.word(),
+        sync_word(SYNC_THREAD, 1),
+        sync_word(SYNC_TIME, 8),
+        layout.event_word(KIND_FREE, 0x7000_0000, 3, 5),
+        sync_word(SYNC_LONG_EVENT, KIND_FREE | 7 << 2),
+        0x1234,
+        9,
+    ]
+    .iter()
+    .flat_map(|w| w.to_le_bytes())
+    .collect();
+    threads.batch(6, 1, 1, 1000, &pages);
     threads.generation_end(1, 2000, 5_001_000, 1);
 
     vec![
@@ -59,6 +99,10 @@ fn write_fuzz_seeds() {
 fn seeds_read_without_error() {
     for (name, bytes) in seeds() {
         let mut reader = alloctrace_reader::TraceReader::new(bytes.as_slice()).unwrap();
-        while reader.next_event().unwrap_or_else(|e| panic!("{name}: {e}")).is_some() {}
+        while reader
+            .next_event()
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .is_some()
+        {}
     }
 }
