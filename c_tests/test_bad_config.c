@@ -146,11 +146,16 @@ int main(void)
     trace_config second = good_config();
     second.path = other_path;
     CHECK_RESULT(trace_start(&second), TRACE_ERR_ALREADY_STARTED);
+    CHECK_MSG(access(other_path, F_OK) != 0,
+              "a refused trace_start (already started) created or truncated its path %s", other_path);
     CHECK_RESULT(trace_start(&cfg), TRACE_ERR_ALREADY_STARTED);
     CHECK(trace_enabled());
     CHECK_EQ_U64(snapshot_calls, 1);
     emit_heap_object_free(&log, 0x10000);
     CHECK_RESULT(trace_stop(), TRACE_OK);
+    CHECK_MSG(cli_check(good_path) == 0,
+              "the running trace (%s) was damaged by a refused trace_start with the same path",
+              good_path);
     trace_dump d;
     dump_read(good_path, &d);
     EXPECT_MATCH_DUMP(&log, &d);
