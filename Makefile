@@ -95,7 +95,8 @@ readme-example: lib cli
 
 # Coverage-guided fuzzing of the reader (needs cargo-fuzz; see fuzz/README).
 fuzz:
-	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run reader -- -max_total_time=$${FUZZ_SECONDS:-60}
+	@mkdir -p fuzz/corpus/reader
+	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run reader corpus/reader seeds -- -max_total_time=$${FUZZ_SECONDS:-60}
 
 clean:
 	$(CARGO) clean

@@ -202,13 +202,13 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         if let Err(e) = config.validate() {
             return to_result(Err(e));
         }
-        let output = if cfg.path.is_null() {
-            Output::borrowed_fd(cfg.fd)
-        } else {
-            // SAFETY: a non-NULL path is a NUL-terminated string.
-            match Output::create(unsafe { CStr::from_ptr(cfg.path) }) {
-                Ok(o) => o,
-                Err(errno) => return to_result(Err(Error::Io(errno))),
+        let (path, fd) = (cfg.path, cfg.fd);
+        let open_output = || {
+            if path.is_null() {
+                Ok(Output::borrowed_fd(fd))
+            } else {
+                // SAFETY: a non-NULL path is a NUL-terminated string.
+                Output::create(unsafe { CStr::from_ptr(path) }).map_err(Error::Io)
             }
         };
         let (snapshot, ctx) = (cfg.snapshot, cfg.snapshot_ctx);
@@ -219,7 +219,7 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
             }
         };
         let snapshot: Option<&mut dyn FnMut()> = if snapshot.is_some() { Some(&mut run_snapshot) } else { None };
-        let result = tracer::start(&config, output, snapshot);
+        let result = tracer::start_with(&config, open_output, snapshot);
         to_result(result)
     })
 }

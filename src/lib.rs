@@ -39,7 +39,7 @@ pub mod capi;
 pub use output::Output;
 #[cfg(not(loom))]
 pub use tracer::{
-    advance, enabled, session_stats, start, stop, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE, MAX_BUFFER_SIZE,
+    advance, enabled, session_stats, start, start_with, stop, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE, MAX_BUFFER_SIZE,
     MIN_BUFFER_SIZE,
 };
 

@@ -229,11 +229,23 @@ fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T
 /// Starts tracing into `output`. `snapshot`, if any, runs once tracing is on,
 /// to emit the *_exists events of memory that is already live.
 pub fn start(config: &Config, output: Output, snapshot: Option<&mut dyn FnMut()>) -> Result<(), Error> {
+    start_with(config, || Ok(output), snapshot)
+}
+
+/// Like [`start`], but opens the output only once the configuration and the
+/// state allow the start, so a refused start never creates or truncates a
+/// file.
+pub fn start_with(
+    config: &Config,
+    open_output: impl FnOnce() -> Result<Output, Error>,
+    snapshot: Option<&mut dyn FnMut()>,
+) -> Result<(), Error> {
     config.validate()?;
     with_control(|control| {
         if control.session.is_some() {
             return Err(Error::AlreadyStarted);
         }
+        let output = open_output()?;
         output.write_all(&FileHeader { version: VERSION, flags: 0 }.encode()).map_err(Error::Io)?;
         debug_assert_eq!(FILE_HEADER_LEN, 16);
         thread::ensure_exit_key();

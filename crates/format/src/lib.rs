@@ -53,13 +53,13 @@ pub enum BatchKind {
     /// Events [event...] written by one thread in one generation.
     Events = 1,
     /// Info [min_heap_addr, page_size, min_heap_align, min_stack_align,
-    /// page_shift, start_ticks, start_mono_ns, start_wall_ns, ticks_per_sec]
-    /// for interpreting one generation.
+    /// start_ticks, start_mono_ns, start_wall_ns, ticks_per_sec, pid] for
+    /// interpreting one generation.
     Info = 2,
     /// Types [{id, size, ptr_bytes, name_len, name bytes}...].
     Types = 3,
-    /// GenerationEnd [end_ticks, end_mono_ns, lost_events, odd_arguments]:
-    /// the generation is complete; no batch of it follows.
+    /// GenerationEnd [end_ticks, end_mono_ns, lost_events]: the generation
+    /// is complete; no batch of it follows.
     GenerationEnd = 4,
     /// TraceEnd []: the trace was stopped cleanly; nothing follows.
     TraceEnd = 5,
