@@ -46,9 +46,9 @@ test: check-header lib cli rust-test loom c-test readme-example
 rust-test:
 	$(CARGO) test --workspace --release
 
-# Model-check the generation-advance handshake (tests/loom_handshake.rs).
+# Model-check the generation-advance handshake (crates/core/tests/loom_handshake.rs).
 loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p alloctrace --test loom_handshake
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p alloctrace-core --test loom_handshake
 
 c-test: c-test-plain c-test-asan
 

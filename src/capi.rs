@@ -12,8 +12,7 @@
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::cell::Cell;
 
-use crate::tracer::{self, Config, Error};
-use crate::{events, Output};
+use alloctrace_core::{self as tracer, events, Config, Error, Output};
 
 /// The result of a lifecycle call.
 #[repr(C)]

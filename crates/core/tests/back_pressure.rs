@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::os::fd::FromRawFd;
 
-use alloctrace::events;
+use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
 
 #[test]
@@ -35,8 +35,8 @@ fn slow_output_loses_nothing() {
     });
 
     // 64 buffers of 4 KiB at most: far less than the trace.
-    let config = alloctrace::Config { buffer_size: 4096, max_buffer_memory: 64 * 4096, ..Default::default() };
-    alloctrace::start(&config, alloctrace::Output::borrowed_fd(write_fd), None).unwrap();
+    let config = alloctrace_core::Config { buffer_size: 4096, max_buffer_memory: 64 * 4096, ..Default::default() };
+    alloctrace_core::start(&config, alloctrace_core::Output::borrowed_fd(write_fd), None).unwrap();
     const THREADS: usize = 2;
     const PAIRS: usize = 100_000;
     let workers: Vec<_> = (0..THREADS)
@@ -53,8 +53,8 @@ fn slow_output_loses_nothing() {
     for w in workers {
         w.join().unwrap();
     }
-    let stats = alloctrace::session_stats().unwrap();
-    alloctrace::stop().unwrap();
+    let stats = alloctrace_core::session_stats().unwrap();
+    alloctrace_core::stop().unwrap();
     // SAFETY: we own the write end; closing it ends the drain thread.
     unsafe { libc::close(write_fd) };
     let trace = drain.join().unwrap();

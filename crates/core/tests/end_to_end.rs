@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
-use alloctrace::events;
+use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
 
 const THREADS: usize = 4;
@@ -26,9 +26,9 @@ fn every_event_comes_back_in_order() {
     let path = dir.join("e2e.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
     // Small buffers so that many refills happen.
-    let config = alloctrace::Config { buffer_size: 4096, min_heap_align: 16, ..Default::default() };
+    let config = alloctrace_core::Config { buffer_size: 4096, min_heap_align: 16, ..Default::default() };
     let ty = events::type_register(b"pair", 16, 0);
-    alloctrace::start(&config, alloctrace::Output::create(&cpath).unwrap(), None).unwrap();
+    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
 
     let running = Arc::new(AtomicBool::new(true));
     let advancer = {
@@ -36,7 +36,7 @@ fn every_event_comes_back_in_order() {
         std::thread::spawn(move || {
             let mut advances = 0;
             while running.load(Ordering::Relaxed) {
-                alloctrace::advance().unwrap();
+                alloctrace_core::advance().unwrap();
                 advances += 1;
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
@@ -71,7 +71,7 @@ fn every_event_comes_back_in_order() {
     let ids: Vec<(u64, u64)> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     running.store(false, Ordering::Relaxed);
     let advances = advancer.join().unwrap();
-    alloctrace::stop().unwrap();
+    alloctrace_core::stop().unwrap();
 
     let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
     let mut per_thread: HashMap<u64, Vec<(u64, bool)>> = HashMap::new();

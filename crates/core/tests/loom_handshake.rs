@@ -3,11 +3,11 @@
 //! writer's seqlock, that writer never again writes a buffer of the old
 //! generation, whatever the interleaving.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test --release --test loom_handshake`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p alloctrace-core --test loom_handshake`
 //! (`make loom`).
 #![cfg(loom)]
 
-use alloctrace::SeqLock;
+use alloctrace_core::SeqLock;
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use loom::sync::Arc;
 

@@ -1,0 +1,46 @@
+//! The alloctrace writer core: records the allocations and frees of a
+//! runtime or a custom allocator into a compact binary trace, at a few
+//! nanoseconds per event. It exports no C symbols: the C API (the root
+//! `alloctrace` crate, `liballoctrace.so`) and the LD_PRELOAD shim
+//! (`crates/preload`) are both built on this crate's Rust API.
+//!
+//! Layers:
+//! - [`events`]: the event calls (heap objects, spans, stacks, pages) and
+//!   the type table;
+//! - `tracer`: the session lifecycle and the event path (start, advance,
+//!   stop; its module docs state the design and invariants);
+//! - `thread`, `handshake`, `buffer`, `output`, `clock`, `types`: the
+//!   machinery under it.
+//!
+//! The wire format is specified in docs/FORMAT.md and coded in the
+//! `alloctrace-format` crate, which the reader shares.
+#![warn(unsafe_op_in_unsafe_fn)]
+
+mod sync;
+mod handshake;
+
+#[cfg(not(loom))]
+mod buffer;
+#[cfg(not(loom))]
+mod clock;
+#[cfg(not(loom))]
+pub mod events;
+#[cfg(not(loom))]
+mod output;
+#[cfg(not(loom))]
+mod thread;
+#[cfg(not(loom))]
+mod tracer;
+#[cfg(not(loom))]
+mod types;
+
+#[cfg(not(loom))]
+pub use output::Output;
+#[cfg(not(loom))]
+pub use tracer::{
+    advance, enabled, session_stats, start, start_with, stop, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE, MAX_BUFFER_SIZE,
+    MIN_BUFFER_SIZE,
+};
+
+#[cfg(loom)]
+pub use handshake::SeqLock;
