@@ -80,16 +80,31 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
 
-/// Starts the writer thread of a session.
+/// Starts the writer thread of a session and returns once it has marked
+/// itself internal. Called while tracing is still off, so the allocations
+/// the thread makes while starting (inside std, before our code runs) are
+/// never traced as the host's.
+///
+/// The handshake is an atomic flag, not a channel: the writer thread must
+/// not allocate or free anything once tracing is on (a custom allocator
+/// that traces itself would see calls that are not the host's).
 pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("alloctrace-writer".into()).spawn(move || run_writer(&session))
+    let theirs = Arc::clone(&session);
+    let handle = std::thread::Builder::new().name("alloctrace-writer".into()).spawn(move || {
+        crate::thread::mark_internal();
+        theirs.writer_ready.store(true, Ordering::Release);
+        run_writer(&theirs)
+    })?;
+    while !session.writer_ready.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    Ok(handle)
 }
 
 /// Writes full batches out in queue order until the session stops. After a
 /// write error it keeps draining (and discarding), so producers never block
 /// on a dead output; stop reports the error.
 fn run_writer(session: &Session) {
-    crate::thread::mark_internal();
     loop {
         let mut wrote = false;
         while let Some(buf) = session.pool.pop_full() {

@@ -119,6 +119,8 @@ pub(crate) struct Session {
     pub(crate) stopping: AtomicBool,
     /// Set while the writer thread sleeps, so a waiting producer wakes it.
     pub(crate) writer_sleeping: AtomicBool,
+    /// Set by the writer thread once it is marked internal.
+    pub(crate) writer_ready: AtomicBool,
     pub(crate) writer_thread: std::sync::OnceLock<std::thread::Thread>,
     /// First write error (errno), 0 if none.
     pub(crate) io_error: AtomicI32,
@@ -256,6 +258,7 @@ pub fn start_with(
             output,
             stopping: AtomicBool::new(false),
             writer_sleeping: AtomicBool::new(false),
+            writer_ready: AtomicBool::new(false),
             writer_thread: std::sync::OnceLock::new(),
             io_error: AtomicI32::new(0),
             info: SessionInfo {
