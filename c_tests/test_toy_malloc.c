@@ -39,7 +39,6 @@
 #define SPAN_SIZE 65536u
 #define SPAN_PAGES (SPAN_SIZE / TOY_PAGE)
 #define NCLASSES 10 /* 16 << 0 .. 16 << 9 = 8192 */
-#define MAX_SMALL 8192u
 #define LARGE_CLASS 100u
 #define HEADER_SIZE 1024u
 #define SPAN_MAGIC 0x70795370616e2121ull
@@ -89,9 +88,10 @@ static _Noreturn void toy_die(const char *msg)
 }
 
 /* Test 3 sets these around trace_start: a tracer thread entering the
- * allocator waits until tracing is on (at most 200 ms), as if the OS had
- * not scheduled it before; and the snapshot starts late, as a walk of a big
- * heap would. */
+ * allocator waits until tracing is on, as if the OS had not scheduled it
+ * before (at most 200 ms, since a tracer that waits for its writer to be
+ * ready before turning tracing on waits that long here); and the snapshot
+ * starts late, as a walk of a big heap would. */
 static atomic_bool hold_tracer_threads;
 static atomic_uint snapshot_delay_us;
 
@@ -701,7 +701,8 @@ static void test_churn(void)
  * and before the snapshot walks the heap, its free is of an object the
  * trace has not seen yet, and the snapshot then reports its new object a
  * second time: `check` finds an unknown free and a double alloc. Under load
- * this happens by chance (about 1 run in 100); here it is forced. */
+ * this happened by chance (about 1 run in 100, before the writer thread was
+ * made internal before tracing turns on); here it is forced. */
 static void test_snapshot_vs_tracer_threads(void)
 {
     char path[PATH_BUF_LEN];
