@@ -80,7 +80,10 @@ fn write_text(out: &mut impl Write, e: &Event) -> io::Result<()> {
         EventData::StackExists { size } | EventData::StackAlloc { size } => {
             write!(out, " size={size}")?
         }
-        EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree => {}
+        EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree | EventData::Call => {}
+    }
+    if let Some(entry) = e.entry {
+        write!(out, " entry={}", entry.name())?;
     }
     if e.long_form {
         out.write_all(b" long")?;
@@ -113,7 +116,10 @@ fn write_json(out: &mut impl Write, e: &Event) -> io::Result<()> {
         EventData::StackExists { size } | EventData::StackAlloc { size } => {
             write!(out, ",\"size\":{size}")?
         }
-        EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree => {}
+        EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree | EventData::Call => {}
+    }
+    if let Some(entry) = e.entry {
+        write!(out, ",\"entry\":\"{}\"", entry.name())?;
     }
     out.write_all(b"}\n")
 }

@@ -150,6 +150,8 @@ impl Stats {
                     self.anomaly(e, "free of an address that is not live", false);
                 }
             }
+            // A call that changed no memory (counted under events.call).
+            EventData::Call => {}
         }
     }
 

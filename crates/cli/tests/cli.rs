@@ -111,7 +111,7 @@ fn stats_json_is_exact() {
     let expected = json!({
         "events": {
             "span_exists": 1, "span_alloc": 1, "span_free": 1,
-            "heap_object_exists": 1, "heap_object_alloc": 2, "heap_object_free": 3,
+            "heap_object_exists": 1, "heap_object_alloc": 2, "heap_object_free": 3, "call": 0,
             "stack_exists": 1, "stack_alloc": 1, "stack_free": 2
         },
         "total_events": 13,

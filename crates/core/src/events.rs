@@ -7,7 +7,9 @@
 
 use alloctrace_format::EventKind;
 
-use crate::tracer::emit;
+use crate::tracer::{emit, emit_tagged};
+
+pub use alloctrace_format::EntryPoint;
 
 /// A span of `npages` pages at `base` existed when tracing started.
 #[inline]
@@ -104,4 +106,44 @@ pub fn page_free(base: usize, npages: usize) {
 #[inline]
 pub fn page_scav(base: usize, npages: usize) {
     crate::tracer::emit_page(alloctrace_format::pages::KIND_SCAV, base as u64, npages as u64);
+}
+
+/// The same events, tagged with the interposed function that made them, for
+/// an interposer such as the LD_PRELOAD shim. Tag exactly one event per
+/// call (FORMAT.md section 3), so that counting tags counts calls: for a
+/// realloc that moves, the free of the old block is untagged and the alloc
+/// of the new one is tagged.
+pub mod tagged {
+    use super::*;
+
+    /// A heap object allocated by `entry`.
+    #[inline]
+    pub fn heap_object_alloc(entry: EntryPoint, addr: usize, size: u64) {
+        emit_tagged(EventKind::HeapObjectAlloc, addr as u64, size, 0, entry as u64);
+    }
+
+    /// A heap object freed by `entry`.
+    #[inline]
+    pub fn heap_object_free(entry: EntryPoint, addr: usize) {
+        emit_tagged(EventKind::HeapObjectFree, addr as u64, 0, 0, entry as u64);
+    }
+
+    /// A span mapped by `entry` (mmap, mremap).
+    #[inline]
+    pub fn span_alloc(entry: EntryPoint, base: usize, npages: usize, kind_class: u64) {
+        emit_tagged(EventKind::SpanAlloc, base as u64, npages as u64, kind_class, entry as u64);
+    }
+
+    /// A span unmapped by `entry` (munmap).
+    #[inline]
+    pub fn span_free(entry: EntryPoint, base: usize) {
+        emit_tagged(EventKind::SpanFree, base as u64, 0, 0, entry as u64);
+    }
+
+    /// A call of `entry` that changed no memory: `free(NULL)`, a failed
+    /// allocation.
+    #[inline]
+    pub fn call(entry: EntryPoint) {
+        emit_tagged(EventKind::Call, 0, 0, 0, entry as u64);
+    }
 }

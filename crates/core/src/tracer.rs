@@ -59,7 +59,8 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 use alloctrace_format::{
-    exact_log2, uvarint_len, BatchKind, EventKind, FileHeader, FILE_HEADER_LEN, LONG_FORM, MAX_EVENT_LEN, VERSION,
+    exact_log2, uvarint_len, BatchKind, EventKind, FileHeader, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_EVENT_LEN,
+    VERSION,
 };
 use crossbeam_utils::CachePadded;
 
@@ -557,11 +558,17 @@ unsafe fn put_varint_raw(mut p: *mut u8, mut v: u64) -> *mut u8 {
 /// Must not allocate, lock or panic: runs inside the host's malloc.
 #[inline(always)]
 pub(crate) fn emit(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
+    emit_tagged(kind, addr, arg1, arg2, 0);
+}
+
+/// [`emit`] with an entry-point tag (0 for none), for the LD_PRELOAD shim.
+#[inline(always)]
+pub(crate) fn emit_tagged(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
     // Tracing off: one relaxed load and a branch.
     if GENERATION.load(Ordering::Relaxed) == 0 {
         return;
     }
-    emit_enabled(kind, addr, arg1, arg2);
+    emit_enabled(kind, addr, arg1, arg2, entry);
 }
 
 /// Runs `write` for one event inside the calling thread's seqlock section
@@ -589,8 +596,8 @@ fn with_slot(write: impl FnOnce(&ThreadSlot, u64)) {
 }
 
 #[inline(always)]
-fn emit_enabled(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
-    with_slot(|slot, generation| write_event(slot, generation, kind, addr, arg1, arg2));
+fn emit_enabled(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
+    with_slot(|slot, generation| write_event(slot, generation, kind, addr, arg1, arg2, entry));
 }
 
 /// The calling thread's next timestamp: the clock, kept strictly above the
@@ -695,16 +702,23 @@ fn count_lost_without_slot() {
     LOST_WITHOUT_SLOT[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);
 }
 
-/// Encodes one event into the slot's buffer for `generation`.
+/// Encodes one event into the slot's buffer for `generation`. `entry` is an
+/// entry-point tag, or 0 for none.
 #[inline(always)]
-fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
+fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
+    use alloctrace_format::AddressClass;
     let min = PARAMS.min_heap_addr.load(Ordering::Relaxed);
-    let shift = match kind.address_class() {
-        alloctrace_format::AddressClass::Span => PARAMS.page_shift.load(Ordering::Relaxed),
-        alloctrace_format::AddressClass::HeapObject => PARAMS.heap_shift.load(Ordering::Relaxed),
-        alloctrace_format::AddressClass::Stack => PARAMS.stack_shift.load(Ordering::Relaxed),
+    let class = kind.address_class();
+    let shift = match class {
+        AddressClass::Span => PARAMS.page_shift.load(Ordering::Relaxed),
+        AddressClass::HeapObject => PARAMS.heap_shift.load(Ordering::Relaxed),
+        AddressClass::Stack => PARAMS.stack_shift.load(Ordering::Relaxed),
+        AddressClass::Raw => 0,
     };
-    let compressed = alloctrace_format::compress_address(addr, min, shift);
+    let compressed = match class {
+        AddressClass::Raw => Some(addr),
+        _ => alloctrace_format::compress_address(addr, min, shift),
+    };
     let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
     let order = if is_stack_size { exact_log2(arg1) } else { Some(0) };
     // Short form only when it is exact; odd arguments go in long form, raw.
@@ -713,12 +727,13 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
         (Some(id), Some(_)) => (kind as u8, id, arg1),
         _ => (kind as u8 | LONG_FORM, addr, arg1),
     };
+    let kind_byte = if entry != 0 { kind_byte | ENTRY_TAG } else { kind_byte };
 
     let ticks = next_ticks(slot);
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
         return;
     };
-    // SAFETY: `b` has MAX_EVENT_LEN bytes of room: one kind byte and four
+    // SAFETY: `b` has MAX_EVENT_LEN bytes of room: one kind byte and five
     // varints at most.
     unsafe {
         let start = b.data().add(b.len);
@@ -730,6 +745,9 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
         }
         if kind.arg_count() >= 3 {
             p = put_varint_raw(p, arg2);
+        }
+        if entry != 0 {
+            p = put_varint_raw(p, entry);
         }
         b.len += p.offset_from(start) as usize;
         b.last_ticks = ticks;

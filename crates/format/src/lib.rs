@@ -35,8 +35,9 @@ pub const MAX_BATCH_PAYLOAD: u32 = 16 << 20;
 /// Most bytes a LEB128 varint of a u64 takes.
 pub const MAX_VARINT_LEN: usize = 10;
 
-/// Most bytes one event takes: kind, timestamp delta and three arguments.
-pub const MAX_EVENT_LEN: usize = 1 + 4 * MAX_VARINT_LEN;
+/// Most bytes one event takes: kind, timestamp delta, three arguments and
+/// an entry-point tag.
+pub const MAX_EVENT_LEN: usize = 1 + 5 * MAX_VARINT_LEN;
 
 /// Most bytes a batch header takes: prefix plus generation, thread and base
 /// timestamp varints.
@@ -102,6 +103,12 @@ impl BatchKind {
 /// not a power of two).
 pub const LONG_FORM: u8 = 0x80;
 
+/// Set in an event's kind byte when one more varint follows the arguments:
+/// the [`EntryPoint`] (the interposed function) that made the event. The
+/// LD_PRELOAD shim tags exactly one event per call, so counting tags counts
+/// calls.
+pub const ENTRY_TAG: u8 = 0x40;
+
 /// Mask of the event kind proper in an event's kind byte.
 pub const EVENT_KIND_MASK: u8 = 0x3f;
 
@@ -128,10 +135,13 @@ pub enum EventKind {
     StackAlloc = 8,
     /// StackFree [stack id]
     StackFree = 9,
+    /// Call [0]: a call that changed no memory (`free(NULL)`, a failed
+    /// allocation); always entry-tagged. The argument is reserved, 0.
+    Call = 10,
 }
 
 /// All event kinds, in kind-byte order.
-pub const EVENT_KINDS: [EventKind; 9] = [
+pub const EVENT_KINDS: [EventKind; 10] = [
     EventKind::SpanExists,
     EventKind::SpanAlloc,
     EventKind::SpanFree,
@@ -141,6 +151,7 @@ pub const EVENT_KINDS: [EventKind; 9] = [
     EventKind::StackExists,
     EventKind::StackAlloc,
     EventKind::StackFree,
+    EventKind::Call,
 ];
 
 /// What an event's first argument identifies, and so which alignment its ID
@@ -153,6 +164,8 @@ pub enum AddressClass {
     HeapObject,
     /// IDs are `(base - min_heap_addr) / min_stack_align`.
     Stack,
+    /// Not an address.
+    Raw,
 }
 
 impl EventKind {
@@ -167,7 +180,7 @@ impl EventKind {
     /// Number of varint arguments after the timestamp delta.
     pub const fn arg_count(self) -> usize {
         match self {
-            EventKind::SpanFree | EventKind::HeapObjectFree | EventKind::StackFree => 1,
+            EventKind::SpanFree | EventKind::HeapObjectFree | EventKind::StackFree | EventKind::Call => 1,
             EventKind::StackExists | EventKind::StackAlloc => 2,
             _ => 3,
         }
@@ -180,7 +193,8 @@ impl EventKind {
             EventKind::HeapObjectExists | EventKind::HeapObjectAlloc | EventKind::HeapObjectFree => {
                 AddressClass::HeapObject
             }
-            _ => AddressClass::Stack,
+            EventKind::StackExists | EventKind::StackAlloc | EventKind::StackFree => AddressClass::Stack,
+            EventKind::Call => AddressClass::Raw,
         }
     }
 
@@ -196,6 +210,69 @@ impl EventKind {
             EventKind::StackExists => "stack_exists",
             EventKind::StackAlloc => "stack_alloc",
             EventKind::StackFree => "stack_free",
+            EventKind::Call => "call",
+        }
+    }
+}
+
+/// The interposed functions of the LD_PRELOAD shim, as entry-point tags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum EntryPoint {
+    Malloc = 1,
+    Calloc = 2,
+    Realloc = 3,
+    Free = 4,
+    PosixMemalign = 5,
+    AlignedAlloc = 6,
+    Memalign = 7,
+    Valloc = 8,
+    Pvalloc = 9,
+    Reallocarray = 10,
+    Mmap = 11,
+    Munmap = 12,
+    Mremap = 13,
+}
+
+/// All entry points, in tag order.
+pub const ENTRY_POINTS: [EntryPoint; 13] = [
+    EntryPoint::Malloc,
+    EntryPoint::Calloc,
+    EntryPoint::Realloc,
+    EntryPoint::Free,
+    EntryPoint::PosixMemalign,
+    EntryPoint::AlignedAlloc,
+    EntryPoint::Memalign,
+    EntryPoint::Valloc,
+    EntryPoint::Pvalloc,
+    EntryPoint::Reallocarray,
+    EntryPoint::Mmap,
+    EntryPoint::Munmap,
+    EntryPoint::Mremap,
+];
+
+impl EntryPoint {
+    /// The entry point for a tag, or `None`.
+    pub fn from_tag(tag: u64) -> Option<EntryPoint> {
+        ENTRY_POINTS.get((tag as usize).wrapping_sub(1)).copied()
+    }
+
+    /// The function's name, as used in `stats --json` `entry_points`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EntryPoint::Malloc => "malloc",
+            EntryPoint::Calloc => "calloc",
+            EntryPoint::Realloc => "realloc",
+            EntryPoint::Free => "free",
+            EntryPoint::PosixMemalign => "posix_memalign",
+            EntryPoint::AlignedAlloc => "aligned_alloc",
+            EntryPoint::Memalign => "memalign",
+            EntryPoint::Valloc => "valloc",
+            EntryPoint::Pvalloc => "pvalloc",
+            EntryPoint::Reallocarray => "reallocarray",
+            EntryPoint::Mmap => "mmap",
+            EntryPoint::Munmap => "munmap",
+            EntryPoint::Mremap => "mremap",
         }
     }
 }
@@ -403,7 +480,13 @@ mod tests {
             assert_eq!(EventKind::from_u8(i as u8 + 1), Some(*k));
         }
         assert_eq!(EventKind::from_u8(0), None);
-        assert_eq!(EventKind::from_u8(10), None);
+        assert_eq!(EventKind::from_u8(10), Some(EventKind::Call));
+        assert_eq!(EventKind::from_u8(11), None);
+        for (i, e) in ENTRY_POINTS.iter().enumerate() {
+            assert_eq!(EntryPoint::from_tag(i as u64 + 1), Some(*e));
+        }
+        assert_eq!(EntryPoint::from_tag(0), None);
+        assert_eq!(EntryPoint::from_tag(14), None);
         for b in 0..=255u8 {
             if let Some(k) = BatchKind::from_u8(b) {
                 assert_eq!(k as u8, b);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use alloctrace_format::{
-    exact_log2, get_uvarint, BatchKind, EventKind, VarintError, EVENT_KIND_MASK, LONG_FORM,
+    exact_log2, get_uvarint, BatchKind, EventKind, VarintError, ENTRY_TAG, EVENT_KIND_MASK, LONG_FORM,
     MAX_STACK_ORDER,
 };
 
@@ -138,6 +138,8 @@ pub(crate) struct RawEvent {
     pub delta: u64,
     /// The first `kind.arg_count()` are meaningful; the rest are 0.
     pub args: [u64; 3],
+    /// The entry-point tag (FORMAT.md section 3), 0 when untagged.
+    pub entry: u64,
 }
 
 /// Reads one event at the cursor. The caller checks there is at least one
@@ -147,17 +149,18 @@ pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
     let Some(kind_byte) = c.byte() else {
         return Err(c.error_at(start, "event expected but the payload ended"));
     };
-    if kind_byte & 0x40 != 0 {
-        return Err(c.error_at(
-            start,
-            format_args!("event kind byte 0x{kind_byte:02x} has the reserved bit 6 set"),
-        ));
-    }
     let code = kind_byte & EVENT_KIND_MASK;
     let Some(kind) = EventKind::from_u8(code) else {
         return Err(c.error_at(start, format_args!("unknown event kind {code}")));
     };
     let long_form = kind_byte & LONG_FORM != 0;
+    let tagged = kind_byte & ENTRY_TAG != 0;
+    if kind == EventKind::Call && (long_form || !tagged) {
+        return Err(c.error_at(
+            start,
+            format_args!("call event kind byte 0x{kind_byte:02x}: a call is always entry-tagged and never long form"),
+        ));
+    }
     // Hot path: no message is formatted unless something is wrong.
     let next = |c: &mut Cursor<'_>, arg: usize| {
         let pos = c.pos();
@@ -187,6 +190,14 @@ pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
     for (i, arg) in args.iter_mut().enumerate().take(kind.arg_count()) {
         *arg = next(c, i + 1)?;
     }
+    let mut entry = 0;
+    if tagged {
+        let pos = c.pos();
+        entry = next(c, kind.arg_count() + 1)?;
+        if alloctrace_format::EntryPoint::from_tag(entry).is_none() {
+            return Err(c.error_at(pos, format_args!("unknown entry point {entry} on a {} event", kind.name())));
+        }
+    }
     let short_stack_size =
         matches!(kind, EventKind::StackExists | EventKind::StackAlloc) && !long_form;
     if short_stack_size && args[1] > MAX_STACK_ORDER {
@@ -204,6 +215,7 @@ pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
         long_form,
         delta,
         args,
+        entry,
     })
 }
 

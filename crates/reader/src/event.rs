@@ -1,6 +1,6 @@
 //! What the reader hands out: events, type-table entries, generation info.
 
-use alloctrace_format::EventKind;
+use alloctrace_format::{EntryPoint, EventKind};
 
 /// One entry of a generation's type table (types batch, FORMAT.md section 2).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,9 +65,12 @@ pub struct Event {
     /// The writer used the long form: the address (and, for a stack, the
     /// size) could not be compressed exactly, so it was written raw.
     pub long_form: bool,
-    /// Address of the span, heap object or stack.
+    /// Address of the span, heap object or stack (0 for a call).
     pub addr: u64,
     pub data: EventData,
+    /// The interposed function that made the event, for traces written by
+    /// the LD_PRELOAD shim (FORMAT.md section 3, entry tag).
+    pub entry: Option<EntryPoint>,
 }
 
 /// The kind of an event and the arguments that kind carries besides the
@@ -100,6 +103,9 @@ pub enum EventData {
         size: u64,
     },
     StackFree,
+    /// A call that changed no memory (`free(NULL)`, a failed allocation);
+    /// `Event::entry` names the function.
+    Call,
 }
 
 impl EventData {
@@ -117,6 +123,7 @@ impl EventData {
             EventData::StackExists { .. } => EventKind::StackExists,
             EventData::StackAlloc { .. } => EventKind::StackAlloc,
             EventData::StackFree => EventKind::StackFree,
+            EventData::Call => EventKind::Call,
         };
         kind.name()
     }

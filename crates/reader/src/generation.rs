@@ -145,6 +145,7 @@ impl Emitter {
                 long_form: false,
                 delta: 0,
                 args: [0; 3],
+                entry: 0,
             };
             em.cursors.push((0, placeholder));
             em.advance(i, base)?;
@@ -193,13 +194,14 @@ impl Emitter {
     fn event(&self, raw: RawEvent, ticks: u64, thread: u64) -> Event {
         let info = &self.info;
         let [first, second, third] = raw.args;
-        let addr = if raw.long_form {
+        let addr = if raw.long_form || raw.kind.address_class() == AddressClass::Raw {
             first
         } else {
             let align = match raw.kind.address_class() {
                 AddressClass::Span => info.page_size,
                 AddressClass::HeapObject => info.min_heap_align,
                 AddressClass::Stack => info.min_stack_align,
+                AddressClass::Raw => 1,
             };
             // Alignments were checked to be powers of two in the info batch.
             restore_address(first, info.min_heap_addr, exact_log2(align).unwrap_or(0))
@@ -233,6 +235,7 @@ impl Emitter {
             EventKind::StackExists => EventData::StackExists { size: stack_size },
             EventKind::StackAlloc => EventData::StackAlloc { size: stack_size },
             EventKind::StackFree => EventData::StackFree,
+            EventKind::Call => EventData::Call,
         };
         Event {
             time_ns: self.clock.time_ns(ticks),
@@ -242,6 +245,7 @@ impl Emitter {
             long_form: raw.long_form,
             addr,
             data,
+            entry: alloctrace_format::EntryPoint::from_tag(raw.entry),
         }
     }
 

@@ -273,6 +273,8 @@ impl EventsBody {
             EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree => {
                 self.raw_event(kind, ticks, &[first])
             }
+            // A call is always tagged; the builder tags it as a malloc.
+            EventData::Call => self.raw_event(kind | alloctrace_format::ENTRY_TAG, ticks, &[0, 1]),
         }
     }
 }
@@ -288,6 +290,7 @@ fn kind_of(data: &EventData) -> EventKind {
         EventData::StackExists { .. } => EventKind::StackExists,
         EventData::StackAlloc { .. } => EventKind::StackAlloc,
         EventData::StackFree => EventKind::StackFree,
+        EventData::Call => EventKind::Call,
     }
 }
 

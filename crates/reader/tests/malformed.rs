@@ -389,7 +389,7 @@ fn duplicate_info_and_end_without_info() {
 #[test]
 fn bad_events() {
     let cases: [(Vec<u8>, &str); 5] = [
-        (vec![0x46, 0, 1], "reserved bit 6 set"),
+        (vec![0x46, 0, 1, 99], "unknown entry point 99"),
         (vec![0, 0, 1], "unknown event kind 0"),
         (
             vec![8, 0, 1, 64],

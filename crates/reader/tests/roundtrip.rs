@@ -30,6 +30,7 @@ fn ev(
         long_form,
         addr,
         data,
+        entry: None,
     }
 }
 
