@@ -192,10 +192,9 @@ pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
     }
     let mut entry = 0;
     if tagged {
-        let pos = c.pos();
         entry = next(c, kind.arg_count() + 1)?;
         if alloctrace_format::EntryPoint::from_tag(entry).is_none() {
-            return Err(c.error_at(pos, format_args!("unknown entry point {entry} on a {} event", kind.name())));
+            return Err(c.error_at(start, format_args!("unknown entry point {entry} on a {} event", kind.name())));
         }
     }
     let short_stack_size =
