@@ -57,6 +57,13 @@ impl SeqLock {
         self.seq.store(s.wrapping_add(1), Ordering::Release);
     }
 
+    /// In a forked child: the owner may have been another thread, caught
+    /// mid-event by the fork; it does not exist here, so its event never
+    /// ends. Only the fork handler calls this, with one thread running.
+    pub fn reset_after_fork(&self) {
+        self.seq.store(0, Ordering::Relaxed);
+    }
+
     /// Advancer: returns once the owner is outside any event that began
     /// before this call. Spins, then yields: an event is a few ns unless the
     /// owner is waiting for a free buffer.

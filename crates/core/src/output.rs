@@ -38,6 +38,24 @@ impl Output {
         Ok(Output { fd, owned: true })
     }
 
+    /// Creates a new file at `path`, mode 0600, failing with EEXIST if
+    /// anything (a file, a symlink) is there already: for output paths in
+    /// directories others can write to. Returns errno.
+    pub fn create_new(path: &CStr) -> Result<Output, i32> {
+        // SAFETY: path is a valid NUL-terminated string.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(errno());
+        }
+        Ok(Output { fd, owned: true })
+    }
+
     /// Writes to a descriptor the caller owns; it stays open after stop.
     pub fn borrowed_fd(fd: libc::c_int) -> Output {
         Output { fd, owned: false }

@@ -218,6 +218,31 @@ pub(crate) fn release_current() {
     slot.state.store(SLOT_FREE, Ordering::Release);
 }
 
+/// In a forked child: every slot's owner but the forking thread is gone and
+/// the parent's buffers belong to the parent's trace. Frees every slot and
+/// forgets its buffers (left mapped, never written again) and counts.
+/// Called only by the fork child handler, with one thread running.
+pub(crate) fn reset_after_fork() {
+    for slot in used_slots() {
+        slot.seq.reset_after_fork();
+        slot.busy.store(false, Ordering::Relaxed);
+        for parity in &slot.bufs {
+            for buf in parity {
+                buf.store(ptr::null_mut(), Ordering::Relaxed);
+            }
+        }
+        for lost in &slot.lost {
+            lost.store(0, Ordering::Relaxed);
+        }
+        slot.state.store(SLOT_FREE, Ordering::Relaxed);
+    }
+    CURRENT.with(|c| c.set(ptr::null()));
+    if KEY_STATE.load(Ordering::Acquire) == 2 {
+        // SAFETY: the key exists; its value named a slot we just freed.
+        unsafe { libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), ptr::null()) };
+    }
+}
+
 /// Marks the owner as inside the event path. Returns false if it already
 /// is (a signal handler interrupted an event on this thread).
 #[inline(always)]

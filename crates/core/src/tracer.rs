@@ -52,6 +52,13 @@
 //! - Calls from the snapshot callback to start/advance/stop return
 //!   TRACE_ERR_BUSY instead of deadlocking on [`CONTROL`].
 //! - More threads than slots: events of slotless threads are counted lost.
+//! - fork: the first start registers pthread_atfork handlers. Prepare takes
+//!   [`CONTROL`] so no start/advance/stop is half done at the fork; the
+//!   child turns tracing off and forgets the parent's session (its buffers
+//!   and queue may be mid-update by threads the child does not have, and
+//!   its trace is the parent's), so the child's events cost nothing and
+//!   never reach the parent's file. A child that wants its own trace calls
+//!   start again (the LD_PRELOAD shim does, with a file of its own).
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -105,6 +112,49 @@ thread_local! {
     /// Set while this thread runs start/advance/stop, so a snapshot callback
     /// calling them gets an error instead of a self-deadlock.
     static IN_CONTROL: Cell<bool> = const { Cell::new(false) };
+    /// [`CONTROL`], held by the forking thread from the atfork prepare
+    /// handler to the parent or child handler.
+    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Control>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Registers the fork handlers, once per process.
+fn install_fork_handlers() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        // SAFETY: the handlers are extern "C" functions with no arguments.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    });
+}
+
+extern "C" fn fork_prepare() {
+    if IN_CONTROL.with(|c| c.get()) {
+        // fork() from the snapshot callback: CONTROL is ours already.
+        return;
+    }
+    let guard = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+}
+
+extern "C" fn fork_parent() {
+    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
+}
+
+extern "C" fn fork_child() {
+    GENERATION.store(0, Ordering::SeqCst);
+    SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
+    thread::reset_after_fork();
+    FORK_GUARD.with(|g| {
+        let mut guard = g.borrow_mut().take();
+        if let Some(control) = guard.as_mut() {
+            // The parent's session and writer thread are not ours: forget
+            // them without running their destructors (no unmapping of
+            // buffers, no join of a thread that does not exist here).
+            core::mem::forget(control.session.take());
+            core::mem::forget(control.writer.take());
+        }
+        drop(guard);
+    });
 }
 
 struct Control {
@@ -252,6 +302,7 @@ pub fn start_with(
         output.write_all(&FileHeader { version: VERSION, flags: 0 }.encode()).map_err(Error::Io)?;
         debug_assert_eq!(FILE_HEADER_LEN, 16);
         thread::ensure_exit_key();
+        install_fork_handlers();
 
         let max_buffers = (config.max_buffer_memory / config.buffer_size).max(64);
         let session = Arc::new(Session {
