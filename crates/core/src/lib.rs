@@ -38,8 +38,8 @@ mod types;
 pub use output::Output;
 #[cfg(not(loom))]
 pub use tracer::{
-    advance, enabled, session_stats, start, start_with, stop, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE, MAX_BUFFER_SIZE,
-    MIN_BUFFER_SIZE,
+    advance, enabled, session_stats, start, start_with, stop, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE,
+    DEFAULT_GENERATION_BYTES, MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
 };
 
 #[cfg(loom)]

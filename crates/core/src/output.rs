@@ -133,6 +133,7 @@ fn run_writer(session: &Session) {
                     session.io_error.store(e, Ordering::Relaxed);
                 }
             }
+            session.count_written(bytes.len());
             session.pool.recycle(buf);
             wrote = true;
         }

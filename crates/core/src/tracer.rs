@@ -16,7 +16,10 @@
 //! [`GENERATION`], runs the [handshake](crate::handshake) with every slot,
 //! then takes every slot's previous-generation buffers, including those of
 //! idle or blocked threads, writes the type table and a generation-end
-//! batch, and so completes the old generation. The tracer's own batches
+//! batch, and so completes the old generation. Besides `trace_advance`, the
+//! tracer's advancer thread ends a generation once the writer has written
+//! `generation_bytes` of it, which bounds what a reader holds in memory.
+//! The tracer's own batches
 //! (info, types, generation end, trace end) are written by the thread running
 //! start/advance/stop into buffers of its own, with thread ID 0.
 //!
@@ -106,7 +109,7 @@ static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
 static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Serialises start, advance and stop (invariant 4).
-static CONTROL: Mutex<Control> = Mutex::new(Control { session: None, writer: None });
+static CONTROL: Mutex<Control> = Mutex::new(Control { session: None, writer: None, advancer: None });
 
 thread_local! {
     /// Set while this thread runs start/advance/stop, so a snapshot callback
@@ -152,6 +155,7 @@ extern "C" fn fork_child() {
             // buffers, no join of a thread that does not exist here).
             core::mem::forget(control.session.take());
             core::mem::forget(control.writer.take());
+            core::mem::forget(control.advancer.take());
         }
         drop(guard);
     });
@@ -160,6 +164,8 @@ extern "C" fn fork_child() {
 struct Control {
     session: Option<Arc<Session>>,
     writer: Option<std::thread::JoinHandle<()>>,
+    /// The thread that ends over-budget generations.
+    advancer: Option<std::thread::JoinHandle<()>>,
 }
 
 /// One tracing session: its buffers and its output.
@@ -175,6 +181,19 @@ pub(crate) struct Session {
     pub(crate) writer_thread: std::sync::OnceLock<std::thread::Thread>,
     /// First write error (errno), 0 if none.
     pub(crate) io_error: AtomicI32,
+    /// Bytes the writer thread has written (or discarded after an error).
+    pub(crate) bytes_written: AtomicU64,
+    /// `bytes_written` when the current generation started.
+    pub(crate) generation_start_bytes: AtomicU64,
+    /// Bytes after which the advancer ends a generation; 0 for never.
+    pub(crate) generation_bytes: u64,
+    /// Set by the writer when the current generation is over its budget;
+    /// taken by the advancer thread.
+    pub(crate) advance_wanted: AtomicBool,
+    /// Tells the advancer thread to exit.
+    pub(crate) advancer_exit: AtomicBool,
+    pub(crate) advancer_ready: AtomicBool,
+    pub(crate) advancer_thread: std::sync::OnceLock<std::thread::Thread>,
     info: SessionInfo,
 }
 
@@ -226,7 +245,15 @@ pub struct Config {
     pub buffer_size: usize,
     /// Upper bound on buffer memory, in bytes; producers wait beyond it.
     pub max_buffer_memory: usize,
+    /// A generation that has written this many bytes is ended by the
+    /// tracer's advancer thread, so a reader (which holds one or two
+    /// generations in memory) never needs more than about twice this,
+    /// however long the trace. 0 turns automatic advances off.
+    pub generation_bytes: u64,
 }
+
+/// Default size at which the advancer thread ends a generation.
+pub const DEFAULT_GENERATION_BYTES: u64 = 64 << 20;
 
 /// Default bytes per batch buffer.
 pub const DEFAULT_BUFFER_SIZE: usize = 64 << 10;
@@ -243,6 +270,7 @@ impl Default for Config {
             min_stack_align: 4096,
             buffer_size: DEFAULT_BUFFER_SIZE,
             max_buffer_memory: 256 << 20,
+            generation_bytes: DEFAULT_GENERATION_BYTES,
         }
     }
 }
@@ -313,6 +341,13 @@ pub fn start_with(
             writer_ready: AtomicBool::new(false),
             writer_thread: std::sync::OnceLock::new(),
             io_error: AtomicI32::new(0),
+            bytes_written: AtomicU64::new(0),
+            generation_start_bytes: AtomicU64::new(0),
+            generation_bytes: config.generation_bytes,
+            advance_wanted: AtomicBool::new(false),
+            advancer_exit: AtomicBool::new(false),
+            advancer_ready: AtomicBool::new(false),
+            advancer_thread: std::sync::OnceLock::new(),
             info: SessionInfo {
                 min_heap_addr: config.min_heap_addr,
                 page_size: config.page_size,
@@ -325,6 +360,19 @@ pub fn start_with(
         });
         let writer = output::spawn_writer(Arc::clone(&session)).map_err(|_| Error::OutOfMemory)?;
         let _ = session.writer_thread.set(writer.thread().clone());
+        let advancer = if config.generation_bytes > 0 {
+            match spawn_advancer(Arc::clone(&session)) {
+                Ok(a) => Some(a),
+                Err(_) => {
+                    session.stopping.store(true, Ordering::Release);
+                    writer.thread().unpark();
+                    let _ = writer.join();
+                    return Err(Error::OutOfMemory);
+                }
+            }
+        } else {
+            None
+        };
 
         PARAMS.min_heap_addr.store(config.min_heap_addr, Ordering::Relaxed);
         PARAMS.page_shift.store(config.page_size.trailing_zeros(), Ordering::Relaxed);
@@ -346,6 +394,7 @@ pub fn start_with(
         GENERATION.store(1, Ordering::SeqCst);
         control.session = Some(session);
         control.writer = Some(writer);
+        control.advancer = advancer;
         Ok(())
     })?;
     if let Some(snapshot) = snapshot {
@@ -354,6 +403,46 @@ pub fn start_with(
         IN_CONTROL.with(|c| c.set(false));
     }
     Ok(())
+}
+
+/// Starts the thread that ends a generation once it has written
+/// `generation_bytes`, and returns once it is marked internal (see
+/// output::spawn_writer for why). Not the writer thread: an advance waits
+/// for producers, which may be waiting for the writer.
+fn spawn_advancer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let theirs = Arc::clone(&session);
+    let handle = std::thread::Builder::new().name("alloctrace-advancer".into()).spawn(move || {
+        thread::mark_internal();
+        theirs.advancer_ready.store(true, Ordering::Release);
+        while !theirs.advancer_exit.load(Ordering::Acquire) {
+            std::thread::park_timeout(std::time::Duration::from_millis(100));
+            if theirs.advance_wanted.swap(false, Ordering::AcqRel) && !theirs.advancer_exit.load(Ordering::Acquire) {
+                let _ = advance();
+            }
+        }
+    })?;
+    let _ = session.advancer_thread.set(handle.thread().clone());
+    while !session.advancer_ready.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    Ok(handle)
+}
+
+impl Session {
+    /// Writer thread: counts bytes out, and asks the advancer to end the
+    /// generation once it is over budget.
+    pub(crate) fn count_written(&self, n: usize) {
+        let total = self.bytes_written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        let start = self.generation_start_bytes.load(Ordering::Relaxed);
+        if self.generation_bytes > 0
+            && total.saturating_sub(start) >= self.generation_bytes
+            && !self.advance_wanted.swap(true, Ordering::AcqRel)
+        {
+            if let Some(t) = self.advancer_thread.get() {
+                t.unpark();
+            }
+        }
+    }
 }
 
 /// Ends the current generation and starts the next.
@@ -372,6 +461,19 @@ pub fn advance() -> Result<(), Error> {
 /// opened; a descriptor the caller passed stays open). Returns the first
 /// write error, if any.
 pub fn stop() -> Result<(), Error> {
+    // The advancer may be waiting for CONTROL inside advance(): ask it to
+    // exit and join it without holding CONTROL.
+    let advancer = with_control(|control| {
+        let session = control.session.as_ref().ok_or(Error::NotStarted)?;
+        session.advancer_exit.store(true, Ordering::Release);
+        if let Some(t) = session.advancer_thread.get() {
+            t.unpark();
+        }
+        Ok(control.advancer.take())
+    })?;
+    if let Some(advancer) = advancer {
+        let _ = advancer.join();
+    }
     with_control(|control| {
         let session = control.session.take().ok_or(Error::NotStarted)?;
         let last = GENERATION.load(Ordering::Relaxed);
@@ -406,6 +508,8 @@ pub fn enabled() -> bool {
 /// leave the old one, and completes the old generation in the trace.
 fn end_generation(session: &Session, old: u64, new: u64) {
     GENERATION.store(new, Ordering::SeqCst);
+    session.generation_start_bytes.store(session.bytes_written.load(Ordering::Relaxed), Ordering::Relaxed);
+    session.advance_wanted.store(false, Ordering::Relaxed);
     let slots = thread::used_slots();
     for slot in slots {
         slot.seq.wait_quiescent();

@@ -1,0 +1,45 @@
+//! A program that never calls advance still gets bounded generations: the
+//! advancer thread ends a generation once it has written `generation_bytes`,
+//! so a reader's memory stays bounded however long the trace.
+
+use std::ffi::CString;
+
+use alloctrace_core::events;
+use alloctrace_reader::TraceReader;
+
+#[test]
+fn long_traces_are_cut_into_generations() {
+    let dir = std::env::temp_dir().join(format!("alloctrace-auto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("auto.trace");
+    let cpath = CString::new(path.to_str().unwrap()).unwrap();
+    const BUDGET: u64 = 256 << 10;
+    let config = alloctrace_core::Config { buffer_size: 16 << 10, generation_bytes: BUDGET, ..Default::default() };
+    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
+    const PAIRS: usize = 1_000_000;
+    for i in 0..PAIRS {
+        // Spread addresses so events take several bytes each.
+        let a = 0x10_0000_0000 + (i * 7919 % 1_000_003) * 16;
+        events::heap_object_alloc(a, 48, 0);
+        events::heap_object_free(a);
+    }
+    alloctrace_core::stop().unwrap();
+
+    let size = std::fs::metadata(&path).unwrap().len();
+    let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    let mut count = 0usize;
+    while reader.next_event().unwrap().is_some() {
+        count += 1;
+    }
+    assert_eq!(count, 2 * PAIRS, "every event is still there");
+    assert_eq!(reader.lost_events(), 0);
+    // The advancer reacts within a poll; allow each generation to overshoot
+    // its budget, but there must be many of them.
+    let expected = size / BUDGET;
+    assert!(
+        reader.generations() * 2 >= expected && reader.generations() >= 4,
+        "{} generations for {size} bytes with a {BUDGET}-byte budget",
+        reader.generations()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
