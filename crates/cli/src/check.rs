@@ -46,6 +46,7 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
                 "generations": s.generations,
                 "threads": s.threads(),
                 "anomalies": s.anomalies(),
+                "page_anomalies": s.page_anomalies(),
                 "unknown_type_refs": s.unknown_type_refs,
                 "lost_events": s.lost_events,
                 "truncated_at": s.truncated_at,
@@ -74,9 +75,6 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
             s.lost_events
         );
     }
-    if let Some(s) = stats.as_ref().filter(|s| s.skipped_page_events > 0) {
-        eprintln!("{}", crate::page_events_note(s.skipped_page_events));
-    }
     match verdict.code {
         0 => Ok(()),
         code => Err(Failure::Verdict(code)),
@@ -99,7 +97,8 @@ fn judge(s: &Stats) -> Verdict {
             offset: Some(offset),
         };
     }
-    if s.anomalies() > 0 || s.unknown_type_refs > 0 {
+    if s.anomalies() > 0 || s.unknown_type_refs > 0 || s.page_anomalies() > 0 {
+        let p = &s.pages;
         let mut message = format!(
             "inconsistent: {} anomalies ({} frees of addresses that are not live, {} allocations of addresses already live), \
              {} heap object events with a type ID missing from their generation's type table.",
@@ -108,8 +107,22 @@ fn judge(s: &Stats) -> Verdict {
             s.double_alloc,
             s.unknown_type_refs
         );
+        if s.page_anomalies() > 0 {
+            message.push_str(&format!(
+                " {} page anomalies ({} frees of pages not allocated, {} allocations of pages in use, \
+                 {} scavenges of pages in use, {} page events of 0 pages).",
+                s.page_anomalies(),
+                p.free_not_allocated,
+                p.alloc_in_use,
+                p.scav_in_use,
+                p.zero_npages
+            ));
+        }
         if let Some(first) = &s.first_anomaly {
             message.push_str(&format!("\nfirst anomaly: {first}"));
+        }
+        if let Some(first) = &p.first_anomaly {
+            message.push_str(&format!("\nfirst page anomaly: {first}"));
         }
         if let Some(first) = &s.first_unknown_type {
             message.push_str(&format!("\nfirst unknown type: {first}"));
@@ -117,7 +130,7 @@ fn judge(s: &Stats) -> Verdict {
         message.push_str(
             "\nThe file is well formed, but the recorded program reported frees or allocations the trace cannot pair up \
              (a path that allocates or frees without calling the tracer, a type used before trace_type_register, \
-             or lost events). `alloctrace dump` shows the events around the times above.",
+             or lost events). `alloctrace dump` shows the events around the times above; `alloctrace pages` sums up the page events.",
         );
         return Verdict {
             status: "inconsistent",

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use alloctrace_reader::{Event, EventData, Record, TypeInfo};
 
-use crate::{open, output_error, page_events_note, truncation_warning, Failure};
+use crate::{open, output_error, truncation_warning, Failure};
 
 pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
     let mut reader = open(path)?;
@@ -36,9 +36,6 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
     };
     out.flush().map_err(output_error)?;
     if result.is_ok() {
-        if reader.skipped_page_events() > 0 {
-            eprintln!("{}", page_events_note(reader.skipped_page_events()));
-        }
         if let Some(offset) = reader.truncated() {
             eprintln!("{}", truncation_warning(offset));
         }
@@ -80,6 +77,9 @@ fn write_text(out: &mut impl Write, e: &Event) -> io::Result<()> {
         EventData::StackExists { size } | EventData::StackAlloc { size } => {
             write!(out, " size={size}")?
         }
+        EventData::PageAlloc { npages }
+        | EventData::PageFree { npages }
+        | EventData::PageScav { npages } => write!(out, " npages={npages}")?,
         EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree | EventData::Call => {}
     }
     if let Some(entry) = e.entry {
@@ -116,6 +116,9 @@ fn write_json(out: &mut impl Write, e: &Event) -> io::Result<()> {
         EventData::StackExists { size } | EventData::StackAlloc { size } => {
             write!(out, ",\"size\":{size}")?
         }
+        EventData::PageAlloc { npages }
+        | EventData::PageFree { npages }
+        | EventData::PageScav { npages } => write!(out, ",\"npages\":{npages}")?,
         EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree | EventData::Call => {}
     }
     if let Some(entry) = e.entry {

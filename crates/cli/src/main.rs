@@ -8,6 +8,7 @@
 
 mod check;
 mod dump;
+mod pages;
 mod progress;
 mod stats;
 
@@ -42,6 +43,13 @@ enum Command {
     },
     /// Counts events, threads, types, live and peak heap, lost events and anomalies.
     Stats {
+        file: PathBuf,
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Page-tracer events: pages allocated, freed, scavenged, in use, peak, anomalies.
+    Pages {
         file: PathBuf,
         /// One JSON object instead of a table.
         #[arg(long)]
@@ -99,11 +107,6 @@ pub fn truncation_warning(offset: u64) -> String {
     )
 }
 
-/// The note every command prints when page-tracer events were left out.
-pub fn page_events_note(count: u64) -> String {
-    format!("note: {count} page-tracer events (pages batches) were checked but are not shown: this version does not decode them yet")
-}
-
 /// Maps a failed write to stdout: a closed pipe (`| head`) ends quietly.
 pub fn output_error(err: io::Error) -> Failure {
     if err.kind() == io::ErrorKind::BrokenPipe {
@@ -135,6 +138,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Dump { file, json } => dump::run(file, *json),
         Command::Stats { file, json } => stats::run(file, *json),
+        Command::Pages { file, json } => pages::run(file, *json),
         Command::Check { file, json } => check::run(file, *json),
     };
     match result {

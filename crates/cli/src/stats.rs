@@ -1,14 +1,16 @@
 //! `alloctrace stats`: counts and live-heap accounting over a whole trace,
-//! in memory proportional to the live objects.
+//! in memory proportional to the live objects (and the runs of pages in
+//! use, for page-tracer events).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use alloctrace_format::EVENT_KINDS;
-use alloctrace_reader::{Event, EventData, Record, TypeInfo};
+use alloctrace_format::{EntryPoint, ENTRY_POINTS, EVENT_KINDS};
+use alloctrace_reader::{Event, EventData, Record, TypeInfo, PAGE_EVENT_NAMES};
 use serde_json::{json, Value};
 
+use crate::pages::PageStats;
 use crate::progress::Progress;
 use crate::{open, print_stdout, truncation_warning, Failure, Reader};
 
@@ -58,13 +60,20 @@ pub struct Stats {
     pub duration_ns: u64,
     pub truncated_at: Option<u64>,
     pub bytes: u64,
-    /// Page-tracer events, not decoded yet by the reader.
-    pub skipped_page_events: u64,
+    /// Events per entry point (FORMAT.md section 3), in tag order.
+    pub entry_points: [u64; ENTRY_POINTS.len()],
+    /// Page-tracer events accounted as runs of pages in use.
+    pub pages: PageStats,
 }
 
 impl Stats {
     fn new(bytes: u64) -> Stats {
-        let counts = EVENT_KINDS.iter().map(|k| (k.name(), 0)).collect();
+        let counts = EVENT_KINDS
+            .iter()
+            .map(|k| k.name())
+            .chain(PAGE_EVENT_NAMES)
+            .map(|name| (name, 0))
+            .collect();
         Stats {
             counts,
             bytes,
@@ -81,6 +90,17 @@ impl Stats {
         self.unknown_free + self.double_alloc
     }
 
+    /// Page-tracer anomalies (see `alloctrace pages`), counted apart from
+    /// [`anomalies`](Self::anomalies).
+    pub fn page_anomalies(&self) -> u64 {
+        self.pages.anomalies()
+    }
+
+    /// Whether any event carries an entry-point tag.
+    pub fn has_entry_points(&self) -> bool {
+        self.entry_points.iter().any(|&n| n > 0)
+    }
+
     pub fn live_objects(&self) -> u64 {
         self.heap.map.len() as u64
     }
@@ -95,6 +115,7 @@ impl Stats {
 
     fn generation_start(&mut self, reader: &Reader) {
         self.type_ids.extend(reader.types().keys().copied());
+        self.pages.generation_start(reader.info());
         if let (Some(end), Some(origin)) = (reader.generation_end(), reader.time_origin_ns()) {
             self.duration_ns = self.duration_ns.max(end.end_mono_ns.saturating_sub(origin));
         }
@@ -106,6 +127,9 @@ impl Stats {
         *self.per_thread.entry(e.thread).or_insert(0) += 1;
         self.long_form_events += u64::from(e.long_form);
         self.duration_ns = self.duration_ns.max(e.time_ns);
+        if let Some(entry) = e.entry {
+            self.entry_points[entry as usize - 1] += 1;
+        }
         match e.data {
             EventData::HeapObjectExists { size, type_id }
             | EventData::HeapObjectAlloc { size, type_id } => {
@@ -152,6 +176,9 @@ impl Stats {
             }
             // A call that changed no memory (counted under events.call).
             EventData::Call => {}
+            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => {
+                self.pages.event(e)
+            }
         }
     }
 
@@ -179,7 +206,7 @@ impl Stats {
             .iter()
             .map(|(t, n)| (t.to_string(), json!(n)))
             .collect();
-        json!({
+        let mut v = json!({
             "events": self.counts,
             "total_events": self.total_events,
             "generations": self.generations,
@@ -199,8 +226,24 @@ impl Stats {
             "bytes": self.bytes,
             "truncated": self.truncated_at.is_some(),
             "truncated_at": self.truncated_at,
-            "skipped_page_events": self.skipped_page_events,
-        })
+            "page_anomalies": self.page_anomalies(),
+            // Page events are decoded since this key came: always 0, kept
+            // for scripts that read it.
+            "skipped_page_events": 0,
+        });
+        if let (true, Some(map)) = (self.has_entry_points(), v.as_object_mut()) {
+            let entries: serde_json::Map<String, Value> = ENTRY_POINTS
+                .iter()
+                .map(|&e| (e.name().to_string(), json!(self.entry_point(e))))
+                .collect();
+            map.insert("entry_points".into(), Value::Object(entries));
+        }
+        v
+    }
+
+    /// Events tagged with `entry`.
+    pub fn entry_point(&self, entry: EntryPoint) -> u64 {
+        self.entry_points[entry as usize - 1]
     }
 
     /// A two-column table: names left, numbers right-aligned.
@@ -211,7 +254,11 @@ impl Stats {
         };
         row("events", &self.total_events, "");
         // Kind order, then any kind this table does not know yet.
-        let known: Vec<&str> = EVENT_KINDS.iter().map(|k| k.name()).collect();
+        let known: Vec<&str> = EVENT_KINDS
+            .iter()
+            .map(|k| k.name())
+            .chain(PAGE_EVENT_NAMES)
+            .collect();
         let others = self.counts.keys().copied().filter(|k| !known.contains(k));
         for kind in known.iter().copied().chain(others) {
             row(
@@ -232,17 +279,17 @@ impl Stats {
         row("live spans", &self.spans.map.len(), "");
         row("live stacks", &self.stacks.map.len(), "");
         row("long-form events", &self.long_form_events, "");
-        if self.skipped_page_events > 0 {
-            row(
-                "page events",
-                &self.skipped_page_events,
-                "  (not decoded yet, not counted above)",
-            );
+        if self.has_entry_points() {
+            row("entry points", &self.entry_points.iter().sum::<u64>(), " tagged events");
+            for e in ENTRY_POINTS {
+                row(&format!("  {}", e.name()), &self.entry_point(e), "");
+            }
         }
         row("lost events", &self.lost_events, "");
         row("anomalies", &self.anomalies(), "");
         row("  unknown frees", &self.unknown_free, "");
         row("  double allocs", &self.double_alloc, "");
+        row("page anomalies", &self.page_anomalies(), "  (alloctrace pages)");
         row(
             "duration ns",
             &self.duration_ns,
@@ -281,7 +328,6 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
     stats.generations = reader.generations();
     stats.lost_events = reader.lost_events();
     stats.truncated_at = reader.truncated();
-    stats.skipped_page_events = reader.skipped_page_events();
     if stats.bytes == 0 {
         stats.bytes = reader.bytes_read();
     }

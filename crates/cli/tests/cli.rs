@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use alloctrace_reader::testing::{info, sample_trace, EventsBody, TraceBuilder};
+use alloctrace_reader::testing::{info, sample_trace, EventsBody, PagesBody, TraceBuilder};
 use alloctrace_reader::{EventData, TypeInfo};
 use serde_json::{json, Value};
 
@@ -112,7 +112,8 @@ fn stats_json_is_exact() {
         "events": {
             "span_exists": 1, "span_alloc": 1, "span_free": 1,
             "heap_object_exists": 1, "heap_object_alloc": 2, "heap_object_free": 3, "call": 0,
-            "stack_exists": 1, "stack_alloc": 1, "stack_free": 2
+            "stack_exists": 1, "stack_alloc": 1, "stack_free": 2,
+            "page_alloc": 0, "page_free": 0, "page_scav": 0
         },
         "total_events": 13,
         "generations": 2,
@@ -133,6 +134,7 @@ fn stats_json_is_exact() {
         "bytes": bytes.len(),
         "truncated": false,
         "truncated_at": null,
+        "page_anomalies": 0,
         "skipped_page_events": 0
     });
     assert_eq!(got, expected);
@@ -420,37 +422,208 @@ fn type_names_stay_on_one_line() {
     );
 }
 
-#[test]
-fn page_events_are_counted_and_noted() {
-    use alloctrace_format::pages::{sync_word, Layout, KIND_ALLOC, SYNC_THREAD, SYNC_TIME};
-    let layout = Layout {
-        page_shift: 12,
-        lost_bits: 7,
-    };
-    let body: Vec<u8> = [
-        layout.word(),
-        sync_word(SYNC_THREAD, 1),
-        sync_word(SYNC_TIME, 8),
-        layout.event_word(KIND_ALLOC, 0x7000_0000, 3, 5),
-        layout.event_word(KIND_ALLOC, 0x7000_4000, 1, 6),
-    ]
-    .iter()
-    .flat_map(|w| w.to_le_bytes())
-    .collect();
+/// Two threads of page events: thread 1 allocates 0x100000 (4 pages) and
+/// 0x200000 (1024 pages, large form), frees the first, scavenges it; thread
+/// 2 allocates 2 pages off the page grid (long form) and frees them.
+fn pages_trace() -> Vec<u8> {
     let mut t = TraceBuilder::new();
-    t.info(&info(1))
-        .batch(6, 1, 1, 1000, &body)
-        .generation_end(1, 2000, 5_001_000, 0)
-        .trace_end(1);
-    let note = "note: 2 page-tracer events (pages batches) were checked but are not shown: this version does not decode them yet\n";
-    let (code, out, err) = run("check", t.bytes(), &[]);
+    t.info(&info(1));
+    let mut p1 = PagesBody::new(12, 1, 1152);
+    p1.event(1152, 0x100000, &EventData::PageAlloc { npages: 4 })
+        .event(1280, 0x200000, &EventData::PageAlloc { npages: 1024 })
+        .event(1536, 0x100000, &EventData::PageFree { npages: 4 })
+        .event(1664, 0x100000, &EventData::PageScav { npages: 4 });
+    t.pages(1, 1, &p1);
+    let mut p2 = PagesBody::new(12, 2, 1408);
+    p2.event(1408, 0x700800, &EventData::PageAlloc { npages: 2 })
+        .event(1792, 0x700800, &EventData::PageFree { npages: 2 });
+    t.pages(1, 2, &p2);
+    t.generation_end(1, 2000, 5_001_000, 0).trace_end(1);
+    t.finish()
+}
+
+#[test]
+fn dump_prints_page_events() {
+    let (code, out, err) = run("dump", &pages_trace(), &[]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(
+        out,
+        "\
+152 gen=1 thread=1 page_alloc addr=0x100000 npages=4
+280 gen=1 thread=1 page_alloc addr=0x200000 npages=1024
+408 gen=1 thread=2 page_alloc addr=0x700800 npages=2 long
+536 gen=1 thread=1 page_free addr=0x100000 npages=4
+664 gen=1 thread=1 page_scav addr=0x100000 npages=4
+792 gen=1 thread=2 page_free addr=0x700800 npages=2 long
+"
+    );
+    let (code, out, _) = run("dump", &pages_trace(), &["--json"]);
+    assert_eq!(code, 0);
+    let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 6);
+    assert_eq!(
+        lines[2],
+        json!({"time_ns": 408, "gen": 1, "thread": 2, "kind": "page_alloc", "addr": 0x700800, "long_form": true, "npages": 2})
+    );
+    assert_eq!(
+        lines[4],
+        json!({"time_ns": 664, "gen": 1, "thread": 1, "kind": "page_scav", "addr": 0x100000, "long_form": false, "npages": 4})
+    );
+}
+
+#[test]
+fn stats_and_check_count_page_events() {
+    let (code, out, err) = run("stats", &pages_trace(), &["--json"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["events"]["page_alloc"], 3);
+    assert_eq!(v["events"]["page_free"], 2);
+    assert_eq!(v["events"]["page_scav"], 1);
+    assert_eq!(v["total_events"], 6);
+    assert_eq!(v["per_thread"], json!({"1": 4, "2": 2}));
+    assert_eq!(v["long_form_events"], 2);
+    assert_eq!((v["anomalies"].as_u64(), v["page_anomalies"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(v.get("entry_points"), None, "no tagged event");
+    let (code, out, _) = run("stats", &pages_trace(), &[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\n  page_alloc                       3\n"), "{out}");
+    assert!(out.contains("\n  page_scav                        1\n"), "{out}");
+    let (code, out, err) = run("check", &pages_trace(), &[]);
     assert_eq!(
         (code, out.as_str(), err.as_str()),
-        (0, "ok: 0 events in 1 generations, 0 threads\n", note)
+        (0, "ok: 6 events in 1 generations, 2 threads\n", "")
     );
-    let (code, out, err) = run("dump", t.bytes(), &[]);
-    assert_eq!((code, out.as_str(), err.as_str()), (0, "", note));
+}
+
+#[test]
+fn pages_sums_up_runs_in_use() {
+    let (code, out, err) = run("pages", &pages_trace(), &["--json"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v,
+        json!({
+            "page_alloc": {"events": 3, "pages": 1030},
+            "page_free": {"events": 2, "pages": 6},
+            "page_scav": {"events": 1, "pages": 4},
+            "pages_in_use": 1024,
+            "peak_pages_in_use": 1030,
+            "bytes_in_use": 1024 * 4096,
+            "peak_bytes_in_use": 1030 * 4096,
+            "runs_in_use": 1,
+            "largest_run": 1024,
+            "anomalies": 0,
+            "anomaly_kinds": {"free_not_allocated": 0, "alloc_in_use": 0, "scav_in_use": 0, "zero_npages": 0},
+            "first_anomaly": null,
+            "page_size": 4096,
+            "truncated": false,
+            "truncated_at": null
+        })
+    );
+    let (code, out, _) = run("pages", &pages_trace(), &[]);
+    assert_eq!(code, 0);
+    for line in [
+        "page size                               4096 bytes\n",
+        "                                      events           pages\n",
+        "page_alloc                                 3            1030\n",
+        "pages in use                            1024 pages (4194304 bytes)\n",
+        "peak pages in use                       1030 pages (4218880 bytes)\n",
+        "largest run                             1024 pages\n",
+        "anomalies                                  0\n",
+    ] {
+        assert!(out.contains(line), "{line:?} not in\n{out}");
+    }
+}
+
+#[test]
+fn page_anomalies_are_counted_and_fail_the_check() {
+    let mut t = TraceBuilder::new();
+    t.info(&info(1));
+    let mut p = PagesBody::new(12, 3, 1280);
+    p.event(1280, 0x10000, &EventData::PageAlloc { npages: 8 }) // pages 16..24
+        .event(1408, 0x14000, &EventData::PageAlloc { npages: 8 }) // 20..28: 4 in use
+        .event(1536, 0x18000, &EventData::PageScav { npages: 1 }) // in use
+        .event(1664, 0x30000, &EventData::PageScav { npages: 1 }) // fine
+        .event(1792, 0x1c000, &EventData::PageFree { npages: 8 }) // 28..36: not allocated
+        .event(1920, 0x10000, &EventData::PageAlloc { npages: 0 }) // npages 0
+        .event(1930, 0x10000, &EventData::PageFree { npages: 0 }); // npages 0
+    t.pages(1, 3, &p);
+    t.generation_end(1, 2000, 5_001_000, 0).trace_end(1);
+    let (code, out, _) = run("pages", t.bytes(), &["--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["anomalies"], 5);
+    assert_eq!(
+        v["anomaly_kinds"],
+        json!({"free_not_allocated": 1, "alloc_in_use": 1, "scav_in_use": 1, "zero_npages": 2})
+    );
+    // 16..28 in use, then 28..36 freed: nothing of it was in use.
+    assert_eq!((v["pages_in_use"].as_u64(), v["peak_pages_in_use"].as_u64()), (Some(12), Some(12)));
+    assert_eq!(v["largest_run"], 8);
+    assert_eq!(
+        v["first_anomaly"],
+        "page_alloc at 0x14000 npages=8 (408 ns, generation 1, thread 3): allocation of pages already in use"
+    );
     let (_, out, _) = run("stats", t.bytes(), &["--json"]);
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["skipped_page_events"], 2);
+    assert_eq!((v["anomalies"].as_u64(), v["page_anomalies"].as_u64()), (Some(0), Some(5)));
+    let (code, _, err) = run("check", t.bytes(), &[]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains(" 5 page anomalies (1 frees of pages not allocated, 1 allocations of pages in use, 1 scavenges of pages in use, 2 page events of 0 pages)."), "{err}");
+    assert!(err.contains("\nfirst page anomaly: page_alloc at 0x14000 npages=8"), "{err}");
+    let (code, out, _) = run("check", t.bytes(), &["--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((code, v["status"].as_str(), v["page_anomalies"].as_u64()), (4, Some("inconsistent"), Some(5)));
+}
+
+#[test]
+fn pages_on_a_malformed_or_truncated_trace() {
+    let mut bytes = pages_trace();
+    let (code, _, err) = run("pages", &bytes[..bytes.len() - 8], &[]);
+    assert_eq!(code, 0);
+    assert!(err.starts_with(WARNING_PREFIX), "{err}");
+    // Thread 1's layout word made an event word: nothing can be decoded.
+    let layout_at = (0..bytes.len() - 8)
+        .find(|&i| bytes[i..i + 8] == PagesBody::new(12, 1, 0).layout().word().to_le_bytes())
+        .unwrap();
+    bytes[layout_at..layout_at + 8].copy_from_slice(&3u64.to_le_bytes());
+    let (code, _, err) = run("pages", &bytes, &["--json"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("malformed trace at byte offset {layout_at}: page event word before the layout word")), "{err}");
+}
+
+#[test]
+fn stats_counts_entry_points_when_events_are_tagged() {
+    use alloctrace_format::{EntryPoint, ENTRY_TAG};
+    let g = info(1);
+    let mut b = EventsBody::new(1000);
+    b.raw_event(5 | ENTRY_TAG, 1001, &[1, 16, 0, EntryPoint::Malloc as u64])
+        .raw_event(5 | ENTRY_TAG, 1002, &[2, 16, 0, EntryPoint::Calloc as u64])
+        .raw_event(6, 1003, &[1])
+        .raw_event(5 | ENTRY_TAG, 1004, &[3, 16, 0, EntryPoint::Realloc as u64])
+        .raw_event(10 | ENTRY_TAG, 1005, &[0, EntryPoint::Free as u64])
+        .raw_event(6 | ENTRY_TAG, 1006, &[2, EntryPoint::Free as u64])
+        .raw_event(2 | ENTRY_TAG, 1007, &[5, 1, 0, EntryPoint::Mmap as u64]);
+    let mut t = TraceBuilder::new();
+    t.info(&g).events(1, 1, &b).generation_end(1, 2000, 5_001_000, 0).trace_end(1);
+    let (code, out, _) = run("stats", t.bytes(), &["--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["entry_points"],
+        json!({
+            "malloc": 1, "calloc": 1, "realloc": 1, "free": 2, "posix_memalign": 0,
+            "aligned_alloc": 0, "memalign": 0, "valloc": 0, "pvalloc": 0,
+            "reallocarray": 0, "mmap": 1, "munmap": 0, "mremap": 0
+        })
+    );
+    assert_eq!(v["events"]["call"], 1);
+    let (code, out, _) = run("stats", t.bytes(), &[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\nentry points                       6 tagged events\n"), "{out}");
+    assert!(out.contains("\n  free                             2\n"), "{out}");
+    assert!(out.contains("\n  mremap                           0\n"), "{out}");
+    // Untagged traces print no entry-point section.
+    let (_, out, _) = run("stats", &sample_trace(), &[]);
+    assert!(!out.contains("entry points"), "{out}");
 }

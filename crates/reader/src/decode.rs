@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use alloctrace_format::pages::{self, Layout, Word};
 use alloctrace_format::{
     exact_log2, get_uvarint, BatchKind, EventKind, VarintError, ENTRY_TAG, EVENT_KIND_MASK, LONG_FORM,
     MAX_STACK_ORDER,
@@ -328,11 +329,176 @@ pub(crate) fn generation_end(
     })
 }
 
-/// Checks a pages body (FORMAT.md section 7) and returns its number of page
-/// events. The events themselves are not decoded yet: they are counted, so
-/// a trace with page events reads, and nothing is hidden.
-pub(crate) fn validate_pages(c: &mut Cursor<'_>) -> Result<u64, ReadError> {
-    use alloctrace_format::pages::{self, Layout, Word};
+/// What the sync words of a pages body (FORMAT.md section 7) have set so
+/// far, carried from one page event to the next.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PagesState {
+    /// The batch header's thread: a thread word must name the same one.
+    thread: u64,
+    /// The batch header's base_ticks, the time base until a time-base word
+    /// sets one (the writer always writes one first).
+    base_ticks: u64,
+    layout: Option<Layout>,
+    /// The time base in units, once a time-base word has set it.
+    time_base: Option<u64>,
+    /// Ticks of the previous page event of the body: times never go back.
+    last_ticks: u64,
+}
+
+impl PagesState {
+    pub fn new(thread: u64, base_ticks: u64) -> PagesState {
+        PagesState {
+            thread,
+            base_ticks,
+            layout: None,
+            time_base: None,
+            last_ticks: 0,
+        }
+    }
+}
+
+/// One page event as decoded from its word(s).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PageEvent {
+    /// `pages::KIND_ALLOC`, `KIND_FREE` or `KIND_SCAV`.
+    pub kind: u64,
+    pub base: u64,
+    pub npages: u64,
+    /// Written as a long event (sync word, base, npages).
+    pub long_form: bool,
+    /// `(time base + delta) << lost_bits`.
+    pub ticks: u64,
+}
+
+/// Sync words do not depend on the layout, so any layout decodes them,
+/// also before the layout word has come.
+const ANY_LAYOUT: Layout = Layout {
+    page_shift: pages::MIN_PAGE_SHIFT,
+    lost_bits: 0,
+};
+
+/// Reads the words of a pages body up to and including its next page
+/// event, applying the sync words on the way. `None` at the end of the body.
+/// The caller has checked that the body is a whole number of words.
+pub(crate) fn page_event(
+    c: &mut Cursor<'_>,
+    st: &mut PagesState,
+) -> Result<Option<PageEvent>, ReadError> {
+    while c.remaining() >= 8 {
+        let pos = c.pos();
+        let word = page_word(c).unwrap_or(0);
+        let decoded = match st.layout {
+            Some(layout) => pages::decode(layout, word),
+            None if word & 3 == pages::KIND_SYNC => pages::decode(ANY_LAYOUT, word),
+            None => return Err(c.error_at(pos, "page event word before the layout word")),
+        };
+        let (kind, base, npages, delta, long_form) = match decoded {
+            Word::Sync {
+                subtype: pages::SYNC_LAYOUT,
+                payload,
+            } => {
+                st.layout = Some(Layout::from_payload(payload).ok_or_else(|| {
+                    c.error_at(
+                        pos,
+                        format_args!("page layout payload {payload:#x} out of range"),
+                    )
+                })?);
+                continue;
+            }
+            Word::Sync {
+                subtype: pages::SYNC_THREAD,
+                payload,
+            } => {
+                if payload != st.thread {
+                    return Err(c.error_at(
+                        pos,
+                        format_args!(
+                            "page thread word names thread {payload}, but the batch header names thread {}",
+                            st.thread
+                        ),
+                    ));
+                }
+                continue;
+            }
+            Word::Sync {
+                subtype: pages::SYNC_TIME,
+                payload,
+            } => {
+                st.time_base = Some(payload);
+                continue;
+            }
+            // SYNC_LONG_EVENT: the only subtype left of the two bits.
+            Word::Sync { payload, .. } => {
+                if st.layout.is_none() {
+                    return Err(c.error_at(pos, "long page event before the layout word"));
+                }
+                let kind = payload & 3;
+                if kind == pages::KIND_SYNC {
+                    return Err(c.error_at(pos, "long page event of kind 0"));
+                }
+                let (Some(base), Some(npages)) = (page_word(c), page_word(c)) else {
+                    return Err(c.error_at(pos, "page event runs past the end of the payload"));
+                };
+                (kind, base, npages, payload >> 2, true)
+            }
+            Word::Event {
+                kind,
+                base,
+                npages,
+                large,
+                delta,
+            } => {
+                let npages = if large {
+                    page_word(c).ok_or_else(|| {
+                        c.error_at(pos, "page event runs past the end of the payload")
+                    })?
+                } else {
+                    npages
+                };
+                (kind, base, npages, delta, false)
+            }
+        };
+        // A layout is set: an event before it was refused above.
+        let layout = st.layout.unwrap_or(ANY_LAYOUT);
+        let time_base = st
+            .time_base
+            .unwrap_or(st.base_ticks >> layout.lost_bits);
+        // lost_bits is at most 32 (Layout::from_payload), so the factor fits.
+        let ticks = time_base
+            .checked_add(delta)
+            .and_then(|units| units.checked_mul(1u64 << layout.lost_bits))
+            .ok_or_else(|| c.error_at(pos, "page event timestamp overflows 64 bits"))?;
+        if ticks < st.last_ticks {
+            return Err(c.error_at(
+                pos,
+                format_args!(
+                    "page event time goes backwards (tick {ticks} after tick {})",
+                    st.last_ticks
+                ),
+            ));
+        }
+        st.last_ticks = ticks;
+        return Ok(Some(PageEvent {
+            kind,
+            base,
+            npages,
+            long_form,
+            ticks,
+        }));
+    }
+    Ok(None)
+}
+
+/// The next 8-byte little-endian word, if a whole one is left.
+fn page_word(c: &mut Cursor<'_>) -> Option<u64> {
+    let bytes: [u8; 8] = c.bytes(8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+/// Checks a whole pages body (FORMAT.md section 7): a whole number of
+/// words, every word well formed, times never going back. Returns the
+/// number of page events.
+pub(crate) fn validate_pages(c: &mut Cursor<'_>, mut st: PagesState) -> Result<u64, ReadError> {
     let body_pos = c.pos();
     if c.remaining() & 7 != 0 {
         return Err(c.error_at(
@@ -343,52 +509,9 @@ pub(crate) fn validate_pages(c: &mut Cursor<'_>) -> Result<u64, ReadError> {
             ),
         ));
     }
-    let mut layout: Option<Layout> = None;
     let mut events = 0u64;
-    let next_word = |c: &mut Cursor<'_>| {
-        c.bytes(8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-    };
-    while c.remaining() > 0 {
-        let pos = c.pos();
-        let Some(word) = next_word(c) else { break };
-        let extra_words = match (word & 3 == pages::KIND_SYNC, layout) {
-            (true, _) => {
-                let (subtype, payload) = ((word >> 2) & 3, word >> 4);
-                if subtype == pages::SYNC_LAYOUT {
-                    layout = Some(Layout::from_payload(payload).ok_or_else(|| {
-                        c.error_at(
-                            pos,
-                            format_args!("page layout payload {payload:#x} out of range"),
-                        )
-                    })?);
-                    0
-                } else if subtype == pages::SYNC_LONG_EVENT {
-                    if layout.is_none() {
-                        return Err(c.error_at(pos, "long page event before the layout word"));
-                    }
-                    if payload & 3 == pages::KIND_SYNC {
-                        return Err(c.error_at(pos, "long page event of kind 0"));
-                    }
-                    events += 1;
-                    2
-                } else {
-                    0
-                }
-            }
-            (false, None) => return Err(c.error_at(pos, "page event word before the layout word")),
-            (false, Some(layout)) => {
-                events += 1;
-                match pages::decode(layout, word) {
-                    Word::Event { large: true, .. } => 1,
-                    _ => 0,
-                }
-            }
-        };
-        if c.remaining() < 8 * extra_words {
-            return Err(c.error_at(pos, "page event runs past the end of the payload"));
-        }
-        c.skip(8 * extra_words);
+    while page_event(c, &mut st)?.is_some() {
+        events += 1;
     }
     Ok(events)
 }

@@ -63,9 +63,12 @@ pub struct Event {
     /// Trace thread ID of the thread that recorded the event.
     pub thread: u64,
     /// The writer used the long form: the address (and, for a stack, the
-    /// size) could not be compressed exactly, so it was written raw.
+    /// size) could not be compressed exactly, so it was written raw. For a
+    /// page event: a long event (a base off the page grid or at or above
+    /// 2^48, FORMAT.md section 7).
     pub long_form: bool,
-    /// Address of the span, heap object or stack (0 for a call).
+    /// Address of the span, heap object or stack (0 for a call); the base
+    /// of the run for a page event.
     pub addr: u64,
     pub data: EventData,
     /// The interposed function that made the event, for traces written by
@@ -106,14 +109,36 @@ pub enum EventData {
     /// A call that changed no memory (`free(NULL)`, a failed allocation);
     /// `Event::entry` names the function.
     Call,
+    /// Page tracer (FORMAT.md section 7): `npages` pages of the info batch's
+    /// `page_size` at `Event::addr` were allocated. Page times are at most
+    /// one unit (`2^lost_bits` ticks) below the true time, so a page event
+    /// may sort before an object event its thread recorded just before it.
+    PageAlloc {
+        npages: u64,
+    },
+    /// Page tracer: `npages` pages were freed.
+    PageFree {
+        npages: u64,
+    },
+    /// Page tracer: `npages` pages were scavenged (returned to the OS).
+    PageScav {
+        npages: u64,
+    },
 }
 
+/// The names of the page-tracer events, as [`EventData::name`] gives them:
+/// `page_alloc`, `page_free`, `page_scav`.
+pub const PAGE_EVENT_NAMES: [&str; 3] = ["page_alloc", "page_free", "page_scav"];
+
 impl EventData {
-    /// The snake_case name the CLI prints, e.g. `"heap_object_alloc"`.
-    // Not a `kind() -> EventKind`: page events will join this enum without a
-    // kind byte of their own.
+    /// The snake_case name the CLI prints, e.g. `"heap_object_alloc"`, or
+    /// one of [`PAGE_EVENT_NAMES`].
+    // Not a `kind() -> EventKind`: page events have no kind byte.
     pub fn name(&self) -> &'static str {
         let kind = match self {
+            EventData::PageAlloc { .. } => return PAGE_EVENT_NAMES[0],
+            EventData::PageFree { .. } => return PAGE_EVENT_NAMES[1],
+            EventData::PageScav { .. } => return PAGE_EVENT_NAMES[2],
             EventData::SpanExists { .. } => EventKind::SpanExists,
             EventData::SpanAlloc { .. } => EventKind::SpanAlloc,
             EventData::SpanFree => EventKind::SpanFree,

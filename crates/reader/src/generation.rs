@@ -1,25 +1,27 @@
 //! One generation: its batches buffered while it is open, then its events
-//! merged into time order once it is complete.
+//! merged into time order once it is complete. Events batches and pages
+//! batches (the page tracer) merge into one stream.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Range;
 
-use alloctrace_format::{exact_log2, restore_address, AddressClass, BatchKind, EventKind};
+use alloctrace_format::{exact_log2, pages, restore_address, AddressClass, BatchKind, EventKind};
 
-use crate::decode::{self, BatchContext, Cursor, RawEvent};
+use crate::decode::{self, BatchContext, Cursor, PageEvent, PagesState, RawEvent};
 use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, TypeInfo};
 use crate::ReadError;
 
-/// The events batches of one generation are kept as raw bytes: a few bytes
-/// per event instead of a decoded `Event` each.
+/// The events and pages batches of one generation are kept as raw bytes: a
+/// few bytes per event instead of a decoded `Event` each.
 pub(crate) struct Generation {
     pub number: u64,
     pub info: Option<GenerationInfo>,
     pub types: BTreeMap<u64, TypeInfo>,
     pub end: Option<GenerationEnd>,
-    /// Bodies of the generation's events batches, back to back, in file
-    /// order (already validated by `decode::validate_events`).
+    /// Bodies of the generation's events and pages batches, back to back,
+    /// in file order (already validated by `decode::validate_events` or
+    /// `decode::validate_pages`).
     pub raw: Vec<u8>,
     pub batches: Vec<EventBatch>,
     /// Memory this generation holds, checked against the reader's limit.
@@ -27,6 +29,8 @@ pub(crate) struct Generation {
 }
 
 pub(crate) struct EventBatch {
+    /// `BatchKind::Events` or `BatchKind::Pages`.
+    pub kind: BatchKind,
     pub thread: u64,
     pub base_ticks: u64,
     /// Where the body sits in `Generation::raw`.
@@ -108,7 +112,8 @@ impl Clock {
 }
 
 /// Hands out a complete generation's events in time order: a k-way merge of
-/// its events batches, each already in time order (deltas are unsigned).
+/// its events and pages batches, each already in time order (deltas are
+/// unsigned; a pages body whose time goes back is refused when read).
 /// Heap keys are (ticks, thread, batch index), which is exactly "sort by
 /// ticks; ties by thread ID, then file order".
 pub(crate) struct Emitter {
@@ -116,9 +121,24 @@ pub(crate) struct Emitter {
     info: GenerationInfo,
     clock: Clock,
     heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    /// Per batch: position of the next undecoded byte in its body, and the
-    /// decoded event waiting in the heap.
-    cursors: Vec<(usize, RawEvent)>,
+    /// One per batch.
+    cursors: Vec<BatchCursor>,
+}
+
+/// Where the merge stands in one batch.
+struct BatchCursor {
+    /// Position of the next undecoded byte in the batch's body.
+    pos: usize,
+    /// The decoded event waiting in the heap, if any.
+    pending: Option<Pending>,
+    /// The sync state of a pages batch (unused for an events batch).
+    pages: PagesState,
+}
+
+#[derive(Clone, Copy)]
+enum Pending {
+    Object(RawEvent),
+    Page(PageEvent),
 }
 
 impl Emitter {
@@ -139,42 +159,53 @@ impl Emitter {
         em.cursors.reserve_exact(em.gen.batches.len());
         em.heap.reserve(em.gen.batches.len());
         for i in 0..em.gen.batches.len() {
-            let base = em.gen.batches[i].base_ticks;
-            let placeholder = RawEvent {
-                kind: EventKind::SpanFree,
-                long_form: false,
-                delta: 0,
-                args: [0; 3],
-                entry: 0,
-            };
-            em.cursors.push((0, placeholder));
+            let batch = &em.gen.batches[i];
+            let (base, thread) = (batch.base_ticks, batch.thread);
+            em.cursors.push(BatchCursor {
+                pos: 0,
+                pending: None,
+                pages: PagesState::new(thread, base),
+            });
             em.advance(i, base)?;
         }
         Ok(em)
     }
 
     /// Decodes batch `i`'s next event, if any, and puts it in the heap.
+    /// `prev_ticks` is the time of its previous event (events batches count
+    /// from it; pages batches carry their own time base).
     fn advance(&mut self, i: usize, prev_ticks: u64) -> Result<(), ReadError> {
         let (Some(batch), Some(cursor)) = (self.gen.batches.get(i), self.cursors.get_mut(i)) else {
             return Ok(());
         };
         let body = self.gen.raw.get(batch.range.clone()).unwrap_or(&[]);
         let ctx = BatchContext {
-            kind: BatchKind::Events,
+            kind: batch.kind,
             offset: batch.batch_offset,
         };
         let mut c = Cursor::new(body, batch.body_offset, ctx);
-        c.skip(cursor.0);
-        if c.remaining() == 0 {
-            return Ok(());
-        }
-        let start = c.pos();
-        let ev = decode::event(&mut c)?;
-        // Validated when the batch was read; checked again rather than trusted.
-        let ticks = prev_ticks
-            .checked_add(ev.delta)
-            .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
-        *cursor = (c.pos(), ev);
+        c.skip(cursor.pos);
+        cursor.pending = None;
+        // Validated when the batch was read; decoded again with every check
+        // rather than trusted.
+        let (ticks, pending) = if batch.kind == BatchKind::Pages {
+            match decode::page_event(&mut c, &mut cursor.pages)? {
+                Some(ev) => (ev.ticks, Pending::Page(ev)),
+                None => return Ok(()),
+            }
+        } else {
+            if c.remaining() == 0 {
+                return Ok(());
+            }
+            let start = c.pos();
+            let ev = decode::event(&mut c)?;
+            let ticks = prev_ticks
+                .checked_add(ev.delta)
+                .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+            (ticks, Pending::Object(ev))
+        };
+        cursor.pos = c.pos();
+        cursor.pending = Some(pending);
         self.heap.push(Reverse((ticks, batch.thread, i)));
         Ok(())
     }
@@ -183,12 +214,35 @@ impl Emitter {
         let Some(Reverse((ticks, thread, i))) = self.heap.pop() else {
             return Ok(None);
         };
-        let Some(&(_, raw)) = self.cursors.get(i) else {
+        let Some(pending) = self.cursors.get(i).and_then(|c| c.pending) else {
             return Ok(None);
         };
-        let event = self.event(raw, ticks, thread);
+        let event = match pending {
+            Pending::Object(raw) => self.event(raw, ticks, thread),
+            Pending::Page(page) => self.page_event(page, thread),
+        };
         self.advance(i, ticks)?;
         Ok(Some(event))
+    }
+
+    fn page_event(&self, page: PageEvent, thread: u64) -> Event {
+        let npages = page.npages;
+        let data = match page.kind {
+            pages::KIND_ALLOC => EventData::PageAlloc { npages },
+            pages::KIND_FREE => EventData::PageFree { npages },
+            // KIND_SCAV: decode never returns a page event of kind 0.
+            _ => EventData::PageScav { npages },
+        };
+        Event {
+            time_ns: self.clock.time_ns(page.ticks),
+            ticks: page.ticks,
+            generation: self.gen.number,
+            thread,
+            long_form: page.long_form,
+            addr: page.base,
+            data,
+            entry: None,
+        }
     }
 
     fn event(&self, raw: RawEvent, ticks: u64, thread: u64) -> Event {

@@ -18,8 +18,8 @@
 //! ## Design
 //! Batches of one generation arrive interleaved across threads and with the
 //! next generation's batches; only a generation-end batch says a generation
-//! is complete. So the reader keeps each open generation's events batches as
-//! raw bytes (validated as they arrive, so errors come in file order) and,
+//! is complete. So the reader keeps each open generation's events and pages
+//! batches as raw bytes (validated as they arrive, so errors come in file order) and,
 //! when a generation ends, merges its batches into time order and hands the
 //! events out one by one. At most two generations are open at once
 //! (FORMAT.md section 6), so memory is at most two generations of raw batch
@@ -31,9 +31,14 @@
 //!    `MAX_BATCH_PAYLOAD` before anything is read into memory.
 //! 2. Every error names the byte offset from the start of the file where
 //!    the bad item starts.
-//! 3. Pages batches (the page tracer, FORMAT.md section 7) are checked but
-//!    their events are not decoded yet: [`TraceReader::skipped_page_events`]
-//!    counts them.
+//! 3. Page-tracer events (pages batches, FORMAT.md section 7) come out as
+//!    [`EventData::PageAlloc`], [`EventData::PageFree`] and
+//!    [`EventData::PageScav`], merged by time with the other events of their
+//!    generation. Their ticks are `(time base + delta) << lost_bits`, at
+//!    most one unit below the true time. Besides the malformed cases of
+//!    section 7, a pages body whose thread word disagrees with its batch
+//!    header, or whose event times go back, is malformed. A body without a
+//!    time-base word counts from its batch header's `base_ticks`.
 //! 4. A trace cut short (EOF inside a batch, or no trace-end batch) is not an
 //!    error: every complete batch's events come out, generations without a
 //!    generation-end included, and [`TraceReader::truncated`] says where the
@@ -55,11 +60,11 @@ use alloctrace_format::{
     BatchKind, FileHeader, HeaderError, BATCH_PREFIX_LEN, FILE_HEADER_LEN, MAGIC, MAX_BATCH_PAYLOAD,
 };
 
-use decode::{BatchContext, Cursor};
+use decode::{BatchContext, Cursor, PagesState};
 use generation::{Emitter, EventBatch, Generation};
 
 pub use error::ReadError;
-pub use event::{Event, EventData, GenerationEnd, GenerationInfo, Record, TypeInfo};
+pub use event::{Event, EventData, GenerationEnd, GenerationInfo, Record, TypeInfo, PAGE_EVENT_NAMES};
 
 /// Default cap on the memory one open generation may hold (raw events plus
 /// its type table): 1 GiB.
@@ -92,7 +97,6 @@ pub struct TraceReader<R: Read> {
     /// The first error, returned again by every later call.
     failed: Option<ReadError>,
     max_generation_bytes: u64,
-    skipped_page_events: u64,
     /// What `types()` returns before the first generation.
     no_types: BTreeMap<u64, TypeInfo>,
 }
@@ -149,7 +153,6 @@ impl<R: Read> TraceReader<R> {
             truncated: None,
             failed: None,
             max_generation_bytes: DEFAULT_MAX_GENERATION_BYTES,
-            skipped_page_events: 0,
             no_types: BTreeMap::new(),
         })
     }
@@ -225,13 +228,6 @@ impl<R: Read> TraceReader<R> {
     /// Bytes consumed from the input so far.
     pub fn bytes_read(&self) -> u64 {
         self.offset
-    }
-
-    /// Page-tracer events read so far (pages batches, FORMAT.md section 7).
-    /// Their batches are checked but their events are not decoded yet, so
-    /// `next_event` does not return them; this says how many were left out.
-    pub fn skipped_page_events(&self) -> u64 {
-        self.skipped_page_events
     }
 
     /// Caps the memory one open generation may hold; a trace whose
@@ -361,19 +357,25 @@ impl<R: Read> TraceReader<R> {
             return Ok(());
         };
         match kind {
-            BatchKind::Events => {
+            BatchKind::Events | BatchKind::Pages => {
                 let body_pos = c.pos();
-                decode::validate_events(&mut c, header.base_ticks)?;
-                let body = payload.get(body_pos..).unwrap_or(&[]);
-                if body.is_empty() {
+                let events = if kind == BatchKind::Events {
+                    decode::validate_events(&mut c, header.base_ticks)?
+                } else {
+                    let state = PagesState::new(header.thread, header.base_ticks);
+                    decode::validate_pages(&mut c, state)?
+                };
+                if events == 0 {
                     return Ok(());
                 }
+                let body = payload.get(body_pos..).unwrap_or(&[]);
                 // The batch record, its merge cursor and heap slot count too.
-                let overhead = (std::mem::size_of::<EventBatch>() + 64) as u64;
+                let overhead = (std::mem::size_of::<EventBatch>() + 128) as u64;
                 charge(gen, body.len() as u64 + overhead, max, batch_offset)?;
                 let start = gen.raw.len();
                 gen.raw.extend_from_slice(body);
                 gen.batches.push(EventBatch {
+                    kind,
                     thread: header.thread,
                     base_ticks: header.base_ticks,
                     range: start..gen.raw.len(),
@@ -404,10 +406,6 @@ impl<R: Read> TraceReader<R> {
                     ));
                 }
                 gen.end = Some(decode::generation_end(&mut c, number)?);
-            }
-            BatchKind::Pages => {
-                let events = decode::validate_pages(&mut c)?;
-                self.skipped_page_events = self.skipped_page_events.saturating_add(events);
             }
             // Handled before the generation was looked up.
             BatchKind::TraceEnd => {}

@@ -5,7 +5,7 @@
 //! Not part of the stable API.
 
 use alloctrace_format::{
-    compress_address, exact_log2, put_uvarint, BatchKind, EventKind, FileHeader, LONG_FORM,
+    compress_address, pages, exact_log2, put_uvarint, BatchKind, EventKind, FileHeader, LONG_FORM,
     MAX_VARINT_LEN, VERSION,
 };
 
@@ -150,6 +150,17 @@ impl TraceBuilder {
         )
     }
 
+    /// A pages batch of `thread` with the words of `body`.
+    pub fn pages(&mut self, generation: u64, thread: u64, body: &PagesBody) -> &mut Self {
+        self.batch(
+            BatchKind::Pages as u8,
+            generation,
+            thread,
+            body.base_ticks,
+            &body.bytes(),
+        )
+    }
+
     pub fn generation_end(
         &mut self,
         generation: u64,
@@ -275,6 +286,8 @@ impl EventsBody {
             }
             // A call is always tagged; the builder tags it as a malloc.
             EventData::Call => self.raw_event(kind | alloctrace_format::ENTRY_TAG, ticks, &[0, 1]),
+            // kind_of refused them above.
+            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => self,
         }
     }
 }
@@ -291,6 +304,110 @@ fn kind_of(data: &EventData) -> EventKind {
         EventData::StackAlloc { .. } => EventKind::StackAlloc,
         EventData::StackFree => EventKind::StackFree,
         EventData::Call => EventKind::Call,
+        EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => {
+            panic!("page events go in a PagesBody, not an events batch")
+        }
+    }
+}
+
+/// The body of a pages batch (FORMAT.md section 7), built one event at a
+/// time with absolute timestamps, as the writer builds it: it opens with
+/// the layout, thread and time-base words, adds a time-base word whenever a
+/// delta would not fit in 16 bits, and writes the short, large or long form
+/// by the same rules. [`PagesBody::word`] appends anything, for broken
+/// traces.
+#[derive(Clone, Debug)]
+pub struct PagesBody {
+    layout: pages::Layout,
+    base_ticks: u64,
+    /// The current time base, in units.
+    time_base: u64,
+    words: Vec<u64>,
+}
+
+impl PagesBody {
+    /// A body of `thread` for pages of `1 << page_shift` bytes, starting at
+    /// `base_ticks` (also the batch header's base timestamp), with the
+    /// writer's lost bits.
+    pub fn new(page_shift: u32, thread: u64, base_ticks: u64) -> PagesBody {
+        let layout = pages::Layout {
+            page_shift,
+            lost_bits: pages::TIME_LOST_BITS,
+        };
+        let time_base = base_ticks >> layout.lost_bits;
+        PagesBody {
+            layout,
+            base_ticks,
+            time_base,
+            words: vec![
+                layout.word(),
+                pages::sync_word(pages::SYNC_THREAD, thread),
+                pages::sync_word(pages::SYNC_TIME, time_base),
+            ],
+        }
+    }
+
+    /// A body with no words at all (not even the layout word).
+    pub fn empty(page_shift: u32, base_ticks: u64) -> PagesBody {
+        let mut body = PagesBody::new(page_shift, 0, base_ticks);
+        body.words.clear();
+        body
+    }
+
+    pub fn layout(&self) -> pages::Layout {
+        self.layout
+    }
+
+    pub fn base_ticks(&self) -> u64 {
+        self.base_ticks
+    }
+
+    /// Appends a raw word.
+    pub fn word(&mut self, w: u64) -> &mut Self {
+        self.words.push(w);
+        self
+    }
+
+    /// Number of words so far.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        self.words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// A page event at `ticks` (not below the previous event's), as the
+    /// writer writes it. `data` must be a page event.
+    pub fn event(&mut self, ticks: u64, base: u64, data: &EventData) -> &mut Self {
+        let (kind, npages) = match *data {
+            EventData::PageAlloc { npages } => (pages::KIND_ALLOC, npages),
+            EventData::PageFree { npages } => (pages::KIND_FREE, npages),
+            EventData::PageScav { npages } => (pages::KIND_SCAV, npages),
+            _ => panic!("not a page event: {data:?}"),
+        };
+        let units = ticks >> self.layout.lost_bits;
+        if units.wrapping_sub(self.time_base) >> pages::DELTA_BITS != 0 {
+            self.time_base = units;
+            self.words.push(pages::sync_word(pages::SYNC_TIME, units));
+        }
+        let delta = units.wrapping_sub(self.time_base);
+        if self.layout.fits(base) {
+            self.words.push(self.layout.event_word(kind, base, npages, delta));
+            if self.layout.is_large(npages) {
+                self.words.push(npages);
+            }
+        } else {
+            self.words
+                .push(pages::sync_word(pages::SYNC_LONG_EVENT, kind | delta << 2));
+            self.words.push(base);
+            self.words.push(npages);
+        }
+        self
     }
 }
 

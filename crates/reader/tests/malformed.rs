@@ -94,7 +94,7 @@ fn words(words: &[u64]) -> Vec<u8> {
 }
 
 #[test]
-fn pages_batches_are_checked_counted_and_skipped() {
+fn every_malformed_pages_case_names_its_word() {
     use alloctrace_format::pages::{
         sync_word, Layout, KIND_ALLOC, KIND_FREE, SYNC_LONG_EVENT, SYNC_THREAD, SYNC_TIME,
     };
@@ -105,39 +105,25 @@ fn pages_batches_are_checked_counted_and_skipped() {
     let short = layout.event_word(KIND_ALLOC, 0x7000_0000, 3, 5);
     let large = layout.event_word(KIND_FREE, 0x7000_0000, 1 << 20, 6);
     let long = sync_word(SYNC_LONG_EVENT, KIND_ALLOC | 7 << 2);
-    let valid = words(&[
-        layout.word(),
-        sync_word(SYNC_THREAD, 1),
-        sync_word(SYNC_TIME, 8),
-        short,
-        large,
-        1 << 20,
-        long,
-        0x1234,
-        9,
-    ]);
-    let g = info(1);
-    let mut b = EventsBody::new(1000);
-    b.event(&g, 1001, 0x10010, &EventData::HeapObjectFree);
-    let mut t = start();
-    t.batch(6, 1, 1, 1000, &valid)
-        .events(1, 1, &b)
-        .generation_end(1, 2000, 5_001_000, 0)
-        .trace_end(1);
-    let mut reader = TraceReader::new(t.bytes()).unwrap();
-    let mut n = 0;
-    while reader.next_event().unwrap().is_some() {
-        n += 1;
-    }
-    assert_eq!((n, reader.skipped_page_events()), (1, 3));
-
-    let cases: [(Vec<u8>, u64, &str); 6] = [
+    let thread = sync_word(SYNC_THREAD, 1);
+    let time = |units: u64| sync_word(SYNC_TIME, units);
+    let huge_lost = Layout {
+        page_shift: 12,
+        lost_bits: 32,
+    };
+    // (body, offset of the bad word in the body, message)
+    let cases: Vec<(Vec<u8>, u64, &str)> = vec![
         (
             vec![0; 12],
             0,
             "pages body of 12 bytes is not a multiple of 8",
         ),
         (words(&[short]), 0, "page event word before the layout word"),
+        (
+            words(&[thread, time(8), short]),
+            16,
+            "page event word before the layout word",
+        ),
         (
             words(&[long, 1, 1]),
             0,
@@ -149,14 +135,59 @@ fn pages_batches_are_checked_counted_and_skipped() {
             "long page event of kind 0",
         ),
         (
-            words(&[layout.word(), long, 1]),
+            words(&[layout.word(), thread, time(8), short, long, 1]),
+            32,
+            "page event runs past the end of the payload",
+        ),
+        (
+            words(&[layout.word(), long]),
             8,
             "page event runs past the end of the payload",
         ),
         (
-            words(&[layout.word(), large]),
-            8,
+            words(&[layout.word(), thread, large]),
+            16,
             "page event runs past the end of the payload",
+        ),
+        (
+            words(&[layout.word(), sync_word(SYNC_THREAD, 2), time(8), short]),
+            8,
+            "page thread word names thread 2, but the batch header names thread 1",
+        ),
+        (
+            words(&[layout.word(), time(8), short, time(7), short]),
+            32,
+            "page event time goes backwards (tick 1536 after tick 1664)",
+        ),
+        (
+            words(&[layout.word(), time(8), layout.event_word(KIND_ALLOC, 0x7000_0000, 3, 9), short]),
+            24,
+            "page event time goes backwards (tick 1664 after tick 2176)",
+        ),
+        (
+            words(&[huge_lost.word(), time(1 << 32), short]),
+            16,
+            "page event timestamp overflows 64 bits",
+        ),
+        (
+            words(&[layout.word(), sync_word(2, 3)]),
+            8,
+            "page layout payload 0x3 out of range",
+        ),
+        (
+            words(&[layout.word(), sync_word(2, 12 | 33 << 6)]),
+            8,
+            "page layout payload 0x84c out of range",
+        ),
+        (
+            words(&[sync_word(2, 41)]),
+            0,
+            "page layout payload 0x29 out of range",
+        ),
+        (
+            words(&[sync_word(2, 12 | 7 << 6 | 1 << 12)]),
+            0,
+            "page layout payload 0x11cc out of range",
         ),
     ];
     for (body, word_at, what) in cases {
@@ -164,17 +195,38 @@ fn pages_batches_are_checked_counted_and_skipped() {
         let at = t.len() as u64;
         t.batch(6, 1, 1, 1000, &body);
         let e = error(t.bytes());
+        // kind, length, then the header varints 1, 1, 1000 (2 bytes).
         assert_eq!(e.offset(), at + 5 + 4 + word_at, "{e}");
         assert_eq!(
             e.what(),
             format!("{what} in pages batch starting at offset {at}")
         );
     }
+}
+
+#[test]
+fn pages_batches_without_thread_or_time_words_still_read() {
+    use alloctrace_format::pages::{Layout, KIND_SCAV};
+    let layout = Layout {
+        page_shift: 12,
+        lost_bits: 7,
+    };
+    // Only a layout word: the time base comes from the header's base_ticks
+    // (1000 ticks = 7 units), and the thread from the header.
+    let body = words(&[layout.word(), layout.event_word(KIND_SCAV, 0x5000, 2, 1)]);
     let mut t = start();
-    t.batch(6, 1, 1, 1000, &words(&[sync_word(2, 3)]));
-    assert!(error(t.bytes())
-        .what()
-        .contains("page layout payload 0x3 out of range"));
+    t.batch(6, 1, 4, 1000, &body)
+        .batch(6, 1, 4, 1000, &words(&[layout.word()]))
+        .generation_end(1, 2000, 5_001_000, 0)
+        .trace_end(1);
+    let (events, cut) = read(t.bytes()).unwrap();
+    assert_eq!(cut, None);
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!(
+        (e.ticks, e.thread, e.addr, &e.data, e.long_form),
+        (8 << 7, 4, 0x5000, &EventData::PageScav { npages: 2 }, false)
+    );
 }
 
 #[test]
