@@ -98,6 +98,30 @@ fuzz:
 	@mkdir -p fuzz/corpus/reader
 	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run reader corpus/reader seeds -- -max_total_time=$${FUZZ_SECONDS:-60}
 
+# Benchmarks (issue 5): builds bench/*.c and runs bench/run, which prints a
+# table of measured values, ratios and targets and writes
+# target/bench/results.json. It reports numbers and never fails on them.
+BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -Iinclude -Ibench \
+                $(if $(shell grep -l TRACE_CLOCK_COARSE $(HEADER) 2>/dev/null),-DBENCH_HAVE_CLOCK)
+BENCH_BINS   := $(addprefix $(BUILD)/bench/,event_cost advance workload libcount.so librdtsc.so)
+
+.PHONY: bench
+bench: all $(BENCH_BINS)
+	python3 bench/run
+
+$(BUILD)/bench/event_cost $(BUILD)/bench/advance: $(BUILD)/bench/%: bench/%.c bench/bench.h $(HEADER) lib
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) $< $(LINK) -o $@
+
+$(BUILD)/bench/workload: bench/workload.c bench/bench.h
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) $< -lpthread -o $@
+
+# Baseline interposers: counting only, and counting plus one rdtsc per call.
+$(BUILD)/bench/libcount.so $(BUILD)/bench/librdtsc.so: bench/interpose.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) $(if $(findstring rdtsc,$@),-DWITH_RDTSC) -fPIC -shared -fvisibility=hidden $< -o $@
+
 clean:
 	$(CARGO) clean
 	rm -rf $(BUILD)

@@ -1,0 +1,221 @@
+/*
+ * Generation advance under load (issue 5, item 7).
+ *
+ *   advance TRACE_PATH [EMITTERS [MILLISECONDS [INTERVAL_MS]]]
+ *
+ * EMITTERS threads emit heap object alloc/free events as fast as they can
+ * and time every event call with rdtsc. The main thread calls trace_advance
+ * every INTERVAL_MS and times each call.
+ *
+ * An event "overlaps an advance" when an advance was in progress at any
+ * point of it (the main thread bumps a sequence number, odd while it is in
+ * trace_advance). For every event longer than SLOW_NS the emitter asks the
+ * kernel (getrusage RUSAGE_THREAD) whether it was switched out since it
+ * last asked: an involuntary switch means the scheduler preempted it (on a
+ * 2-core machine with more runnable threads than cores, not the tracer's
+ * doing); a voluntary switch means it blocked or yielded inside the
+ * tracer. Reported, in microseconds:
+ *   worst_adv_us         the longest event overlapping an advance
+ *   worst_adv_nosw_us    the same among events without any context switch:
+ *                        the latency the tracer itself causes
+ *   worst_idle_us        the longest event with no advance in progress
+ *   blocked_adv          events overlapping an advance in which the emitter
+ *                        switched voluntarily (blocked on something)
+ */
+#include "alloctrace.h"
+#include "bench.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define MAX_EMITTERS 8
+#define MAX_ADVANCES 100000
+#define RING 4096
+#define HEAP_BASE ((uintptr_t)0x7f3a00000000ull)
+#define SLOW_NS 5000
+
+static _Atomic uint64_t advance_seq; /* odd while an advance runs */
+static _Atomic bool stop;
+static double tpn;                   /* ticks per ns */
+
+struct emitter {
+    int index;
+    uint64_t events;
+    uint64_t worst[2];           /* [overlaps an advance] */
+    uint64_t worst_nosw[2];      /* the same, no context switch */
+    uint64_t blocked[2];         /* voluntary switches */
+    uint64_t preempted[2];       /* involuntary switches */
+    uint64_t slow[2];            /* events over SLOW_NS */
+    pthread_barrier_t *barrier;
+};
+
+static void switches(long *vol, long *invol) {
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    *vol = ru.ru_nvcsw;
+    *invol = ru.ru_nivcsw;
+}
+
+/* One event call, timed; classifies it if slow. */
+static inline void account(struct emitter *e, uint64_t t0, uint64_t t1, uint64_t seq0, long *vol, long *invol) {
+    uint64_t seq1 = atomic_load_explicit(&advance_seq, memory_order_relaxed);
+    int adv = (seq0 & 1) || seq1 != seq0;
+    uint64_t d = t1 - t0;
+    if (d > e->worst[adv])
+        e->worst[adv] = d;
+    if (d < (uint64_t)(SLOW_NS * tpn)) {
+        if (d > e->worst_nosw[adv])
+            e->worst_nosw[adv] = d;
+        return;
+    }
+    e->slow[adv]++;
+    long v, iv;
+    switches(&v, &iv);
+    bool vol_sw = v != *vol, invol_sw = iv != *invol;
+    *vol = v;
+    *invol = iv;
+    if (vol_sw)
+        e->blocked[adv]++;
+    if (invol_sw)
+        e->preempted[adv]++;
+    if (!vol_sw && !invol_sw && d > e->worst_nosw[adv])
+        e->worst_nosw[adv] = d;
+}
+
+static void *emit(void *arg) {
+    struct emitter *e = arg;
+    uintptr_t base = HEAP_BASE + (uintptr_t)e->index * RING * 64;
+    long vol, invol;
+    pthread_barrier_wait(e->barrier);
+    switches(&vol, &invol);
+    uint64_t n = 0;
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+        for (int i = 0; i < RING; i++) {
+            uintptr_t a = base + (uintptr_t)i * 64;
+            uint64_t seq = atomic_load_explicit(&advance_seq, memory_order_relaxed);
+            uint64_t t0 = ticks();
+            trace_heap_object_alloc(a, 64, 0);
+            uint64_t t1 = ticks();
+            account(e, t0, t1, seq, &vol, &invol);
+            seq = atomic_load_explicit(&advance_seq, memory_order_relaxed);
+            t0 = ticks();
+            trace_heap_object_free(a);
+            t1 = ticks();
+            account(e, t0, t1, seq, &vol, &invol);
+        }
+        n += 2 * RING;
+    }
+    e->events = n;
+    return NULL;
+}
+
+static uint64_t advance_ns[MAX_ADVANCES];
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: advance TRACE_PATH [EMITTERS [MILLISECONDS [INTERVAL_MS]]]\n");
+        return 2;
+    }
+    int emitters = (int)arg_long(argc, argv, 2, 2);
+    long ms = arg_long(argc, argv, 3, 1000);
+    long interval_ms = arg_long(argc, argv, 4, 5);
+    if (emitters < 1 || emitters > MAX_EMITTERS || ms < 1 || interval_ms < 1) {
+        fprintf(stderr, "advance: bad arguments\n");
+        return 2;
+    }
+    tpn = ticks_per_ns(20);
+
+    trace_config cfg;
+    trace_config_init(&cfg);
+    cfg.path = argv[1];
+    cfg.min_heap_addr = HEAP_BASE;
+    cfg.min_heap_align = 16;
+    trace_result r = trace_start(&cfg);
+    if (r != TRACE_OK) {
+        fprintf(stderr, "trace_start: %s: %s\n", trace_result_str(r), trace_last_error_detail());
+        return 1;
+    }
+
+    pthread_t t[MAX_EMITTERS];
+    struct emitter e[MAX_EMITTERS];
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, (unsigned)emitters + 1);
+    for (int i = 0; i < emitters; i++) {
+        e[i] = (struct emitter){.index = i, .barrier = &barrier};
+        if (pthread_create(&t[i], NULL, emit, &e[i]) != 0) {
+            perror("pthread_create");
+            return 1;
+        }
+    }
+    pthread_barrier_wait(&barrier);
+    usleep(20000); /* let the emitters reach full speed */
+
+    uint64_t start = mono_ns(), end = start + (uint64_t)ms * 1000000u;
+    int n = 0;
+    while (mono_ns() < end && n < MAX_ADVANCES) {
+        usleep((useconds_t)interval_ms * 1000);
+        atomic_fetch_add(&advance_seq, 1);
+        uint64_t a0 = mono_ns();
+        r = trace_advance();
+        uint64_t a1 = mono_ns();
+        atomic_fetch_add(&advance_seq, 1);
+        if (r != TRACE_OK) {
+            fprintf(stderr, "trace_advance: %s\n", trace_result_str(r));
+            return 1;
+        }
+        advance_ns[n++] = a1 - a0;
+    }
+    atomic_store(&stop, true);
+    uint64_t events = 0, worst[2] = {0, 0}, worst_nosw[2] = {0, 0};
+    uint64_t blocked[2] = {0, 0}, preempted[2] = {0, 0}, slow[2] = {0, 0};
+    for (int i = 0; i < emitters; i++) {
+        pthread_join(t[i], NULL);
+        events += e[i].events;
+        for (int k = 0; k < 2; k++) {
+            if (e[i].worst[k] > worst[k])
+                worst[k] = e[i].worst[k];
+            if (e[i].worst_nosw[k] > worst_nosw[k])
+                worst_nosw[k] = e[i].worst_nosw[k];
+            blocked[k] += e[i].blocked[k];
+            preempted[k] += e[i].preempted[k];
+            slow[k] += e[i].slow[k];
+        }
+    }
+    double elapsed_s = (double)(mono_ns() - start) / 1e9;
+    r = trace_stop();
+    if (r != TRACE_OK) {
+        fprintf(stderr, "trace_stop: %s\n", trace_result_str(r));
+        return 1;
+    }
+
+    qsort(advance_ns, (size_t)n, sizeof advance_ns[0], cmp_u64);
+    double us = 1.0 / (tpn * 1000.0);
+    json_begin();
+    json_num("emitters", emitters);
+    json_num("advances", n);
+    json_num("advance_median_us", n ? (double)advance_ns[n / 2] / 1000.0 : 0);
+    json_num("advance_p99_us", n ? (double)advance_ns[(size_t)(n * 0.99)] / 1000.0 : 0);
+    json_num("advance_max_us", n ? (double)advance_ns[n - 1] / 1000.0 : 0);
+    json_num("events", (double)events);
+    json_num("events_per_s_per_thread", (double)events / elapsed_s / emitters);
+    json_num("worst_adv_us", (double)worst[1] * us);
+    json_num("worst_adv_nosw_us", (double)worst_nosw[1] * us);
+    json_num("worst_idle_us", (double)worst[0] * us);
+    json_num("worst_idle_nosw_us", (double)worst_nosw[0] * us);
+    json_num("slow_adv", (double)slow[1]);
+    json_num("blocked_adv", (double)blocked[1]);
+    json_num("preempted_adv", (double)preempted[1]);
+    json_num("blocked_idle", (double)blocked[0]);
+    json_num("preempted_idle", (double)preempted[0]);
+    json_num("ticks_per_ns", tpn);
+    json_end();
+    return 0;
+}
