@@ -18,6 +18,23 @@
 #include <stdint.h>
 
 /**
+ * Which clock stamps events (`trace_config.clock`).
+ */
+typedef enum trace_clock {
+  /**
+   * Read the CPU's time-stamp counter at every event (default).
+   */
+  TRACE_CLOCK_PRECISE = 0,
+  /**
+   * Read it at every 32nd event of a thread and otherwise use a time the
+   * tracer publishes every 250 µs: much cheaper per event; each thread's
+   * events keep their exact order, but times may lag by up to 250 µs, so
+   * events of different threads that close together may be misordered.
+   */
+  TRACE_CLOCK_COARSE = 1,
+} trace_clock;
+
+/**
  * The result of a lifecycle call.
  */
 typedef enum trace_result {
@@ -115,6 +132,12 @@ typedef struct trace_config {
    * Passed to `snapshot`.
    */
   void *snapshot_ctx;
+  /**
+   * Which clock stamps events; default TRACE_CLOCK_PRECISE. (Added after
+   * the first version: a caller whose `struct_size` ends before this
+   * field gets the default.)
+   */
+  enum trace_clock clock;
 } trace_config;
 
 #ifdef __cplusplus
@@ -124,7 +147,7 @@ extern "C" {
 /**
  * Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
  * `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
- * `min_stack_align` 4096, `buffer_size` 0, no snapshot.
+ * `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock.
  *
  * NULL does nothing. Any thread, at any time; it does not allocate.
  */

@@ -12,7 +12,7 @@
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::cell::Cell;
 
-use alloctrace_core::{self as tracer, events, Config, Error, Output};
+use alloctrace_core::{self as tracer, events, ClockKind, Config, Error, Output};
 
 /// The result of a lifecycle call.
 #[repr(C)]
@@ -38,6 +38,19 @@ pub enum trace_result {
     TRACE_ERR_PANIC = 7,
     /// A lifecycle call from inside the snapshot callback.
     TRACE_ERR_BUSY = 8,
+}
+
+/// Which clock stamps events (`trace_config.clock`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum trace_clock {
+    /// Read the CPU's time-stamp counter at every event (default).
+    TRACE_CLOCK_PRECISE = 0,
+    /// Read it at every 32nd event of a thread and otherwise use a time the
+    /// tracer publishes every 250 µs: much cheaper per event; each thread's
+    /// events keep their exact order, but times may lag by up to 250 µs, so
+    /// events of different threads that close together may be misordered.
+    TRACE_CLOCK_COARSE = 1,
 }
 
 /// Configuration for `trace_start`. Fill it with `trace_config_init`, then
@@ -73,7 +86,16 @@ pub struct trace_config {
     pub snapshot: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
     /// Passed to `snapshot`.
     pub snapshot_ctx: *mut c_void,
+    /// Which clock stamps events; default TRACE_CLOCK_PRECISE. (Added after
+    /// the first version: a caller whose `struct_size` ends before this
+    /// field gets the default.)
+    pub clock: trace_clock,
 }
+
+/// `struct_size` of the first version of trace_config, which ended at
+/// `snapshot_ctx`; later fields are read only when `struct_size` covers
+/// them.
+const CONFIG_V1_SIZE: usize = core::mem::offset_of!(trace_config, clock);
 
 thread_local! {
     /// Detail of the calling thread's last failed lifecycle call.
@@ -104,16 +126,17 @@ fn to_result(r: Result<(), Error>) -> trace_result {
 
 /// The static C string for a Config::validate message.
 fn bad_config_detail(what: &str) -> &'static CStr {
-    const DETAILS: [&CStr; 7] = [
+    const DETAILS: [&CStr; 8] = [
         c"page_size must be a power of two",
         c"min_heap_align must be a power of two",
         c"min_stack_align must be a power of two",
         c"buffer_size must be 0 (default) or 4096..16777216",
         c"struct_size is smaller than sizeof(trace_config): call trace_config_init",
         c"path is NULL and fd is negative: set one of them",
+        c"clock must be TRACE_CLOCK_PRECISE or TRACE_CLOCK_COARSE",
         c"bad configuration",
     ];
-    DETAILS.iter().copied().find(|d| d.to_bytes() == what.as_bytes()).unwrap_or(DETAILS[6])
+    DETAILS.iter().copied().find(|d| d.to_bytes() == what.as_bytes()).unwrap_or(DETAILS[7])
 }
 
 fn errno_detail(errno: i32) -> &'static CStr {
@@ -141,7 +164,7 @@ macro_rules! ffi_guard {
 
 /// Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
 /// `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
-/// `min_stack_align` 4096, `buffer_size` 0, no snapshot.
+/// `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock.
 ///
 /// NULL does nothing. Any thread, at any time; it does not allocate.
 #[no_mangle]
@@ -163,6 +186,7 @@ pub extern "C" fn trace_config_init(cfg: *mut trace_config) {
             buffer_size: 0,
             snapshot: None,
             snapshot_ctx: core::ptr::null_mut(),
+            clock: trace_clock::TRACE_CLOCK_PRECISE,
         });
     }
 }
@@ -182,7 +206,8 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         let Some(cfg) = (unsafe { cfg.as_ref() }) else {
             return trace_result::TRACE_ERR_NULL_ARGUMENT;
         };
-        if (cfg.struct_size as usize) < core::mem::size_of::<trace_config>() {
+        let size = cfg.struct_size as usize;
+        if size < CONFIG_V1_SIZE {
             return to_result(Err(Error::BadConfig(
                 "struct_size is smaller than sizeof(trace_config): call trace_config_init",
             )));
@@ -190,7 +215,20 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         if cfg.path.is_null() && cfg.fd < 0 {
             return to_result(Err(Error::BadConfig("path is NULL and fd is negative: set one of them")));
         }
+        let clock = if size >= core::mem::size_of::<trace_config>() {
+            // Read as an int: C may pass any value.
+            // SAFETY: the field is inside the caller's struct (struct_size
+            // covers it) and trace_clock is an int-sized repr(C) enum.
+            match unsafe { core::ptr::addr_of!(cfg.clock).cast::<u32>().read() } {
+                0 => ClockKind::Precise,
+                1 => ClockKind::Coarse,
+                _ => return to_result(Err(Error::BadConfig("clock must be TRACE_CLOCK_PRECISE or TRACE_CLOCK_COARSE"))),
+            }
+        } else {
+            ClockKind::Precise
+        };
         let config = Config {
+            clock,
             min_heap_addr: cfg.min_heap_addr,
             page_size: cfg.page_size,
             min_heap_align: cfg.min_heap_align,

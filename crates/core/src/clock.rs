@@ -87,3 +87,37 @@ pub(crate) fn ticks_per_sec() -> u64 {
     RATE.store(rate, Ordering::Relaxed);
     rate
 }
+
+/// Which clock stamps events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClockKind {
+    /// Read the clock (`rdtsc`) at every event.
+    #[default]
+    Precise,
+    /// Read it at every 32nd event of a thread; in between, take the time the
+    /// tracer's advancer thread publishes every [`COARSE_PERIOD`], kept
+    /// strictly above the thread's previous event. A thread's events keep
+    /// their exact order; times may lag the truth by up to one period, so
+    /// events of different threads closer than that may be ordered wrongly.
+    Coarse,
+}
+
+/// How often the coarse clock is published.
+pub const COARSE_PERIOD: std::time::Duration = std::time::Duration::from_micros(250);
+
+/// Events a thread stamps from the published time between two clock reads.
+pub(crate) const COARSE_EVENTS_PER_READ: u32 = 32;
+
+/// Whether the running session uses the coarse clock. Set by start before
+/// the first generation.
+pub(crate) static COARSE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// The published time for the coarse clock. Written by the advancer thread
+/// every COARSE_PERIOD; read by events.
+pub(crate) static PUBLISHED_TICKS: crossbeam_utils::CachePadded<core::sync::atomic::AtomicU64> =
+    crossbeam_utils::CachePadded::new(core::sync::atomic::AtomicU64::new(0));
+
+/// Publishes the current time for coarse-clock events.
+pub(crate) fn publish() {
+    PUBLISHED_TICKS.store(ticks(), core::sync::atomic::Ordering::Relaxed);
+}

@@ -14,55 +14,55 @@ pub use alloctrace_format::EntryPoint;
 /// A span of `npages` pages at `base` existed when tracing started.
 #[inline]
 pub fn span_exists(base: usize, npages: usize, kind_class: u64) {
-    emit(EventKind::SpanExists, base as u64, npages as u64, kind_class);
+    emit::<{ EventKind::SpanExists as u8 }>(base as u64, npages as u64, kind_class);
 }
 
 /// A span of `npages` pages was allocated at `base`.
 #[inline]
 pub fn span_alloc(base: usize, npages: usize, kind_class: u64) {
-    emit(EventKind::SpanAlloc, base as u64, npages as u64, kind_class);
+    emit::<{ EventKind::SpanAlloc as u8 }>(base as u64, npages as u64, kind_class);
 }
 
 /// The span at `base` is about to be freed.
 #[inline]
 pub fn span_free(base: usize) {
-    emit(EventKind::SpanFree, base as u64, 0, 0);
+    emit::<{ EventKind::SpanFree as u8 }>(base as u64, 0, 0);
 }
 
 /// A heap object of `size` bytes existed at `addr` when tracing started.
 #[inline]
 pub fn heap_object_exists(addr: usize, size: u64, type_id: u64) {
-    emit(EventKind::HeapObjectExists, addr as u64, size, type_id);
+    emit::<{ EventKind::HeapObjectExists as u8 }>(addr as u64, size, type_id);
 }
 
 /// A heap object of `size` bytes was allocated at `addr`.
 #[inline]
 pub fn heap_object_alloc(addr: usize, size: u64, type_id: u64) {
-    emit(EventKind::HeapObjectAlloc, addr as u64, size, type_id);
+    emit::<{ EventKind::HeapObjectAlloc as u8 }>(addr as u64, size, type_id);
 }
 
 /// The heap object at `addr` is about to be freed.
 #[inline]
 pub fn heap_object_free(addr: usize) {
-    emit(EventKind::HeapObjectFree, addr as u64, 0, 0);
+    emit::<{ EventKind::HeapObjectFree as u8 }>(addr as u64, 0, 0);
 }
 
 /// A stack of `size` bytes at `base` existed when tracing started.
 #[inline]
 pub fn stack_exists(base: usize, size: usize) {
-    emit(EventKind::StackExists, base as u64, size as u64, 0);
+    emit::<{ EventKind::StackExists as u8 }>(base as u64, size as u64, 0);
 }
 
 /// A stack of `size` bytes was allocated at `base`.
 #[inline]
 pub fn stack_alloc(base: usize, size: usize) {
-    emit(EventKind::StackAlloc, base as u64, size as u64, 0);
+    emit::<{ EventKind::StackAlloc as u8 }>(base as u64, size as u64, 0);
 }
 
 /// The stack at `base` is about to be freed.
 #[inline]
 pub fn stack_free(base: usize) {
-    emit(EventKind::StackFree, base as u64, 0, 0);
+    emit::<{ EventKind::StackFree as u8 }>(base as u64, 0, 0);
 }
 
 /// Registers a type for heap object events and returns its ID (at least
@@ -119,31 +119,31 @@ pub mod tagged {
     /// A heap object allocated by `entry`.
     #[inline]
     pub fn heap_object_alloc(entry: EntryPoint, addr: usize, size: u64) {
-        emit_tagged(EventKind::HeapObjectAlloc, addr as u64, size, 0, entry as u64);
+        emit_tagged::<{ EventKind::HeapObjectAlloc as u8 }, true>(addr as u64, size, 0, entry as u64);
     }
 
     /// A heap object freed by `entry`.
     #[inline]
     pub fn heap_object_free(entry: EntryPoint, addr: usize) {
-        emit_tagged(EventKind::HeapObjectFree, addr as u64, 0, 0, entry as u64);
+        emit_tagged::<{ EventKind::HeapObjectFree as u8 }, true>(addr as u64, 0, 0, entry as u64);
     }
 
     /// A span mapped by `entry` (mmap, mremap).
     #[inline]
     pub fn span_alloc(entry: EntryPoint, base: usize, npages: usize, kind_class: u64) {
-        emit_tagged(EventKind::SpanAlloc, base as u64, npages as u64, kind_class, entry as u64);
+        emit_tagged::<{ EventKind::SpanAlloc as u8 }, true>(base as u64, npages as u64, kind_class, entry as u64);
     }
 
     /// A span unmapped by `entry` (munmap).
     #[inline]
     pub fn span_free(entry: EntryPoint, base: usize) {
-        emit_tagged(EventKind::SpanFree, base as u64, 0, 0, entry as u64);
+        emit_tagged::<{ EventKind::SpanFree as u8 }, true>(base as u64, 0, 0, entry as u64);
     }
 
     /// A call of `entry` that changed no memory: `free(NULL)`, a failed
     /// allocation.
     #[inline]
     pub fn call(entry: EntryPoint) {
-        emit_tagged(EventKind::Call, 0, 0, 0, entry as u64);
+        emit_tagged::<{ EventKind::Call as u8 }, true>(0, 0, 0, entry as u64);
     }
 }

@@ -35,6 +35,8 @@ mod tracer;
 mod types;
 
 #[cfg(not(loom))]
+pub use clock::{ClockKind, COARSE_PERIOD};
+#[cfg(not(loom))]
 pub use output::Output;
 #[cfg(not(loom))]
 pub use tracer::{
@@ -43,4 +45,4 @@ pub use tracer::{
 };
 
 #[cfg(loom)]
-pub use handshake::SeqLock;
+pub use handshake::{heavy_barrier, SeqLock};

@@ -108,8 +108,7 @@ fn errno() -> i32 {
 /// that traces itself would see calls that are not the host's).
 pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHandle<()>> {
     let theirs = Arc::clone(&session);
-    let handle = std::thread::Builder::new().name("alloctrace-writer".into()).spawn(move || {
-        crate::thread::mark_internal();
+    let handle = crate::thread::spawn_internal("alloctrace-writer", move || {
         theirs.writer_ready.store(true, Ordering::Release);
         run_writer(&theirs)
     })?;

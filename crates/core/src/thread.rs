@@ -9,7 +9,7 @@
 
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{compiler_fence, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize};
 
 use crate::buffer::Buffer;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -40,20 +40,20 @@ const SLOT_OWNED: u32 = 1;
 pub(crate) struct ThreadSlot {
     /// Seqlock, odd while the owner is inside the event path (between
     /// reading the generation and finishing its writes). Written only by the
-    /// owner; read by advance and stop, which wait for it to move on.
+    /// owner; read by advance and stop, which wait for it to move on. Odd on
+    /// entry also tells a signal handler that its thread is mid-event.
     pub(crate) seq: SeqLock,
     /// SLOT_FREE or SLOT_OWNED. Claimed by compare-exchange from free;
     /// released by the owner.
     state: AtomicU32,
-    /// Set while the owner is inside the event path, so a signal handler
-    /// that emits on the same thread does not write into a half-written
-    /// event. Owner only.
-    pub(crate) busy: AtomicBool,
     /// The trace thread ID (at least 1), new at every claim.
     pub(crate) id: AtomicU64,
     /// The owner's last timestamp, to keep its timestamps strictly
     /// increasing across buffers. Owner only.
     pub(crate) last_ticks: AtomicU64,
+    /// Coarse clock: events left before the owner reads the clock again.
+    /// Owner only.
+    pub(crate) clock_countdown: AtomicU32,
     /// Batch buffers indexed `[generation % 2][stream]`, null when none.
     /// The owner loads and stores the current generation's pointers; advance
     /// and stop take (swap to null) the previous generation's pointers after
@@ -69,9 +69,9 @@ impl ThreadSlot {
     const NEW: ThreadSlot = ThreadSlot {
         seq: SeqLock::new(),
         state: AtomicU32::new(SLOT_FREE),
-        busy: AtomicBool::new(false),
         id: AtomicU64::new(0),
         last_ticks: AtomicU64::new(0),
+        clock_countdown: AtomicU32::new(0),
         bufs: [const { [const { AtomicPtr::new(ptr::null_mut()) }; STREAMS] }; 2],
         lost: [AtomicU64::new(0), AtomicU64::new(0)],
     };
@@ -225,7 +225,6 @@ pub(crate) fn release_current() {
 pub(crate) fn reset_after_fork() {
     for slot in used_slots() {
         slot.seq.reset_after_fork();
-        slot.busy.store(false, Ordering::Relaxed);
         for parity in &slot.bufs {
             for buf in parity {
                 buf.store(ptr::null_mut(), Ordering::Relaxed);
@@ -243,22 +242,27 @@ pub(crate) fn reset_after_fork() {
     }
 }
 
-/// Marks the owner as inside the event path. Returns false if it already
-/// is (a signal handler interrupted an event on this thread).
-#[inline(always)]
-pub(crate) fn enter(slot: &ThreadSlot) -> bool {
-    if slot.busy.load(Ordering::Relaxed) {
-        return false;
+/// Spawns one of the tracer's own threads with every signal blocked, so
+/// process-directed signals (SIGALRM, SIGCHLD, ...) always reach the
+/// program's threads: the tracer's threads would ignore any event a handler
+/// emits. The mask is set around the spawn, which the new thread inherits,
+/// so there is no window in which it could take a signal.
+pub(crate) fn spawn_internal(
+    name: &str,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // SAFETY: sigset_t values are plain data initialised by sigfillset and
+    // pthread_sigmask; both pointers are valid.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        let handle = std::thread::Builder::new().name(name.into()).spawn(move || {
+            mark_internal();
+            body()
+        });
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        handle
     }
-    slot.busy.store(true, Ordering::Relaxed);
-    // A signal handler on this thread must see busy before any write below.
-    compiler_fence(Ordering::SeqCst);
-    true
-}
-
-/// Undoes [`enter`].
-#[inline(always)]
-pub(crate) fn leave(slot: &ThreadSlot) {
-    compiler_fence(Ordering::SeqCst);
-    slot.busy.store(false, Ordering::Relaxed);
 }

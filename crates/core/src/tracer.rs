@@ -25,7 +25,7 @@
 //!
 //! ## Invariants
 //!
-//! 1. A thread MUST read [`GENERATION`] only between `seq.begin()` and
+//! 1. A thread MUST read [`GENERATION`] only between `seq.try_begin()` and
 //!    `seq.end()` of its slot, and touch buffers only of the parity it read.
 //!    Otherwise an advance could take a buffer the thread is still writing.
 //! 2. Advance and stop MUST store the new generation before waiting on any
@@ -51,7 +51,7 @@
 //!   thread (another destructor freeing memory) claims a new slot.
 //! - Calls before start or after stop see generation 0 and return.
 //! - A signal handler emitting while its thread is inside the event path
-//!   finds the slot busy; that event is counted as lost.
+//!   finds the slot's seqlock odd; that event is counted as lost.
 //! - Calls from the snapshot callback to start/advance/stop return
 //!   TRACE_ERR_BUSY instead of deadlocking on [`CONTROL`].
 //! - More threads than slots: events of slotless threads are counted lost.
@@ -243,6 +243,8 @@ pub struct Config {
     pub min_stack_align: u64,
     /// Bytes per batch buffer.
     pub buffer_size: usize,
+    /// Which clock stamps events.
+    pub clock: clock::ClockKind,
     /// Upper bound on buffer memory, in bytes; producers wait beyond it.
     pub max_buffer_memory: usize,
     /// A generation that has written this many bytes is ended by the
@@ -269,6 +271,7 @@ impl Default for Config {
             min_heap_align: 8,
             min_stack_align: 4096,
             buffer_size: DEFAULT_BUFFER_SIZE,
+            clock: clock::ClockKind::Precise,
             max_buffer_memory: 256 << 20,
             generation_bytes: DEFAULT_GENERATION_BYTES,
         }
@@ -331,6 +334,7 @@ pub fn start_with(
         debug_assert_eq!(FILE_HEADER_LEN, 16);
         thread::ensure_exit_key();
         install_fork_handlers();
+        crate::handshake::enable_asymmetric_fences();
 
         let max_buffers = (config.max_buffer_memory / config.buffer_size).max(64);
         let session = Arc::new(Session {
@@ -360,7 +364,10 @@ pub fn start_with(
         });
         let writer = output::spawn_writer(Arc::clone(&session)).map_err(|_| Error::OutOfMemory)?;
         let _ = session.writer_thread.set(writer.thread().clone());
-        let advancer = if config.generation_bytes > 0 {
+        let coarse = config.clock == clock::ClockKind::Coarse;
+        clock::COARSE.store(coarse, Ordering::Relaxed);
+        clock::publish();
+        let advancer = if config.generation_bytes > 0 || coarse {
             match spawn_advancer(Arc::clone(&session)) {
                 Ok(a) => Some(a),
                 Err(_) => {
@@ -411,12 +418,20 @@ pub fn start_with(
 /// for producers, which may be waiting for the writer.
 fn spawn_advancer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHandle<()>> {
     let theirs = Arc::clone(&session);
-    let handle = std::thread::Builder::new().name("alloctrace-advancer".into()).spawn(move || {
-        thread::mark_internal();
+    let handle = thread::spawn_internal("alloctrace-advancer", move || {
         theirs.advancer_ready.store(true, Ordering::Release);
+        // With the coarse clock this thread also publishes the time.
+        let coarse = clock::COARSE.load(Ordering::Relaxed);
+        let period = if coarse { clock::COARSE_PERIOD } else { std::time::Duration::from_millis(100) };
         while !theirs.advancer_exit.load(Ordering::Acquire) {
-            std::thread::park_timeout(std::time::Duration::from_millis(100));
-            if theirs.advance_wanted.swap(false, Ordering::AcqRel) && !theirs.advancer_exit.load(Ordering::Acquire) {
+            std::thread::park_timeout(period);
+            if coarse {
+                clock::publish();
+            }
+            if theirs.generation_bytes > 0
+                && theirs.advance_wanted.swap(false, Ordering::AcqRel)
+                && !theirs.advancer_exit.load(Ordering::Acquire)
+            {
                 let _ = advance();
             }
         }
@@ -508,6 +523,7 @@ pub fn enabled() -> bool {
 /// leave the old one, and completes the old generation in the trace.
 fn end_generation(session: &Session, old: u64, new: u64) {
     GENERATION.store(new, Ordering::SeqCst);
+    crate::handshake::heavy_barrier();
     session.generation_start_bytes.store(session.bytes_written.load(Ordering::Relaxed), Ordering::Relaxed);
     session.advance_wanted.store(false, Ordering::Relaxed);
     let slots = thread::used_slots();
@@ -552,10 +568,9 @@ fn hand_over(session: &Session, buf: NonNull<Buffer>) {
 /// Flushes the buffers of an exiting thread (or one calling
 /// trace_thread_destroy), and folds its lost counts into the global ones.
 pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
-    if !thread::enter(slot) {
+    if !slot.seq.try_begin() {
         return;
     }
-    slot.seq.begin();
     let generation = GENERATION.load(Ordering::Acquire);
     // SAFETY: a non-zero generation read inside the seqlock section keeps
     // the session alive until seq.end() (stop waits for it).
@@ -575,7 +590,6 @@ pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
         LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
     }
     slot.seq.end();
-    thread::leave(slot);
 }
 
 /// A tracer batch (info, types, generation end, trace end) under
@@ -712,18 +726,21 @@ unsafe fn put_varint_raw(mut p: *mut u8, mut v: u64) -> *mut u8 {
 ///
 /// Must not allocate, lock or panic: runs inside the host's malloc.
 #[inline(always)]
-pub(crate) fn emit(kind: EventKind, addr: u64, arg1: u64, arg2: u64) {
-    emit_tagged(kind, addr, arg1, arg2, 0);
+pub(crate) fn emit<const KIND: u8>(addr: u64, arg1: u64, arg2: u64) {
+    emit_tagged::<KIND, false>(addr, arg1, arg2, 0);
 }
 
-/// [`emit`] with an entry-point tag (0 for none), for the LD_PRELOAD shim.
+/// [`emit`] with an entry-point tag (when `TAGGED`), for the LD_PRELOAD
+/// shim. `KIND` is an [`EventKind`] as u8: a const parameter, so each event
+/// kind gets its own out-of-line body with its address class, argument
+/// count and stack-size logic folded away.
 #[inline(always)]
-pub(crate) fn emit_tagged(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
+pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: u64, entry: u64) {
     // Tracing off: one relaxed load and a branch.
     if GENERATION.load(Ordering::Relaxed) == 0 {
         return;
     }
-    emit_enabled(kind, addr, arg1, arg2, entry);
+    emit_enabled::<KIND, TAGGED>(addr, arg1, arg2, entry);
 }
 
 /// Runs `write` for one event inside the calling thread's seqlock section
@@ -735,31 +752,49 @@ fn with_slot(write: impl FnOnce(&ThreadSlot, u64)) {
         count_lost_without_slot();
         return;
     };
-    if !thread::enter(slot) {
+    if !slot.seq.try_begin() {
         // A signal handler interrupted an event on this thread.
         let generation = GENERATION.load(Ordering::Relaxed);
         slot.lost[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);
         return;
     }
-    slot.seq.begin();
     let generation = GENERATION.load(Ordering::Acquire);
     if generation != 0 {
         write(slot, generation);
     }
     slot.seq.end();
-    thread::leave(slot);
 }
 
-#[inline(always)]
-fn emit_enabled(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
-    with_slot(|slot, generation| write_event(slot, generation, kind, addr, arg1, arg2, entry));
+/// Out of line, so the disabled path at every call site stays a load and a
+/// branch with no stack frame.
+#[inline(never)]
+fn emit_enabled<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: u64, entry: u64) {
+    let Some(kind) = EventKind::from_u8(KIND) else {
+        return;
+    };
+    let entry = if TAGGED { entry } else { 0 };
+    with_slot(
+        #[inline(always)]
+        |slot, generation| write_event(slot, generation, kind, addr, arg1, arg2, entry),
+    );
 }
 
 /// The calling thread's next timestamp: the clock, kept strictly above the
 /// thread's previous one.
 #[inline(always)]
 fn next_ticks(slot: &ThreadSlot) -> u64 {
-    let mut ticks = clock::ticks();
+    let mut ticks = if clock::COARSE.load(Ordering::Relaxed) {
+        let left = slot.clock_countdown.load(Ordering::Relaxed);
+        if left == 0 {
+            slot.clock_countdown.store(clock::COARSE_EVENTS_PER_READ - 1, Ordering::Relaxed);
+            clock::ticks()
+        } else {
+            slot.clock_countdown.store(left - 1, Ordering::Relaxed);
+            clock::PUBLISHED_TICKS.load(Ordering::Relaxed)
+        }
+    } else {
+        clock::ticks()
+    };
     let last = slot.last_ticks.load(Ordering::Relaxed);
     if ticks <= last {
         ticks = last.wrapping_add(1);
@@ -813,7 +848,15 @@ pub(crate) fn emit_page(kind: u64, base: u64, npages: u64) {
     if GENERATION.load(Ordering::Relaxed) == 0 {
         return;
     }
-    with_slot(|slot, generation| write_page_event(slot, generation, kind, base, npages));
+    emit_page_enabled(kind, base, npages);
+}
+
+#[inline(never)]
+fn emit_page_enabled(kind: u64, base: u64, npages: u64) {
+    with_slot(
+        #[inline(always)]
+        |slot, generation| write_page_event(slot, generation, kind, base, npages),
+    );
 }
 
 /// Most bytes one page event takes: a time sync word, then a long event

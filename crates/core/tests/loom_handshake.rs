@@ -23,7 +23,7 @@ struct Shared {
 
 /// One event, as the tracer's event path does it.
 fn write_event(s: &Shared) {
-    s.seq.begin();
+    assert!(s.seq.try_begin());
     let generation = s.generation.load(Ordering::Acquire);
     if generation == 1 && s.old_taken.load(Ordering::SeqCst) {
         s.wrote_after_take.store(true, Ordering::SeqCst);
@@ -48,6 +48,7 @@ fn advance_never_takes_a_buffer_in_use() {
             })
         };
         shared.generation.store(2, Ordering::SeqCst);
+        alloctrace_core::heavy_barrier();
         shared.seq.wait_quiescent();
         shared.old_taken.store(true, Ordering::SeqCst);
         writer.join().unwrap();
