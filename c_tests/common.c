@@ -402,7 +402,8 @@ bool json_require_bool(const char *json, const char *path, const char *file,
 static const char *const kind_names[EV_KIND_COUNT] = {
     "none", "span_exists", "span_alloc", "span_free",
     "heap_object_exists", "heap_object_alloc", "heap_object_free",
-    "stack_exists", "stack_alloc", "stack_free",
+    "stack_exists", "stack_alloc", "stack_free", "call",
+    "page_alloc", "page_free", "page_scav",
 };
 
 const char *event_kind_name(event_kind kind)
@@ -432,6 +433,11 @@ static bool kind_is_span_start(event_kind k)
 static bool kind_is_object_start(event_kind k)
 {
     return k == EV_HEAP_OBJECT_EXISTS || k == EV_HEAP_OBJECT_ALLOC;
+}
+
+static bool kind_is_page(event_kind k)
+{
+    return k == EV_PAGE_ALLOC || k == EV_PAGE_FREE || k == EV_PAGE_SCAV;
 }
 
 /* Parse an unsigned decimal (or 0x-prefixed hex) value of exactly len bytes. */
@@ -548,10 +554,17 @@ static bool parse_event_line(const char *line, size_t len, trace_event *ev)
             continue;
         }
         size_t klen = (size_t)(eq - tok), vlen = (size_t)(p - eq - 1);
+#define KEY_IS(s) (klen == sizeof(s) - 1 && memcmp(tok, s, klen) == 0)
+        if (KEY_IS("entry")) { /* a name, not a number */
+            if (vlen == 0 || vlen >= sizeof ev->entry || ev->entry[0] != '\0')
+                return false;
+            memcpy(ev->entry, eq + 1, vlen);
+            ev->entry[vlen] = '\0';
+            continue;
+        }
         uint64_t v;
         if (!parse_u64_token(eq + 1, vlen, &v))
             return false;
-#define KEY_IS(s) (klen == sizeof(s) - 1 && memcmp(tok, s, klen) == 0)
         if (KEY_IS("gen")) { ev->gen = v; have_gen = true; }
         else if (KEY_IS("thread")) { ev->thread = v; have_thread = true; }
         else if (KEY_IS("addr")) {
@@ -570,7 +583,7 @@ static bool parse_event_line(const char *line, size_t len, trace_event *ev)
         return false;
     /* Each kind prints exactly its own fields. */
     if (have_size != kind_has_size(ev->kind) ||
-        have_npages != kind_is_span_start(ev->kind) ||
+        have_npages != (kind_is_span_start(ev->kind) || kind_is_page(ev->kind)) ||
         have_class != kind_is_span_start(ev->kind) ||
         have_type != kind_is_object_start(ev->kind))
         return false;
@@ -636,6 +649,10 @@ void event_format(const trace_event *ev, char *buf, size_t len)
                       ev->size, ev->type_id);
     else if (kind_has_size(ev->kind))
         n += snprintf(buf + n, len - (size_t)n, " size=%" PRIu64, ev->size);
+    else if (kind_is_page(ev->kind))
+        n += snprintf(buf + n, len - (size_t)n, " npages=%" PRIu64, ev->npages);
+    if (ev->entry[0] != '\0' && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, " entry=%s", ev->entry);
     if (ev->long_form && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, " long");
 }
@@ -762,10 +779,35 @@ void emit_stack_free(expect_log *log, uintptr_t base)
     ev->long_form = addr_needs_long(base, log->min_heap_addr, log->stack_align);
 }
 
+static void push_page(expect_log *log, event_kind kind, uintptr_t base, uintptr_t npages)
+{
+    trace_event *ev = expect_push(log, kind, base);
+    ev->npages = npages;
+    ev->long_form = base % log->page_size != 0 || (uint64_t)base >> 48 != 0;
+}
+
+void emit_page_alloc(expect_log *log, uintptr_t base, uintptr_t npages)
+{
+    trace_page_alloc(base, npages);
+    push_page(log, EV_PAGE_ALLOC, base, npages);
+}
+
+void emit_page_free(expect_log *log, uintptr_t base, uintptr_t npages)
+{
+    trace_page_free(base, npages);
+    push_page(log, EV_PAGE_FREE, base, npages);
+}
+
+void emit_page_scav(expect_log *log, uintptr_t base, uintptr_t npages)
+{
+    trace_page_scav(base, npages);
+    push_page(log, EV_PAGE_SCAV, base, npages);
+}
+
 static bool event_matches(const trace_event *want, const trace_event *got)
 {
     if (want->kind != got->kind || want->addr != got->addr ||
-        want->long_form != got->long_form)
+        want->long_form != got->long_form || strcmp(want->entry, got->entry) != 0)
         return false;
     if (want->gen != 0 && want->gen != got->gen)
         return false;
@@ -777,6 +819,8 @@ static bool event_matches(const trace_event *want, const trace_event *got)
         (want->npages != got->npages || want->kind_class != got->kind_class))
         return false;
     if (kind_is_object_start(want->kind) && want->type_id != got->type_id)
+        return false;
+    if (kind_is_page(want->kind) && want->npages != got->npages)
         return false;
     return true;
 }

@@ -128,10 +128,15 @@ typedef enum event_kind {
     EV_STACK_EXISTS = 7,
     EV_STACK_ALLOC = 8,
     EV_STACK_FREE = 9,
+    EV_CALL = 10,       /* a call that changed no memory (always entry-tagged) */
+    EV_PAGE_ALLOC = 11, /* page tracer (trace_page_alloc) */
+    EV_PAGE_FREE = 12,
+    EV_PAGE_SCAV = 13,
 } event_kind;
-#define EV_KIND_COUNT 10
+#define EV_KIND_COUNT 14
 
-/* "span_exists", ... as in dump lines and stats' "events" object. */
+/* "span_exists", ..., "call", "page_alloc", ... as in dump lines and
+ * stats' "events" object. */
 const char *event_kind_name(event_kind kind);
 
 typedef struct trace_event {
@@ -141,10 +146,11 @@ typedef struct trace_event {
     event_kind kind;
     uint64_t addr;
     uint64_t size;    /* heap objects and stacks (bytes) */
-    uint64_t npages;  /* spans */
+    uint64_t npages;  /* spans and page events */
     uint64_t kind_class; /* spans */
     uint64_t type_id; /* heap objects */
     bool long_form;
+    char entry[16];   /* " entry=NAME" (LD_PRELOAD shim traces), "" if untagged */
 } trace_event;
 
 typedef struct trace_type {
@@ -190,6 +196,11 @@ void emit_heap_object_free(expect_log *log, uintptr_t addr);
 void emit_stack_exists(expect_log *log, uintptr_t base, uintptr_t size);
 void emit_stack_alloc(expect_log *log, uintptr_t base, uintptr_t size);
 void emit_stack_free(expect_log *log, uintptr_t base);
+/* Page tracer: long form when base is off the page grid or at or above
+ * 2^48 (docs/FORMAT.md section 7). */
+void emit_page_alloc(expect_log *log, uintptr_t base, uintptr_t npages);
+void emit_page_free(expect_log *log, uintptr_t base, uintptr_t npages);
+void emit_page_scav(expect_log *log, uintptr_t base, uintptr_t npages);
 
 /* The dump must hold exactly the logged events, in order, every field
  * equal (gen/thread only where the expectation is non-zero). */
