@@ -10,17 +10,18 @@
  * An event "overlaps an advance" when an advance was in progress at any
  * point of it (the main thread bumps a sequence number, odd while it is in
  * trace_advance). For every event longer than SLOW_NS the emitter asks the
- * kernel (getrusage RUSAGE_THREAD) whether it was switched out since it
- * last asked: an involuntary switch means the scheduler preempted it (on a
- * 2-core machine with more runnable threads than cores, not the tracer's
- * doing); a voluntary switch means it blocked or yielded inside the
- * tracer. Reported, in microseconds:
+ * kernel (getrusage RUSAGE_THREAD) what happened to the thread since it
+ * last asked: an involuntary switch (the scheduler preempted it: on a
+ * 2-core machine with more runnable threads than cores; note that a
+ * sched_yield that switches counts here too), a voluntary switch (it slept
+ * or waited: blocked), or page faults. Reported, in microseconds:
  *   worst_adv_us         the longest event overlapping an advance
  *   worst_adv_nosw_us    the same among events without any context switch:
  *                        the latency the tracer itself causes
- *   worst_idle_us        the longest event with no advance in progress
- *   blocked_adv          events overlapping an advance in which the emitter
- *                        switched voluntarily (blocked on something)
+ *   worst_adv_clean_us   ... and without page faults either
+ *   worst_idle_*         the same with no advance in progress
+ *   blocked_adv, preempted_adv, faulted_adv: slow events (over SLOW_NS)
+ *                        overlapping an advance, by cause
  */
 #include "alloctrace.h"
 #include "bench.h"
@@ -46,21 +47,30 @@ struct emitter {
     uint64_t events;
     uint64_t worst[2];           /* [overlaps an advance] */
     uint64_t worst_nosw[2];      /* the same, no context switch */
+    uint64_t worst_clean[2];     /* no context switch, no page fault */
     uint64_t blocked[2];         /* voluntary switches */
     uint64_t preempted[2];       /* involuntary switches */
+    uint64_t faulted[2];         /* page faults, no switch */
     uint64_t slow[2];            /* events over SLOW_NS */
+    long vol, invol, flt;        /* the counters when last read */
     pthread_barrier_t *barrier;
 };
 
-static void switches(long *vol, long *invol) {
+/* Reads the thread's switch and fault counters; returns which moved. */
+enum { SW_VOL = 1, SW_INVOL = 2, FAULT = 4 };
+static int thread_events(struct emitter *e) {
     struct rusage ru;
     getrusage(RUSAGE_THREAD, &ru);
-    *vol = ru.ru_nvcsw;
-    *invol = ru.ru_nivcsw;
+    int what = (ru.ru_nvcsw != e->vol ? SW_VOL : 0) | (ru.ru_nivcsw != e->invol ? SW_INVOL : 0) |
+               (ru.ru_minflt + ru.ru_majflt != e->flt ? FAULT : 0);
+    e->vol = ru.ru_nvcsw;
+    e->invol = ru.ru_nivcsw;
+    e->flt = ru.ru_minflt + ru.ru_majflt;
+    return what;
 }
 
 /* One event call, timed; classifies it if slow. */
-static inline void account(struct emitter *e, uint64_t t0, uint64_t t1, uint64_t seq0, long *vol, long *invol) {
+static inline void account(struct emitter *e, uint64_t t0, uint64_t t1, uint64_t seq0) {
     uint64_t seq1 = atomic_load_explicit(&advance_seq, memory_order_relaxed);
     int adv = (seq0 & 1) || seq1 != seq0;
     uint64_t d = t1 - t0;
@@ -69,28 +79,31 @@ static inline void account(struct emitter *e, uint64_t t0, uint64_t t1, uint64_t
     if (d < (uint64_t)(SLOW_NS * tpn)) {
         if (d > e->worst_nosw[adv])
             e->worst_nosw[adv] = d;
+        if (d > e->worst_clean[adv])
+            e->worst_clean[adv] = d;
         return;
     }
     e->slow[adv]++;
-    long v, iv;
-    switches(&v, &iv);
-    bool vol_sw = v != *vol, invol_sw = iv != *invol;
-    *vol = v;
-    *invol = iv;
-    if (vol_sw)
+    int what = thread_events(e);
+    if (what & SW_VOL)
         e->blocked[adv]++;
-    if (invol_sw)
+    if (what & SW_INVOL)
         e->preempted[adv]++;
-    if (!vol_sw && !invol_sw && d > e->worst_nosw[adv])
+    if (what & (SW_VOL | SW_INVOL))
+        return;
+    if (d > e->worst_nosw[adv])
         e->worst_nosw[adv] = d;
+    if (what & FAULT)
+        e->faulted[adv]++;
+    else if (d > e->worst_clean[adv])
+        e->worst_clean[adv] = d;
 }
 
 static void *emit(void *arg) {
     struct emitter *e = arg;
     uintptr_t base = HEAP_BASE + (uintptr_t)e->index * RING * 64;
-    long vol, invol;
     pthread_barrier_wait(e->barrier);
-    switches(&vol, &invol);
+    thread_events(e);
     uint64_t n = 0;
     while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
         for (int i = 0; i < RING; i++) {
@@ -99,12 +112,12 @@ static void *emit(void *arg) {
             uint64_t t0 = ticks();
             trace_heap_object_alloc(a, 64, 0);
             uint64_t t1 = ticks();
-            account(e, t0, t1, seq, &vol, &invol);
+            account(e, t0, t1, seq);
             seq = atomic_load_explicit(&advance_seq, memory_order_relaxed);
             t0 = ticks();
             trace_heap_object_free(a);
             t1 = ticks();
-            account(e, t0, t1, seq, &vol, &invol);
+            account(e, t0, t1, seq);
         }
         n += 2 * RING;
     }
@@ -174,8 +187,8 @@ int main(int argc, char **argv) {
         advance_ns[n++] = a1 - a0;
     }
     atomic_store(&stop, true);
-    uint64_t events = 0, worst[2] = {0, 0}, worst_nosw[2] = {0, 0};
-    uint64_t blocked[2] = {0, 0}, preempted[2] = {0, 0}, slow[2] = {0, 0};
+    uint64_t events = 0, worst[2] = {0, 0}, worst_nosw[2] = {0, 0}, worst_clean[2] = {0, 0};
+    uint64_t blocked[2] = {0, 0}, preempted[2] = {0, 0}, faulted[2] = {0, 0}, slow[2] = {0, 0};
     for (int i = 0; i < emitters; i++) {
         pthread_join(t[i], NULL);
         events += e[i].events;
@@ -184,6 +197,9 @@ int main(int argc, char **argv) {
                 worst[k] = e[i].worst[k];
             if (e[i].worst_nosw[k] > worst_nosw[k])
                 worst_nosw[k] = e[i].worst_nosw[k];
+            if (e[i].worst_clean[k] > worst_clean[k])
+                worst_clean[k] = e[i].worst_clean[k];
+            faulted[k] += e[i].faulted[k];
             blocked[k] += e[i].blocked[k];
             preempted[k] += e[i].preempted[k];
             slow[k] += e[i].slow[k];
@@ -208,11 +224,15 @@ int main(int argc, char **argv) {
     json_num("events_per_s_per_thread", (double)events / elapsed_s / emitters);
     json_num("worst_adv_us", (double)worst[1] * us);
     json_num("worst_adv_nosw_us", (double)worst_nosw[1] * us);
+    json_num("worst_adv_clean_us", (double)worst_clean[1] * us);
     json_num("worst_idle_us", (double)worst[0] * us);
     json_num("worst_idle_nosw_us", (double)worst_nosw[0] * us);
+    json_num("worst_idle_clean_us", (double)worst_clean[0] * us);
     json_num("slow_adv", (double)slow[1]);
     json_num("blocked_adv", (double)blocked[1]);
     json_num("preempted_adv", (double)preempted[1]);
+    json_num("faulted_adv", (double)faulted[1]);
+    json_num("faulted_idle", (double)faulted[0]);
     json_num("blocked_idle", (double)blocked[0]);
     json_num("preempted_idle", (double)preempted[0]);
     json_num("ticks_per_ns", tpn);

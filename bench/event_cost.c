@@ -13,6 +13,8 @@
  * Phase A, tracing off:
  *   atomic_branch  one relaxed atomic load and a branch per call (inline)
  *   disabled       trace_heap_object_alloc/free before trace_start
+ *   call_so        the same check behind a call into a shared library
+ *                  (bench/noop.c): what a disabled call costs at least
  *   rdtsc, clock_gettime, clock_gettime_coarse: the clocks alone
  * Phase B, tracing on (trace_start to TRACE_PATH, min_heap_align 16):
  *   floor_precise  rdtsc + the event's varint record appended to a
@@ -60,11 +62,16 @@ static _Atomic bool ticker_stop;
 static _Atomic uint64_t fake_generation;
 static volatile uint64_t sink;
 
+/* bench/noop.c, in libbenchnoop.so. */
+void bench_noop_alloc(uintptr_t addr, uint64_t size, uint64_t type_id);
+void bench_noop_free(uintptr_t addr);
+
 enum clock_kind { CLK_RDTSC, CLK_COARSE, CLK_NONE };
 
 enum loop_kind {
     L_ATOMIC_BRANCH,
     L_DISABLED,
+    L_CALL_SO,
     L_RDTSC,
     L_CLOCK_GETTIME,
     L_CLOCK_GETTIME_COARSE,
@@ -76,7 +83,7 @@ enum loop_kind {
 };
 
 static const char *loop_names[L_COUNT] = {
-    "atomic_branch", "disabled", "rdtsc", "clock_gettime", "clock_gettime_coarse",
+    "atomic_branch", "disabled", "call_so", "rdtsc", "clock_gettime", "clock_gettime_coarse",
     "floor_precise", "floor_coarse", "encode_store", "api",
 };
 
@@ -152,6 +159,13 @@ static double run_loop(enum loop_kind k, long pairs, int thread) {
             uintptr_t a = addrs[i & (RING - 1)] + off;
             trace_heap_object_alloc(a, sizes[i & (RING - 1)], 0);
             trace_heap_object_free(a);
+        }
+        break;
+    case L_CALL_SO:
+        for (long i = 0; i < pairs; i++) {
+            uintptr_t a = addrs[i & (RING - 1)] + off;
+            bench_noop_alloc(a, sizes[i & (RING - 1)], 0);
+            bench_noop_free(a);
         }
         break;
     case L_RDTSC:
@@ -280,8 +294,9 @@ int main(int argc, char **argv) {
 
     /* Phase A: tracing off. */
     run_loop(L_DISABLED, pairs / 4 + 1, 0); /* warm up */
-    const enum loop_kind off[] = {L_ATOMIC_BRANCH, L_DISABLED, L_RDTSC, L_CLOCK_GETTIME, L_CLOCK_GETTIME_COARSE};
-    measure(off, 5, 1, pairs, reps);
+    const enum loop_kind off[] = {L_ATOMIC_BRANCH, L_DISABLED, L_CALL_SO, L_RDTSC, L_CLOCK_GETTIME,
+                                  L_CLOCK_GETTIME_COARSE};
+    measure(off, 6, 1, pairs, reps);
 
     /* Phase B: tracing on. */
     trace_config cfg;
