@@ -31,6 +31,9 @@ pub(crate) struct Buffer {
     pub(crate) cap: usize,
     /// Timestamp of the last event written: the base of the next delta.
     pub(crate) last_ticks: u64,
+    /// The previous ID of each address class in this batch: the base of the
+    /// next ID's delta (compact events batches).
+    pub(crate) ids: alloctrace_format::IdDeltas,
     /// Size of the whole mapping, for munmap.
     map_len: usize,
 }
@@ -63,7 +66,7 @@ impl Buffer {
         let buf = p.cast::<Buffer>();
         // SAFETY: the mapping is fresh, writable, page-aligned and larger
         // than a Buffer.
-        unsafe { buf.write(Buffer { len: 0, cap, last_ticks: 0, map_len }) };
+        unsafe { buf.write(Buffer { len: 0, cap, last_ticks: 0, ids: Default::default(), map_len }) };
         NonNull::new(buf)
     }
 
@@ -119,6 +122,7 @@ impl Buffer {
         pos = put_uvarint(bytes, pos, base_ticks);
         self.len = pos;
         self.last_ticks = base_ticks;
+        self.ids = Default::default();
     }
 
     /// Appends one varint. The caller has checked that there is room.

@@ -192,6 +192,8 @@ pub(crate) struct Session {
     pub(crate) advance_wanted: AtomicBool,
     /// Tells the advancer thread to exit.
     pub(crate) advancer_exit: AtomicBool,
+    /// Set by the advancer thread when it will run no more advances.
+    pub(crate) advancer_done: AtomicBool,
     pub(crate) advancer_ready: AtomicBool,
     pub(crate) advancer_thread: std::sync::OnceLock<std::thread::Thread>,
     info: SessionInfo,
@@ -350,6 +352,7 @@ pub fn start_with(
             generation_bytes: config.generation_bytes,
             advance_wanted: AtomicBool::new(false),
             advancer_exit: AtomicBool::new(false),
+            advancer_done: AtomicBool::new(false),
             advancer_ready: AtomicBool::new(false),
             advancer_thread: std::sync::OnceLock::new(),
             info: SessionInfo {
@@ -435,6 +438,7 @@ fn spawn_advancer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHan
                 let _ = advance();
             }
         }
+        theirs.advancer_done.store(true, Ordering::Release);
     })?;
     let _ = session.advancer_thread.set(handle.thread().clone());
     while !session.advancer_ready.load(Ordering::Acquire) {
@@ -477,17 +481,21 @@ pub fn advance() -> Result<(), Error> {
 /// write error, if any.
 pub fn stop() -> Result<(), Error> {
     // The advancer may be waiting for CONTROL inside advance(): ask it to
-    // exit and join it without holding CONTROL.
-    let advancer = with_control(|control| {
-        let session = control.session.as_ref().ok_or(Error::NotStarted)?;
+    // stop and wait for it without holding CONTROL. Wait on a flag, not by
+    // joining: a join frees memory on this thread, which must not happen
+    // while tracing is on (a traced allocator would see it).
+    let session = with_control(|control| {
+        let session = control.session.clone().ok_or(Error::NotStarted)?;
         session.advancer_exit.store(true, Ordering::Release);
         if let Some(t) = session.advancer_thread.get() {
             t.unpark();
         }
-        Ok(control.advancer.take())
+        Ok(session)
     })?;
-    if let Some(advancer) = advancer {
-        let _ = advancer.join();
+    if session.advancer_thread.get().is_some() {
+        while !session.advancer_done.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
     }
     with_control(|control| {
         let session = control.session.take().ok_or(Error::NotStarted)?;
@@ -502,6 +510,9 @@ pub fn stop() -> Result<(), Error> {
         }
         if let Some(writer) = control.writer.take() {
             let _ = writer.join();
+        }
+        if let Some(advancer) = control.advancer.take() {
+            let _ = advancer.join();
         }
         let errno = session.io_error.load(Ordering::Relaxed);
         let close_result = session.output.close();
@@ -931,6 +942,9 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
         return;
     };
+    // Short-form IDs travel as deltas from the batch's previous ID of the
+    // same class (FORMAT.md section 3, compact events).
+    let first = if kind_byte & LONG_FORM == 0 { b.ids.encode(class, first) } else { first };
     // SAFETY: `b` has MAX_EVENT_LEN bytes of room: one kind byte and five
     // varints at most.
     unsafe {
@@ -975,7 +989,7 @@ fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Opt
     debug_assert!(b.cap >= MAX_HEADER_LEN + 3 * 8 + MAX_EVENT_LEN.max(MAX_PAGE_EVENT_LEN));
     let thread_id = slot.id.load(Ordering::Relaxed);
     match stream {
-        Stream::Events => b.begin(BatchKind::Events, generation, thread_id, ticks),
+        Stream::Events => b.begin(BatchKind::CompactEvents, generation, thread_id, ticks),
         Stream::Pages => {
             use alloctrace_format::pages::{self, SYNC_THREAD, SYNC_TIME};
             b.begin(BatchKind::Pages, generation, thread_id, ticks);

@@ -66,6 +66,10 @@ pub enum BatchKind {
     TraceEnd = 5,
     /// Pages [8-byte page words...] from the page tracer.
     Pages = 6,
+    /// CompactEvents [event...]: events whose short-form first argument is
+    /// a zigzag delta from the previous ID of the same address class in the
+    /// batch (see [`IdDeltas`]). What the writer emits.
+    CompactEvents = 7,
 }
 
 impl BatchKind {
@@ -78,6 +82,7 @@ impl BatchKind {
             4 => BatchKind::GenerationEnd,
             5 => BatchKind::TraceEnd,
             6 => BatchKind::Pages,
+            7 => BatchKind::CompactEvents,
             _ => return None,
         })
     }
@@ -91,6 +96,7 @@ impl BatchKind {
             BatchKind::GenerationEnd => "generation-end",
             BatchKind::TraceEnd => "trace-end",
             BatchKind::Pages => "pages",
+            BatchKind::CompactEvents => "compact-events",
         }
     }
 }
@@ -381,6 +387,64 @@ pub fn get_uvarint(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
     }
 }
 
+/// Zigzag-encodes a signed delta so small magnitudes of either sign give
+/// small varints.
+#[inline(always)]
+pub const fn zigzag(delta: i64) -> u64 {
+    ((delta << 1) ^ (delta >> 63)) as u64
+}
+
+/// Inverse of [`zigzag`].
+#[inline(always)]
+pub const fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// The previous short-form ID of each address class within one compact
+/// events batch: the base its next ID is a delta from. Starts at 0 in every
+/// batch; long-form events neither use nor change it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdDeltas {
+    prev: [u64; 3],
+}
+
+impl IdDeltas {
+    fn index(class: AddressClass) -> Option<usize> {
+        match class {
+            AddressClass::Span => Some(0),
+            AddressClass::HeapObject => Some(1),
+            AddressClass::Stack => Some(2),
+            AddressClass::Raw => None,
+        }
+    }
+
+    /// Writer: the argument to write for `id`, remembering it.
+    #[inline(always)]
+    pub fn encode(&mut self, class: AddressClass, id: u64) -> u64 {
+        match Self::index(class) {
+            Some(i) => {
+                let delta = id.wrapping_sub(self.prev[i]) as i64;
+                self.prev[i] = id;
+                zigzag(delta)
+            }
+            None => id,
+        }
+    }
+
+    /// Reader: the ID for a written argument, remembering it.
+    #[inline(always)]
+    pub fn decode(&mut self, class: AddressClass, arg: u64) -> u64 {
+        match Self::index(class) {
+            Some(i) => {
+                let id = self.prev[i].wrapping_add(unzigzag(arg) as u64);
+                self.prev[i] = id;
+                id
+            }
+            None => arg,
+        }
+    }
+}
+
 /// log2 of a power of two; `None` for anything else.
 #[inline]
 pub const fn exact_log2(v: u64) -> Option<u32> {
@@ -461,6 +525,25 @@ mod tests {
         let mut v2 = bytes;
         v2[8] = 2;
         assert_eq!(FileHeader::decode(&v2), Err(HeaderError::UnsupportedVersion(2)));
+    }
+
+    #[test]
+    fn zigzag_and_id_deltas_round_trip() {
+        for d in [0i64, 1, -1, 63, -64, i64::MAX, i64::MIN] {
+            assert_eq!(unzigzag(zigzag(d)), d);
+        }
+        assert_eq!(zigzag(-1), 1);
+        assert_eq!(zigzag(1), 2);
+        let ids = [(AddressClass::HeapObject, 1000u64), (AddressClass::Span, 5), (AddressClass::HeapObject, 998),
+            (AddressClass::HeapObject, u64::MAX), (AddressClass::Raw, 77), (AddressClass::HeapObject, 0)];
+        let (mut w, mut r) = (IdDeltas::default(), IdDeltas::default());
+        for (class, id) in ids {
+            let arg = w.encode(class, id);
+            assert_eq!(r.decode(class, arg), id);
+        }
+        let mut w = IdDeltas::default();
+        w.encode(AddressClass::HeapObject, 1000);
+        assert_eq!(w.encode(AddressClass::HeapObject, 998), 3, "-2 zigzags to 3");
     }
 
     #[test]

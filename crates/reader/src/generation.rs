@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Range;
 
-use alloctrace_format::{exact_log2, pages, restore_address, AddressClass, BatchKind, EventKind};
+use alloctrace_format::{exact_log2, pages, restore_address, AddressClass, BatchKind, EventKind, IdDeltas};
 
 use crate::decode::{self, BatchContext, Cursor, PageEvent, PagesState, RawEvent};
 use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, TypeInfo};
@@ -133,6 +133,8 @@ struct BatchCursor {
     pending: Option<Pending>,
     /// The sync state of a pages batch (unused for an events batch).
     pages: PagesState,
+    /// Previous IDs of a compact events batch (FORMAT.md section 3).
+    ids: IdDeltas,
 }
 
 #[derive(Clone, Copy)]
@@ -165,6 +167,7 @@ impl Emitter {
                 pos: 0,
                 pending: None,
                 pages: PagesState::new(thread, base),
+                ids: IdDeltas::default(),
             });
             em.advance(i, base)?;
         }
@@ -198,7 +201,10 @@ impl Emitter {
                 return Ok(());
             }
             let start = c.pos();
-            let ev = decode::event(&mut c)?;
+            let mut ev = decode::event(&mut c)?;
+            if batch.kind == BatchKind::CompactEvents && !ev.long_form {
+                ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
+            }
             let ticks = prev_ticks
                 .checked_add(ev.delta)
                 .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;

@@ -357,9 +357,9 @@ impl<R: Read> TraceReader<R> {
             return Ok(());
         };
         match kind {
-            BatchKind::Events | BatchKind::Pages => {
+            BatchKind::Events | BatchKind::CompactEvents | BatchKind::Pages => {
                 let body_pos = c.pos();
-                let events = if kind == BatchKind::Events {
+                let events = if kind != BatchKind::Pages {
                     decode::validate_events(&mut c, header.base_ticks)?
                 } else {
                     let state = PagesState::new(header.thread, header.base_ticks);
