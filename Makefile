@@ -107,6 +107,7 @@ BENCH_BINS   := $(addprefix $(BUILD)/bench/,libbenchnoop.so event_cost advance w
 
 .PHONY: bench
 bench: all $(BENCH_BINS)
+	@if [ -d crates/preload ]; then $(CARGO) build --release -p alloctrace-preload; fi
 	python3 bench/run
 
 $(BUILD)/bench/event_cost: bench/event_cost.c bench/bench.h $(HEADER) lib $(BUILD)/bench/libbenchnoop.so
