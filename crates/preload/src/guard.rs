@@ -1,0 +1,60 @@
+//! The per-thread reentrancy state.
+//!
+//! One const-initialised thread-local byte with no destructor: reading or
+//! writing it never allocates or registers anything, so it is safe from the
+//! first malloc ld.so makes to the last free of a dying thread.
+
+use core::cell::Cell;
+
+/// The thread runs the program's code: interposed calls are traced.
+pub const NORMAL: u8 = 0;
+/// The thread is inside an event call into the core (or holds the span
+/// table). mmap, munmap and mremap made now come from the core itself
+/// (buffer memory) or from a signal handler, and pass through untraced;
+/// malloc and friends are still traced (the core counts an event that a
+/// signal handler makes mid-event as lost).
+pub const IN_EVENT: u8 = 1;
+/// The thread runs the shim's own code (configuration, start, stop, dlsym,
+/// pthread_getattr_np), or is one of the tracer's own threads: every
+/// interposed call passes straight through, untraced.
+pub const OWN: u8 = 2;
+
+thread_local! {
+    static STATE: Cell<u8> = const { Cell::new(NORMAL) };
+}
+
+/// The calling thread's state.
+#[inline(always)]
+pub fn get() -> u8 {
+    STATE.with(|s| s.get())
+}
+
+/// Sets the calling thread's state and returns the previous one.
+#[inline(always)]
+pub fn replace(state: u8) -> u8 {
+    STATE.with(|s| s.replace(state))
+}
+
+/// Runs `f` as the shim's own code: nothing it calls is traced.
+#[inline]
+pub fn own<T>(f: impl FnOnce() -> T) -> T {
+    let prev = replace(OWN);
+    let r = f();
+    replace(prev);
+    r
+}
+
+/// Runs `f` (event calls) in state [`IN_EVENT`], unless the thread runs the
+/// shim's own code, where nothing is recorded. Keeps errno: an event may
+/// make a syscall when a buffer fills, and the program reads errno after
+/// a failed call.
+#[inline(always)]
+pub fn event(f: impl FnOnce()) {
+    let prev = replace(IN_EVENT);
+    if prev != OWN {
+        let saved = crate::real::errno();
+        f();
+        crate::real::set_errno(saved);
+    }
+    replace(prev);
+}

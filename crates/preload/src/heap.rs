@@ -1,0 +1,342 @@
+//! The malloc family. Each wrapper is: the real call (glibc's `__libc_*`),
+//! then, when tracing, one tagged event (FORMAT.md section 3):
+//!
+//! | call | events (T = tagged with the entry point) |
+//! |---|---|
+//! | allocation that succeeds | T heap alloc (requested size) |
+//! | allocation that fails, `free(NULL)` | T call |
+//! | `free(p)` | T heap free, recorded *before* the real free |
+//! | `realloc(NULL, n)` | as malloc |
+//! | `realloc(p, 0)` (glibc frees p) | T heap free |
+//! | `realloc(p, n)` | heap free of p (before the call), then T heap alloc of the result |
+//! | `realloc(p, n)` that fails | heap free of p, heap alloc of p again (its usable size), T call |
+//! | `reallocarray` | as realloc; an overflow is a T call (errno ENOMEM) |
+//!
+//! A free is recorded before the block goes back to glibc: once it is back,
+//! another thread may get the same address from malloc and record its
+//! allocation, which must come after the free in the trace.
+//!
+//! In a session that starts with an inherited heap (session.rs, FILTER) an
+//! object's free is recorded only if the object is in the live set; the
+//! free of an inherited object is a T call.
+//!
+//! Hot path: a relaxed load (tracing on?), the real call, a thread-local
+//! state check and the event; no allocation, no lock, no system call.
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::Ordering;
+
+use alloctrace_core::events::{self, tagged, EntryPoint};
+
+use crate::{early, guard, liveset, own, real, session};
+
+/// memalign's alignment rule: rounded up to a power of two, at least 16.
+fn own_align(align: usize) -> usize {
+    align.checked_next_power_of_two().unwrap_or(usize::MAX / 2 + 1).max(16)
+}
+
+#[inline(always)]
+fn recording() -> bool {
+    alloctrace_core::enabled() && session::HEAP.load(Ordering::Relaxed)
+}
+
+#[inline(always)]
+fn filtering() -> bool {
+    session::FILTER.load(Ordering::Relaxed)
+}
+
+/// Records an allocation's outcome: alloc of `p`, or a call when it failed.
+#[inline(always)]
+fn allocated(entry: EntryPoint, p: *mut c_void, size: usize) {
+    guard::event(|| {
+        if p.is_null() {
+            tagged::call(entry);
+        } else {
+            if filtering() {
+                liveset::insert(p as usize);
+            }
+            tagged::heap_object_alloc(entry, p as usize, size as u64);
+        }
+    });
+}
+
+/// Records `entry` freeing `p` (before the real free).
+#[inline(always)]
+fn freed(entry: EntryPoint, p: *mut c_void) {
+    if p.is_null() || (filtering() && !liveset::remove(p as usize)) {
+        tagged::call(entry);
+    } else {
+        tagged::heap_object_free(entry, p as usize);
+    }
+}
+
+/// Interposed malloc(3).
+///
+/// # Safety
+/// As malloc(3).
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    if guard::get() == guard::OWN {
+        return own::alloc(size, 16);
+    }
+    // SAFETY: forwarded.
+    let p = unsafe { real::__libc_malloc(size) };
+    if recording() {
+        allocated(EntryPoint::Malloc, p, size);
+    } else if early::active() {
+        early::alloc(p as usize, size);
+    }
+    p
+}
+
+/// Interposed calloc(3).
+///
+/// # Safety
+/// As calloc(3).
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    if guard::get() == guard::OWN {
+        return own::calloc(n, size);
+    }
+    // SAFETY: forwarded (glibc checks n * size for overflow).
+    let p = unsafe { real::__libc_calloc(n, size) };
+    if recording() {
+        allocated(EntryPoint::Calloc, p, n.wrapping_mul(size));
+    } else if early::active() {
+        early::alloc(p as usize, n.wrapping_mul(size));
+    }
+    p
+}
+
+/// Interposed free(3).
+///
+/// # Safety
+/// As free(3).
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    if own::contains(p) {
+        // SAFETY: a block of the shim's own heap.
+        return unsafe { own::free(p) };
+    }
+    if recording() {
+        guard::event(|| freed(EntryPoint::Free, p));
+    } else if early::active() {
+        early::free(p as usize);
+    }
+    // SAFETY: forwarded.
+    unsafe { real::__libc_free(p) }
+}
+
+/// realloc and reallocarray once the size is known.
+#[inline]
+unsafe fn reallocate(entry: EntryPoint, p: *mut c_void, size: usize) -> *mut c_void {
+    if own::contains(p) {
+        // SAFETY: a block of the shim's own heap.
+        return unsafe { own::realloc(p, size) };
+    }
+    if p.is_null() && guard::get() == guard::OWN {
+        return own::alloc(size, 16);
+    }
+    if !recording() || guard::get() == guard::OWN {
+        let log = early::active();
+        // SAFETY: forwarded.
+        let r = unsafe { real::__libc_realloc(p, size) };
+        if log && (!r.is_null() || size == 0) {
+            early::free(p as usize);
+            early::alloc(r as usize, size);
+        }
+        return r;
+    }
+    if p.is_null() {
+        // SAFETY: forwarded.
+        let r = unsafe { real::__libc_realloc(p, size) };
+        allocated(entry, r, size);
+        return r;
+    }
+    if size == 0 {
+        // glibc frees p and returns NULL.
+        guard::event(|| freed(entry, p));
+        // SAFETY: forwarded.
+        let r = unsafe { real::__libc_realloc(p, 0) };
+        if !r.is_null() {
+            // Another allocator's realloc(p, 0) may return a new block.
+            guard::event(|| {
+                if filtering() {
+                    liveset::insert(r as usize);
+                }
+                events::heap_object_alloc(r as usize, 0, 0);
+            });
+        }
+        return r;
+    }
+    let mut tracked = true;
+    guard::event(|| {
+        tracked = !filtering() || liveset::remove(p as usize);
+        if tracked {
+            events::heap_object_free(p as usize);
+        }
+    });
+    // SAFETY: forwarded.
+    let r = unsafe { real::__libc_realloc(p, size) };
+    guard::event(|| {
+        if r.is_null() {
+            // p is still allocated: live again in the trace.
+            if tracked {
+                // SAFETY: p is a live block of glibc's.
+                let usable = unsafe { libc::malloc_usable_size(p) };
+                if filtering() {
+                    liveset::insert(p as usize);
+                }
+                events::heap_object_alloc(p as usize, usable as u64, 0);
+            }
+            tagged::call(entry);
+        } else {
+            if filtering() {
+                liveset::insert(r as usize);
+            }
+            tagged::heap_object_alloc(entry, r as usize, size as u64);
+        }
+    });
+    r
+}
+
+/// Interposed realloc(3).
+///
+/// # Safety
+/// As realloc(3).
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: forwarded.
+    unsafe { reallocate(EntryPoint::Realloc, p, size) }
+}
+
+/// Interposed reallocarray(3): realloc of n * size bytes; ENOMEM if that
+/// overflows, as glibc.
+///
+/// # Safety
+/// As reallocarray(3).
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        // SAFETY: forwarded.
+        Some(bytes) => unsafe { reallocate(EntryPoint::Reallocarray, p, bytes) },
+        None => {
+            real::set_errno(libc::ENOMEM);
+            if recording() {
+                guard::event(|| tagged::call(EntryPoint::Reallocarray));
+            }
+            core::ptr::null_mut()
+        }
+    }
+}
+
+/// Interposed posix_memalign(3): EINVAL unless `align` is a power of two
+/// multiple of sizeof(void *), ENOMEM when memory runs out; `*out` is
+/// written only on success. As glibc.
+///
+/// # Safety
+/// As posix_memalign(3).
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    let word = core::mem::size_of::<*mut c_void>();
+    let (rc, p) = if align % word != 0 || !(align / word).is_power_of_two() {
+        (libc::EINVAL, core::ptr::null_mut())
+    } else {
+        let p = if guard::get() == guard::OWN {
+            own::alloc(size, align)
+        } else {
+            // SAFETY: forwarded.
+            unsafe { real::__libc_memalign(align, size) }
+        };
+        (if p.is_null() { libc::ENOMEM } else { 0 }, p)
+    };
+    if rc == 0 {
+        // SAFETY: the caller passes a valid out-pointer.
+        unsafe { *out = p };
+    }
+    if recording() {
+        allocated(EntryPoint::PosixMemalign, p, size);
+    } else if early::active() {
+        early::alloc(p as usize, size);
+    }
+    rc
+}
+
+/// Interposed aligned_alloc(3). glibc 2.36 and earlier implement it as
+/// memalign (an alignment that is not a power of two is rounded up); so
+/// does the shim, so a program behaves as without it.
+///
+/// # Safety
+/// As aligned_alloc(3).
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if guard::get() == guard::OWN {
+        return own::alloc(size, own_align(align));
+    }
+    // SAFETY: forwarded.
+    let p = unsafe { real::__libc_memalign(align, size) };
+    if recording() {
+        allocated(EntryPoint::AlignedAlloc, p, size);
+    } else if early::active() {
+        early::alloc(p as usize, size);
+    }
+    p
+}
+
+/// Interposed memalign(3).
+///
+/// # Safety
+/// As memalign(3).
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    if guard::get() == guard::OWN {
+        return own::alloc(size, own_align(align));
+    }
+    // SAFETY: forwarded.
+    let p = unsafe { real::__libc_memalign(align, size) };
+    if recording() {
+        allocated(EntryPoint::Memalign, p, size);
+    } else if early::active() {
+        early::alloc(p as usize, size);
+    }
+    p
+}
+
+/// Interposed valloc(3).
+///
+/// # Safety
+/// As valloc(3).
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    if guard::get() == guard::OWN {
+        return own::alloc(size, crate::page_size());
+    }
+    // SAFETY: forwarded.
+    let p = unsafe { real::__libc_valloc(size) };
+    if recording() {
+        allocated(EntryPoint::Valloc, p, size);
+    } else if early::active() {
+        early::alloc(p as usize, size);
+    }
+    p
+}
+
+/// Interposed pvalloc(3). The recorded size is the requested one (glibc
+/// rounds the block up to whole pages).
+///
+/// # Safety
+/// As pvalloc(3).
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    if guard::get() == guard::OWN {
+        return own::alloc(size.div_ceil(crate::page_size()).max(1) * crate::page_size(), crate::page_size());
+    }
+    // SAFETY: forwarded.
+    let p = unsafe { real::__libc_pvalloc(size) };
+    if recording() {
+        allocated(EntryPoint::Pvalloc, p, size);
+    } else if early::active() {
+        early::alloc(p as usize, size);
+    }
+    p
+}

@@ -1,0 +1,156 @@
+//! `liballoctrace_preload.so`: the alloctrace LD_PRELOAD shim.
+//!
+//! Loaded with `LD_PRELOAD` (`alloctrace record -- CMD` does it), it traces
+//! a dynamically linked program without changing it: every call of the
+//! malloc family, of mmap/munmap/mremap, and every thread's stack. The
+//! configuration is read from environment variables (config.rs, README.md).
+//!
+//! ## Design
+//!
+//! - **Interposition.** The library defines malloc, calloc, realloc, free,
+//!   posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
+//!   reallocarray, mmap, mmap64, munmap, mremap, pthread_create, execve,
+//!   execv, execvp, execvpe and fexecve, and exports nothing else (a Rust
+//!   cdylib exports only `#[no_mangle]` items; `make preload-test` checks
+//!   the list with `nm -D`). Exporting a `trace_*` function would hijack any
+//!   same-named symbol of the traced program, so the shim links the core
+//!   (alloctrace-core, which has no C symbols), not the C API.
+//! - **Real functions** without recursion (real.rs): glibc's `__libc_*`
+//!   allocator entry points, raw system calls for mmap/munmap/mremap/execve,
+//!   `dlsym(RTLD_NEXT)` for pthread_create, execvpe and fexecve.
+//! - **Reentrancy** (guard.rs): a const-initialised thread-local state,
+//!   OWN while the shim runs its own code (configuration, start, stop,
+//!   dlsym, pthread_getattr_np) and on the tracer's own threads, so their
+//!   calls pass through untraced; IN_EVENT while the core records an
+//!   event, so the core's own buffer mappings are not recorded.
+//! - **The shim's own heap** (own.rs): allocations made in state OWN come
+//!   from a private lock-free heap, recognised by address when freed, so a
+//!   block glibc frees later on the shim's behalf (a thread-local destructor
+//!   registration, a TLS block) is never traced either.
+//! - **Events** (heap.rs, maps.rs, stacks.rs): exactly one entry-tagged
+//!   event per interposed call (FORMAT.md section 3), so the trace's
+//!   `entry_points` count the program's calls, `free(NULL)` and failed
+//!   calls included.
+//! - **Lifecycle** (session.rs): a session starts in the constructor and
+//!   stops in an atexit handler (whichever thread calls exit), before exec,
+//!   and restarts in a forked child and after a failed exec, each time into
+//!   a file of its own.
+//!
+//! ## Invariants
+//!
+//! 1. A wrapper MUST call the real function through real.rs, never through
+//!    an exported name. Otherwise it would call itself.
+//! 2. Anything the shim itself runs that may allocate, map or create a
+//!    thread MUST run in state OWN. Otherwise the shim's own allocations
+//!    would be traced as the program's, or recurse into the tracer.
+//! 3. Each interposed call MUST produce exactly one tagged event while
+//!    tracing is on and the calling thread is in state NORMAL or IN_EVENT.
+//!    Otherwise the entry-point counts would not count calls.
+//! 4. A heap free MUST be recorded before the block goes back to glibc, and
+//!    a span change under the span table lock together with its system
+//!    call. Otherwise another thread could record the reuse of the address
+//!    before its release, and the trace would show a double allocation.
+//! 5. A span free MUST name a span in the span table, and a heap free in a
+//!    session with an inherited heap an object of the live set. Otherwise
+//!    the trace would hold unknown frees.
+//!
+//! ## Corner cases
+//!
+//! - Calls before the constructor (ld.so, other constructors) and after the
+//!   atexit handler pass through untraced: the core's events are off.
+//! - Heap calls before the constructor (other libraries' constructors) are
+//!   logged in a fixed table and replayed as "exists" events by the first
+//!   session (early.rs), so their later frees pair up. Only memory
+//!   allocated before the shim was loaded at all (ld.so's) is unknown.
+//! - A signal handler that allocates while its thread is inside an event:
+//!   the core counts that event as lost and never corrupts a buffer.
+//! - fork: the prepare handler holds the span table; the child starts a new
+//!   session (new file, the span table's spans as "exists", the forking
+//!   thread's stack as "exists", frees filtered through the live set).
+//! - vfork and posix_spawn children run no fork handlers: their events (if
+//!   any) go to the parent's session, and the exec wrappers leave the
+//!   parent's session alone (the pid differs).
+//! - exec: the session stops first (complete trace); the new program starts
+//!   its own (same pid: the file name gets a `.N` suffix).
+//! - `_exit` runs no atexit handler: the trace ends at the last batch the
+//!   writer thread wrote, and readers report it truncated.
+//! - Bad configuration: one message on stderr, the program runs untraced,
+//!   and ALLOCTRACE_DISABLE=1 is set so its children stay quiet.
+#![warn(unsafe_op_in_unsafe_fn)]
+// Unit tests build only the pure modules; the interposers are left out.
+#![cfg_attr(test, allow(dead_code))]
+
+mod config;
+mod liveset;
+mod own;
+mod spans;
+
+#[cfg(not(test))]
+mod early;
+#[cfg(not(test))]
+mod exec;
+#[cfg(not(test))]
+mod guard;
+#[cfg(not(test))]
+mod heap;
+#[cfg(not(test))]
+mod maps;
+#[cfg(not(test))]
+mod real;
+#[cfg(not(test))]
+mod session;
+#[cfg(not(test))]
+mod stacks;
+
+#[cfg(test)]
+mod real {
+    //! What the pure modules need of real.rs in unit tests.
+    pub use libc::{mmap, munmap};
+    /// # Safety
+    /// As mremap(2).
+    pub unsafe fn mremap(
+        old: *mut core::ffi::c_void,
+        old_len: usize,
+        new_len: usize,
+        flags: core::ffi::c_int,
+        _new: *mut core::ffi::c_void,
+    ) -> *mut core::ffi::c_void {
+        // SAFETY: as the caller's.
+        unsafe { libc::mremap(old, old_len, new_len, flags) }
+    }
+    /// # Safety
+    /// As memalign(3).
+    pub unsafe fn __libc_memalign(align: usize, size: usize) -> *mut core::ffi::c_void {
+        // SAFETY: as the caller's.
+        unsafe { libc::memalign(align, size) }
+    }
+}
+
+/// The system page size, read by the constructor (4096 until then).
+pub(crate) static PAGE_SIZE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(4096);
+
+/// The system page size.
+#[inline(always)]
+pub(crate) fn page_size() -> usize {
+    PAGE_SIZE.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// The constructor: ld.so runs it when it loads the library, before the
+/// program's own constructors and main.
+#[cfg(not(test))]
+extern "C" fn init(_argc: core::ffi::c_int, _argv: *const *const u8, _envp: *const *const u8) {
+    // SAFETY: getauxval has no preconditions.
+    let page = unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize;
+    if page.is_power_of_two() {
+        PAGE_SIZE.store(page, core::sync::atomic::Ordering::Relaxed);
+    }
+    // A panic must not unwind into ld.so: catch it and run untraced.
+    if std::panic::catch_unwind(session::init).is_err() {
+        real::write_stderr(b"alloctrace: internal error while starting; running untraced\n");
+    }
+}
+
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn(core::ffi::c_int, *const *const u8, *const *const u8) = init;

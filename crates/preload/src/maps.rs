@@ -1,0 +1,209 @@
+//! mmap, mmap64, munmap and mremap: the system call, then span events
+//! against the span table (spans.rs), all under the table's lock.
+//!
+//! Every call is recorded by exactly one tagged event (FORMAT.md section 3):
+//! the last span event the call produced, or a call event when it produced
+//! none (a failed call, an munmap of memory the trace never saw). The span
+//! events before the last (the frees and re-allocations of what a mapping
+//! replaced or an munmap cut into) are untagged.
+//!
+//! Span classes: bit 0 (1) MAP_SHARED, bit 1 (2) a file mapping, bit 2 (4)
+//! an mremap of a mapping the shim never saw. npages is the length in
+//! pages, rounded up.
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::Ordering;
+
+use alloctrace_core::events::{self, tagged, EntryPoint};
+
+use crate::spans::{SpanEvent, Table, CLASS_FILE, CLASS_SHARED, CLASS_UNKNOWN, SPANS};
+use crate::{guard, real, session};
+
+use crate::page_size;
+
+#[inline(always)]
+fn pages(len: usize) -> usize {
+    len.div_ceil(page_size())
+}
+
+#[inline(always)]
+fn round_up(len: usize) -> usize {
+    pages(len).saturating_mul(page_size())
+}
+
+/// Applies the one-tag-per-call rule: holds back the latest event, emits
+/// the ones before it untagged, and tags the last.
+struct Tagger {
+    pending: Option<SpanEvent>,
+}
+
+impl Tagger {
+    fn new() -> Tagger {
+        Tagger { pending: None }
+    }
+
+    fn finish(self, entry: EntryPoint) {
+        match self.pending {
+            Some(SpanEvent::Free { base }) => tagged::span_free(entry, base),
+            Some(SpanEvent::Alloc { base, len, class }) => tagged::span_alloc(entry, base, pages(len), class),
+            None => tagged::call(entry),
+        }
+    }
+}
+
+impl crate::spans::Sink for Tagger {
+    fn event(&mut self, ev: SpanEvent) {
+        match self.pending.replace(ev) {
+            Some(SpanEvent::Free { base }) => events::span_free(base),
+            Some(SpanEvent::Alloc { base, len, class }) => events::span_alloc(base, pages(len), class),
+            None => {}
+        }
+    }
+}
+
+/// Emits a span-exists event for every span in the table: the snapshot of a
+/// session that starts with mappings recorded by an earlier one (a forked
+/// child's inheritance). Called with the table locked, tracing on.
+pub fn snapshot(table: &mut Table) {
+    let prev = guard::replace(guard::IN_EVENT);
+    for s in table.spans() {
+        events::span_exists(s.base, pages(s.end - s.base), s.class);
+    }
+    guard::replace(prev);
+}
+
+/// Whether a call should be recorded: tracing on, mmap family wanted, and
+/// the thread runs the program's code (not the core's buffer mapping, not
+/// the shim's own code, not a signal handler inside either).
+#[inline(always)]
+fn recording() -> bool {
+    alloctrace_core::enabled() && session::MMAP.load(Ordering::Relaxed) && guard::get() == guard::NORMAL
+}
+
+/// Runs the system call `call` and records it with `record`, under the span
+/// table lock and in state IN_EVENT, keeping the call's errno.
+#[inline]
+fn traced<R: Copy>(call: impl FnOnce() -> R, record: impl FnOnce(R, &mut Table, &mut Tagger)) -> R {
+    let prev = guard::replace(guard::IN_EVENT);
+    let mut table = SPANS.lock();
+    let r = call();
+    let saved = real::errno();
+    let mut tagger = Tagger::new();
+    record(r, table.table(), &mut tagger);
+    drop(table);
+    real::set_errno(saved);
+    guard::replace(prev);
+    r
+}
+
+fn class_of(flags: c_int) -> u64 {
+    let mut class = 0;
+    let kind = flags & 0x0f; // MAP_TYPE
+    if kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE {
+        class |= CLASS_SHARED;
+    }
+    if flags & libc::MAP_ANONYMOUS == 0 {
+        class |= CLASS_FILE;
+    }
+    class
+}
+
+unsafe fn do_mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void {
+    if !recording() {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    }
+    traced(
+        // SAFETY: the caller's arguments, unchanged.
+        || unsafe { real::mmap(addr, len, prot, flags, fd, off) },
+        |r, table, tagger| {
+            if r != libc::MAP_FAILED {
+                let base = r as usize;
+                table.map(base, base.saturating_add(round_up(len)), class_of(flags), tagger);
+            }
+            tagger_finish(tagger, EntryPoint::Mmap);
+        },
+    )
+}
+
+fn tagger_finish(tagger: &mut Tagger, entry: EntryPoint) {
+    core::mem::replace(tagger, Tagger::new()).finish(entry);
+}
+
+/// Interposed mmap(2).
+///
+/// # Safety
+/// As mmap(2).
+#[no_mangle]
+pub unsafe extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: libc::off_t) -> *mut c_void {
+    // SAFETY: forwarded.
+    unsafe { do_mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// Interposed mmap64 (the same function on 64-bit glibc; programs built
+/// with _FILE_OFFSET_BITS=64 call it by this name). Counted as `mmap`.
+///
+/// # Safety
+/// As mmap(2).
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: libc::off64_t) -> *mut c_void {
+    // SAFETY: forwarded.
+    unsafe { do_mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// Interposed munmap(2).
+///
+/// # Safety
+/// As munmap(2).
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    if !recording() {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::munmap(addr, len) };
+    }
+    traced(
+        // SAFETY: the caller's arguments, unchanged.
+        || unsafe { real::munmap(addr, len) },
+        |r, table, tagger| {
+            if r == 0 {
+                let base = addr as usize;
+                table.unmap(base, base.saturating_add(round_up(len)), tagger);
+            }
+            tagger_finish(tagger, EntryPoint::Munmap);
+        },
+    )
+}
+
+/// Interposed mremap(2). C declares it variadic, with `new_address` as the
+/// optional fifth argument: on the x86-64 and AArch64 Linux ABIs a variadic
+/// pointer argument travels exactly like a fixed one, and it is read only
+/// when MREMAP_FIXED says the caller passed it.
+///
+/// # Safety
+/// As mremap(2).
+#[no_mangle]
+pub unsafe extern "C" fn mremap(old: *mut c_void, old_len: usize, new_len: usize, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+    let new_addr = if flags & libc::MREMAP_FIXED != 0 { new_addr } else { core::ptr::null_mut() };
+    if !recording() {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
+    }
+    traced(
+        // SAFETY: the caller's arguments, unchanged.
+        || unsafe { real::mremap(old, old_len, new_len, flags, new_addr) },
+        |r, table, tagger| {
+            if r != libc::MAP_FAILED {
+                let old_base = old as usize;
+                let class = table.class_at(old_base).unwrap_or(CLASS_UNKNOWN);
+                // old_len 0 duplicates a shared mapping, and
+                // MREMAP_DONTUNMAP keeps the old range mapped.
+                if old_len != 0 && flags & libc::MREMAP_DONTUNMAP == 0 {
+                    table.unmap(old_base, old_base.saturating_add(round_up(old_len)), tagger);
+                }
+                let base = r as usize;
+                table.map(base, base.saturating_add(round_up(new_len)), class, tagger);
+            }
+            tagger_finish(tagger, EntryPoint::Mremap);
+        },
+    )
+}

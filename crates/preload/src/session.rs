@@ -1,0 +1,382 @@
+//! The shim's lifecycle: one tracing session per process image, started by
+//! the constructor, by a forked child and after a failed exec; stopped at
+//! exit and before exec.
+//!
+//! [`LIFECYCLE`] is the state machine:
+//!
+//! ```text
+//! UNINIT --constructor--> RUNNING --exit, exec--> STOPPED
+//!    |                       ^  \--fork (child)--> RUNNING (new file)
+//!    |                       \--- failed exec ---- STOPPED
+//!    \--disabled, bad value--> DISABLED     (open failed: FAILED)
+//! ```
+//!
+//! Every transition runs as the shim's own code (guard OWN), so the
+//! allocations of start and stop (threads, file names, the index line) are
+//! never traced.
+
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::cell::Cell;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+
+use alloctrace_core::{Config, Error, Output};
+
+use crate::config::{self, Parsed, Settings};
+use crate::real::write_stderr;
+use crate::{guard, liveset, spans, stacks};
+
+pub const UNINIT: u8 = 0;
+pub const RUNNING: u8 = 1;
+pub const STOPPED: u8 = 2;
+pub const DISABLED: u8 = 3;
+pub const FAILED: u8 = 4;
+
+/// Where the shim is in its lifecycle (above). Written only as the shim's
+/// own code, read by the wrappers (exec, pthread_create).
+pub static LIFECYCLE: AtomicU8 = AtomicU8::new(UNINIT);
+
+/// Which families the session records. Written before the session starts.
+pub static HEAP: AtomicBool = AtomicBool::new(false);
+pub static MMAP: AtomicBool = AtomicBool::new(false);
+pub static STACKS: AtomicBool = AtomicBool::new(false);
+
+/// Whether frees are filtered through the live set (liveset.rs): set for
+/// sessions that start with an inherited heap.
+pub static FILTER: AtomicBool = AtomicBool::new(false);
+
+/// Counts the sessions this process (and its ancestors before fork) has
+/// started: a thread's stack is freed in the trace only if the stack was
+/// recorded in the same session.
+pub static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The process that runs the session. A vfork child (or a clone child that
+/// ran no fork handlers) shares or copies the parent's memory but has
+/// another pid: the exec wrappers leave the parent's session alone there.
+pub static SESSION_PID: AtomicI32 = AtomicI32::new(0);
+
+/// The settings, leaked once by the constructor.
+static SETTINGS: AtomicPtr<Settings> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The current trace file's path, for messages (leaked per session).
+static TRACE_PATH: AtomicPtr<CString> = AtomicPtr::new(core::ptr::null_mut());
+
+fn settings() -> Option<&'static Settings> {
+    // SAFETY: set once, to a leaked Box, never freed.
+    unsafe { SETTINGS.load(Ordering::Acquire).as_ref() }
+}
+
+/// Why a session starts: decides the file name rule and the live set.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The first session of a process image (the constructor).
+    Root,
+    /// A forked child.
+    ForkChild,
+    /// After an exec that failed.
+    AfterExec,
+}
+
+fn message(msg: &str) {
+    write_stderr(format!("alloctrace: {msg}\n").as_bytes());
+}
+
+/// The constructor's work. Runs as the shim's own code.
+pub fn init() {
+    guard::own(|| {
+        if LIFECYCLE.load(Ordering::Acquire) != UNINIT {
+            return;
+        }
+        crate::real::resolve_all();
+        let settings = match config::from_env() {
+            Parsed::Disabled => {
+                LIFECYCLE.store(DISABLED, Ordering::Release);
+                return;
+            }
+            Parsed::Bad(why) => {
+                message(&format!("{why}; running untraced"));
+                LIFECYCLE.store(DISABLED, Ordering::Release);
+                // Children inherit the environment, bad value included:
+                // they stay untraced and silent, so the message shows once.
+                std::env::set_var(config::DISABLE, "1");
+                return;
+            }
+            Parsed::Ok(s) => s,
+        };
+        if settings.overwrite {
+            // Only this process may replace an existing file: a child or an
+            // exec'd program must never truncate a trace of this run.
+            std::env::remove_var(config::OVERWRITE);
+        }
+        crate::exec::capture_environment();
+        HEAP.store(settings.heap, Ordering::Relaxed);
+        MMAP.store(settings.mmap, Ordering::Relaxed);
+        STACKS.store(settings.stacks, Ordering::Relaxed);
+        SETTINGS.store(Box::into_raw(Box::new(settings)), Ordering::Release);
+        if start_session(Kind::Root) {
+            // SAFETY: at_exit is an extern "C" fn without arguments.
+            unsafe { libc::atexit(at_exit) };
+            // After the core's first start, which registered its own
+            // handlers: child handlers run in registration order, so ours
+            // runs after the core has reset itself.
+            // SAFETY: the handlers are extern "C" fns without arguments.
+            unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+        }
+    });
+}
+
+/// Opens the trace file of a session: the pattern expanded for this pid; if
+/// that exists, the first free of NAME.1.EXT, NAME.2.EXT, ... (a fork child
+/// of a pattern without %p, a program exec'd by a traced process with the
+/// same pid). Only the root session with ALLOCTRACE_OVERWRITE=1 replaces an
+/// existing file. Never follows a symlink; files are created 0600.
+fn open_output(s: &Settings, kind: Kind, pid: u32) -> Result<(Output, CString), (Vec<u8>, i32)> {
+    let name = config::expand(&s.pattern, pid);
+    let cname = |n: &[u8]| CString::new(n.to_vec()).map_err(|_| (n.to_vec(), libc::EINVAL));
+    if kind == Kind::Root && s.overwrite {
+        let c = cname(&name)?;
+        return Output::create(&c).map(|o| (o, c)).map_err(|e| (name, e));
+    }
+    for k in 0..1000 {
+        let candidate = if k == 0 { name.clone() } else { config::with_suffix(&name, k) };
+        let c = cname(&candidate)?;
+        match Output::create_new(&c) {
+            Ok(o) => return Ok((o, c)),
+            Err(libc::EEXIST) => continue,
+            Err(e) => return Err((candidate, e)),
+        }
+    }
+    Err((name, libc::EEXIST))
+}
+
+fn strerror(e: i32) -> String {
+    std::io::Error::from_raw_os_error(e).to_string()
+}
+
+/// Starts a session. Runs as the shim's own code. Returns whether tracing
+/// is on.
+fn start_session(kind: Kind) -> bool {
+    let Some(s) = settings() else { return false };
+    // SAFETY: getpid and getauxval have no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let page_size = match unsafe { libc::getauxval(libc::AT_PAGESZ) } {
+        0 => 4096,
+        p => p,
+    };
+    let config = Config {
+        page_size,
+        // glibc's malloc returns 16-byte-aligned blocks on 64-bit targets:
+        // object IDs are addresses / 16.
+        min_heap_align: 2 * core::mem::size_of::<usize>() as u64,
+        min_stack_align: page_size,
+        buffer_size: s.buffer_size,
+        ..Config::default()
+    };
+    let filter = kind != Kind::Root && s.heap;
+    if filter && !liveset::reset(kind == Kind::ForkChild) {
+        message("cannot map the live-object set of a new session (out of memory); running untraced");
+        LIFECYCLE.store(FAILED, Ordering::Release);
+        return false;
+    }
+    FILTER.store(filter, Ordering::Release);
+    let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
+    SESSION_PID.store(pid, Ordering::Release);
+
+    let mut opened: Option<CString> = None;
+    let mut open_error: Option<(Vec<u8>, i32)> = None;
+    // Hold the span table from before tracing turns on until the snapshot
+    // has listed it: a span mapped meanwhile by another thread then comes
+    // after its "exists" events, never twice.
+    let mut table = spans::SPANS.lock();
+    let mut snapshot = || {
+        if kind == Kind::Root && s.heap {
+            crate::early::replay(|addr, size| {
+                let prev = guard::replace(guard::IN_EVENT);
+                alloctrace_core::events::heap_object_exists(addr, size as u64, 0);
+                guard::replace(prev);
+            });
+        }
+        if s.mmap {
+            crate::maps::snapshot(table.table());
+        }
+        if s.stacks {
+            stacks::snapshot(epoch);
+        }
+    };
+    let result = alloctrace_core::start_with(
+        &config,
+        || match open_output(s, kind, pid as u32) {
+            Ok((output, path)) => {
+                opened = Some(path);
+                Ok(output)
+            }
+            Err((name, e)) => {
+                open_error = Some((name, e));
+                Err(Error::Io(e))
+            }
+        },
+        Some(&mut snapshot),
+    );
+    drop(table);
+    match result {
+        Ok(()) => {
+            let path = opened.unwrap_or_default();
+            write_index(s, pid, &path);
+            let old = TRACE_PATH.swap(Box::into_raw(Box::new(path)), Ordering::AcqRel);
+            // The old path's box is leaked on purpose: a message may be
+            // reading it on another thread.
+            let _ = old;
+            LIFECYCLE.store(RUNNING, Ordering::Release);
+            true
+        }
+        Err(err) => {
+            let what = match (open_error, err) {
+                (Some((name, e)), _) => format!(
+                    "cannot create the trace file {}: {}",
+                    String::from_utf8_lossy(&name),
+                    if e == libc::EEXIST { "it exists, and so do its 999 alternatives".to_string() } else { strerror(e) }
+                ),
+                (None, e) => format!("cannot start tracing: {e:?}"),
+            };
+            message(&format!("{what}; running untraced"));
+            LIFECYCLE.store(FAILED, Ordering::Release);
+            false
+        }
+    }
+}
+
+/// Stops the running session: flushes every thread and closes the file.
+/// Runs as the shim's own code.
+fn stop_session() {
+    if LIFECYCLE.compare_exchange(RUNNING, STOPPED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    if let Err(e) = alloctrace_core::stop() {
+        // SAFETY: TRACE_PATH holds null or a leaked box.
+        let path = unsafe { TRACE_PATH.load(Ordering::Acquire).as_ref() };
+        let path = path.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let why = match e {
+            Error::Io(errno) => strerror(errno),
+            other => format!("{other:?}"),
+        };
+        message(&format!("writing the trace {path} failed: {why}"));
+    }
+}
+
+/// Appends `pid<TAB>program<TAB>absolute path` to ALLOCTRACE_INDEX.
+fn write_index(s: &Settings, pid: i32, path: &CString) {
+    let Some(index) = &s.index else { return };
+    let mut full = Vec::new();
+    if !path.as_bytes().starts_with(b"/") {
+        if let Ok(cwd) = std::env::current_dir() {
+            full.extend_from_slice(cwd.as_os_str().as_bytes());
+            full.push(b'/');
+        }
+    }
+    full.extend_from_slice(path.as_bytes());
+    let program: Vec<u8> = program_name().into_iter().map(|c| if c == b'\t' || c == b'\n' { b'?' } else { c }).collect();
+    let mut line = format!("{pid}\t").into_bytes();
+    line.extend_from_slice(&program);
+    line.push(b'\t');
+    line.extend_from_slice(&full);
+    line.push(b'\n');
+    // SAFETY: index is NUL-terminated; the descriptor is ours and closed
+    // below. O_APPEND makes the one write atomic with respect to other
+    // processes appending lines.
+    unsafe {
+        let fd = libc::open(index.as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NOFOLLOW);
+        if fd < 0 {
+            return;
+        }
+        libc::write(fd, line.as_ptr().cast(), line.len());
+        libc::close(fd);
+    }
+}
+
+extern "C" {
+    static program_invocation_short_name: *const libc::c_char;
+}
+
+fn program_name() -> Vec<u8> {
+    // SAFETY: glibc sets this to a NUL-terminated string before any
+    // constructor runs; it is never freed.
+    unsafe {
+        let p = program_invocation_short_name;
+        if p.is_null() {
+            return Vec::new();
+        }
+        core::ffi::CStr::from_ptr(p).to_bytes().to_vec()
+    }
+}
+
+/// atexit handler: runs on whichever thread calls exit.
+extern "C" fn at_exit() {
+    // The thread stays in state OWN: what the rest of exit frees is not
+    // traced (the session is over).
+    guard::replace(guard::OWN);
+    stop_session();
+}
+
+thread_local! {
+    /// Set by fork_prepare when it took the span table lock.
+    static FORK_HOLDS_SPANS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Keeps the span table whole across fork: no thread is inside it when the
+/// address space is copied.
+extern "C" fn fork_prepare() {
+    // A fork from a signal handler that interrupted this thread inside the
+    // shim must not wait for a lock this thread may hold.
+    if LIFECYCLE.load(Ordering::Acquire) == RUNNING && guard::get() == guard::NORMAL {
+        core::mem::forget(spans::SPANS.lock());
+        FORK_HOLDS_SPANS.with(|f| f.set(true));
+    }
+}
+
+extern "C" fn fork_parent() {
+    if FORK_HOLDS_SPANS.with(|f| f.replace(false)) {
+        spans::SPANS.force_unlock();
+    }
+}
+
+/// In the child (after the core's handler turned tracing off and forgot the
+/// parent's session): a new session with a file of its own.
+extern "C" fn fork_child() {
+    FORK_HOLDS_SPANS.with(|f| f.set(false));
+    spans::SPANS.reset_after_fork();
+    if LIFECYCLE.load(Ordering::Acquire) != RUNNING {
+        return;
+    }
+    LIFECYCLE.store(STOPPED, Ordering::Release);
+    guard::own(|| start_session(Kind::ForkChild));
+}
+
+/// Before exec: ends the session so its trace is complete (exec discards
+/// the writer thread and every buffer). Returns whether it stopped one.
+/// Leaves a vfork child's parent session alone.
+pub fn before_exec() -> bool {
+    if LIFECYCLE.load(Ordering::Acquire) != RUNNING {
+        return false;
+    }
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } != SESSION_PID.load(Ordering::Acquire) {
+        return false;
+    }
+    guard::own(stop_session);
+    true
+}
+
+/// After an exec that failed: the program goes on, traced into a new file.
+pub fn after_failed_exec() {
+    guard::own(|| start_session(Kind::AfterExec));
+}
+
+/// Whether pthread_create should wrap new threads (to record their stacks).
+#[inline]
+pub fn wrap_threads() -> bool {
+    match LIFECYCLE.load(Ordering::Acquire) {
+        DISABLED | FAILED => false,
+        UNINIT => true,
+        _ => STACKS.load(Ordering::Relaxed),
+    }
+}

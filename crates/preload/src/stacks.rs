@@ -1,0 +1,153 @@
+//! Thread stacks: pthread_create runs every new thread through a trampoline
+//! that records its stack (stack alloc, from pthread_getattr_np) when it
+//! starts and frees it (stack free) when it ends, by returning, by
+//! pthread_exit or by cancellation (both unwind through the trampoline,
+//! whose guard records the free). The thread that starts a session records
+//! its own stack as "exists".
+//!
+//! Threads created by the shim's own code (the core's writer and advancer)
+//! go through the trampoline too, which puts them in state OWN for life:
+//! nothing they do is ever traced.
+
+use core::cell::Cell;
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::Ordering;
+
+use alloctrace_core::events;
+
+use crate::{guard, real, session};
+
+thread_local! {
+    /// This thread's stack as recorded: (base, session epoch), or (0, 0).
+    static STACK: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// A thread's start routine. "C-unwind": pthread_exit and cancellation
+/// unwind through it (a plain "C" frame would abort).
+type Routine = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
+
+/// What the trampoline needs, in a block from glibc's allocator (untraced).
+struct Start {
+    routine: Routine,
+    arg: *mut c_void,
+    internal: bool,
+}
+
+/// The calling thread's stack: (lowest address, size in bytes).
+fn current_stack() -> Option<(usize, usize)> {
+    guard::own(|| {
+        // SAFETY: attr is initialised by pthread_getattr_np before use and
+        // destroyed after; the out-pointers are valid.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+            if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+                return None;
+            }
+            let mut addr: *mut c_void = core::ptr::null_mut();
+            let mut size: usize = 0;
+            let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+            (rc == 0 && !addr.is_null()).then_some((addr as usize, size))
+        }
+    })
+}
+
+fn recording() -> bool {
+    alloctrace_core::enabled() && session::STACKS.load(Ordering::Relaxed)
+}
+
+/// Records the calling thread's stack as allocated (`exists` false) or as
+/// existing since before the session (`exists` true), in session `epoch`.
+fn record_stack(exists: bool, epoch: u64) {
+    let Some((base, size)) = current_stack() else { return };
+    let prev = guard::replace(guard::IN_EVENT);
+    if exists {
+        events::stack_exists(base, size);
+    } else {
+        events::stack_alloc(base, size);
+    }
+    guard::replace(prev);
+    STACK.with(|s| s.set((base, epoch)));
+}
+
+/// The snapshot of a new session: the starting thread's stack exists.
+pub fn snapshot(epoch: u64) {
+    record_stack(true, epoch);
+}
+
+/// Records the free of this thread's stack, if this session recorded it.
+fn end_stack() {
+    let (base, epoch) = STACK.with(|s| s.replace((0, 0)));
+    if base != 0 && epoch == session::EPOCH.load(Ordering::Acquire) && recording() && guard::get() != guard::OWN {
+        let prev = guard::replace(guard::IN_EVENT);
+        events::stack_free(base);
+        guard::replace(prev);
+    }
+}
+
+/// Frees the stack in the trace when the thread's start routine returns or
+/// unwinds (pthread_exit, cancellation).
+struct StackGuard;
+
+impl Drop for StackGuard {
+    fn drop(&mut self) {
+        end_stack();
+    }
+}
+
+unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
+    // SAFETY: pthread_create below passed a Start written into this block,
+    // which only this thread reads and frees.
+    let start = unsafe { block.cast::<Start>().read() };
+    // SAFETY: the block came from __libc_malloc.
+    unsafe { real::__libc_free(block) };
+    if start.internal {
+        guard::replace(guard::OWN);
+        // SAFETY: the creator's routine and argument.
+        return unsafe { (start.routine)(start.arg) };
+    }
+    if recording() && guard::get() == guard::NORMAL {
+        record_stack(false, session::EPOCH.load(Ordering::Acquire));
+    }
+    let _guard = StackGuard;
+    // SAFETY: the creator's routine and argument.
+    unsafe { (start.routine)(start.arg) }
+}
+
+/// Interposed pthread_create: runs the thread through the trampoline.
+///
+/// # Safety
+/// As pthread_create(3).
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    routine: Routine,
+    arg: *mut c_void,
+) -> c_int {
+    let Some(real_create) = real::pthread_create() else { return libc::EAGAIN };
+    // SAFETY: the routine types differ only in their unwind ABI.
+    let real_create: unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, Routine, *mut c_void) -> c_int =
+        unsafe { core::mem::transmute(real_create) };
+    let internal = guard::get() == guard::OWN;
+    if !internal && !session::wrap_threads() {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real_create(thread, attr, routine, arg) };
+    }
+    // SAFETY: plain allocation from glibc, never traced.
+    let block = unsafe { real::__libc_malloc(core::mem::size_of::<Start>()) }.cast::<Start>();
+    if block.is_null() {
+        // SAFETY: the caller's arguments, unchanged: the thread runs
+        // without stack events.
+        return unsafe { real_create(thread, attr, routine, arg) };
+    }
+    // SAFETY: block is fresh, suitably aligned memory for a Start.
+    unsafe { block.write(Start { routine, arg, internal }) };
+    // SAFETY: the trampoline takes ownership of the block if the thread starts.
+    let rc = unsafe { real_create(thread, attr, trampoline, block.cast()) };
+    if rc != 0 {
+        // SAFETY: no thread was created, so the block is still ours.
+        unsafe { real::__libc_free(block.cast()) };
+    }
+    rc
+}
