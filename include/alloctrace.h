@@ -35,6 +35,22 @@ typedef enum trace_clock {
 } trace_clock;
 
 /**
+ * Whether the writer thread compresses the trace
+ * (`trace_config.compression`).
+ */
+typedef enum trace_compression {
+  /**
+   * Batches as they are (default).
+   */
+  TRACE_COMPRESSION_NONE = 0,
+  /**
+   * Whole batches compressed with zstd by the writer thread, never by the
+   * threads that emit events; readers decompress transparently.
+   */
+  TRACE_COMPRESSION_ZSTD = 1,
+} trace_compression;
+
+/**
  * The result of a lifecycle call.
  */
 typedef enum trace_result {
@@ -138,6 +154,11 @@ typedef struct trace_config {
    * field gets the default.)
    */
   enum trace_clock clock;
+  /**
+   * Whether the writer compresses the trace; default
+   * TRACE_COMPRESSION_NONE. (Added after the first version, like `clock`.)
+   */
+  enum trace_compression compression;
 } trace_config;
 
 #ifdef __cplusplus
@@ -147,7 +168,8 @@ extern "C" {
 /**
  * Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
  * `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
- * `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock.
+ * `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock, no
+ * compression.
  *
  * NULL does nothing. Any thread, at any time; it does not allocate.
  */

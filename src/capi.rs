@@ -53,6 +53,18 @@ pub enum trace_clock {
     TRACE_CLOCK_COARSE = 1,
 }
 
+/// Whether the writer thread compresses the trace
+/// (`trace_config.compression`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum trace_compression {
+    /// Batches as they are (default).
+    TRACE_COMPRESSION_NONE = 0,
+    /// Whole batches compressed with zstd by the writer thread, never by the
+    /// threads that emit events; readers decompress transparently.
+    TRACE_COMPRESSION_ZSTD = 1,
+}
+
 /// Configuration for `trace_start`. Fill it with `trace_config_init`, then
 /// set the fields you need.
 #[repr(C)]
@@ -90,6 +102,9 @@ pub struct trace_config {
     /// the first version: a caller whose `struct_size` ends before this
     /// field gets the default.)
     pub clock: trace_clock,
+    /// Whether the writer compresses the trace; default
+    /// TRACE_COMPRESSION_NONE. (Added after the first version, like `clock`.)
+    pub compression: trace_compression,
 }
 
 /// `struct_size` of the first version of trace_config, which ended at
@@ -126,7 +141,7 @@ fn to_result(r: Result<(), Error>) -> trace_result {
 
 /// The static C string for a Config::validate message.
 fn bad_config_detail(what: &str) -> &'static CStr {
-    const DETAILS: [&CStr; 8] = [
+    const DETAILS: [&CStr; 9] = [
         c"page_size must be a power of two",
         c"min_heap_align must be a power of two",
         c"min_stack_align must be a power of two",
@@ -134,9 +149,10 @@ fn bad_config_detail(what: &str) -> &'static CStr {
         c"struct_size is smaller than sizeof(trace_config): call trace_config_init",
         c"path is NULL and fd is negative: set one of them",
         c"clock must be TRACE_CLOCK_PRECISE or TRACE_CLOCK_COARSE",
+        c"compression must be TRACE_COMPRESSION_NONE or TRACE_COMPRESSION_ZSTD",
         c"bad configuration",
     ];
-    DETAILS.iter().copied().find(|d| d.to_bytes() == what.as_bytes()).unwrap_or(DETAILS[7])
+    DETAILS.iter().copied().find(|d| d.to_bytes() == what.as_bytes()).unwrap_or(DETAILS[8])
 }
 
 fn errno_detail(errno: i32) -> &'static CStr {
@@ -164,7 +180,8 @@ macro_rules! ffi_guard {
 
 /// Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
 /// `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
-/// `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock.
+/// `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock, no
+/// compression.
 ///
 /// NULL does nothing. Any thread, at any time; it does not allocate.
 #[no_mangle]
@@ -187,6 +204,7 @@ pub extern "C" fn trace_config_init(cfg: *mut trace_config) {
             snapshot: None,
             snapshot_ctx: core::ptr::null_mut(),
             clock: trace_clock::TRACE_CLOCK_PRECISE,
+            compression: trace_compression::TRACE_COMPRESSION_NONE,
         });
     }
 }
@@ -215,7 +233,22 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         if cfg.path.is_null() && cfg.fd < 0 {
             return to_result(Err(Error::BadConfig("path is NULL and fd is negative: set one of them")));
         }
-        let clock = if size >= core::mem::size_of::<trace_config>() {
+        let covers = |offset: usize| size >= offset + core::mem::size_of::<u32>();
+        let compress = if covers(core::mem::offset_of!(trace_config, compression)) {
+            // SAFETY: as for clock below.
+            match unsafe { core::ptr::addr_of!(cfg.compression).cast::<u32>().read() } {
+                0 => false,
+                1 => true,
+                _ => {
+                    return to_result(Err(Error::BadConfig(
+                        "compression must be TRACE_COMPRESSION_NONE or TRACE_COMPRESSION_ZSTD",
+                    )))
+                }
+            }
+        } else {
+            false
+        };
+        let clock = if covers(core::mem::offset_of!(trace_config, clock)) {
             // Read as an int: C may pass any value.
             // SAFETY: the field is inside the caller's struct (struct_size
             // covers it) and trace_clock is an int-sized repr(C) enum.
@@ -229,6 +262,7 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         };
         let config = Config {
             clock,
+            compress,
             min_heap_addr: cfg.min_heap_addr,
             page_size: cfg.page_size,
             min_heap_align: cfg.min_heap_align,

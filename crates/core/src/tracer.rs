@@ -181,6 +181,8 @@ pub(crate) struct Session {
     pub(crate) writer_thread: std::sync::OnceLock<std::thread::Thread>,
     /// First write error (errno), 0 if none.
     pub(crate) io_error: AtomicI32,
+    /// Whether the writer thread compresses batches.
+    pub(crate) compress: bool,
     /// Bytes the writer thread has written (or discarded after an error).
     pub(crate) bytes_written: AtomicU64,
     /// `bytes_written` when the current generation started.
@@ -247,6 +249,8 @@ pub struct Config {
     pub buffer_size: usize,
     /// Which clock stamps events.
     pub clock: clock::ClockKind,
+    /// Compress batches with zstd in the writer thread.
+    pub compress: bool,
     /// Upper bound on buffer memory, in bytes; producers wait beyond it.
     pub max_buffer_memory: usize,
     /// A generation that has written this many bytes is ended by the
@@ -274,6 +278,7 @@ impl Default for Config {
             min_stack_align: 4096,
             buffer_size: DEFAULT_BUFFER_SIZE,
             clock: clock::ClockKind::Precise,
+            compress: false,
             max_buffer_memory: 256 << 20,
             generation_bytes: DEFAULT_GENERATION_BYTES,
         }
@@ -347,6 +352,7 @@ pub fn start_with(
             writer_ready: AtomicBool::new(false),
             writer_thread: std::sync::OnceLock::new(),
             io_error: AtomicI32::new(0),
+            compress: config.compress,
             bytes_written: AtomicU64::new(0),
             generation_start_bytes: AtomicU64::new(0),
             generation_bytes: config.generation_bytes,

@@ -32,6 +32,10 @@ pub const BATCH_PREFIX_LEN: usize = 5;
 /// allocating anything, so a corrupt length can never cause a huge allocation.
 pub const MAX_BATCH_PAYLOAD: u32 = 16 << 20;
 
+/// Largest decompressed size a compressed batch may declare; readers check
+/// it before allocating.
+pub const MAX_DECOMPRESSED_LEN: u64 = 64 << 20;
+
 /// Most bytes a LEB128 varint of a u64 takes.
 pub const MAX_VARINT_LEN: usize = 10;
 
@@ -70,6 +74,9 @@ pub enum BatchKind {
     /// a zigzag delta from the previous ID of the same address class in the
     /// batch (see [`IdDeltas`]). What the writer emits.
     CompactEvents = 7,
+    /// Compressed [varint raw_len, zstd frame]: whole batches, compressed
+    /// together by the writer thread. No batch header.
+    Compressed = 8,
 }
 
 impl BatchKind {
@@ -83,6 +90,7 @@ impl BatchKind {
             5 => BatchKind::TraceEnd,
             6 => BatchKind::Pages,
             7 => BatchKind::CompactEvents,
+            8 => BatchKind::Compressed,
             _ => return None,
         })
     }
@@ -97,6 +105,7 @@ impl BatchKind {
             BatchKind::TraceEnd => "trace-end",
             BatchKind::Pages => "pages",
             BatchKind::CompactEvents => "compact-events",
+            BatchKind::Compressed => "compressed",
         }
     }
 }

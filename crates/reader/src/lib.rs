@@ -79,6 +79,11 @@ pub struct TraceReader<R: Read> {
     /// Payload of the batch being parsed; reused to avoid an allocation per
     /// batch.
     scratch: Vec<u8>,
+    /// The decompressed data of the compressed batch being read, the
+    /// position of its next inner batch, and the compressed batch's offset.
+    /// Inner batches are handed out one per read_batch call, as if they
+    /// stood in the file.
+    inner: Option<(Vec<u8>, usize, u64)>,
     /// Generations with batches read but not yet handed out, oldest first;
     /// at most two. Only the oldest can be without a generation-end batch
     /// when the newest has one.
@@ -143,6 +148,7 @@ impl<R: Read> TraceReader<R> {
             input,
             offset: FILE_HEADER_LEN as u64,
             scratch: Vec::new(),
+            inner: None,
             open: Vec::new(),
             last_emitted: None,
             current: None,
@@ -284,6 +290,9 @@ impl<R: Read> TraceReader<R> {
 
     /// Reads one batch, or notes the end of the input.
     fn read_batch(&mut self) -> Result<(), ReadError> {
+        if self.inner.is_some() {
+            return self.next_inner_batch();
+        }
         let batch_offset = self.offset;
         let mut prefix = [0u8; BATCH_PREFIX_LEN];
         let n =
@@ -323,11 +332,79 @@ impl<R: Read> TraceReader<R> {
         let result = if got < len as usize {
             self.cut_at(batch_offset);
             Ok(())
+        } else if kind == BatchKind::Compressed {
+            self.handle_compressed(batch_offset, &payload)
         } else {
             self.handle_batch(kind, batch_offset, &payload)
         };
         self.scratch = payload;
         result
+    }
+
+    /// Decompresses a compressed batch (FORMAT.md section 2.1) and handles
+    /// the batches inside as if they stood in the file. Errors inside name
+    /// the compressed batch's offset and the offset within its data.
+    fn handle_compressed(&mut self, batch_offset: u64, payload: &[u8]) -> Result<(), ReadError> {
+        let at_payload = batch_offset + BATCH_PREFIX_LEN as u64;
+        let mut pos = 0;
+        let raw_len = alloctrace_format::get_uvarint(payload, &mut pos).map_err(|_| {
+            ReadError::malformed(at_payload, "compressed batch: its raw_len varint is truncated or overflows")
+        })?;
+        if raw_len > alloctrace_format::MAX_DECOMPRESSED_LEN {
+            return Err(ReadError::malformed(
+                at_payload,
+                format!(
+                    "compressed batch declares {raw_len} decompressed bytes, above the limit of {}",
+                    alloctrace_format::MAX_DECOMPRESSED_LEN
+                ),
+            ));
+        }
+        let frame = payload.get(pos..).unwrap_or(&[]);
+        let raw = zstd::bulk::decompress(frame, raw_len as usize).map_err(|e| {
+            ReadError::malformed(at_payload + pos as u64, format!("compressed batch does not decompress: {e}"))
+        })?;
+        if raw.len() as u64 != raw_len {
+            return Err(ReadError::malformed(
+                at_payload,
+                format!("compressed batch decompresses to {} bytes, not the {raw_len} it declares", raw.len()),
+            ));
+        }
+        self.inner = Some((raw, 0, batch_offset));
+        self.next_inner_batch()
+    }
+
+    /// Handles the next batch inside the compressed batch being read.
+    fn next_inner_batch(&mut self) -> Result<(), ReadError> {
+        let Some((raw, at, batch_offset)) = self.inner.take() else {
+            return Ok(());
+        };
+        let inner_error = |e: ReadError| {
+            ReadError::malformed(
+                batch_offset,
+                format!("inside the compressed batch, at byte {} of its decompressed data: {}", e.offset(), e.what()),
+            )
+        };
+        let (Some(&kind_byte), Some(len)) = (raw.get(at), raw.get(at + 1..at + BATCH_PREFIX_LEN)) else {
+            return Err(inner_error(ReadError::malformed(at as u64, "batch cut short")));
+        };
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let kind = match BatchKind::from_u8(kind_byte) {
+            Some(BatchKind::Compressed) => {
+                return Err(inner_error(ReadError::malformed(at as u64, "a compressed batch inside another")))
+            }
+            Some(k) => k,
+            None => return Err(inner_error(ReadError::malformed(at as u64, format!("unknown batch kind {kind_byte}")))),
+        };
+        let start = at + BATCH_PREFIX_LEN;
+        let Some(inner) = raw.get(start..start.saturating_add(len)) else {
+            return Err(inner_error(ReadError::malformed(at as u64, format!("{} batch cut short", kind.name()))));
+        };
+        self.handle_batch(kind, at as u64, inner).map_err(inner_error)?;
+        let next = start + len;
+        if next < raw.len() {
+            self.inner = Some((raw, next, batch_offset));
+        }
+        Ok(())
     }
 
     fn cut_at(&mut self, offset: u64) {
@@ -409,6 +486,11 @@ impl<R: Read> TraceReader<R> {
             }
             // Handled before the generation was looked up.
             BatchKind::TraceEnd => {}
+            // read_batch hands compressed batches to handle_compressed, which
+            // refuses them nested.
+            BatchKind::Compressed => {
+                return Err(ReadError::malformed(batch_offset, "a compressed batch inside another"));
+            }
         }
         Ok(())
     }
