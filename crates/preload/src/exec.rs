@@ -1,4 +1,6 @@
-//! execve, execv, execvp, execvpe and fexecve: end the session before the
+//! execve, execv, execvp, execvpe, fexecve, _exit and _Exit.
+//!
+//! The exec functions end the session before the
 //! process image is replaced (exec discards the writer thread and every
 //! buffer, so the trace would be cut short), carry the configuration into
 //! the new program, and resume tracing into a new file if the exec fails.
@@ -107,7 +109,7 @@ unsafe fn exec_with(envp: *const *const c_char, call: impl FnOnce(*const *const 
     // SAFETY: as the caller's envp.
     unsafe {
         with_carried_env(envp, |env| {
-            let stopped = session::before_exec();
+            let stopped = session::stop_if_ours();
             let r = call(env);
             let saved = real::errno();
             if stopped {
@@ -175,4 +177,30 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *c
     };
     // SAFETY: forwarded.
     unsafe { exec_with(envp, |env| real_fexecve(fd, argv, env)) }
+}
+
+/// Ends the session before `_exit`/`_Exit`, which run no atexit handler
+/// (dash, for one, always leaves through `_exit`), when that is safe: the
+/// calling thread runs the program's code (not the shim's, not an event a
+/// signal handler interrupted) and the session is this process's (not the
+/// parent's, seen from a vfork child). Otherwise the trace is cut at the
+/// last batch the writer wrote, and readers report it truncated.
+fn stop_before_exit() {
+    if guard::get() == guard::NORMAL {
+        let _ = session::stop_if_ours();
+    }
+}
+
+/// Interposed _exit(2).
+#[no_mangle]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    stop_before_exit();
+    real::exit_group(status)
+}
+
+/// Interposed _Exit(3) (the same function as _exit in glibc).
+#[no_mangle]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    stop_before_exit();
+    real::exit_group(status)
 }

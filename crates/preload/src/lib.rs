@@ -10,7 +10,8 @@
 //! - **Interposition.** The library defines malloc, calloc, realloc, free,
 //!   posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
 //!   reallocarray, mmap, mmap64, munmap, mremap, pthread_create, execve,
-//!   execv, execvp, execvpe and fexecve, and exports nothing else (a Rust
+//!   execv, execvp, execvpe, fexecve, _exit and _Exit, and exports nothing
+//!   else (a Rust
 //!   cdylib exports only `#[no_mangle]` items; `make preload-test` checks
 //!   the list with `nm -D`). Exporting a `trace_*` function would hijack any
 //!   same-named symbol of the traced program, so the shim links the core
@@ -72,8 +73,13 @@
 //!   parent's session alone (the pid differs).
 //! - exec: the session stops first (complete trace); the new program starts
 //!   its own (same pid: the file name gets a `.N` suffix).
-//! - `_exit` runs no atexit handler: the trace ends at the last batch the
-//!   writer thread wrote, and readers report it truncated.
+//! - `_exit` and `_Exit` run no atexit handler: their wrappers stop the
+//!   session first when the thread is in the program's code (not inside the
+//!   shim, e.g. a signal handler that interrupted an event) and the session
+//!   is this process's (not a vfork child's parent's). A process that ends
+//!   otherwise (a signal, a raw exit_group, _exit from inside the shim)
+//!   leaves a trace cut at the last batch the writer wrote: readable, and
+//!   reported truncated.
 //! - Bad configuration: one message on stderr, the program runs untraced,
 //!   and ALLOCTRACE_DISABLE=1 is set so its children stay quiet.
 #![warn(unsafe_op_in_unsafe_fn)]

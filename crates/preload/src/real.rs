@@ -136,3 +136,11 @@ pub fn write_stderr(msg: &[u8]) {
     // loses the message.
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
 }
+
+/// Ends the process, as glibc's _exit does.
+pub fn exit_group(status: c_int) -> ! {
+    loop {
+        // SAFETY: exit_group has no preconditions and does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}

@@ -351,10 +351,10 @@ extern "C" fn fork_child() {
     guard::own(|| start_session(Kind::ForkChild));
 }
 
-/// Before exec: ends the session so its trace is complete (exec discards
-/// the writer thread and every buffer). Returns whether it stopped one.
-/// Leaves a vfork child's parent session alone.
-pub fn before_exec() -> bool {
+/// Before exec or _exit: ends the session so its trace is complete (both
+/// discard the writer thread and every buffer). Returns whether it stopped
+/// one. Leaves a vfork child's parent session alone.
+pub fn stop_if_ours() -> bool {
     if LIFECYCLE.load(Ordering::Acquire) != RUNNING {
         return false;
     }
