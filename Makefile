@@ -102,8 +102,10 @@ fuzz:
 # table of measured values, ratios and targets and writes
 # target/bench/results.json. It reports numbers and never fails on them.
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -Iinclude -Ibench \
-                $(if $(shell grep -l TRACE_CLOCK_COARSE $(HEADER) 2>/dev/null),-DBENCH_HAVE_CLOCK)
-BENCH_BINS   := $(addprefix $(BUILD)/bench/,libbenchnoop.so event_cost advance workload libcount.so librdtsc.so)
+                $(if $(shell grep -l TRACE_CLOCK_COARSE $(HEADER) 2>/dev/null),-DBENCH_HAVE_CLOCK) \
+                $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION)
+BENCH_BINS   := $(addprefix $(BUILD)/bench/,libbenchnoop.so event_cost advance workload workload_capi \
+                libcount.so librdtsc.so)
 
 .PHONY: bench
 bench: all $(BENCH_BINS)
@@ -126,6 +128,11 @@ $(BUILD)/bench/libbenchnoop.so: bench/noop.c
 $(BUILD)/bench/workload: bench/workload.c bench/bench.h
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) $< -lpthread -o $@
+
+# The same workload recording its own calls through the C API.
+$(BUILD)/bench/workload_capi: bench/workload.c bench/bench.h $(HEADER) lib
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) -DWITH_CAPI $< $(LINK) -o $@
 
 # Baseline interposers: counting only, and counting plus one rdtsc per call.
 $(BUILD)/bench/libcount.so $(BUILD)/bench/librdtsc.so: bench/interpose.c

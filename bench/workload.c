@@ -10,10 +10,26 @@
  * final frees. Prints one JSON object: the wall time of the threads' work
  * and each thread's own loop time (for per-thread throughput).
  * Plain C, not linked with alloctrace: the shim or a rival interposes it.
+ *
+ * Built a second time with -DWITH_CAPI as workload_capi, which records the
+ * same calls itself through the C API, as a runtime would:
+ *
+ *   workload_capi THREADS OPS TRACE_PATH precise|coarse none|zstd
+ *
+ * (trace_start before the threads start, trace_stop after they end; the
+ * clock and compression fields exist when the Makefile defines
+ * BENCH_HAVE_CLOCK / BENCH_HAVE_COMPRESSION; without them it exits 3.)
  */
 #include "bench.h"
 
 #include <pthread.h>
+#include <stdbool.h>
+#ifdef WITH_CAPI
+#include "alloctrace.h"
+#else
+#define trace_heap_object_alloc(addr, size, type) ((void)0)
+#define trace_heap_object_free(addr) ((void)0)
+#endif
 
 #define RING 4096
 #define MAX_THREADS 16
@@ -36,17 +52,22 @@ static void *work(void *arg) {
     uint64_t t0 = mono_ns();
     for (long i = 0; i < w->ops; i++) {
         size_t slot = (size_t)i & (RING - 1);
+        if (ring[slot])
+            trace_heap_object_free((uintptr_t)ring[slot]);
         free(ring[slot]);
         size_t size = workload_size(rng_next(&s));
         unsigned char *p = malloc(size);
         if (!p)
             abort();
+        trace_heap_object_alloc((uintptr_t)p, size, 0);
         p[0] = (unsigned char)i; /* touch it: a real program would */
         sum += p[0];
         ring[slot] = p;
     }
-    for (size_t slot = 0; slot < RING; slot++)
+    for (size_t slot = 0; slot < RING; slot++) {
+        trace_heap_object_free((uintptr_t)ring[slot]);
         free(ring[slot]);
+    }
     w->ns = mono_ns() - t0;
     w->checksum = sum;
     free(ring);
@@ -60,6 +81,34 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: workload THREADS [OPS]\n");
         return 2;
     }
+#ifdef WITH_CAPI
+    if (argc != 6) {
+        fprintf(stderr, "usage: workload_capi THREADS OPS TRACE_PATH precise|coarse none|zstd\n");
+        return 2;
+    }
+    trace_config cfg;
+    trace_config_init(&cfg);
+    cfg.path = argv[3];
+    cfg.min_heap_align = 16;
+    bool coarse = strcmp(argv[4], "coarse") == 0, zstd = strcmp(argv[5], "zstd") == 0;
+#ifdef BENCH_HAVE_CLOCK
+    cfg.clock = coarse ? TRACE_CLOCK_COARSE : TRACE_CLOCK_PRECISE;
+    coarse = false;
+#endif
+#ifdef BENCH_HAVE_COMPRESSION
+    cfg.compression = zstd ? TRACE_COMPRESSION_ZSTD : TRACE_COMPRESSION_NONE;
+    zstd = false;
+#endif
+    if (coarse || zstd) {
+        fprintf(stderr, "workload_capi: this alloctrace.h lacks %s\n", coarse ? "the coarse clock" : "compression");
+        return 3;
+    }
+    trace_result r = trace_start(&cfg);
+    if (r != TRACE_OK) {
+        fprintf(stderr, "trace_start: %s: %s\n", trace_result_str(r), trace_last_error_detail());
+        return 1;
+    }
+#endif
     pthread_t t[MAX_THREADS];
     struct worker w[MAX_THREADS];
     pthread_barrier_t barrier;
@@ -80,6 +129,13 @@ int main(int argc, char **argv) {
     }
     uint64_t wall = mono_ns() - t0;
     pthread_barrier_destroy(&barrier);
+#ifdef WITH_CAPI
+    r = trace_stop();
+    if (r != TRACE_OK) {
+        fprintf(stderr, "trace_stop: %s: %s\n", trace_result_str(r), trace_last_error_detail());
+        return 1;
+    }
+#endif
 
     json_begin();
     json_num("threads", threads);
