@@ -10,6 +10,7 @@ mod check;
 mod dump;
 mod pages;
 mod progress;
+mod record;
 mod stats;
 
 use std::fs::File;
@@ -62,6 +63,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Runs a program under the LD_PRELOAD shim and traces it (exit status passed through).
+    Record(record::Args),
 }
 
 /// Why a command failed, which decides the exit code.
@@ -140,6 +143,7 @@ fn main() -> ExitCode {
         Command::Stats { file, json } => stats::run(file, *json),
         Command::Pages { file, json } => pages::run(file, *json),
         Command::Check { file, json } => check::run(file, *json),
+        Command::Record(args) => record::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
