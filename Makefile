@@ -21,14 +21,19 @@ C_BINS    := $(patsubst c_tests/%.c,$(BUILD)/c_tests/%,$(C_TESTS))
 ASAN_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/asan/%,$(shell grep -L 'alloctrace-test: no-asan' $(C_TESTS) /dev/null 2>/dev/null | grep test_))
 
 .PHONY: all lib cli header check-header test rust-test c-test c-test-plain c-test-asan readme-example loom demo clean fuzz
+.PHONY: preload preload-test install install-test
 
-all: header lib cli
+all: header lib cli preload
 
 lib:
 	$(CARGO) build --release -p alloctrace
 
 cli:
 	$(CARGO) build --release -p alloctrace-cli
+
+# The LD_PRELOAD shim (crates/preload): target/release/liballoctrace_preload.so.
+preload:
+	$(CARGO) build --release -p alloctrace-preload
 
 # The header is generated from src/capi.rs and committed.
 header:
@@ -41,7 +46,7 @@ check-header:
 	  echo "error: $(HEADER) is stale: run 'make header' and commit it"; exit 1; fi
 	@echo "header: $(HEADER) is up to date"
 
-test: check-header lib cli rust-test loom c-test readme-example
+test: check-header lib cli rust-test loom c-test readme-example preload-test install-test
 
 rust-test:
 	$(CARGO) test --workspace --release
@@ -92,6 +97,68 @@ readme-example: lib cli
 	$(CC) $(CWARN) -Iinclude $(BUILD)/readme/example.c $(LINK) -o $(BUILD)/readme/example
 	cd $(BUILD)/readme && rm -f example.trace && ./example && $(abspath $(CLI)) check example.trace
 	@echo "readme-example: 1 passed, 0 failed"
+
+# The shim's tests: c_tests/preload/run_tests.sh runs the test programs,
+# the reference counting interposer and real programs under the shim.
+PRELOAD_SO     := $(RELEASE)/liballoctrace_preload.so
+PRELOAD_DIR    := c_tests/preload
+PRELOAD_BIN    := $(BUILD)/preload
+PRELOAD_CFLAGS := $(CWARN) $(CFLAGS) -fno-builtin -I$(PRELOAD_DIR)
+PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildcard $(PRELOAD_DIR)/prog_*.c))) \
+                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so
+
+preload-test: preload cli $(PRELOAD_PROGS)
+	$(PRELOAD_DIR)/run_tests.sh $(abspath $(CLI)) $(abspath $(PRELOAD_SO)) $(abspath $(PRELOAD_BIN))
+
+$(PRELOAD_BIN)/lib%.so: $(PRELOAD_DIR)/lib%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(PRELOAD_CFLAGS) -fPIC -shared $< -o $@
+
+# prog_early links libearly.so, whose constructor allocates before the shim's.
+$(PRELOAD_BIN)/prog_early: $(PRELOAD_DIR)/prog_early.c $(PRELOAD_DIR)/common.h $(PRELOAD_BIN)/libearly.so
+	$(CC) $(PRELOAD_CFLAGS) $< -L$(PRELOAD_BIN) -learly -Wl,-rpath,$(abspath $(PRELOAD_BIN)) -o $@
+
+$(PRELOAD_BIN)/prog_%: $(PRELOAD_DIR)/prog_%.c $(PRELOAD_DIR)/common.h
+	@mkdir -p $(dir $@)
+	$(CC) $(PRELOAD_CFLAGS) $< -lpthread -lrt -o $@
+
+# `make install PREFIX=/usr/local`: the library, the shim, the header, the
+# command and a pkg-config file (DESTDIR is honoured for packaging).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+LIBDIR  := $(PREFIX)/lib
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/alloctrace
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/liballoctrace.so
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/liballoctrace.a
+	install -m 755 $(PRELOAD_SO) $(DESTDIR)$(LIBDIR)/liballoctrace_preload.so
+	install -m 644 $(HEADER) $(DESTDIR)$(PREFIX)/include/alloctrace.h
+	printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(LIBDIR)' 'includedir=$${prefix}/include' '' \
+	  'Name: alloctrace' 'Description: Memory-allocation tracer with a C ABI' 'Version: $(VERSION)' \
+	  'Libs: -L$${libdir} -lalloctrace -lpthread' 'Cflags: -I$${includedir}' > $(DESTDIR)$(LIBDIR)/pkgconfig/alloctrace.pc
+
+# Installs into a temporary prefix and uses it as a user would: the README
+# example built with pkg-config, and `alloctrace record` finding the shim.
+install-test: all
+	@dir=$$(mktemp -d); prefix=$$dir/usr; pass=0; fail=0; \
+	$(MAKE) --no-print-directory install PREFIX=$$prefix >$$dir/install.log 2>&1 || { cat $$dir/install.log; fail=$$((fail+1)); }; \
+	for f in bin/alloctrace lib/liballoctrace.so lib/liballoctrace.a lib/liballoctrace_preload.so include/alloctrace.h lib/pkgconfig/alloctrace.pc; do \
+	  if [ -f $$prefix/$$f ]; then pass=$$((pass+1)); else echo "FAIL install: $$f missing"; fail=$$((fail+1)); fi; done; \
+	awk '/<!-- readme-example/{f=1;next} f&&/^```c/{p=1;next} p&&/^```/{exit} p' README.md > $$dir/example.c; \
+	if command -v pkg-config >/dev/null; then \
+	  if (cd $$dir && $(CC) $(CWARN) example.c $$(PKG_CONFIG_PATH=$$prefix/lib/pkgconfig pkg-config --cflags --libs alloctrace) \
+	      -Wl,-rpath,$$prefix/lib -o example && ./example && $$prefix/bin/alloctrace check example.trace >/dev/null); then \
+	    echo "ok   install: README example built with pkg-config --cflags --libs alloctrace, its trace checks ok"; pass=$$((pass+1)); \
+	  else echo "FAIL install: README example with pkg-config"; fail=$$((fail+1)); fi; \
+	else echo "skip install: skipped: pkg-config not installed"; fi; \
+	if (cd $$dir && env -u ALLOCTRACE_PRELOAD $$prefix/bin/alloctrace record -o rec.trace -- true 2>rec.err && \
+	    $$prefix/bin/alloctrace check rec.trace >/dev/null && grep -q 'rec.trace (pid' rec.err); then \
+	  echo "ok   install: installed alloctrace record finds the shim in ../lib"; pass=$$((pass+1)); \
+	else echo "FAIL install: alloctrace record from the prefix: $$(cat $$dir/rec.err)"; fail=$$((fail+1)); fi; \
+	rm -rf $$dir; echo "install-test: $$pass passed, $$fail failed"; [ $$fail -eq 0 ]
 
 # Coverage-guided fuzzing of the reader (needs cargo-fuzz; see fuzz/README).
 fuzz:

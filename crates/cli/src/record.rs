@@ -35,6 +35,12 @@ pub struct Args {
     /// What to record: a comma-separated list of heap, mmap, stacks, all.
     #[arg(long, value_name = "LIST")]
     record: Option<String>,
+    /// Event clock: precise (a clock read per event) or coarse (cheaper).
+    #[arg(long, value_name = "KIND")]
+    clock: Option<String>,
+    /// Batch compression: none or zstd.
+    #[arg(long, value_name = "KIND")]
+    compression: Option<String>,
     /// Replace FILE if it exists (only the first process's trace; others
     /// never overwrite).
     #[arg(long)]
@@ -209,6 +215,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Some(list) => command.env("ALLOCTRACE_RECORD", list),
         None => command.env_remove("ALLOCTRACE_RECORD"),
     };
+    for (name, value) in [("ALLOCTRACE_CLOCK", &args.clock), ("ALLOCTRACE_COMPRESSION", &args.compression)] {
+        match value {
+            Some(v) => command.env(name, v),
+            None => command.env_remove(name),
+        };
+    }
     if args.overwrite {
         command.env("ALLOCTRACE_OVERWRITE", "1");
     } else {

@@ -6,6 +6,8 @@
 //! | `ALLOCTRACE_OUTPUT` | `alloctrace.%p.trace` | trace file name pattern: `%p` the pid, `%%` a `%` |
 //! | `ALLOCTRACE_BUFFER_SIZE` | `64k` | bytes per thread buffer, 4096 to 16 MiB, `k`/`m` suffixes |
 //! | `ALLOCTRACE_RECORD` | `heap,mmap,stacks` | which families of calls to record |
+//! | `ALLOCTRACE_CLOCK` | `precise` | `precise` (a clock read per event) or `coarse` (cheaper; see the core's ClockKind) |
+//! | `ALLOCTRACE_COMPRESSION` | `none` | `none` or `zstd` (batches compressed by the writer thread) |
 //! | `ALLOCTRACE_OVERWRITE` | `0` | `1`: the first process may replace an existing file |
 //! | `ALLOCTRACE_DISABLE` | unset | set (not `0`): the shim does nothing |
 //! | `ALLOCTRACE_INDEX` | unset | a file to append `pid<TAB>name<TAB>trace path` lines to (`alloctrace record` sets it) |
@@ -16,13 +18,15 @@ use std::os::unix::ffi::OsStrExt;
 pub const OUTPUT: &str = "ALLOCTRACE_OUTPUT";
 pub const BUFFER_SIZE: &str = "ALLOCTRACE_BUFFER_SIZE";
 pub const RECORD: &str = "ALLOCTRACE_RECORD";
+pub const CLOCK: &str = "ALLOCTRACE_CLOCK";
+pub const COMPRESSION: &str = "ALLOCTRACE_COMPRESSION";
 pub const OVERWRITE: &str = "ALLOCTRACE_OVERWRITE";
 pub const DISABLE: &str = "ALLOCTRACE_DISABLE";
 pub const INDEX: &str = "ALLOCTRACE_INDEX";
 
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
-pub const CARRIED: [&str; 6] = ["LD_PRELOAD", OUTPUT, BUFFER_SIZE, RECORD, INDEX, DISABLE];
+pub const CARRIED: [&str; 8] = ["LD_PRELOAD", OUTPUT, BUFFER_SIZE, RECORD, CLOCK, COMPRESSION, INDEX, DISABLE];
 
 pub const DEFAULT_PATTERN: &str = "alloctrace.%p.trace";
 
@@ -35,6 +39,10 @@ pub struct Settings {
     pub heap: bool,
     pub mmap: bool,
     pub stacks: bool,
+    /// The coarse clock instead of a clock read per event.
+    pub coarse_clock: bool,
+    /// zstd compression of batches.
+    pub compress: bool,
     pub overwrite: bool,
     pub index: Option<CString>,
 }
@@ -105,13 +113,23 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
             }
         }
     }
+    let coarse_clock = match value(CLOCK).as_deref() {
+        None | Some(b"precise") => false,
+        Some(b"coarse") => true,
+        Some(v) => return bad(CLOCK, v, "use precise (a clock read per event) or coarse"),
+    };
+    let compress = match value(COMPRESSION).as_deref() {
+        None | Some(b"none") => false,
+        Some(b"zstd") => true,
+        Some(v) => return bad(COMPRESSION, v, "use none or zstd"),
+    };
     let overwrite = match value(OVERWRITE).as_deref() {
         None | Some(b"") | Some(b"0") => false,
         Some(b"1") => true,
         Some(v) => return bad(OVERWRITE, v, "use 1 (replace an existing trace file) or 0"),
     };
     let index = value(INDEX).filter(|v| !v.is_empty()).and_then(|v| CString::new(v).ok());
-    Parsed::Ok(Settings { pattern, buffer_size, heap, mmap, stacks, overwrite, index })
+    Parsed::Ok(Settings { pattern, buffer_size, heap, mmap, stacks, coarse_clock, compress, overwrite, index })
 }
 
 fn bad(name: &str, value: &[u8], why: &str) -> Parsed {
@@ -229,7 +247,7 @@ mod tests {
         let s = ok(&[]);
         assert_eq!(s.pattern, b"alloctrace.%p.trace");
         assert_eq!(s.buffer_size, 64 << 10);
-        assert!(s.heap && s.mmap && s.stacks && !s.overwrite);
+        assert!(s.heap && s.mmap && s.stacks && !s.overwrite && !s.coarse_clock && !s.compress);
         assert_eq!(s.index, None);
     }
 
@@ -251,6 +269,9 @@ mod tests {
         assert_eq!(ok(&[(RECORD, "mmap")]).heap, false);
         assert!(ok(&[(RECORD, "all")]).stacks);
         assert!(!ok(&[(OVERWRITE, "0")]).overwrite);
+        assert!(ok(&[(CLOCK, "coarse")]).coarse_clock);
+        assert!(!ok(&[(CLOCK, "precise")]).coarse_clock);
+        assert!(ok(&[(COMPRESSION, "zstd")]).compress);
     }
 
     #[test]
@@ -267,6 +288,8 @@ mod tests {
             (vec![(OUTPUT, "x%")], "unknown % escape"),
             (vec![(OUTPUT, "dir/")], "directory"),
             (vec![(OVERWRITE, "yes")], "ALLOCTRACE_OVERWRITE"),
+            (vec![(CLOCK, "fast")], "ALLOCTRACE_CLOCK=\"fast\": use precise"),
+            (vec![(COMPRESSION, "gzip")], "ALLOCTRACE_COMPRESSION"),
         ] {
             let msg = bad_message(&vars);
             assert!(msg.contains(needle), "{vars:?}: {msg}");

@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 
-use alloctrace_core::{Config, Error, Output};
+use alloctrace_core::{ClockKind, Config, Error, Output};
 
 use crate::config::{self, Parsed, Settings};
 use crate::real::write_stderr;
@@ -170,6 +170,8 @@ fn start_session(kind: Kind) -> bool {
         min_heap_align: 2 * core::mem::size_of::<usize>() as u64,
         min_stack_align: page_size,
         buffer_size: s.buffer_size,
+        clock: if s.coarse_clock { ClockKind::Coarse } else { ClockKind::Precise },
+        compress: s.compress,
         ..Config::default()
     };
     let filter = kind != Kind::Root && s.heap;
