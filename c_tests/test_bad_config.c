@@ -98,6 +98,11 @@ int main(void)
     /* Sizes and alignments must be powers of two. */
     cfg = good_config(); cfg.page_size = 3000;
     expect_rejected(&cfg, TRACE_ERR_BAD_CONFIG, "page_size 3000");
+    /* The page tracer's word layout needs a page shift from 4 to 40. */
+    cfg = good_config(); cfg.page_size = 8;
+    expect_rejected(&cfg, TRACE_ERR_BAD_CONFIG, "page_size 8");
+    cfg = good_config(); cfg.page_size = (uint64_t)1 << 41;
+    expect_rejected(&cfg, TRACE_ERR_BAD_CONFIG, "page_size 2^41");
     cfg = good_config(); cfg.page_size = 0;
     expect_rejected(&cfg, TRACE_ERR_BAD_CONFIG, "page_size 0");
     cfg = good_config(); cfg.min_heap_align = 0;
@@ -130,8 +135,10 @@ int main(void)
     expect_accepted(&cfg, "buffer_size 4096");
     cfg = good_config(); cfg.buffer_size = 16u << 20;
     expect_accepted(&cfg, "buffer_size 16 MiB");
-    cfg = good_config(); cfg.page_size = 1; cfg.min_heap_align = 1; cfg.min_stack_align = 1;
-    expect_accepted(&cfg, "alignments of 1");
+    cfg = good_config(); cfg.page_size = 16; cfg.min_heap_align = 1; cfg.min_stack_align = 1;
+    expect_accepted(&cfg, "page size 16, alignments of 1");
+    cfg = good_config(); cfg.page_size = (uint64_t)1 << 40;
+    expect_accepted(&cfg, "page size 2^40");
 
     /* A second start while running is refused and changes nothing. */
     char other_path[PATH_BUF_LEN];

@@ -119,8 +119,9 @@ typedef struct trace_config {
    */
   uint64_t min_heap_addr;
   /**
-   * Span IDs are `(base - min_heap_addr) / page_size`; a power of two,
-   * default 4096.
+   * Span IDs are `(base - min_heap_addr) / page_size`, and the page
+   * tracer's pages are this size; a power of two from 16 to 2^40, default
+   * 4096.
    */
   uint64_t page_size;
   /**

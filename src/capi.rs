@@ -80,8 +80,9 @@ pub struct trace_config {
     /// Base of compressed IDs (0 allowed); addresses below it are recorded
     /// in long form.
     pub min_heap_addr: u64,
-    /// Span IDs are `(base - min_heap_addr) / page_size`; a power of two,
-    /// default 4096.
+    /// Span IDs are `(base - min_heap_addr) / page_size`, and the page
+    /// tracer's pages are this size; a power of two from 16 to 2^40, default
+    /// 4096.
     pub page_size: u64,
     /// Object IDs are `(addr - min_heap_addr) / min_heap_align`; a power of
     /// two, default 8.
@@ -142,7 +143,7 @@ fn to_result(r: Result<(), Error>) -> trace_result {
 /// The static C string for a Config::validate message.
 fn bad_config_detail(what: &str) -> &'static CStr {
     const DETAILS: [&CStr; 9] = [
-        c"page_size must be a power of two",
+        c"page_size must be a power of two from 16 to 2^40",
         c"min_heap_align must be a power of two",
         c"min_stack_align must be a power of two",
         c"buffer_size must be 0 (default) or 4096..16777216",

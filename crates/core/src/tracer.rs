@@ -288,8 +288,9 @@ impl Default for Config {
 impl Config {
     /// Checks every field, naming the first bad one.
     pub fn validate(&self) -> Result<(), Error> {
-        if exact_log2(self.page_size).is_none() {
-            return Err(Error::BadConfig("page_size must be a power of two"));
+        match exact_log2(self.page_size) {
+            Some(shift) if (alloctrace_format::pages::MIN_PAGE_SHIFT..=alloctrace_format::pages::MAX_PAGE_SHIFT).contains(&shift) => {}
+            _ => return Err(Error::BadConfig("page_size must be a power of two from 16 to 2^40")),
         }
         if exact_log2(self.min_heap_align).is_none() {
             return Err(Error::BadConfig("min_heap_align must be a power of two"));
