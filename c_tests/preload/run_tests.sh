@@ -25,7 +25,9 @@ bad() { echo "FAIL $T: $*"; fail=$((fail + 1)); }
 skipped() { echo "skip $T: skipped: $*"; skip=$((skip + 1)); }
 
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+# Only this shell cleans up: bash may run an inherited EXIT trap in a
+# background subshell that a signal ends (the watchdog below).
+trap '[ "$BASHPID" = "$$" ] && rm -rf "$WORK"' EXIT
 
 # A fresh directory for the current test: $D.
 fresh() {

@@ -311,12 +311,11 @@ fn program_name() -> Vec<u8> {
     }
 }
 
-/// atexit handler: runs on whichever thread calls exit.
+/// atexit handler: runs on whichever thread calls exit. What the rest of
+/// exit does (other handlers, destructors) is not traced: the session is
+/// over.
 extern "C" fn at_exit() {
-    // The thread stays in state OWN: what the rest of exit frees is not
-    // traced (the session is over).
-    guard::replace(guard::OWN);
-    stop_session();
+    guard::own(stop_session);
 }
 
 thread_local! {
