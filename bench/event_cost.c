@@ -137,11 +137,25 @@ static inline __attribute__((always_inline)) void floor_loop(enum clock_kind c, 
     }
 }
 
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ns per event (or per clock read): elapsed, and on this thread's CPU time
+ * (less than elapsed when another thread, such as the tracer's writer,
+ * took the CPU). */
+typedef struct {
+    double wall, cpu;
+} cost;
+
 /* Runs one loop on thread `thread` (each thread has its own addresses, so
- * the trace stays consistent); returns ns per event (or per clock read). */
-static double run_loop(enum loop_kind k, long pairs, int thread) {
+ * the trace stays consistent). */
+static cost run_loop(enum loop_kind k, long pairs, int thread) {
     uintptr_t off = (uintptr_t)thread * RING * 64;
     uint64_t acc = 0;
+    uint64_t c0 = thread_cpu_ns();
     uint64_t t0 = mono_ns();
     switch (k) {
     case L_ATOMIC_BRANCH:
@@ -196,8 +210,10 @@ static double run_loop(enum loop_kind k, long pairs, int thread) {
         break;
     }
     uint64_t t1 = mono_ns();
+    uint64_t c1 = thread_cpu_ns();
     sink += acc + tb.len;
-    return (double)(t1 - t0) / (double)(2 * pairs);
+    cost c = {(double)(t1 - t0) / (double)(2 * pairs), (double)(c1 - c0) / (double)(2 * pairs)};
+    return c;
 }
 
 /* ---- Two threads: each runs the loop after a barrier; per-thread mean. */
@@ -207,7 +223,7 @@ struct job {
     long pairs;
     int thread;
     pthread_barrier_t *barrier;
-    double ns;
+    cost ns;
 };
 
 static void *thread_main(void *arg) {
@@ -217,7 +233,7 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-static double run_threads(enum loop_kind k, long pairs, int nthreads) {
+static cost run_threads(enum loop_kind k, long pairs, int nthreads) {
     if (nthreads == 1)
         return run_loop(k, pairs, 0);
     pthread_t t[8];
@@ -225,33 +241,40 @@ static double run_threads(enum loop_kind k, long pairs, int nthreads) {
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, (unsigned)nthreads);
     for (int i = 0; i < nthreads; i++) {
-        jobs[i] = (struct job){k, pairs, i, &barrier, 0};
+        jobs[i] = (struct job){k, pairs, i, &barrier, {0, 0}};
         if (pthread_create(&t[i], NULL, thread_main, &jobs[i]) != 0) {
             perror("pthread_create");
             exit(1);
         }
     }
-    double sum = 0;
+    cost sum = {0, 0};
     for (int i = 0; i < nthreads; i++) {
         pthread_join(t[i], NULL);
-        sum += jobs[i].ns;
+        sum.wall += jobs[i].ns.wall / nthreads;
+        sum.cpu += jobs[i].ns.cpu / nthreads;
     }
     pthread_barrier_destroy(&barrier);
-    return sum / nthreads;
+    return sum;
 }
 
 #define MAX_REPS 64
 
-/* Interleaves `n` loops rep by rep; prints each as "name[_Nt]". */
+/* Interleaves `n` loops rep by rep; prints each as "name_Nt" (elapsed)
+ * and "name_Nt_cpu" (on-CPU). */
 static void measure(const enum loop_kind *kinds, int n, int nthreads, long pairs, int reps) {
-    static double samples[L_COUNT][MAX_REPS];
+    static double wall[L_COUNT][MAX_REPS], cpu[L_COUNT][MAX_REPS];
     for (int r = 0; r < reps; r++)
-        for (int i = 0; i < n; i++)
-            samples[kinds[i]][r] = run_threads(kinds[i], pairs, nthreads);
+        for (int i = 0; i < n; i++) {
+            cost c = run_threads(kinds[i], pairs, nthreads);
+            wall[kinds[i]][r] = c.wall;
+            cpu[kinds[i]][r] = c.cpu;
+        }
     for (int i = 0; i < n; i++) {
         char key[64];
         snprintf(key, sizeof key, "%s_%dt", loop_names[kinds[i]], nthreads);
-        json_summary(key, summarize(samples[kinds[i]], reps));
+        json_summary(key, summarize(wall[kinds[i]], reps));
+        snprintf(key, sizeof key, "%s_%dt_cpu", loop_names[kinds[i]], nthreads);
+        json_summary(key, summarize(cpu[kinds[i]], reps));
     }
 }
 
