@@ -2,12 +2,13 @@
 //! in memory proportional to the live objects (and the runs of pages in
 //! use, for page-tracer events).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
 use alloctrace_format::{EntryPoint, ENTRY_POINTS, EVENT_KINDS};
 use alloctrace_reader::{Event, EventData, Record, TypeInfo, PAGE_EVENT_NAMES};
+use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use crate::pages::PageStats;
@@ -15,10 +16,12 @@ use crate::progress::Progress;
 use crate::{open, print_stdout, truncation_warning, Failure, Reader};
 
 /// Live map of one address space (heap objects, spans or stacks): address
-/// to the size recorded at allocation.
+/// to the size recorded at allocation. FxHash: one lookup per event, and
+/// the keys are addresses from the trace, not from an adversary that
+/// could hurt more than this one run.
 #[derive(Default)]
 struct Live {
-    map: HashMap<u64, u64>,
+    map: FxHashMap<u64, u64>,
 }
 
 impl Live {
@@ -32,12 +35,45 @@ impl Live {
     }
 }
 
+/// Number of event kinds `stats` counts: the ten of FORMAT.md section 3,
+/// then the three page events.
+const KINDS: usize = EVENT_KINDS.len() + PAGE_EVENT_NAMES.len();
+
+/// The index of `data`'s kind in [`Stats::counts`]: the kind byte's value
+/// less one, then the page events in [`PAGE_EVENT_NAMES`] order.
+fn kind_index(data: &EventData) -> usize {
+    match data {
+        EventData::SpanExists { .. } => 0,
+        EventData::SpanAlloc { .. } => 1,
+        EventData::SpanFree => 2,
+        EventData::HeapObjectExists { .. } => 3,
+        EventData::HeapObjectAlloc { .. } => 4,
+        EventData::HeapObjectFree => 5,
+        EventData::StackExists { .. } => 6,
+        EventData::StackAlloc { .. } => 7,
+        EventData::StackFree => 8,
+        EventData::Call => 9,
+        EventData::PageAlloc { .. } => 10,
+        EventData::PageFree { .. } => 11,
+        EventData::PageScav { .. } => 12,
+    }
+}
+
+/// The names of the kinds counted in [`Stats::counts`], in index order.
+fn kind_names() -> impl Iterator<Item = &'static str> {
+    EVENT_KINDS.iter().map(|k| k.name()).chain(PAGE_EVENT_NAMES)
+}
+
 #[derive(Default)]
 pub struct Stats {
-    /// Per event name, every kind present (zero or not).
-    pub counts: BTreeMap<&'static str, u64>,
+    /// Per event kind, indexed by [`kind_index`].
+    counts: [u64; KINDS],
     pub total_events: u64,
+    /// Events per thread ID (0 included). Filled from `thread_counts` when
+    /// the trace has been read.
     pub per_thread: BTreeMap<u64, u64>,
+    /// Events per thread ID while the trace is read.
+    thread_counts: FxHashMap<u64, u64>,
     /// Type IDs defined in any generation's type table.
     pub type_ids: BTreeSet<u64>,
     pub generations: u64,
@@ -68,17 +104,15 @@ pub struct Stats {
 
 impl Stats {
     fn new(bytes: u64) -> Stats {
-        let counts = EVENT_KINDS
-            .iter()
-            .map(|k| k.name())
-            .chain(PAGE_EVENT_NAMES)
-            .map(|name| (name, 0))
-            .collect();
         Stats {
-            counts,
             bytes,
             ..Stats::default()
         }
+    }
+
+    /// Moves the per-thread counts into `per_thread`, for output.
+    fn finish(&mut self) {
+        self.per_thread.extend(self.thread_counts.drain());
     }
 
     /// Threads (non-zero IDs) that wrote events.
@@ -122,9 +156,9 @@ impl Stats {
     }
 
     fn event(&mut self, e: &Event, types: &BTreeMap<u64, TypeInfo>) {
-        *self.counts.entry(e.data.name()).or_insert(0) += 1;
+        self.counts[kind_index(&e.data)] += 1;
         self.total_events += 1;
-        *self.per_thread.entry(e.thread).or_insert(0) += 1;
+        *self.thread_counts.entry(e.thread).or_insert(0) += 1;
         self.long_form_events += u64::from(e.long_form);
         self.duration_ns = self.duration_ns.max(e.time_ns);
         if let Some(entry) = e.entry {
@@ -206,8 +240,12 @@ impl Stats {
             .iter()
             .map(|(t, n)| (t.to_string(), json!(n)))
             .collect();
+        let counts: serde_json::Map<String, Value> = kind_names()
+            .zip(self.counts)
+            .map(|(name, n)| (name.to_string(), json!(n)))
+            .collect();
         let mut v = json!({
-            "events": self.counts,
+            "events": counts,
             "total_events": self.total_events,
             "generations": self.generations,
             "threads": self.threads(),
@@ -253,19 +291,8 @@ impl Stats {
             let _ = writeln!(s, "{name:<22}{value:>14}{note}");
         };
         row("events", &self.total_events, "");
-        // Kind order, then any kind this table does not know yet.
-        let known: Vec<&str> = EVENT_KINDS
-            .iter()
-            .map(|k| k.name())
-            .chain(PAGE_EVENT_NAMES)
-            .collect();
-        let others = self.counts.keys().copied().filter(|k| !known.contains(k));
-        for kind in known.iter().copied().chain(others) {
-            row(
-                &format!("  {kind}"),
-                &self.counts.get(kind).copied().unwrap_or(0),
-                "",
-            );
+        for (kind, n) in kind_names().zip(self.counts) {
+            row(&format!("  {kind}"), &n, "");
         }
         row("generations", &self.generations, "");
         row("threads", &self.threads(), "");
@@ -325,6 +352,7 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
     };
     progress.finish();
     result?;
+    stats.finish();
     stats.generations = reader.generations();
     stats.lost_events = reader.lost_events();
     stats.truncated_at = reader.truncated();
