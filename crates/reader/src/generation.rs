@@ -56,14 +56,22 @@ impl Generation {
 }
 
 /// Turns ticks into ns since the time origin (FORMAT.md section 5).
+///
+/// ns per tick is the fraction `ns_per / ticks_per`; `floor(dt * ns_per /
+/// ticks_per)` is computed exactly without a division per event (see
+/// [`Clock::scale`]).
 #[derive(Clone, Copy, Debug)]
 struct Clock {
     start_ticks: u64,
     start_mono_ns: u64,
-    /// ns per tick as the fraction `ns_per / ticks_per`.
-    ns_per: u64,
-    ticks_per: u64,
     origin_ns: u64,
+    /// `ns_per / ticks_per` and `ns_per % ticks_per`.
+    whole: u64,
+    rem: u64,
+    ticks_per: u64,
+    /// `floor(2^64 * rem / ticks_per)`: the fraction `rem / ticks_per` in
+    /// 0.64 fixed point.
+    frac: u64,
 }
 
 impl Clock {
@@ -80,13 +88,50 @@ impl Clock {
             // No clock pair at the end (generation cut off): use the rate.
             _ => (1_000_000_000, info.ticks_per_sec.max(1)),
         };
+        Clock::from_ratio(info.start_ticks, info.start_mono_ns, ns_per, ticks_per, origin_ns)
+    }
+
+    /// `ticks_per` must not be 0.
+    fn from_ratio(
+        start_ticks: u64,
+        start_mono_ns: u64,
+        ns_per: u64,
+        ticks_per: u64,
+        origin_ns: u64,
+    ) -> Clock {
+        let ticks_per = ticks_per.max(1);
+        let rem = ns_per % ticks_per;
+        // rem < ticks_per, so the quotient is below 2^64.
+        let frac = ((u128::from(rem) << 64) / u128::from(ticks_per)) as u64;
         Clock {
-            start_ticks: info.start_ticks,
-            start_mono_ns: info.start_mono_ns,
-            ns_per,
-            ticks_per,
+            start_ticks,
+            start_mono_ns,
             origin_ns,
+            whole: ns_per / ticks_per,
+            rem,
+            ticks_per,
+            frac,
         }
+    }
+
+    /// `floor(dt * ns_per / ticks_per)`, exactly, with multiplications only.
+    ///
+    /// 1. `dt * ns_per = dt * whole * ticks_per + dt * rem`, so the result
+    ///    is `dt * whole + n` with `n = floor(y)`, `y = dt * rem / ticks_per`.
+    /// 2. `frac` is `F = 2^64 * rem / ticks_per` rounded down, so
+    ///    `F - 1 < frac <= F` and `z = dt * frac / 2^64` lies in
+    ///    `(y - dt / 2^64, y]`, within `(y - 1, y]`: `est = floor(z)` is
+    ///    `n - 1` or `n`.
+    /// 3. It is `n - 1` exactly when `(est + 1) * ticks_per <= dt * rem`.
+    ///
+    /// No product overflows a u128: every factor is below 2^64 (`est < dt`
+    /// because `rem < ticks_per`).
+    #[inline]
+    fn scale(&self, dt: u64) -> u128 {
+        let dt = u128::from(dt);
+        let est = (dt * u128::from(self.frac)) >> 64;
+        let low = u128::from((est + 1) * u128::from(self.ticks_per) <= dt * u128::from(self.rem));
+        dt * u128::from(self.whole) + est + low
     }
 
     /// Saturates instead of overflowing: a corrupt timestamp gives a wrong
@@ -97,8 +142,7 @@ impl Clock {
         } else {
             (true, self.start_ticks - ticks)
         };
-        // Both factors are below 2^64, so the product fits in a u128.
-        let scaled = u128::from(dt) * u128::from(self.ns_per) / u128::from(self.ticks_per);
+        let scaled = self.scale(dt);
         let scaled = i128::try_from(scaled).unwrap_or(i128::MAX);
         let start = i128::from(self.start_mono_ns);
         let ns = if before {
@@ -319,5 +363,64 @@ impl Emitter {
         self.gen.batches = Vec::new();
         self.cursors = Vec::new();
         self.heap = BinaryHeap::new();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Clock;
+
+    /// `Clock::scale` against the u128 division it replaces.
+    fn check(dt: u64, ns_per: u64, ticks_per: u64) {
+        let clock = Clock::from_ratio(0, 0, ns_per, ticks_per, 0);
+        let want = u128::from(dt) * u128::from(ns_per) / u128::from(ticks_per);
+        assert_eq!(clock.scale(dt), want, "dt {dt}, ns_per {ns_per}, ticks_per {ticks_per}");
+    }
+
+    #[test]
+    fn scale_is_the_exact_quotient() {
+        let edges = [
+            0,
+            1,
+            2,
+            3,
+            999_999_999,
+            1_000_000_000,
+            1_000_000_007,
+            2_999_999_999,
+            3_000_000_000,
+            1 << 32,
+            (1 << 32) - 1,
+            1 << 63,
+            (1 << 63) - 1,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for &dt in &edges {
+            for &ns in &edges {
+                for &tp in edges.iter().filter(|&&t| t > 0) {
+                    check(dt, ns, tp);
+                }
+            }
+        }
+        // xorshift: many random triples, of every magnitude.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200_000 {
+            let (a, b, c) = (next(), next(), next());
+            let (sa, sb, sc) = ((next() % 64) as u32, (next() % 64) as u32, (next() % 64) as u32);
+            check(a >> sa, b >> sb, (c >> sc).max(1));
+        }
+        // Rates of real clocks: a TSC near 3 GHz over a second of ns.
+        for tp in [2_999_999_937u64, 3_000_000_000, 2_400_012_345] {
+            for dt in (0..10_000_000_000u64).step_by(99_991) {
+                check(dt, 1_000_000_000, tp);
+            }
+        }
     }
 }
