@@ -8,7 +8,9 @@
  *
  * Calls per thread: OPS frees (the first 4096 of NULL), OPS mallocs, 4096
  * final frees. Prints one JSON object: the wall time of the threads' work
- * and each thread's own loop time (for per-thread throughput).
+ * and each thread's own loop time (for per-thread throughput), elapsed and
+ * on its CPU (less when other threads, such as a tracer's writer, took the
+ * CPU from it).
  * Plain C, not linked with alloctrace: the shim or a rival interposes it.
  *
  * Built a second time with -DWITH_CAPI as workload_capi, which records the
@@ -38,9 +40,15 @@ struct worker {
     long ops;
     uint64_t seed;
     pthread_barrier_t *barrier;
-    uint64_t ns;
+    uint64_t ns, cpu_ns;
     uint64_t checksum;
 };
+
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void *work(void *arg) {
     struct worker *w = arg;
@@ -49,6 +57,7 @@ static void *work(void *arg) {
         abort();
     uint64_t s = w->seed, sum = 0;
     pthread_barrier_wait(w->barrier);
+    uint64_t c0 = thread_cpu_ns();
     uint64_t t0 = mono_ns();
     for (long i = 0; i < w->ops; i++) {
         size_t slot = (size_t)i & (RING - 1);
@@ -69,6 +78,7 @@ static void *work(void *arg) {
         free(ring[slot]);
     }
     w->ns = mono_ns() - t0;
+    w->cpu_ns = thread_cpu_ns() - c0;
     w->checksum = sum;
     free(ring);
     return NULL;
@@ -114,7 +124,7 @@ int main(int argc, char **argv) {
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
     for (int i = 0; i < threads; i++) {
-        w[i] = (struct worker){ops, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1), &barrier, 0, 0};
+        w[i] = (struct worker){ops, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1), &barrier, 0, 0, 0};
         if (pthread_create(&t[i], NULL, work, &w[i]) != 0) {
             perror("pthread_create");
             return 1;
@@ -145,6 +155,9 @@ int main(int argc, char **argv) {
     printf(", \"thread_ns\": [");
     for (int i = 0; i < threads; i++)
         printf("%s%llu", i ? ", " : "", (unsigned long long)w[i].ns);
+    printf("], \"thread_cpu_ns\": [");
+    for (int i = 0; i < threads; i++)
+        printf("%s%llu", i ? ", " : "", (unsigned long long)w[i].cpu_ns);
     printf("]");
     json_num("checksum", (double)(checksum & 0xffff));
     json_end();
