@@ -3,6 +3,7 @@
 //! batches (the page tracer) merge into one stream.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Range;
 
@@ -158,13 +159,19 @@ impl Clock {
 /// Hands out a complete generation's events in time order: a k-way merge of
 /// its events and pages batches, each already in time order (deltas are
 /// unsigned; a pages body whose time goes back is refused when read).
-/// Heap keys are (ticks, thread, batch index), which is exactly "sort by
-/// ticks; ties by thread ID, then file order".
+///
+/// The batches are sorted by thread ID, keeping file order within a
+/// thread, so a batch's index is its rank for ties, and a heap key
+/// `ticks << 64 | index` orders exactly as "sort by ticks; ties by thread
+/// ID, then file order". The heap holds one key per batch with an event
+/// pending; the top batch keeps its place while its next event still sorts
+/// first (one thread's batches follow each other in time), so most events
+/// cost a comparison or two, not a pop and a push.
 pub(crate) struct Emitter {
     pub gen: Generation,
     info: GenerationInfo,
     clock: Clock,
-    heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    heap: BinaryHeap<Reverse<u128>>,
     /// One per batch.
     cursors: Vec<BatchCursor>,
 }
@@ -187,91 +194,72 @@ enum Pending {
     Page(PageEvent),
 }
 
+/// The heap key of batch `i`'s event at `ticks`.
+fn key(ticks: u64, i: usize) -> u128 {
+    u128::from(ticks) << 64 | i as u128
+}
+
 impl Emitter {
     /// `gen` must have its info batch.
     pub fn new(
-        gen: Generation,
+        mut gen: Generation,
         info: GenerationInfo,
         origin_ns: u64,
     ) -> Result<Emitter, ReadError> {
+        // Stable: file order stays within a thread.
+        gen.batches.sort_by_key(|b| b.thread);
         let clock = Clock::new(&info, gen.end.as_ref(), origin_ns);
-        let mut em = Emitter {
+        let mut cursors = Vec::with_capacity(gen.batches.len());
+        let mut keys = Vec::with_capacity(gen.batches.len());
+        for (i, batch) in gen.batches.iter().enumerate() {
+            let mut cursor = BatchCursor {
+                pos: 0,
+                pending: None,
+                pages: PagesState::new(batch.thread, batch.base_ticks),
+                ids: IdDeltas::default(),
+            };
+            if let Some(ticks) = decode_next(&gen.raw, batch, &mut cursor, batch.base_ticks)? {
+                keys.push(Reverse(key(ticks, i)));
+            }
+            cursors.push(cursor);
+        }
+        Ok(Emitter {
             gen,
             info,
             clock,
-            heap: BinaryHeap::new(),
-            cursors: Vec::new(),
-        };
-        em.cursors.reserve_exact(em.gen.batches.len());
-        em.heap.reserve(em.gen.batches.len());
-        for i in 0..em.gen.batches.len() {
-            let batch = &em.gen.batches[i];
-            let (base, thread) = (batch.base_ticks, batch.thread);
-            em.cursors.push(BatchCursor {
-                pos: 0,
-                pending: None,
-                pages: PagesState::new(thread, base),
-                ids: IdDeltas::default(),
-            });
-            em.advance(i, base)?;
-        }
-        Ok(em)
-    }
-
-    /// Decodes batch `i`'s next event, if any, and puts it in the heap.
-    /// `prev_ticks` is the time of its previous event (events batches count
-    /// from it; pages batches carry their own time base).
-    fn advance(&mut self, i: usize, prev_ticks: u64) -> Result<(), ReadError> {
-        let (Some(batch), Some(cursor)) = (self.gen.batches.get(i), self.cursors.get_mut(i)) else {
-            return Ok(());
-        };
-        let body = self.gen.raw.get(batch.range.clone()).unwrap_or(&[]);
-        let ctx = BatchContext {
-            kind: batch.kind,
-            offset: batch.batch_offset,
-        };
-        let mut c = Cursor::new(body, batch.body_offset, ctx);
-        c.skip(cursor.pos);
-        cursor.pending = None;
-        // Validated when the batch was read; decoded again with every check
-        // rather than trusted.
-        let (ticks, pending) = if batch.kind == BatchKind::Pages {
-            match decode::page_event(&mut c, &mut cursor.pages)? {
-                Some(ev) => (ev.ticks, Pending::Page(ev)),
-                None => return Ok(()),
-            }
-        } else {
-            if c.remaining() == 0 {
-                return Ok(());
-            }
-            let start = c.pos();
-            let mut ev = decode::event(&mut c)?;
-            if batch.kind == BatchKind::CompactEvents && !ev.long_form {
-                ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
-            }
-            let ticks = prev_ticks
-                .checked_add(ev.delta)
-                .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
-            (ticks, Pending::Object(ev))
-        };
-        cursor.pos = c.pos();
-        cursor.pending = Some(pending);
-        self.heap.push(Reverse((ticks, batch.thread, i)));
-        Ok(())
+            heap: BinaryHeap::from(keys),
+            cursors,
+        })
     }
 
     pub fn next(&mut self) -> Result<Option<Event>, ReadError> {
-        let Some(Reverse((ticks, thread, i))) = self.heap.pop() else {
+        let Some(mut top) = self.heap.peek_mut() else {
             return Ok(None);
         };
-        let Some(pending) = self.cursors.get(i).and_then(|c| c.pending) else {
+        let Reverse(k) = *top;
+        let (ticks, i) = ((k >> 64) as u64, k as u64 as usize);
+        let (Some(batch), Some(cursor)) = (self.gen.batches.get(i), self.cursors.get_mut(i)) else {
             return Ok(None);
         };
+        let Some(pending) = cursor.pending.take() else {
+            return Ok(None);
+        };
+        let thread = batch.thread;
+        // The batch's next event takes its key's place: a sift down that
+        // stops at once while the batch still sorts first.
+        match decode_next(&self.gen.raw, batch, cursor, ticks)? {
+            Some(next) => {
+                *top = Reverse(key(next, i));
+                drop(top);
+            }
+            None => {
+                PeekMut::pop(top);
+            }
+        }
         let event = match pending {
             Pending::Object(raw) => self.event(raw, ticks, thread),
             Pending::Page(page) => self.page_event(page, thread),
         };
-        self.advance(i, ticks)?;
         Ok(Some(event))
     }
 
@@ -364,6 +352,50 @@ impl Emitter {
         self.cursors = Vec::new();
         self.heap = BinaryHeap::new();
     }
+}
+
+/// Decodes `batch`'s next event into `cursor.pending`; returns its ticks,
+/// or `None` at the end of the batch. `prev_ticks` is the time of its
+/// previous event (events batches count from it; pages batches carry their
+/// own time base).
+fn decode_next(
+    raw: &[u8],
+    batch: &EventBatch,
+    cursor: &mut BatchCursor,
+    prev_ticks: u64,
+) -> Result<Option<u64>, ReadError> {
+    let body = raw.get(batch.range.clone()).unwrap_or(&[]);
+    let ctx = BatchContext {
+        kind: batch.kind,
+        offset: batch.batch_offset,
+    };
+    let mut c = Cursor::new(body, batch.body_offset, ctx);
+    c.skip(cursor.pos);
+    cursor.pending = None;
+    // Validated when the batch was read; decoded again with every check
+    // rather than trusted.
+    let (ticks, pending) = if batch.kind == BatchKind::Pages {
+        match decode::page_event(&mut c, &mut cursor.pages)? {
+            Some(ev) => (ev.ticks, Pending::Page(ev)),
+            None => return Ok(None),
+        }
+    } else {
+        if c.remaining() == 0 {
+            return Ok(None);
+        }
+        let start = c.pos();
+        let mut ev = decode::event(&mut c)?;
+        if batch.kind == BatchKind::CompactEvents && !ev.long_form {
+            ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
+        }
+        let ticks = prev_ticks
+            .checked_add(ev.delta)
+            .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+        (ticks, Pending::Object(ev))
+    };
+    cursor.pos = c.pos();
+    cursor.pending = Some(pending);
+    Ok(Some(ticks))
 }
 
 #[cfg(test)]
