@@ -219,19 +219,85 @@ pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
     })
 }
 
+/// A varint as `get_uvarint` reads it, with the one-byte case inline.
+#[inline(always)]
+fn fast_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let b = *buf.get(*pos)?;
+    if b < 0x80 {
+        *pos += 1;
+        return Some(u64::from(b));
+    }
+    get_uvarint(buf, pos).ok()
+}
+
+/// Decodes the event at `buf[*pos..]` exactly as [`event`] does, but
+/// without building error messages: `None` for every event [`event`]
+/// refuses (then `*pos` is left anywhere; the caller runs [`event`] for the
+/// error and its offset). The hot path of both validation and the merge.
+#[inline(always)]
+pub(crate) fn event_fast(buf: &[u8], pos: &mut usize) -> Option<RawEvent> {
+    let kind_byte = *buf.get(*pos)?;
+    *pos += 1;
+    let kind = EventKind::from_u8(kind_byte & EVENT_KIND_MASK)?;
+    let long_form = kind_byte & LONG_FORM != 0;
+    let tagged = kind_byte & ENTRY_TAG != 0;
+    if kind == EventKind::Call && (long_form || !tagged) {
+        return None;
+    }
+    let delta = fast_varint(buf, pos)?;
+    let mut args = [0u64; 3];
+    let count = kind.arg_count();
+    args[0] = fast_varint(buf, pos)?;
+    if count > 1 {
+        args[1] = fast_varint(buf, pos)?;
+        if count > 2 {
+            args[2] = fast_varint(buf, pos)?;
+        }
+    }
+    let mut entry = 0;
+    if tagged {
+        entry = fast_varint(buf, pos)?;
+        alloctrace_format::EntryPoint::from_tag(entry)?;
+    }
+    let short_stack_size =
+        matches!(kind, EventKind::StackExists | EventKind::StackAlloc) && !long_form;
+    if short_stack_size && args[1] > MAX_STACK_ORDER {
+        return None;
+    }
+    Some(RawEvent {
+        kind,
+        long_form,
+        delta,
+        args,
+        entry,
+    })
+}
+
 /// Checks a whole events body: every event well formed, the body consumed
 /// exactly, no timestamp past 2^64. Returns the number of events.
 pub(crate) fn validate_events(c: &mut Cursor<'_>, base_ticks: u64) -> Result<u64, ReadError> {
+    let buf = c.buf;
+    let mut pos = c.pos;
     let mut ticks = base_ticks;
     let mut count = 0u64;
-    while c.remaining() > 0 {
-        let start = c.pos();
-        let ev = event(c)?;
+    while pos < buf.len() {
+        let start = pos;
+        let delta = match event_fast(buf, &mut pos) {
+            Some(ev) => ev.delta,
+            None => {
+                // For the message: `event` refuses what `event_fast` does.
+                c.pos = start;
+                let ev = event(c)?;
+                pos = c.pos;
+                ev.delta
+            }
+        };
         ticks = ticks
-            .checked_add(ev.delta)
+            .checked_add(delta)
             .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
         count += 1;
     }
+    c.pos = pos;
     Ok(count)
 }
 

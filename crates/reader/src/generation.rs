@@ -365,35 +365,51 @@ fn decode_next(
     prev_ticks: u64,
 ) -> Result<Option<u64>, ReadError> {
     let body = raw.get(batch.range.clone()).unwrap_or(&[]);
-    let ctx = BatchContext {
-        kind: batch.kind,
-        offset: batch.batch_offset,
-    };
-    let mut c = Cursor::new(body, batch.body_offset, ctx);
-    c.skip(cursor.pos);
     cursor.pending = None;
     // Validated when the batch was read; decoded again with every check
-    // rather than trusted.
+    // rather than trusted (the fast decoder refuses all that the checked
+    // one does, which then names the error).
+    let cursor_at = |pos: usize| {
+        let ctx = BatchContext {
+            kind: batch.kind,
+            offset: batch.batch_offset,
+        };
+        let mut c = Cursor::new(body, batch.body_offset, ctx);
+        c.skip(pos);
+        c
+    };
     let (ticks, pending) = if batch.kind == BatchKind::Pages {
-        match decode::page_event(&mut c, &mut cursor.pages)? {
+        let mut c = cursor_at(cursor.pos);
+        let next = decode::page_event(&mut c, &mut cursor.pages)?;
+        cursor.pos = c.pos();
+        match next {
             Some(ev) => (ev.ticks, Pending::Page(ev)),
             None => return Ok(None),
         }
     } else {
-        if c.remaining() == 0 {
+        let start = cursor.pos;
+        if start >= body.len() {
             return Ok(None);
         }
-        let start = c.pos();
-        let mut ev = decode::event(&mut c)?;
+        let mut pos = start;
+        let mut ev = match decode::event_fast(body, &mut pos) {
+            Some(ev) => ev,
+            None => {
+                let mut c = cursor_at(start);
+                let ev = decode::event(&mut c)?;
+                pos = c.pos();
+                ev
+            }
+        };
         if batch.kind == BatchKind::CompactEvents && !ev.long_form {
             ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
         }
-        let ticks = prev_ticks
-            .checked_add(ev.delta)
-            .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+        let Some(ticks) = prev_ticks.checked_add(ev.delta) else {
+            return Err(cursor_at(start).error_at(start, "event timestamp overflows 64 bits"));
+        };
+        cursor.pos = pos;
         (ticks, Pending::Object(ev))
     };
-    cursor.pos = c.pos();
     cursor.pending = Some(pending);
     Ok(Some(ticks))
 }
