@@ -132,7 +132,7 @@ pub(crate) fn batch_header(c: &mut Cursor<'_>) -> Result<BatchHeader, ReadError>
 }
 
 /// One event as written: kind, timestamp delta, arguments still compressed.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RawEvent {
     pub kind: EventKind,
     pub long_form: bool,
@@ -580,4 +580,57 @@ pub(crate) fn validate_pages(c: &mut Cursor<'_>, mut st: PagesState) -> Result<u
         events += 1;
     }
     Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `event_fast` against `event` on byte strings near and far from
+    /// well-formed events: the same verdict, the same event, the same end.
+    #[test]
+    fn fast_decoder_agrees_with_the_checked_one() {
+        let ctx = BatchContext {
+            kind: BatchKind::Events,
+            offset: 0,
+        };
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Bytes that make events likely: kind bytes of every flag, varint
+        // ends, continuation bytes, the tenth-byte limit, entry tags.
+        let pick = |r: u64| -> u8 {
+            match r % 8 {
+                0 => (r >> 8) as u8 & 0x0f | [0, 0x40, 0x80, 0xc0][(r >> 16) as usize % 4],
+                1 | 2 => (r >> 8) as u8 & 0x7f,
+                3 => 0x80 | (r >> 8) as u8,
+                4 => [0, 1, 2, 13, 14, 63, 64, 0x7f][(r >> 8) as usize % 8],
+                5 => 0xff,
+                _ => (r >> 8) as u8,
+            }
+        };
+        let (mut accepted, mut refused) = (0u32, 0u32);
+        for _ in 0..300_000 {
+            let len = (next() % 24) as usize;
+            let buf: Vec<u8> = (0..len).map(|_| pick(next())).collect();
+            let mut fast_pos = 0;
+            let fast = event_fast(&buf, &mut fast_pos);
+            let mut c = Cursor::new(&buf, 0, ctx);
+            match (fast, event(&mut c)) {
+                (Some(f), Ok(e)) => {
+                    assert_eq!(f, e, "{buf:02x?}");
+                    assert_eq!(fast_pos, c.pos(), "{buf:02x?}");
+                    accepted += 1;
+                }
+                (None, Err(_)) => refused += 1,
+                (f, e) => panic!("{buf:02x?}: fast {f:?}, checked {e:?}"),
+            }
+        }
+        // Both verdicts were exercised.
+        assert!(accepted > 10_000 && refused > 10_000, "{accepted} accepted, {refused} refused");
+    }
 }
