@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use alloctrace_format::{EntryPoint, ENTRY_POINTS, EVENT_KINDS};
-use alloctrace_reader::{Event, EventData, Record, TypeInfo, PAGE_EVENT_NAMES};
+use alloctrace_reader::{Event, EventData, Record, PAGE_EVENT_NAMES};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
@@ -74,6 +74,8 @@ pub struct Stats {
     pub per_thread: BTreeMap<u64, u64>,
     /// Events per thread ID while the trace is read.
     thread_counts: FxHashMap<u64, u64>,
+    /// Type IDs of the current generation's type table.
+    generation_types: BTreeSet<u64>,
     /// Type IDs defined in any generation's type table.
     pub type_ids: BTreeSet<u64>,
     pub generations: u64,
@@ -148,6 +150,8 @@ impl Stats {
     }
 
     fn generation_start(&mut self, reader: &Reader) {
+        self.generation_types.clear();
+        self.generation_types.extend(reader.types().keys().copied());
         self.type_ids.extend(reader.types().keys().copied());
         self.pages.generation_start(reader.info());
         if let (Some(end), Some(origin)) = (reader.generation_end(), reader.time_origin_ns()) {
@@ -155,7 +159,7 @@ impl Stats {
         }
     }
 
-    fn event(&mut self, e: &Event, types: &BTreeMap<u64, TypeInfo>) {
+    fn event(&mut self, e: &Event) {
         self.counts[kind_index(&e.data)] += 1;
         self.total_events += 1;
         *self.thread_counts.entry(e.thread).or_insert(0) += 1;
@@ -167,7 +171,7 @@ impl Stats {
         match e.data {
             EventData::HeapObjectExists { size, type_id }
             | EventData::HeapObjectAlloc { size, type_id } => {
-                if type_id != 0 && !types.contains_key(&type_id) {
+                if type_id != 0 && !self.generation_types.contains(&type_id) {
                     self.unknown_type_refs += 1;
                     if self.first_unknown_type.is_none() {
                         self.first_unknown_type = Some(format!(
@@ -337,17 +341,20 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let mut stats = Stats::new(size);
     let mut progress = Progress::new(size);
-    let mut records = 0u64;
     let result = loop {
-        match reader.next_record() {
-            Ok(Some(Record::GenerationStart { .. })) => stats.generation_start(&reader),
-            Ok(Some(Record::Event(e))) => stats.event(&e, reader.types()),
-            Ok(None) => break Ok(()),
+        match reader.next_events(1 << 16, |e| stats.event(e)) {
+            Ok(0) => {}
+            Ok(_) => {
+                progress.update(reader.bytes_read());
+                continue;
+            }
             Err(err) => break Err(err),
         }
-        records += 1;
-        if records & 0xffff == 0 {
-            progress.update(reader.bytes_read());
+        match reader.next_record() {
+            Ok(Some(Record::GenerationStart { .. })) => stats.generation_start(&reader),
+            Ok(Some(Record::Event(e))) => stats.event(&e),
+            Ok(None) => break Ok(()),
+            Err(err) => break Err(err),
         }
     };
     progress.finish();

@@ -3,7 +3,6 @@
 //! batches (the page tracer) merge into one stream.
 
 use std::cmp::Reverse;
-use std::collections::binary_heap::PeekMut;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Range;
 
@@ -164,13 +163,13 @@ impl Clock {
 /// thread, so a batch's index is its rank for ties, and a heap key
 /// `ticks << 64 | index` orders exactly as "sort by ticks; ties by thread
 /// ID, then file order". The heap holds one key per batch with an event
-/// pending; the top batch keeps its place while its next event still sorts
-/// first (one thread's batches follow each other in time), so most events
-/// cost a comparison or two, not a pop and a push.
+/// pending. The top batch hands out events for as long as they sort before
+/// every other batch's (one thread's batches follow each other in time),
+/// so most events cost one comparison, not a pop and a push.
 pub(crate) struct Emitter {
     pub gen: Generation,
     info: GenerationInfo,
-    clock: Clock,
+    out: Restore,
     heap: BinaryHeap<Reverse<u128>>,
     /// One per batch.
     cursors: Vec<BatchCursor>,
@@ -199,6 +198,19 @@ fn key(ticks: u64, i: usize) -> u128 {
     u128::from(ticks) << 64 | i as u128
 }
 
+/// Turns decoded events of one generation into [`Event`]s: addresses
+/// restored (FORMAT.md section 4), times in ns.
+struct Restore {
+    clock: Clock,
+    generation: u64,
+    min_heap_addr: u64,
+    /// log2 of the info batch's `page_size`, `min_heap_align` and
+    /// `min_stack_align` (powers of two: checked when it was read).
+    span_shift: u32,
+    heap_shift: u32,
+    stack_shift: u32,
+}
+
 impl Emitter {
     /// `gen` must have its info batch.
     pub fn new(
@@ -208,7 +220,14 @@ impl Emitter {
     ) -> Result<Emitter, ReadError> {
         // Stable: file order stays within a thread.
         gen.batches.sort_by_key(|b| b.thread);
-        let clock = Clock::new(&info, gen.end.as_ref(), origin_ns);
+        let out = Restore {
+            clock: Clock::new(&info, gen.end.as_ref(), origin_ns),
+            generation: gen.number,
+            min_heap_addr: info.min_heap_addr,
+            span_shift: exact_log2(info.page_size).unwrap_or(0),
+            heap_shift: exact_log2(info.min_heap_align).unwrap_or(0),
+            stack_shift: exact_log2(info.min_stack_align).unwrap_or(0),
+        };
         let mut cursors = Vec::with_capacity(gen.batches.len());
         let mut keys = Vec::with_capacity(gen.batches.len());
         for (i, batch) in gen.batches.iter().enumerate() {
@@ -226,43 +245,95 @@ impl Emitter {
         Ok(Emitter {
             gen,
             info,
-            clock,
+            out,
             heap: BinaryHeap::from(keys),
             cursors,
         })
     }
 
+    /// The next event, or `None` when every event is out.
+    #[inline]
     pub fn next(&mut self) -> Result<Option<Event>, ReadError> {
-        let Some(mut top) = self.heap.peek_mut() else {
-            return Ok(None);
-        };
-        let Reverse(k) = *top;
-        let (ticks, i) = ((k >> 64) as u64, k as u64 as usize);
-        let (Some(batch), Some(cursor)) = (self.gen.batches.get(i), self.cursors.get_mut(i)) else {
-            return Ok(None);
-        };
-        let Some(pending) = cursor.pending.take() else {
-            return Ok(None);
-        };
-        let thread = batch.thread;
-        // The batch's next event takes its key's place: a sift down that
-        // stops at once while the batch still sorts first.
-        match decode_next(&self.gen.raw, batch, cursor, ticks)? {
-            Some(next) => {
-                *top = Reverse(key(next, i));
-                drop(top);
-            }
-            None => {
-                PeekMut::pop(top);
-            }
-        }
-        let event = match pending {
-            Pending::Object(raw) => self.event(raw, ticks, thread),
-            Pending::Page(page) => self.page_event(page, thread),
-        };
-        Ok(Some(event))
+        let mut next = None;
+        self.drain(1, |event| next = Some(event))?;
+        Ok(next)
     }
 
+    /// Hands the next events, at most `max`, to `emit` in time order;
+    /// returns how many (fewer than `max` only when every event is out).
+    /// On an error the events before it have been handed out.
+    #[inline]
+    pub fn drain(&mut self, max: usize, mut emit: impl FnMut(Event)) -> Result<usize, ReadError> {
+        let Emitter {
+            gen,
+            out,
+            heap,
+            cursors,
+            ..
+        } = self;
+        let mut n = 0;
+        while n < max {
+            let slots = heap.as_slice();
+            let Some(&Reverse(top)) = slots.first() else {
+                break;
+            };
+            // The smaller child of the root is the second-smallest key.
+            let limit = slots
+                .iter()
+                .skip(1)
+                .take(2)
+                .map(|r| r.0)
+                .min()
+                .unwrap_or(u128::MAX);
+            let (mut ticks, i) = ((top >> 64) as u64, top as u64 as usize);
+            let (Some(batch), Some(cursor)) = (gen.batches.get(i), cursors.get_mut(i)) else {
+                heap.pop();
+                continue;
+            };
+            loop {
+                let Some(pending) = cursor.pending.take() else {
+                    heap.pop();
+                    break;
+                };
+                let next = decode_next(&gen.raw, batch, cursor, ticks)?;
+                emit(match pending {
+                    Pending::Object(raw) => out.event(raw, ticks, batch.thread),
+                    Pending::Page(page) => out.page_event(page, batch.thread),
+                });
+                n += 1;
+                match next {
+                    Some(t) if n < max && key(t, i) < limit => ticks = t,
+                    Some(t) => {
+                        // A sift down from the root: the batch's new place.
+                        if let Some(mut slot) = heap.peek_mut() {
+                            *slot = Reverse(key(t, i));
+                        }
+                        break;
+                    }
+                    None => {
+                        heap.pop();
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    pub fn info(&self) -> &GenerationInfo {
+        &self.info
+    }
+
+    /// Frees the raw bytes once every event is out; info and types stay.
+    pub fn release(&mut self) {
+        self.gen.raw = Vec::new();
+        self.gen.batches = Vec::new();
+        self.cursors = Vec::new();
+        self.heap = BinaryHeap::new();
+    }
+}
+
+impl Restore {
     fn page_event(&self, page: PageEvent, thread: u64) -> Event {
         let npages = page.npages;
         let data = match page.kind {
@@ -274,7 +345,7 @@ impl Emitter {
         Event {
             time_ns: self.clock.time_ns(page.ticks),
             ticks: page.ticks,
-            generation: self.gen.number,
+            generation: self.generation,
             thread,
             long_form: page.long_form,
             addr: page.base,
@@ -283,20 +354,20 @@ impl Emitter {
         }
     }
 
+    #[inline]
     fn event(&self, raw: RawEvent, ticks: u64, thread: u64) -> Event {
-        let info = &self.info;
         let [first, second, third] = raw.args;
-        let addr = if raw.long_form || raw.kind.address_class() == AddressClass::Raw {
+        let class = raw.kind.address_class();
+        let addr = if raw.long_form || class == AddressClass::Raw {
             first
         } else {
-            let align = match raw.kind.address_class() {
-                AddressClass::Span => info.page_size,
-                AddressClass::HeapObject => info.min_heap_align,
-                AddressClass::Stack => info.min_stack_align,
-                AddressClass::Raw => 1,
+            let shift = match class {
+                AddressClass::Span => self.span_shift,
+                AddressClass::HeapObject => self.heap_shift,
+                AddressClass::Stack => self.stack_shift,
+                AddressClass::Raw => 0,
             };
-            // Alignments were checked to be powers of two in the info batch.
-            restore_address(first, info.min_heap_addr, exact_log2(align).unwrap_or(0))
+            restore_address(first, self.min_heap_addr, shift)
         };
         let stack_size = if raw.long_form {
             second
@@ -332,7 +403,7 @@ impl Emitter {
         Event {
             time_ns: self.clock.time_ns(ticks),
             ticks,
-            generation: self.gen.number,
+            generation: self.generation,
             thread,
             long_form: raw.long_form,
             addr,
@@ -340,24 +411,13 @@ impl Emitter {
             entry: alloctrace_format::EntryPoint::from_tag(raw.entry),
         }
     }
-
-    pub fn info(&self) -> &GenerationInfo {
-        &self.info
-    }
-
-    /// Frees the raw bytes once every event is out; info and types stay.
-    pub fn release(&mut self) {
-        self.gen.raw = Vec::new();
-        self.gen.batches = Vec::new();
-        self.cursors = Vec::new();
-        self.heap = BinaryHeap::new();
-    }
 }
 
 /// Decodes `batch`'s next event into `cursor.pending`; returns its ticks,
 /// or `None` at the end of the batch. `prev_ticks` is the time of its
 /// previous event (events batches count from it; pages batches carry their
 /// own time base).
+#[inline]
 fn decode_next(
     raw: &[u8],
     batch: &EventBatch,
