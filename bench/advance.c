@@ -52,6 +52,7 @@ struct emitter {
     uint64_t preempted[2];       /* involuntary switches */
     uint64_t faulted[2];         /* page faults, no switch */
     uint64_t slow[2];            /* events over SLOW_NS */
+    uint64_t over50[2];          /* over 50 us without a context switch */
     long vol, invol, flt;        /* the counters when last read */
     pthread_barrier_t *barrier;
 };
@@ -93,6 +94,8 @@ static inline void account(struct emitter *e, uint64_t t0, uint64_t t1, uint64_t
         return;
     if (d > e->worst_nosw[adv])
         e->worst_nosw[adv] = d;
+    if (d > (uint64_t)(50000 * tpn))
+        e->over50[adv]++;
     if (what & FAULT)
         e->faulted[adv]++;
     else if (d > e->worst_clean[adv])
@@ -189,6 +192,7 @@ int main(int argc, char **argv) {
     atomic_store(&stop, true);
     uint64_t events = 0, worst[2] = {0, 0}, worst_nosw[2] = {0, 0}, worst_clean[2] = {0, 0};
     uint64_t blocked[2] = {0, 0}, preempted[2] = {0, 0}, faulted[2] = {0, 0}, slow[2] = {0, 0};
+    uint64_t over50[2] = {0, 0};
     for (int i = 0; i < emitters; i++) {
         pthread_join(t[i], NULL);
         events += e[i].events;
@@ -200,6 +204,7 @@ int main(int argc, char **argv) {
             if (e[i].worst_clean[k] > worst_clean[k])
                 worst_clean[k] = e[i].worst_clean[k];
             faulted[k] += e[i].faulted[k];
+            over50[k] += e[i].over50[k];
             blocked[k] += e[i].blocked[k];
             preempted[k] += e[i].preempted[k];
             slow[k] += e[i].slow[k];
@@ -212,6 +217,9 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    double advancing_s = 0;
+    for (int i = 0; i < n; i++)
+        advancing_s += (double)advance_ns[i] / 1e9;
     qsort(advance_ns, (size_t)n, sizeof advance_ns[0], cmp_u64);
     double us = 1.0 / (tpn * 1000.0);
     json_begin();
@@ -235,6 +243,13 @@ int main(int argc, char **argv) {
     json_num("faulted_idle", (double)faulted[0]);
     json_num("blocked_idle", (double)blocked[0]);
     json_num("preempted_idle", (double)preempted[0]);
+    /* Events over 50 us without a switch, per second of each kind of time
+     * (per emitter): if advances caused them, the first would be higher. */
+    json_num("over50_adv", (double)over50[1]);
+    json_num("over50_idle", (double)over50[0]);
+    json_num("over50_adv_per_s", advancing_s > 0 ? (double)over50[1] / advancing_s / emitters : 0);
+    json_num("over50_idle_per_s", (double)over50[0] / (elapsed_s - advancing_s) / emitters);
+    json_num("advancing_s", advancing_s);
     json_num("ticks_per_ns", tpn);
     json_end();
     return 0;
