@@ -261,7 +261,7 @@ pub struct Config {
 }
 
 /// Default size at which the advancer thread ends a generation.
-pub const DEFAULT_GENERATION_BYTES: u64 = 64 << 20;
+pub const DEFAULT_GENERATION_BYTES: u64 = 16 << 20;
 
 /// Default bytes per batch buffer.
 pub const DEFAULT_BUFFER_SIZE: usize = 64 << 10;
