@@ -72,8 +72,12 @@ pub struct Stats {
     /// Events per thread ID (0 included). Filled from `thread_counts` when
     /// the trace has been read.
     pub per_thread: BTreeMap<u64, u64>,
-    /// Events per thread ID while the trace is read.
+    /// Events per thread ID while the trace is read, but for the current
+    /// run of events of one thread (threads write long runs, so most events
+    /// just count up `run_events`).
     thread_counts: FxHashMap<u64, u64>,
+    run_thread: u64,
+    run_events: u64,
     /// Type IDs of the current generation's type table.
     generation_types: BTreeSet<u64>,
     /// Type IDs defined in any generation's type table.
@@ -114,7 +118,16 @@ impl Stats {
 
     /// Moves the per-thread counts into `per_thread`, for output.
     fn finish(&mut self) {
+        self.end_thread_run();
         self.per_thread.extend(self.thread_counts.drain());
+    }
+
+    #[inline(never)]
+    fn end_thread_run(&mut self) {
+        if self.run_events > 0 {
+            *self.thread_counts.entry(self.run_thread).or_insert(0) += self.run_events;
+            self.run_events = 0;
+        }
     }
 
     /// Threads (non-zero IDs) that wrote events.
@@ -159,10 +172,15 @@ impl Stats {
         }
     }
 
+    #[inline]
     fn event(&mut self, e: &Event) {
         self.counts[kind_index(&e.data)] += 1;
         self.total_events += 1;
-        *self.thread_counts.entry(e.thread).or_insert(0) += 1;
+        if e.thread != self.run_thread {
+            self.end_thread_run();
+            self.run_thread = e.thread;
+        }
+        self.run_events += 1;
         self.long_form_events += u64::from(e.long_form);
         self.duration_ns = self.duration_ns.max(e.time_ns);
         if let Some(entry) = e.entry {
@@ -172,13 +190,7 @@ impl Stats {
             EventData::HeapObjectExists { size, type_id }
             | EventData::HeapObjectAlloc { size, type_id } => {
                 if type_id != 0 && !self.generation_types.contains(&type_id) {
-                    self.unknown_type_refs += 1;
-                    if self.first_unknown_type.is_none() {
-                        self.first_unknown_type = Some(format!(
-                            "{} at {:#x} ({} ns, generation {}, thread {}) has type ID {type_id}, which is not in the generation's type table",
-                            e.data.name(), e.addr, e.time_ns, e.generation, e.thread
-                        ));
-                    }
+                    self.unknown_type(e, type_id);
                 }
                 if let Some(old) = self.heap.alloc(e.addr, size) {
                     // The old object was never freed: replace it.
@@ -220,6 +232,20 @@ impl Stats {
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn unknown_type(&mut self, e: &Event, type_id: u64) {
+        self.unknown_type_refs += 1;
+        if self.first_unknown_type.is_none() {
+            self.first_unknown_type = Some(format!(
+                "{} at {:#x} ({} ns, generation {}, thread {}) has type ID {type_id}, which is not in the generation's type table",
+                e.data.name(), e.addr, e.time_ns, e.generation, e.thread
+            ));
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
     fn anomaly(&mut self, e: &Event, what: &str, double_alloc: bool) {
         if double_alloc {
             self.double_alloc += 1;

@@ -126,7 +126,7 @@ impl Clock {
     ///
     /// No product overflows a u128: every factor is below 2^64 (`est < dt`
     /// because `rem < ticks_per`).
-    #[inline]
+    #[inline(always)]
     fn scale(&self, dt: u64) -> u128 {
         let dt = u128::from(dt);
         let est = (dt * u128::from(self.frac)) >> 64;
@@ -136,22 +136,19 @@ impl Clock {
 
     /// Saturates instead of overflowing: a corrupt timestamp gives a wrong
     /// time, never a panic. Times before the origin are 0.
+    #[inline(always)]
     fn time_ns(&self, ticks: u64) -> u64 {
-        let (before, dt) = if ticks >= self.start_ticks {
-            (false, ticks - self.start_ticks)
+        let start = u128::from(self.start_mono_ns);
+        let origin = u128::from(self.origin_ns);
+        let ns = if ticks >= self.start_ticks {
+            // scale() is at most (2^64 - 1)^2, so adding a u64 cannot overflow.
+            (start + self.scale(ticks - self.start_ticks)).saturating_sub(origin)
         } else {
-            (true, self.start_ticks - ticks)
+            start
+                .checked_sub(self.scale(self.start_ticks - ticks))
+                .map_or(0, |ns| ns.saturating_sub(origin))
         };
-        let scaled = self.scale(dt);
-        let scaled = i128::try_from(scaled).unwrap_or(i128::MAX);
-        let start = i128::from(self.start_mono_ns);
-        let ns = if before {
-            start.saturating_sub(scaled)
-        } else {
-            start.saturating_add(scaled)
-        };
-        let since_origin = ns.saturating_sub(i128::from(self.origin_ns));
-        u64::try_from(since_origin.max(0)).unwrap_or(u64::MAX)
+        u64::try_from(ns).unwrap_or(u64::MAX)
     }
 }
 
@@ -255,7 +252,7 @@ impl Emitter {
     #[inline]
     pub fn next(&mut self) -> Result<Option<Event>, ReadError> {
         let mut next = None;
-        self.drain(1, |event| next = Some(event))?;
+        self.drain(1, |event| next = Some(event.clone()))?;
         Ok(next)
     }
 
@@ -263,7 +260,7 @@ impl Emitter {
     /// returns how many (fewer than `max` only when every event is out).
     /// On an error the events before it have been handed out.
     #[inline]
-    pub fn drain(&mut self, max: usize, mut emit: impl FnMut(Event)) -> Result<usize, ReadError> {
+    pub fn drain(&mut self, max: usize, mut emit: impl FnMut(&Event)) -> Result<usize, ReadError> {
         let Emitter {
             gen,
             out,
@@ -296,10 +293,12 @@ impl Emitter {
                     break;
                 };
                 let next = decode_next(&gen.raw, batch, cursor, ticks)?;
-                emit(match pending {
-                    Pending::Object(raw) => out.event(raw, ticks, batch.thread),
-                    Pending::Page(page) => out.page_event(page, batch.thread),
-                });
+                // Handed out where it was built: a copy of the Event, with
+                // its one-byte fields, costs a stalled load.
+                match pending {
+                    Pending::Object(raw) => emit(&out.event(raw, ticks, batch.thread)),
+                    Pending::Page(page) => emit(&out.page_event(page, batch.thread)),
+                }
                 n += 1;
                 match next {
                     Some(t) if n < max && key(t, i) < limit => ticks = t,
@@ -334,6 +333,7 @@ impl Emitter {
 }
 
 impl Restore {
+    #[inline(never)]
     fn page_event(&self, page: PageEvent, thread: u64) -> Event {
         let npages = page.npages;
         let data = match page.kind {
@@ -354,7 +354,7 @@ impl Restore {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn event(&self, raw: RawEvent, ticks: u64, thread: u64) -> Event {
         let [first, second, third] = raw.args;
         let class = raw.kind.address_class();
@@ -417,61 +417,91 @@ impl Restore {
 /// or `None` at the end of the batch. `prev_ticks` is the time of its
 /// previous event (events batches count from it; pages batches carry their
 /// own time base).
-#[inline]
+///
+/// Validated when the batch was read; decoded again with every check
+/// rather than trusted: the fast decoder refuses all that the checked one
+/// does, which then names the error.
+#[inline(always)]
 fn decode_next(
     raw: &[u8],
     batch: &EventBatch,
     cursor: &mut BatchCursor,
     prev_ticks: u64,
 ) -> Result<Option<u64>, ReadError> {
-    let body = raw.get(batch.range.clone()).unwrap_or(&[]);
     cursor.pending = None;
-    // Validated when the batch was read; decoded again with every check
-    // rather than trusted (the fast decoder refuses all that the checked
-    // one does, which then names the error).
-    let cursor_at = |pos: usize| {
-        let ctx = BatchContext {
-            kind: batch.kind,
-            offset: batch.batch_offset,
-        };
-        let mut c = Cursor::new(body, batch.body_offset, ctx);
-        c.skip(pos);
-        c
+    if batch.kind == BatchKind::Pages {
+        return decode_next_page(raw, batch, cursor);
+    }
+    let body = raw.get(batch.range.clone()).unwrap_or(&[]);
+    let start = cursor.pos;
+    if start >= body.len() {
+        return Ok(None);
+    }
+    let mut pos = start;
+    let Some(mut ev) = decode::event_fast(body, &mut pos) else {
+        return decode_next_slow(raw, batch, cursor, prev_ticks);
     };
-    let (ticks, pending) = if batch.kind == BatchKind::Pages {
-        let mut c = cursor_at(cursor.pos);
-        let next = decode::page_event(&mut c, &mut cursor.pages)?;
-        cursor.pos = c.pos();
-        match next {
-            Some(ev) => (ev.ticks, Pending::Page(ev)),
-            None => return Ok(None),
-        }
-    } else {
-        let start = cursor.pos;
-        if start >= body.len() {
-            return Ok(None);
-        }
-        let mut pos = start;
-        let mut ev = match decode::event_fast(body, &mut pos) {
-            Some(ev) => ev,
-            None => {
-                let mut c = cursor_at(start);
-                let ev = decode::event(&mut c)?;
-                pos = c.pos();
-                ev
-            }
-        };
-        if batch.kind == BatchKind::CompactEvents && !ev.long_form {
-            ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
-        }
-        let Some(ticks) = prev_ticks.checked_add(ev.delta) else {
-            return Err(cursor_at(start).error_at(start, "event timestamp overflows 64 bits"));
-        };
-        cursor.pos = pos;
-        (ticks, Pending::Object(ev))
+    let Some(ticks) = prev_ticks.checked_add(ev.delta) else {
+        return decode_next_slow(raw, batch, cursor, prev_ticks);
     };
-    cursor.pending = Some(pending);
+    if batch.kind == BatchKind::CompactEvents && !ev.long_form {
+        ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
+    }
+    cursor.pos = pos;
+    cursor.pending = Some(Pending::Object(ev));
     Ok(Some(ticks))
+}
+
+/// [`decode_next`] for an event the fast decoder refused: the checked
+/// decoder's verdict.
+#[cold]
+#[inline(never)]
+fn decode_next_slow(
+    raw: &[u8],
+    batch: &EventBatch,
+    cursor: &mut BatchCursor,
+    prev_ticks: u64,
+) -> Result<Option<u64>, ReadError> {
+    let mut c = batch_cursor(raw, batch, cursor.pos);
+    let start = c.pos();
+    let mut ev = decode::event(&mut c)?;
+    let ticks = prev_ticks
+        .checked_add(ev.delta)
+        .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+    if batch.kind == BatchKind::CompactEvents && !ev.long_form {
+        ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
+    }
+    cursor.pos = c.pos();
+    cursor.pending = Some(Pending::Object(ev));
+    Ok(Some(ticks))
+}
+
+/// [`decode_next`] for a pages batch.
+#[inline(never)]
+fn decode_next_page(
+    raw: &[u8],
+    batch: &EventBatch,
+    cursor: &mut BatchCursor,
+) -> Result<Option<u64>, ReadError> {
+    let mut c = batch_cursor(raw, batch, cursor.pos);
+    let next = decode::page_event(&mut c, &mut cursor.pages)?;
+    cursor.pos = c.pos();
+    Ok(next.map(|ev| {
+        cursor.pending = Some(Pending::Page(ev));
+        ev.ticks
+    }))
+}
+
+/// A cursor at `pos` in `batch`'s body, for the checked decoders.
+fn batch_cursor<'a>(raw: &'a [u8], batch: &EventBatch, pos: usize) -> Cursor<'a> {
+    let body = raw.get(batch.range.clone()).unwrap_or(&[]);
+    let ctx = BatchContext {
+        kind: batch.kind,
+        offset: batch.batch_offset,
+    };
+    let mut c = Cursor::new(body, batch.body_offset, ctx);
+    c.skip(pos);
+    c
 }
 
 #[cfg(test)]

@@ -221,14 +221,14 @@ impl<R: Read> TraceReader<R> {
     /// # Ok::<(), alloctrace_reader::ReadError>(())
     /// ```
     #[inline]
-    pub fn next_events<F: FnMut(&Event)>(&mut self, max: usize, mut f: F) -> Result<usize, ReadError> {
+    pub fn next_events<F: FnMut(&Event)>(&mut self, max: usize, f: F) -> Result<usize, ReadError> {
         if let Some(err) = &self.failed {
             return Err(err.replay());
         }
         let Some(em) = &mut self.current else {
             return Ok(0);
         };
-        em.drain(max, |event| f(&event)).map_err(|err| {
+        em.drain(max, f).map_err(|err| {
             self.failed = Some(err.replay());
             err
         })
