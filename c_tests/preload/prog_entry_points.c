@@ -1,8 +1,13 @@
 /* Calls every entry point the shim interposes, successes and failures,
  * with a fixed sequence of calls: run under the counting interposer and
  * under the shim, the two counts must be equal. All calls happen in main
- * and in two threads joined before main returns; nothing is printed. */
+ * and in two threads joined before main returns; nothing is printed. A
+ * fork at the end checks that fork adds no call of the shim's own to the
+ * parent's counts (the child leaves with _exit, which runs no atexit
+ * handler, so the counter's report is the parent's). */
 #include "common.h"
+
+#include <sys/wait.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -121,5 +126,14 @@ int main(void) {
     for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, thread_main, (void *)(uintptr_t)(i + 1)) == 0);
     heap_calls(99);
     for (int i = 0; i < 2; i++) CHECK(pthread_join(t[i], NULL) == 0);
+
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        free(malloc(10));
+        _exit(0);
+    }
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     return 0;
 }

@@ -50,7 +50,9 @@ limited() {
     local watchdog=$!
     wait "$pid"
     RC=$?
-    kill "$watchdog" 2>/dev/null
+    # SIGKILL: a bash subshell ended by a catchable signal may run an
+    # inherited EXIT trap.
+    kill -9 "$watchdog" 2>/dev/null
     wait "$watchdog" 2>/dev/null
 }
 
@@ -134,7 +136,7 @@ ENTRIES="malloc calloc realloc free posix_memalign aligned_alloc memalign valloc
 limited COUNT_OUTPUT="$D/counts" LD_PRELOAD="$BIN/libcounter.so" -- "$BIN/prog_entry_points" >"$D/count.out" 2>&1
 crc=$RC
 traced "$BIN/prog_entry_points"
-t=$(traces)
+t=$(traces | head -1)
 bad_checks=$(check_all)
 if [ $crc -ne 0 ] || [ $RC -ne 0 ] || [ -z "$t" ] || [ -n "$bad_checks" ] || [ ! -s "$D/counts" ]; then
     bad "counter rc=$crc, shim rc=$RC traces=[$t] $bad_checks $(head -3 "$D/err" "$D/count.out")"
@@ -249,11 +251,11 @@ fi
 
 fresh families
 EXTRA=ALLOCTRACE_RECORD=heap traced "$BIN/prog_entry_points"
-t=$(traces)
+t=$(traces | head -1)
 h1=$(num "$t" heap_object_alloc) s1=$(($(num "$t" span_alloc) + $(num "$t" stack_alloc) + $(num "$t" stack_exists)))
 : >"$D/index"
 EXTRA=ALLOCTRACE_RECORD=mmap,stacks traced "$BIN/prog_entry_points"
-t=$(traces)
+t=$(traces | head -1)
 h2=$(num "$t" heap_object_alloc) s2=$(num "$t" span_alloc) k2=$(num "$t" stack_alloc)
 if [ "$h1" -gt 0 ] && [ "$s1" = 0 ] && [ "$h2" = 0 ] && [ "$s2" -gt 0 ] && [ "$k2" = 2 ] && [ -z "$(check_all)" ]; then
     ok "ALLOCTRACE_RECORD=heap: $h1 heap allocs, no span or stack events; =mmap,stacks: no heap events, $s2 span allocs, 2 stacks"
@@ -274,7 +276,7 @@ for setting in ALLOCTRACE_BUFFER_SIZE=12x ALLOCTRACE_BUFFER_SIZE=100 ALLOCTRACE_
         [ "$files" = 0 ] && [ "$(grep -c threads "$D/out")" = 2 ]; then
         ok "one message for the process tree ($(cat "$D/err")); programs ran untraced"
     else
-        bad "rc=$RC, $lines stderr lines ($(head -3 "$D/err")), $files trace files"
+        bad "rc=$RC, $lines stderr lines ($(head -3 "$D/err")), $files trace files; $(ls -la "$D" 2>&1 | tr '\n' ' ')"
     fi
 done
 
@@ -292,7 +294,7 @@ if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ "$(cat "$D/out.trace")" = keep ] && [ "$(
     [ "$mode" = 600 ] && [ -f "$D/link.1.trace" ] && [ -z "$bad_checks" ]; then
     ok "an existing file and a symlink are left alone (traces went to out.1.trace, link.1.trace), mode 600"
 else
-    bad "rc $r1/$r2, out.trace '$(cat "$D/out.trace")', victim '$(cat "$D/victim")', mode '$mode', $bad_checks"
+    bad "rc $r1/$r2, out.trace '$(cat "$D/out.trace")', victim '$(cat "$D/victim")', mode '$mode', $bad_checks; $(ls -la "$D" 2>&1 | tr '\n' ' ')"
 fi
 
 fresh overwrite
@@ -308,7 +310,7 @@ if [ $r1 -eq 0 ] && [[ $c1 == ok:* ]] && [ -f "$D/out.1.trace" ] && [ $r2 -eq 0 
     grep -q "link.trace.*running untraced" "$D/err"; then
     ok "ALLOCTRACE_OVERWRITE=1 replaces the first process's file only (its child wrote out.1.trace) and still refuses a symlink"
 else
-    bad "rc $r1/$r2, out.trace: $c1, victim '$(cat "$D/victim")', err: $(head -2 "$D/err")"
+    bad "rc $r1/$r2, out.trace: $c1, victim '$(cat "$D/victim")', err: $(head -2 "$D/err"); $(ls -la "$D" 2>&1 | tr '\n' ' ')"
 fi
 
 # --- alloctrace record ------------------------------------------------------

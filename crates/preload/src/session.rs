@@ -321,35 +321,46 @@ extern "C" fn at_exit() {
 thread_local! {
     /// Set by fork_prepare when it took the span table lock.
     static FORK_HOLDS_SPANS: Cell<bool> = const { Cell::new(false) };
+    /// The forking thread's state before fork_prepare.
+    static FORK_PREV_STATE: Cell<u8> = const { Cell::new(guard::NORMAL) };
 }
 
-/// Keeps the span table whole across fork: no thread is inside it when the
+/// Runs first of the prepare handlers (they run in reverse order of
+/// registration, and ours was registered after the core's): the rest of
+/// fork's handlers, the core's included, run as the shim's own code, so
+/// what they allocate (the core's first fork registers a thread-local
+/// destructor, which callocs) is never traced as the program's. Also keeps
+/// the span table whole across fork: no thread is inside it when the
 /// address space is copied.
 extern "C" fn fork_prepare() {
+    let prev = guard::replace(guard::OWN);
+    FORK_PREV_STATE.with(|s| s.set(prev));
     // A fork from a signal handler that interrupted this thread inside the
     // shim must not wait for a lock this thread may hold.
-    if LIFECYCLE.load(Ordering::Acquire) == RUNNING && guard::get() == guard::NORMAL {
+    if LIFECYCLE.load(Ordering::Acquire) == RUNNING && prev == guard::NORMAL {
         core::mem::forget(spans::SPANS.lock());
         FORK_HOLDS_SPANS.with(|f| f.set(true));
     }
 }
 
+/// Runs last of the parent handlers.
 extern "C" fn fork_parent() {
     if FORK_HOLDS_SPANS.with(|f| f.replace(false)) {
         spans::SPANS.force_unlock();
     }
+    guard::replace(FORK_PREV_STATE.with(|s| s.get()));
 }
 
-/// In the child (after the core's handler turned tracing off and forgot the
-/// parent's session): a new session with a file of its own.
+/// Runs last of the child handlers, after the core's has turned tracing off
+/// and forgotten the parent's session: a new session with a file of its own.
 extern "C" fn fork_child() {
     FORK_HOLDS_SPANS.with(|f| f.set(false));
     spans::SPANS.reset_after_fork();
-    if LIFECYCLE.load(Ordering::Acquire) != RUNNING {
-        return;
+    if LIFECYCLE.load(Ordering::Acquire) == RUNNING {
+        LIFECYCLE.store(STOPPED, Ordering::Release);
+        guard::own(|| start_session(Kind::ForkChild));
     }
-    LIFECYCLE.store(STOPPED, Ordering::Release);
-    guard::own(|| start_session(Kind::ForkChild));
+    guard::replace(FORK_PREV_STATE.with(|s| s.get()));
 }
 
 /// Before exec or _exit: ends the session so its trace is complete (both
