@@ -191,6 +191,9 @@ fn start_session(kind: Kind) -> bool {
     // after its "exists" events, never twice.
     let mut table = spans::SPANS.lock();
     let mut snapshot = || {
+        // This thread's slot, claimed as the shim's own code (see the
+        // trampoline in stacks.rs).
+        alloctrace_core::events::thread_id();
         if kind == Kind::Root && s.heap {
             crate::early::replay(|addr, size| {
                 let prev = guard::replace(guard::IN_EVENT);

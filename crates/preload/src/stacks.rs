@@ -106,6 +106,12 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
         // SAFETY: the creator's routine and argument.
         return unsafe { (start.routine)(start.arg) };
     }
+    if alloctrace_core::enabled() {
+        // Claim the thread's slot as the shim's own code: the claim calls
+        // pthread_setspecific, which callocs when the tracer's key is past
+        // glibc's first 32; that block must not look like the program's.
+        guard::own(alloctrace_core::events::thread_id);
+    }
     if recording() && guard::get() == guard::NORMAL {
         record_stack(false, session::EPOCH.load(Ordering::Acquire));
     }
