@@ -78,7 +78,7 @@ pub fn replay(mut exists: impl FnMut(usize, usize)) {
     // whether its block is live.
     records.sort_unstable();
     for (k, &(addr, _, size)) in records.iter().enumerate() {
-        let last_of_addr = records.get(k + 1).map_or(true, |next| next.0 != addr);
+        let last_of_addr = records.get(k + 1).is_none_or(|next| next.0 != addr);
         if last_of_addr && size != FREED && addr != 0 {
             exists(addr, size);
         }

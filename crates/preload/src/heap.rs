@@ -239,7 +239,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
     let word = core::mem::size_of::<*mut c_void>();
-    let (rc, p) = if align % word != 0 || !(align / word).is_power_of_two() {
+    let (rc, p) = if !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
         (libc::EINVAL, core::ptr::null_mut())
     } else {
         let p = if guard::get() == guard::OWN {

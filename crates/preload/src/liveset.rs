@@ -59,7 +59,7 @@ pub fn reset(unmap_old: bool) -> bool {
 
 #[inline(always)]
 fn home(addr: usize) -> usize {
-    ((addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - SLOTS.trailing_zeros())) as usize
+    (addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - SLOTS.trailing_zeros())
 }
 
 #[inline(always)]
