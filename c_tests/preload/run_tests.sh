@@ -69,6 +69,7 @@ traces() { cut -f3 "$D/index"; }
 
 # stats --json of a trace, cached next to it.
 stats_of() {
+    [ -n "$1" ] || return 0
     [ -s "$1.json" ] || "$CLI" stats --json "$1" >"$1.json" 2>/dev/null
     cat "$1.json"
 }
