@@ -227,7 +227,18 @@ fn fast_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
         *pos += 1;
         return Some(u64::from(b));
     }
-    get_uvarint(buf, pos).ok()
+    let (v, next) = long_varint(buf, *pos)?;
+    *pos = next;
+    Some(v)
+}
+
+/// A varint of two bytes or more, and the position after it. Takes and
+/// returns the position by value: a `&mut` to the caller's position would
+/// keep it in memory through the caller's whole loop.
+#[inline(never)]
+fn long_varint(buf: &[u8], mut pos: usize) -> Option<(u64, usize)> {
+    let v = get_uvarint(buf, &mut pos).ok()?;
+    Some((v, pos))
 }
 
 /// Decodes the event at `buf[*pos..]` exactly as [`event`] does, but

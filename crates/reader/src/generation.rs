@@ -234,7 +234,8 @@ impl Emitter {
                 pages: PagesState::new(batch.thread, batch.base_ticks),
                 ids: IdDeltas::default(),
             };
-            if let Some(ticks) = decode_next(&gen.raw, batch, &mut cursor, batch.base_ticks)? {
+            if let Some((ticks, pending)) = decode_next(&gen.raw, batch, &mut cursor, batch.base_ticks)? {
+                cursor.pending = Some(pending);
                 keys.push(Reverse(key(ticks, i)));
             }
             cursors.push(cursor);
@@ -287,11 +288,35 @@ impl Emitter {
                 heap.pop();
                 continue;
             };
-            loop {
-                let Some(pending) = cursor.pending.take() else {
-                    heap.pop();
-                    break;
+            // The run's next event stays in a local, not in the cursor:
+            // stored and loaded back per event, it costs stalled loads.
+            let Some(mut pending) = cursor.pending.take() else {
+                heap.pop();
+                continue;
+            };
+            if let Pending::Object(first) = pending {
+                let run = Run {
+                    raw: &gen.raw,
+                    batch,
+                    index: i,
+                    limit,
+                    budget: max - n,
                 };
+                let (count, next) = run.drain(cursor, out, first, ticks, &mut emit)?;
+                n += count;
+                match next {
+                    Some(t) => {
+                        if let Some(mut slot) = heap.peek_mut() {
+                            *slot = Reverse(key(t, i));
+                        }
+                    }
+                    None => {
+                        heap.pop();
+                    }
+                }
+                continue;
+            }
+            loop {
                 let next = decode_next(&gen.raw, batch, cursor, ticks)?;
                 // Handed out where it was built: a copy of the Event, with
                 // its one-byte fields, costs a stalled load.
@@ -301,8 +326,9 @@ impl Emitter {
                 }
                 n += 1;
                 match next {
-                    Some(t) if n < max && key(t, i) < limit => ticks = t,
-                    Some(t) => {
+                    Some((t, p)) if n < max && key(t, i) < limit => (ticks, pending) = (t, p),
+                    Some((t, p)) => {
+                        cursor.pending = Some(p);
                         // A sift down from the root: the batch's new place.
                         if let Some(mut slot) = heap.peek_mut() {
                             *slot = Reverse(key(t, i));
@@ -413,8 +439,100 @@ impl Restore {
     }
 }
 
-/// Decodes `batch`'s next event into `cursor.pending`; returns its ticks,
-/// or `None` at the end of the batch. `prev_ticks` is the time of its
+/// A run of one events batch's events: they are handed out while they sort
+/// before every other batch's.
+struct Run<'a> {
+    raw: &'a [u8],
+    batch: &'a EventBatch,
+    /// The batch's index, for its heap keys.
+    index: usize,
+    /// The heap key the run's events must sort before.
+    limit: u128,
+    /// At most this many events.
+    budget: usize,
+}
+
+impl Run<'_> {
+    /// Hands out `first` (at `ticks`) and the batch's events after it while
+    /// the run lasts; returns how many, and the ticks of the batch's next
+    /// event, which is left in `cursor.pending` (`None` at the end of the
+    /// batch). The position, the ID bases and the event stay in locals
+    /// through the loop: kept in the cursor, every event would wait on
+    /// stores of the one before.
+    #[inline(always)]
+    fn drain(
+        &self,
+        cursor: &mut BatchCursor,
+        out: &Restore,
+        first: RawEvent,
+        mut ticks: u64,
+        emit: &mut impl FnMut(&Event),
+    ) -> Result<(usize, Option<u64>), ReadError> {
+        let body = self.raw.get(self.batch.range.clone()).unwrap_or(&[]);
+        let compact = self.batch.kind == BatchKind::CompactEvents;
+        let thread = self.batch.thread;
+        let mut pos = cursor.pos;
+        let mut ids = cursor.ids;
+        let mut ev = first;
+        let mut n = 0;
+        loop {
+            let next = if pos < body.len() {
+                let start = pos;
+                let fast = decode::event_fast(body, &mut pos)
+                    .and_then(|e| Some((ticks.checked_add(e.delta)?, e)));
+                let (t, mut e) = match fast {
+                    Some(decoded) => decoded,
+                    None => {
+                        let (t, e, end) = checked_event(self.raw, self.batch, start, ticks)?;
+                        pos = end;
+                        (t, e)
+                    }
+                };
+                if compact && !e.long_form {
+                    e.args[0] = ids.decode(e.kind.address_class(), e.args[0]);
+                }
+                Some((t, e))
+            } else {
+                None
+            };
+            emit(&out.event(ev, ticks, thread));
+            n += 1;
+            match next {
+                Some((t, e)) if n < self.budget && key(t, self.index) < self.limit => {
+                    (ticks, ev) = (t, e);
+                }
+                _ => {
+                    cursor.pos = pos;
+                    cursor.ids = ids;
+                    cursor.pending = next.map(|(_, e)| Pending::Object(e));
+                    return Ok((n, next.map(|(t, _)| t)));
+                }
+            }
+        }
+    }
+}
+
+/// The event at `start` in `batch`'s body by the checked decoder, for one
+/// the fast decoder refused: its ticks (after `prev_ticks`), the event with
+/// its arguments as written, and where it ends; or the error.
+#[cold]
+#[inline(never)]
+fn checked_event(
+    raw: &[u8],
+    batch: &EventBatch,
+    start: usize,
+    prev_ticks: u64,
+) -> Result<(u64, RawEvent, usize), ReadError> {
+    let mut c = batch_cursor(raw, batch, start);
+    let ev = decode::event(&mut c)?;
+    let ticks = prev_ticks
+        .checked_add(ev.delta)
+        .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+    Ok((ticks, ev, c.pos()))
+}
+
+/// Decodes `batch`'s next event; returns its ticks and the event, or
+/// `None` at the end of the batch. `prev_ticks` is the time of its
 /// previous event (events batches count from it; pages batches carry their
 /// own time base).
 ///
@@ -427,8 +545,7 @@ fn decode_next(
     batch: &EventBatch,
     cursor: &mut BatchCursor,
     prev_ticks: u64,
-) -> Result<Option<u64>, ReadError> {
-    cursor.pending = None;
+) -> Result<Option<(u64, Pending)>, ReadError> {
     if batch.kind == BatchKind::Pages {
         return decode_next_page(raw, batch, cursor);
     }
@@ -448,8 +565,7 @@ fn decode_next(
         ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
     }
     cursor.pos = pos;
-    cursor.pending = Some(Pending::Object(ev));
-    Ok(Some(ticks))
+    Ok(Some((ticks, Pending::Object(ev))))
 }
 
 /// [`decode_next`] for an event the fast decoder refused: the checked
@@ -461,7 +577,7 @@ fn decode_next_slow(
     batch: &EventBatch,
     cursor: &mut BatchCursor,
     prev_ticks: u64,
-) -> Result<Option<u64>, ReadError> {
+) -> Result<Option<(u64, Pending)>, ReadError> {
     let mut c = batch_cursor(raw, batch, cursor.pos);
     let start = c.pos();
     let mut ev = decode::event(&mut c)?;
@@ -472,8 +588,7 @@ fn decode_next_slow(
         ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
     }
     cursor.pos = c.pos();
-    cursor.pending = Some(Pending::Object(ev));
-    Ok(Some(ticks))
+    Ok(Some((ticks, Pending::Object(ev))))
 }
 
 /// [`decode_next`] for a pages batch.
@@ -482,14 +597,11 @@ fn decode_next_page(
     raw: &[u8],
     batch: &EventBatch,
     cursor: &mut BatchCursor,
-) -> Result<Option<u64>, ReadError> {
+) -> Result<Option<(u64, Pending)>, ReadError> {
     let mut c = batch_cursor(raw, batch, cursor.pos);
     let next = decode::page_event(&mut c, &mut cursor.pages)?;
     cursor.pos = c.pos();
-    Ok(next.map(|ev| {
-        cursor.pending = Some(Pending::Page(ev));
-        ev.ticks
-    }))
+    Ok(next.map(|ev| (ev.ticks, Pending::Page(ev))))
 }
 
 /// A cursor at `pos` in `batch`'s body, for the checked decoders.
