@@ -106,9 +106,10 @@ fn errno() -> i32 {
 /// The handshake is an atomic flag, not a channel: the writer thread must
 /// not allocate or free anything once tracing is on (a custom allocator
 /// that traces itself would see calls that are not the host's).
-pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<crate::thread::InternalThread> {
     let theirs = Arc::clone(&session);
-    let handle = crate::thread::spawn_internal("alloctrace-writer", move || {
+    let handle = crate::thread::spawn_internal(c"alloctrace-writer", move || {
+        let _ = theirs.writer_thread.set(std::thread::current());
         theirs.writer_ready.store(true, Ordering::Release);
         run_writer(&theirs)
     })?;

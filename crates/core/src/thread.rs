@@ -242,27 +242,55 @@ pub(crate) fn reset_after_fork() {
     }
 }
 
-/// Spawns one of the tracer's own threads with every signal blocked, so
-/// process-directed signals (SIGALRM, SIGCHLD, ...) always reach the
-/// program's threads: the tracer's threads would ignore any event a handler
-/// emits. The mask is set around the spawn, which the new thread inherits,
-/// so there is no window in which it could take a signal.
-pub(crate) fn spawn_internal(
-    name: &str,
-    body: impl FnOnce() + Send + 'static,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
+/// One of the tracer's own threads.
+pub(crate) struct InternalThread(libc::pthread_t);
+
+impl InternalThread {
+    /// Waits for the thread to end.
+    pub(crate) fn join(self) {
+        // SAFETY: the thread was created joinable and is joined once.
+        unsafe { libc::pthread_join(self.0, core::ptr::null_mut()) };
+    }
+}
+
+/// Spawns one of the tracer's own threads with pthread_create, with every
+/// signal blocked.
+///
+/// - Signals: process-directed signals (SIGALRM, SIGCHLD, ...) must reach
+///   the program's threads, since the tracer's would ignore any event a
+///   handler emits. The mask is set around the create, which the new thread
+///   inherits, so there is no window in which it could take one.
+/// - pthread_create, not std::thread: std leaves thread-local state with a
+///   destructor on the thread that spawns, which would free memory when the
+///   program's thread exits, possibly while tracing and through a traced
+///   allocator.
+pub(crate) fn spawn_internal(name: &core::ffi::CStr, body: impl FnOnce() + Send + 'static) -> std::io::Result<InternalThread> {
+    type Body = Box<dyn FnOnce() + Send>;
+    extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: arg is the Box<Body> that spawn_internal leaked for us.
+        let body = unsafe { Box::from_raw(arg.cast::<Body>()) };
+        mark_internal();
+        // A panic must not unwind into pthread's frames.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || body()));
+        core::ptr::null_mut()
+    }
+    let arg = Box::into_raw(Box::new(Box::new(body) as Body));
     // SAFETY: sigset_t values are plain data initialised by sigfillset and
-    // pthread_sigmask; both pointers are valid.
+    // pthread_sigmask; `start` takes ownership of `arg` only if the create
+    // succeeds, and we reclaim it otherwise.
     unsafe {
         let mut all: libc::sigset_t = core::mem::zeroed();
         let mut old: libc::sigset_t = core::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-        let handle = std::thread::Builder::new().name(name.into()).spawn(move || {
-            mark_internal();
-            body()
-        });
+        let mut id: libc::pthread_t = 0;
+        let rc = libc::pthread_create(&mut id, core::ptr::null(), start, arg.cast());
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
-        handle
+        if rc != 0 {
+            drop(Box::from_raw(arg));
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        libc::pthread_setname_np(id, name.as_ptr());
+        Ok(InternalThread(id))
     }
 }

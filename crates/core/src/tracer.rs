@@ -115,11 +115,20 @@ thread_local! {
     /// Set while this thread runs start/advance/stop, so a snapshot callback
     /// calling them gets an error instead of a self-deadlock.
     static IN_CONTROL: Cell<bool> = const { Cell::new(false) };
-    /// [`CONTROL`], held by the forking thread from the atfork prepare
-    /// handler to the parent or child handler.
-    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Control>>> =
-        const { std::cell::RefCell::new(None) };
 }
+
+/// [`CONTROL`]'s guard, held by the forking thread from the atfork prepare
+/// handler to the parent or child handler. A static rather than a
+/// thread-local: a thread-local holding a guard needs a destructor, whose
+/// registration would allocate inside fork.
+struct ForkGuard(core::cell::UnsafeCell<Option<std::sync::MutexGuard<'static, Control>>>);
+
+// SAFETY: only the thread that holds CONTROL touches the cell: prepare
+// stores the guard after locking, parent/child take it before unlocking,
+// all on the forking thread, and no other thread can hold CONTROL then.
+unsafe impl Sync for ForkGuard {}
+
+static FORK_GUARD: ForkGuard = ForkGuard(core::cell::UnsafeCell::new(None));
 
 /// Registers the fork handlers, once per process.
 fn install_fork_handlers() {
@@ -136,36 +145,45 @@ extern "C" fn fork_prepare() {
         return;
     }
     let guard = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+    // SAFETY: we hold CONTROL (see ForkGuard).
+    unsafe { *FORK_GUARD.0.get() = Some(guard) };
+}
+
+/// Takes the guard stored by fork_prepare, if this thread stored one.
+fn take_fork_guard() -> Option<std::sync::MutexGuard<'static, Control>> {
+    if IN_CONTROL.with(|c| c.get()) {
+        // fork() from the snapshot callback: prepare stored nothing.
+        return None;
+    }
+    // SAFETY: we hold CONTROL (see ForkGuard).
+    unsafe { (*FORK_GUARD.0.get()).take() }
 }
 
 extern "C" fn fork_parent() {
-    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
+    drop(take_fork_guard());
 }
 
 extern "C" fn fork_child() {
     GENERATION.store(0, Ordering::SeqCst);
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
     thread::reset_after_fork();
-    FORK_GUARD.with(|g| {
-        let mut guard = g.borrow_mut().take();
-        if let Some(control) = guard.as_mut() {
-            // The parent's session and writer thread are not ours: forget
-            // them without running their destructors (no unmapping of
-            // buffers, no join of a thread that does not exist here).
-            core::mem::forget(control.session.take());
-            core::mem::forget(control.writer.take());
-            core::mem::forget(control.advancer.take());
-        }
-        drop(guard);
-    });
+    let mut guard = take_fork_guard();
+    if let Some(control) = guard.as_mut() {
+        // The parent's session and tracer threads are not ours: forget them
+        // without running their destructors (no unmapping of buffers, no
+        // join of a thread that does not exist here).
+        core::mem::forget(control.session.take());
+        core::mem::forget(control.writer.take());
+        core::mem::forget(control.advancer.take());
+    }
+    drop(guard);
 }
 
 struct Control {
     session: Option<Arc<Session>>,
-    writer: Option<std::thread::JoinHandle<()>>,
+    writer: Option<thread::InternalThread>,
     /// The thread that ends over-budget generations.
-    advancer: Option<std::thread::JoinHandle<()>>,
+    advancer: Option<thread::InternalThread>,
 }
 
 /// One tracing session: its buffers and its output.
@@ -373,7 +391,6 @@ pub fn start_with(
             },
         });
         let writer = output::spawn_writer(Arc::clone(&session)).map_err(|_| Error::OutOfMemory)?;
-        let _ = session.writer_thread.set(writer.thread().clone());
         let coarse = config.clock == clock::ClockKind::Coarse;
         clock::COARSE.store(coarse, Ordering::Relaxed);
         clock::publish();
@@ -382,8 +399,10 @@ pub fn start_with(
                 Ok(a) => Some(a),
                 Err(_) => {
                     session.stopping.store(true, Ordering::Release);
-                    writer.thread().unpark();
-                    let _ = writer.join();
+                    if let Some(t) = session.writer_thread.get() {
+                        t.unpark();
+                    }
+                    writer.join();
                     return Err(Error::OutOfMemory);
                 }
             }
@@ -426,9 +445,10 @@ pub fn start_with(
 /// `generation_bytes`, and returns once it is marked internal (see
 /// output::spawn_writer for why). Not the writer thread: an advance waits
 /// for producers, which may be waiting for the writer.
-fn spawn_advancer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHandle<()>> {
+fn spawn_advancer(session: Arc<Session>) -> std::io::Result<thread::InternalThread> {
     let theirs = Arc::clone(&session);
-    let handle = thread::spawn_internal("alloctrace-advancer", move || {
+    let handle = thread::spawn_internal(c"alloctrace-advancer", move || {
+        let _ = theirs.advancer_thread.set(std::thread::current());
         theirs.advancer_ready.store(true, Ordering::Release);
         // With the coarse clock this thread also publishes the time.
         let coarse = clock::COARSE.load(Ordering::Relaxed);
@@ -447,7 +467,6 @@ fn spawn_advancer(session: Arc<Session>) -> std::io::Result<std::thread::JoinHan
         }
         theirs.advancer_done.store(true, Ordering::Release);
     })?;
-    let _ = session.advancer_thread.set(handle.thread().clone());
     while !session.advancer_ready.load(Ordering::Acquire) {
         std::thread::yield_now();
     }
@@ -516,10 +535,10 @@ pub fn stop() -> Result<(), Error> {
             t.unpark();
         }
         if let Some(writer) = control.writer.take() {
-            let _ = writer.join();
+            writer.join();
         }
         if let Some(advancer) = control.advancer.take() {
-            let _ = advancer.join();
+            advancer.join();
         }
         let errno = session.io_error.load(Ordering::Relaxed);
         let close_result = session.output.close();
