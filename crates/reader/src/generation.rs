@@ -349,12 +349,15 @@ impl Emitter {
         &self.info
     }
 
-    /// Frees the raw bytes once every event is out; info and types stay.
-    pub fn release(&mut self) {
-        self.gen.raw = Vec::new();
+    /// Gives up the raw bytes once every event is out (emptied, for the
+    /// reader to reuse); info and types stay.
+    pub fn release(&mut self) -> Vec<u8> {
+        let mut raw = std::mem::take(&mut self.gen.raw);
+        raw.clear();
         self.gen.batches = Vec::new();
         self.cursors = Vec::new();
         self.heap = BinaryHeap::new();
+        raw
     }
 }
 

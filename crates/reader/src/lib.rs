@@ -104,6 +104,12 @@ pub struct TraceReader<R: Read> {
     max_generation_bytes: u64,
     /// What `types()` returns before the first generation.
     no_types: BTreeMap<u64, TypeInfo>,
+    /// The emptied raw buffer of the last generation handed out, for the
+    /// next generation to open: its pages are not faulted in and zeroed
+    /// again. Kept only while no generation is open (else that generation
+    /// takes it over, see `advance`), so no more raw buffers exist at once
+    /// than without it.
+    spare_raw: Vec<u8>,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -160,6 +166,7 @@ impl<R: Read> TraceReader<R> {
             failed: None,
             max_generation_bytes: DEFAULT_MAX_GENERATION_BYTES,
             no_types: BTreeMap::new(),
+            spare_raw: Vec::new(),
         })
     }
 
@@ -306,7 +313,18 @@ impl<R: Read> TraceReader<R> {
                 if let Some(event) = em.next()? {
                     return Ok(Some(Record::Event(event)));
                 }
-                em.release();
+                let mut raw = em.release();
+                match self.open.first_mut() {
+                    // The next generation is being read already: it moves
+                    // into the larger buffer, and the smaller one is freed.
+                    Some(next) => {
+                        if raw.capacity() > next.raw.capacity() {
+                            raw.extend_from_slice(&next.raw);
+                            std::mem::swap(&mut next.raw, &mut raw);
+                        }
+                    }
+                    None => self.spare_raw = raw,
+                }
             }
             if let Some(generation) = self.start_next_generation()? {
                 return Ok(Some(Record::GenerationStart { generation }));
@@ -619,7 +637,9 @@ impl<R: Read> TraceReader<R> {
                 ),
             });
         }
-        self.open.push(Generation::new(number));
+        let mut gen = Generation::new(number);
+        gen.raw = std::mem::take(&mut self.spare_raw);
+        self.open.push(gen);
         Ok(self.open.len() - 1)
     }
 }
