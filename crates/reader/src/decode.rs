@@ -241,43 +241,74 @@ fn long_varint(buf: &[u8], mut pos: usize) -> Option<(u64, usize)> {
     Some((v, pos))
 }
 
+/// What a kind byte says about its event, for the fast decoder.
+#[derive(Clone, Copy)]
+struct KindByte {
+    kind: EventKind,
+    long_form: bool,
+    tagged: bool,
+    /// `kind.arg_count()`.
+    args: u8,
+    /// The second argument is a stack order (short-form stack exists or
+    /// alloc), at most `MAX_STACK_ORDER`.
+    stack_order: bool,
+}
+
+/// Per kind byte: what it says, or `None` for a kind byte [`event`]
+/// refuses (unknown kind; a call event untagged or in long form).
+const KIND_BYTES: [Option<KindByte>; 256] = {
+    let mut table = [None; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        if let Some(kind) = EventKind::from_u8(byte & EVENT_KIND_MASK) {
+            let long_form = byte & LONG_FORM != 0;
+            let tagged = byte & ENTRY_TAG != 0;
+            let call = matches!(kind, EventKind::Call);
+            if !(call && (long_form || !tagged)) {
+                table[b] = Some(KindByte {
+                    kind,
+                    long_form,
+                    tagged,
+                    args: kind.arg_count() as u8,
+                    stack_order: matches!(kind, EventKind::StackExists | EventKind::StackAlloc)
+                        && !long_form,
+                });
+            }
+        }
+        b += 1;
+    }
+    table
+};
+
 /// Decodes the event at `buf[*pos..]` exactly as [`event`] does, but
 /// without building error messages: `None` for every event [`event`]
 /// refuses (then `*pos` is left anywhere; the caller runs [`event`] for the
 /// error and its offset). The hot path of both validation and the merge.
 #[inline(always)]
 pub(crate) fn event_fast(buf: &[u8], pos: &mut usize) -> Option<RawEvent> {
-    let kind_byte = *buf.get(*pos)?;
+    let kb = KIND_BYTES[usize::from(*buf.get(*pos)?)]?;
     *pos += 1;
-    let kind = EventKind::from_u8(kind_byte & EVENT_KIND_MASK)?;
-    let long_form = kind_byte & LONG_FORM != 0;
-    let tagged = kind_byte & ENTRY_TAG != 0;
-    if kind == EventKind::Call && (long_form || !tagged) {
-        return None;
-    }
     let delta = fast_varint(buf, pos)?;
     let mut args = [0u64; 3];
-    let count = kind.arg_count();
     args[0] = fast_varint(buf, pos)?;
-    if count > 1 {
+    if kb.args > 1 {
         args[1] = fast_varint(buf, pos)?;
-        if count > 2 {
+        if kb.args > 2 {
             args[2] = fast_varint(buf, pos)?;
         }
     }
     let mut entry = 0;
-    if tagged {
+    if kb.tagged {
         entry = fast_varint(buf, pos)?;
         alloctrace_format::EntryPoint::from_tag(entry)?;
     }
-    let short_stack_size =
-        matches!(kind, EventKind::StackExists | EventKind::StackAlloc) && !long_form;
-    if short_stack_size && args[1] > MAX_STACK_ORDER {
+    if kb.stack_order && args[1] > MAX_STACK_ORDER {
         return None;
     }
     Some(RawEvent {
-        kind,
-        long_form,
+        kind: kb.kind,
+        long_form: kb.long_form,
         delta,
         args,
         entry,

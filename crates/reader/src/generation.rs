@@ -72,6 +72,12 @@ struct Clock {
     /// `floor(2^64 * rem / ticks_per)`: the fraction `rem / ticks_per` in
     /// 0.64 fixed point.
     frac: u64,
+    /// `start_mono_ns - origin_ns`, when not negative.
+    fast_base: u64,
+    /// For `dt = ticks - start_ticks` below this (0 when `start_mono_ns`
+    /// is below the origin), `fast_base + scale(dt)` needs no u128 and no
+    /// saturation: it fits a u64, and `start_ticks + dt` does not wrap.
+    fast_dt_limit: u64,
 }
 
 impl Clock {
@@ -103,14 +109,28 @@ impl Clock {
         let rem = ns_per % ticks_per;
         // rem < ticks_per, so the quotient is below 2^64.
         let frac = ((u128::from(rem) << 64) / u128::from(ticks_per)) as u64;
+        let whole = ns_per / ticks_per;
+        let (fast_base, fast_dt_limit) = match start_mono_ns.checked_sub(origin_ns) {
+            // scale(dt) < dt * (whole + 1) for dt > 0 (rem < ticks_per), so
+            // fast_base + scale(dt) fits below this limit; and below
+            // 2^64 - start_ticks, ticks before start_ticks (which wrap to a
+            // dt at least that large) never take the fast path.
+            Some(base) => (
+                base,
+                ((u64::MAX - base) / whole.saturating_add(1)).min(u64::MAX - start_ticks),
+            ),
+            None => (0, 0),
+        };
         Clock {
             start_ticks,
             start_mono_ns,
             origin_ns,
-            whole: ns_per / ticks_per,
+            whole,
             rem,
             ticks_per,
             frac,
+            fast_base,
+            fast_dt_limit,
         }
     }
 
@@ -138,6 +158,20 @@ impl Clock {
     /// time, never a panic. Times before the origin are 0.
     #[inline(always)]
     fn time_ns(&self, ticks: u64) -> u64 {
+        let dt = ticks.wrapping_sub(self.start_ticks);
+        if dt < self.fast_dt_limit {
+            // Clock::scale in u64 (see its proof; no sum here overflows).
+            let est = ((u128::from(dt) * u128::from(self.frac)) >> 64) as u64;
+            let low = u128::from(est + 1) * u128::from(self.ticks_per)
+                <= u128::from(dt) * u128::from(self.rem);
+            return self.fast_base + dt * self.whole + est + u64::from(low);
+        }
+        self.time_ns_saturating(ticks)
+    }
+
+    /// [`time_ns`](Self::time_ns) for any ticks, saturating.
+    #[inline(never)]
+    fn time_ns_saturating(&self, ticks: u64) -> u64 {
         let start = u128::from(self.start_mono_ns);
         let origin = u128::from(self.origin_ns);
         let ns = if ticks >= self.start_ticks {
@@ -622,6 +656,54 @@ fn batch_cursor<'a>(raw: &'a [u8], batch: &EventBatch, pos: usize) -> Cursor<'a>
 #[cfg(test)]
 mod tests {
     use super::Clock;
+
+    /// `Clock::time_ns` against the i128 computation it replaces.
+    fn check_time(ticks: u64, start_ticks: u64, start_mono_ns: u64, ns_per: u64, ticks_per: u64, origin_ns: u64) {
+        let clock = Clock::from_ratio(start_ticks, start_mono_ns, ns_per, ticks_per, origin_ns);
+        let (before, dt) = if ticks >= start_ticks {
+            (false, ticks - start_ticks)
+        } else {
+            (true, start_ticks - ticks)
+        };
+        let scaled = u128::from(dt) * u128::from(ns_per) / u128::from(ticks_per.max(1));
+        let scaled = i128::try_from(scaled).unwrap_or(i128::MAX);
+        let start = i128::from(start_mono_ns);
+        let ns = if before { start.saturating_sub(scaled) } else { start.saturating_add(scaled) };
+        let want = u64::try_from(ns.saturating_sub(i128::from(origin_ns)).max(0)).unwrap_or(u64::MAX);
+        assert_eq!(
+            clock.time_ns(ticks),
+            want,
+            "ticks {ticks}, start {start_ticks} at {start_mono_ns} ns, {ns_per} ns per {ticks_per} ticks, origin {origin_ns}"
+        );
+    }
+
+    #[test]
+    fn time_ns_matches_the_saturating_formula() {
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let edges = [0, 1, 2, 1000, 1 << 32, 1 << 62, u64::MAX / 3, u64::MAX - 1, u64::MAX];
+        let mut pick = move |r: u64| -> u64 {
+            match r % 4 {
+                0 => edges[(r >> 8) as usize % edges.len()],
+                1 => r >> (r % 64),
+                2 => (r >> 8) % 10_000,
+                _ => r,
+            }
+        };
+        for _ in 0..300_000 {
+            let v: Vec<u64> = (0..6).map(|_| pick(next())).collect();
+            check_time(v[0], v[1], v[2], v[3], v[4].max(1), v[5]);
+            // Near the start, on a real clock's scale.
+            let start = v[1] % (1 << 50);
+            let origin = v[5] % (1 << 40);
+            check_time(start + v[0] % 4_000_000_000, start, origin + v[2] % 1_000_000, 1_000_000_000, 2_999_999_937, origin);
+        }
+    }
 
     /// `Clock::scale` against the u128 division it replaces.
     fn check(dt: u64, ns_per: u64, ticks_per: u64) {
