@@ -68,6 +68,7 @@ fn kind_names() -> impl Iterator<Item = &'static str> {
 pub struct Stats {
     /// Per event kind, indexed by [`kind_index`].
     counts: [u64; KINDS],
+    /// The sum of `counts`, once the trace has been read.
     pub total_events: u64,
     /// Events per thread ID (0 included). Filled from `thread_counts` when
     /// the trace has been read.
@@ -118,6 +119,7 @@ impl Stats {
 
     /// Moves the per-thread counts into `per_thread`, for output.
     fn finish(&mut self) {
+        self.total_events = self.counts.iter().sum();
         self.end_thread_run();
         self.per_thread.extend(self.thread_counts.drain());
     }
@@ -172,10 +174,9 @@ impl Stats {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn event(&mut self, e: &Event) {
         self.counts[kind_index(&e.data)] += 1;
-        self.total_events += 1;
         if e.thread != self.run_thread {
             self.end_thread_run();
             self.run_thread = e.thread;
@@ -204,6 +205,15 @@ impl Stats {
                 Some(size) => self.live_bytes = self.live_bytes.saturating_sub(u128::from(size)),
                 None => self.anomaly(e, "free of an address that is not live", false),
             },
+            _ => self.other_event(e),
+        }
+    }
+
+    /// Events other than heap objects': out of the hot path, which stays
+    /// small enough to be inlined into the reading loop.
+    #[inline(never)]
+    fn other_event(&mut self, e: &Event) {
+        match e.data {
             EventData::SpanExists { npages, .. } | EventData::SpanAlloc { npages, .. } => {
                 if self.spans.alloc(e.addr, npages).is_some() {
                     self.anomaly(e, "allocation of an address that is already live", true);
@@ -229,6 +239,10 @@ impl Stats {
             EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => {
                 self.pages.event(e)
             }
+            // Handled by `event`.
+            EventData::HeapObjectExists { .. }
+            | EventData::HeapObjectAlloc { .. }
+            | EventData::HeapObjectFree => {}
         }
     }
 

@@ -513,37 +513,36 @@ impl Run<'_> {
         let mut ev = first;
         let mut n = 0;
         loop {
-            let next = if pos < body.len() {
-                let start = pos;
-                let fast = decode::event_fast(body, &mut pos)
-                    .and_then(|e| Some((ticks.checked_add(e.delta)?, e)));
-                let (t, mut e) = match fast {
-                    Some(decoded) => decoded,
-                    None => {
-                        let (t, e, end) = checked_event(self.raw, self.batch, start, ticks)?;
-                        pos = end;
-                        (t, e)
-                    }
-                };
-                if compact && !e.long_form {
-                    e.args[0] = ids.decode(e.kind.address_class(), e.args[0]);
-                }
-                Some((t, e))
-            } else {
-                None
-            };
+            // Handed out before the next is decoded: two events' fields are
+            // never live at once (they would not fit the registers).
             emit(&out.event(ev, ticks, thread));
             n += 1;
-            match next {
-                Some((t, e)) if n < self.budget && key(t, self.index) < self.limit => {
-                    (ticks, ev) = (t, e);
+            if pos >= body.len() {
+                cursor.pos = pos;
+                cursor.ids = ids;
+                return Ok((n, None));
+            }
+            let start = pos;
+            let fast = decode::event_fast(body, &mut pos)
+                .and_then(|e| Some((ticks.checked_add(e.delta)?, e)));
+            let (t, mut e) = match fast {
+                Some(decoded) => decoded,
+                None => {
+                    let (t, e, end) = checked_event(self.raw, self.batch, start, ticks)?;
+                    pos = end;
+                    (t, e)
                 }
-                _ => {
-                    cursor.pos = pos;
-                    cursor.ids = ids;
-                    cursor.pending = next.map(|(_, e)| Pending::Object(e));
-                    return Ok((n, next.map(|(t, _)| t)));
-                }
+            };
+            if compact && !e.long_form {
+                e.args[0] = ids.decode(e.kind.address_class(), e.args[0]);
+            }
+            if n < self.budget && key(t, self.index) < self.limit {
+                (ticks, ev) = (t, e);
+            } else {
+                cursor.pos = pos;
+                cursor.ids = ids;
+                cursor.pending = Some(Pending::Object(e));
+                return Ok((n, Some(t)));
             }
         }
     }
