@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Range;
 
-use alloctrace_format::{exact_log2, pages, restore_address, AddressClass, BatchKind, EventKind, IdDeltas};
+use alloctrace_format::{exact_log2, pages, restore_address, BatchKind, EventKind, IdDeltas};
 
 use crate::decode::{self, BatchContext, Cursor, PageEvent, PagesState, RawEvent};
 use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, TypeInfo};
@@ -420,48 +420,63 @@ impl Restore {
     #[inline(always)]
     fn event(&self, raw: RawEvent, ticks: u64, thread: u64) -> Event {
         let [first, second, third] = raw.args;
-        let class = raw.kind.address_class();
-        let addr = if raw.long_form || class == AddressClass::Raw {
-            first
-        } else {
-            let shift = match class {
-                AddressClass::Span => self.span_shift,
-                AddressClass::HeapObject => self.heap_shift,
-                AddressClass::Stack => self.stack_shift,
-                AddressClass::Raw => 0,
-            };
-            restore_address(first, self.min_heap_addr, shift)
+        // The size of a stack: the short form carries its order, checked
+        // to be at most 63.
+        let stack_size = || {
+            if raw.long_form {
+                second
+            } else {
+                1u64.checked_shl(u32::try_from(second).unwrap_or(u32::MAX))
+                    .unwrap_or(0)
+            }
         };
-        let stack_size = if raw.long_form {
-            second
-        } else {
-            // The order was checked to be at most 63.
-            1u64.checked_shl(u32::try_from(second).unwrap_or(u32::MAX))
-                .unwrap_or(0)
+        // One match for the data and the ID's alignment (no second jump
+        // table for the address class); a call's argument is no address.
+        let (data, shift) = match raw.kind {
+            EventKind::SpanExists => (
+                EventData::SpanExists {
+                    npages: second,
+                    kind_class: third,
+                },
+                Some(self.span_shift),
+            ),
+            EventKind::SpanAlloc => (
+                EventData::SpanAlloc {
+                    npages: second,
+                    kind_class: third,
+                },
+                Some(self.span_shift),
+            ),
+            EventKind::SpanFree => (EventData::SpanFree, Some(self.span_shift)),
+            EventKind::HeapObjectExists => (
+                EventData::HeapObjectExists {
+                    size: second,
+                    type_id: third,
+                },
+                Some(self.heap_shift),
+            ),
+            EventKind::HeapObjectAlloc => (
+                EventData::HeapObjectAlloc {
+                    size: second,
+                    type_id: third,
+                },
+                Some(self.heap_shift),
+            ),
+            EventKind::HeapObjectFree => (EventData::HeapObjectFree, Some(self.heap_shift)),
+            EventKind::StackExists => (
+                EventData::StackExists { size: stack_size() },
+                Some(self.stack_shift),
+            ),
+            EventKind::StackAlloc => (
+                EventData::StackAlloc { size: stack_size() },
+                Some(self.stack_shift),
+            ),
+            EventKind::StackFree => (EventData::StackFree, Some(self.stack_shift)),
+            EventKind::Call => (EventData::Call, None),
         };
-        let data = match raw.kind {
-            EventKind::SpanExists => EventData::SpanExists {
-                npages: second,
-                kind_class: third,
-            },
-            EventKind::SpanAlloc => EventData::SpanAlloc {
-                npages: second,
-                kind_class: third,
-            },
-            EventKind::SpanFree => EventData::SpanFree,
-            EventKind::HeapObjectExists => EventData::HeapObjectExists {
-                size: second,
-                type_id: third,
-            },
-            EventKind::HeapObjectAlloc => EventData::HeapObjectAlloc {
-                size: second,
-                type_id: third,
-            },
-            EventKind::HeapObjectFree => EventData::HeapObjectFree,
-            EventKind::StackExists => EventData::StackExists { size: stack_size },
-            EventKind::StackAlloc => EventData::StackAlloc { size: stack_size },
-            EventKind::StackFree => EventData::StackFree,
-            EventKind::Call => EventData::Call,
+        let addr = match shift {
+            Some(shift) if !raw.long_form => restore_address(first, self.min_heap_addr, shift),
+            _ => first,
         };
         Event {
             time_ns: self.clock.time_ns(ticks),
