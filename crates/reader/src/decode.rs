@@ -315,34 +315,6 @@ pub(crate) fn event_fast(buf: &[u8], pos: &mut usize) -> Option<RawEvent> {
     })
 }
 
-/// Checks a whole events body: every event well formed, the body consumed
-/// exactly, no timestamp past 2^64. Returns the number of events.
-pub(crate) fn validate_events(c: &mut Cursor<'_>, base_ticks: u64) -> Result<u64, ReadError> {
-    let buf = c.buf;
-    let mut pos = c.pos;
-    let mut ticks = base_ticks;
-    let mut count = 0u64;
-    while pos < buf.len() {
-        let start = pos;
-        let delta = match event_fast(buf, &mut pos) {
-            Some(ev) => ev.delta,
-            None => {
-                // For the message: `event` refuses what `event_fast` does.
-                c.pos = start;
-                let ev = event(c)?;
-                pos = c.pos;
-                ev.delta
-            }
-        };
-        ticks = ticks
-            .checked_add(delta)
-            .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
-        count += 1;
-    }
-    c.pos = pos;
-    Ok(count)
-}
-
 pub(crate) fn info(c: &mut Cursor<'_>, generation: u64) -> Result<GenerationInfo, ReadError> {
     let min_heap_addr = c.varint("min_heap_addr")?;
     let page_size = power_of_two(c, "page_size")?;

@@ -20,8 +20,9 @@ pub(crate) struct Generation {
     pub types: BTreeMap<u64, TypeInfo>,
     pub end: Option<GenerationEnd>,
     /// Bodies of the generation's events and pages batches, back to back,
-    /// in file order (already validated by `decode::validate_events` or
-    /// `decode::validate_pages`).
+    /// in file order. Pages bodies were checked when read
+    /// (`decode::validate_pages`); events bodies are checked as they are
+    /// merged, each event once.
     pub raw: Vec<u8>,
     pub batches: Vec<EventBatch>,
     /// Memory this generation holds, checked against the reader's limit.
@@ -204,6 +205,10 @@ pub(crate) struct Emitter {
     heap: BinaryHeap<Reverse<u128>>,
     /// One per batch.
     cursors: Vec<BatchCursor>,
+    /// An error met decoding a batch's next event after events were
+    /// handed out in the same call: returned by the next call, so that
+    /// `next_event` and `next_events` hand out the same events before it.
+    error: Option<ReadError>,
 }
 
 /// Where the merge stands in one batch.
@@ -280,6 +285,7 @@ impl Emitter {
             out,
             heap: BinaryHeap::from(keys),
             cursors,
+            error: None,
         })
     }
 
@@ -292,15 +298,19 @@ impl Emitter {
     }
 
     /// Hands the next events, at most `max`, to `emit` in time order;
-    /// returns how many (fewer than `max` only when every event is out).
-    /// On an error the events before it have been handed out.
+    /// returns how many (fewer than `max` only when every event is out, or
+    /// an error follows: the next call returns it).
     #[inline]
     pub fn drain(&mut self, max: usize, mut emit: impl FnMut(&Event)) -> Result<usize, ReadError> {
+        if let Some(err) = self.error.take() {
+            return Err(err);
+        }
         let Emitter {
             gen,
             out,
             heap,
             cursors,
+            error,
             ..
         } = self;
         let mut n = 0;
@@ -336,22 +346,26 @@ impl Emitter {
                     limit,
                     budget: max - n,
                 };
-                let (count, next) = run.drain(cursor, out, first, ticks, &mut emit)?;
+                let (count, next) = run.drain(cursor, out, first, ticks, &mut emit);
                 n += count;
                 match next {
-                    Some(t) => {
+                    Ok(Some(t)) => {
                         if let Some(mut slot) = heap.peek_mut() {
                             *slot = Reverse(key(t, i));
                         }
                     }
-                    None => {
+                    Ok(None) => {
                         heap.pop();
+                    }
+                    // `count` is at least 1: the run's first event is out.
+                    Err(err) => {
+                        *error = Some(err);
+                        return Ok(n);
                     }
                 }
                 continue;
             }
             loop {
-                let next = decode_next(&gen.raw, batch, cursor, ticks)?;
                 // Handed out where it was built: a copy of the Event, with
                 // its one-byte fields, costs a stalled load.
                 match pending {
@@ -359,6 +373,13 @@ impl Emitter {
                     Pending::Page(page) => emit(&out.page_event(page, batch.thread)),
                 }
                 n += 1;
+                let next = match decode_next(&gen.raw, batch, cursor, ticks) {
+                    Ok(next) => next,
+                    Err(err) => {
+                        *error = Some(err);
+                        return Ok(n);
+                    }
+                };
                 match next {
                     Some((t, p)) if n < max && key(t, i) < limit => (ticks, pending) = (t, p),
                     Some((t, p)) => {
@@ -508,9 +529,9 @@ impl Run<'_> {
     /// Hands out `first` (at `ticks`) and the batch's events after it while
     /// the run lasts; returns how many, and the ticks of the batch's next
     /// event, which is left in `cursor.pending` (`None` at the end of the
-    /// batch). The position, the ID bases and the event stay in locals
-    /// through the loop: kept in the cursor, every event would wait on
-    /// stores of the one before.
+    /// batch), or the error in that event. The position, the ID bases and
+    /// the event stay in locals through the loop: kept in the cursor, every
+    /// event would wait on stores of the one before.
     #[inline(always)]
     fn drain(
         &self,
@@ -519,7 +540,7 @@ impl Run<'_> {
         first: RawEvent,
         mut ticks: u64,
         emit: &mut impl FnMut(&Event),
-    ) -> Result<(usize, Option<u64>), ReadError> {
+    ) -> (usize, Result<Option<u64>, ReadError>) {
         let body = self.raw.get(self.batch.range.clone()).unwrap_or(&[]);
         let compact = self.batch.kind == BatchKind::CompactEvents;
         let thread = self.batch.thread;
@@ -535,18 +556,20 @@ impl Run<'_> {
             if pos >= body.len() {
                 cursor.pos = pos;
                 cursor.ids = ids;
-                return Ok((n, None));
+                return (n, Ok(None));
             }
             let start = pos;
             let fast = decode::event_fast(body, &mut pos)
                 .and_then(|e| Some((ticks.checked_add(e.delta)?, e)));
             let (t, mut e) = match fast {
                 Some(decoded) => decoded,
-                None => {
-                    let (t, e, end) = checked_event(self.raw, self.batch, start, ticks)?;
-                    pos = end;
-                    (t, e)
-                }
+                None => match checked_event(self.raw, self.batch, start, ticks) {
+                    Ok((t, e, end)) => {
+                        pos = end;
+                        (t, e)
+                    }
+                    Err(err) => return (n, Err(err)),
+                },
             };
             if compact && !e.long_form {
                 e.args[0] = ids.decode(e.kind.address_class(), e.args[0]);
@@ -557,7 +580,7 @@ impl Run<'_> {
                 cursor.pos = pos;
                 cursor.ids = ids;
                 cursor.pending = Some(Pending::Object(e));
-                return Ok((n, Some(t)));
+                return (n, Ok(Some(t)));
             }
         }
     }
@@ -587,9 +610,10 @@ fn checked_event(
 /// previous event (events batches count from it; pages batches carry their
 /// own time base).
 ///
-/// Validated when the batch was read; decoded again with every check
-/// rather than trusted: the fast decoder refuses all that the checked one
-/// does, which then names the error.
+/// Every check is made here: events bodies are not checked before the
+/// merge (pages bodies are, and are decoded again with every check rather
+/// than trusted). The fast decoder refuses all that the checked one does,
+/// which then names the error.
 #[inline(always)]
 fn decode_next(
     raw: &[u8],

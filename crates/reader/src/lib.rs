@@ -19,11 +19,24 @@
 //! Batches of one generation arrive interleaved across threads and with the
 //! next generation's batches; only a generation-end batch says a generation
 //! is complete. So the reader keeps each open generation's events and pages
-//! batches as raw bytes (validated as they arrive, so errors come in file order) and,
-//! when a generation ends, merges its batches into time order and hands the
-//! events out one by one. At most two generations are open at once
-//! (FORMAT.md section 6), so memory is at most two generations of raw batch
-//! bytes, capped by [`TraceReader::set_max_generation_bytes`].
+//! batches as raw bytes and, when a generation ends, merges its batches into
+//! time order and hands the events out one by one. At most two generations
+//! are open at once (FORMAT.md section 6), so memory is at most two
+//! generations of raw batch bytes, capped by
+//! [`TraceReader::set_max_generation_bytes`], whatever the trace's length.
+//!
+//! Batch framing, headers, info, types, generation-end and pages bodies are
+//! checked as they arrive, in file order. An events body is checked as it
+//! is merged, each event decoded once with every check: a bad event comes
+//! out as an error after the events that sort before it, as if the
+//! generation ended there.
+//!
+//! The merge is a k-way merge over the generation's batches (sorted by
+//! thread, so a batch's index breaks ties) whose top batch hands out a run
+//! of events for as long as they sort first: one thread's batches follow
+//! each other in time, so most events cost a comparison, not a heap
+//! operation. [`TraceReader::next_events`] hands a run to a closure without
+//! moving each `Event` out.
 //!
 //! ## Guarantees
 //! 1. No input makes the reader panic, hang, or allocate more than a
@@ -512,13 +525,16 @@ impl<R: Read> TraceReader<R> {
         match kind {
             BatchKind::Events | BatchKind::CompactEvents | BatchKind::Pages => {
                 let body_pos = c.pos();
-                let events = if kind != BatchKind::Pages {
-                    decode::validate_events(&mut c, header.base_ticks)?
+                // An events body is checked as it is merged, each event
+                // once (see Design); a pages body (page events are rare)
+                // here, and again as it is merged.
+                let empty = if kind != BatchKind::Pages {
+                    c.remaining() == 0
                 } else {
                     let state = PagesState::new(header.thread, header.base_ticks);
-                    decode::validate_pages(&mut c, state)?
+                    decode::validate_pages(&mut c, state)? == 0
                 };
-                if events == 0 {
+                if empty {
                     return Ok(());
                 }
                 let body = payload.get(body_pos..).unwrap_or(&[]);
