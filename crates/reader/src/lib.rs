@@ -27,9 +27,10 @@
 //!
 //! Batch framing, headers, info, types, generation-end and pages bodies are
 //! checked as they arrive, in file order. An events body is checked as it
-//! is merged, each event decoded once with every check: a bad event comes
-//! out as an error after the events that sort before it, as if the
-//! generation ended there.
+//! is merged, each event decoded once with every check: the error comes
+//! when the merge reaches the bad event, that is after the event before it
+//! in its batch has been handed out (for the first event of a batch: when
+//! its generation would start).
 //!
 //! The merge is a k-way merge over the generation's batches (sorted by
 //! thread, so a batch's index breaks ties) whose top batch hands out a run
@@ -223,8 +224,9 @@ impl<R: Read> TraceReader<R> {
     /// started): [`next_record`](Self::next_record) then gives the next
     /// generation's start, or the end. Within a call the generation does
     /// not change, so `types()`, `info()` and `generation_end()` hold for
-    /// every event handed out. On an error, the events before it have been
-    /// handed to `f`, and every later call returns the same error.
+    /// every event handed out. An error comes after the events before it:
+    /// a call that has handed out events returns their number, the next
+    /// call the error, and every later call the same error.
     ///
     /// ```no_run
     /// # use alloctrace_reader::{Record, TraceReader};
