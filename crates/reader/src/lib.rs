@@ -451,9 +451,20 @@ impl<R: Read> TraceReader<R> {
             ));
         }
         let frame = payload.get(pos..).unwrap_or(&[]);
-        let raw = zstd::bulk::decompress(frame, raw_len as usize).map_err(|e| {
+        let does_not_decompress = |e: &dyn std::fmt::Display| {
             ReadError::malformed(at_payload + pos as u64, format!("compressed batch does not decompress: {e}"))
-        })?;
+        };
+        // Streamed, so memory grows with the bytes that really come out,
+        // never with the declared raw_len (a few bytes can declare 64 MiB).
+        let mut raw = Vec::new();
+        zstd::stream::read::Decoder::with_buffer(frame)
+            .and_then(|decoder| decoder.take(raw_len.saturating_add(1)).read_to_end(&mut raw))
+            .map_err(|e| does_not_decompress(&e))?;
+        if raw.len() as u64 > raw_len {
+            return Err(does_not_decompress(&format_args!(
+                "it holds more than the {raw_len} bytes it declares"
+            )));
+        }
         if raw.len() as u64 != raw_len {
             return Err(ReadError::malformed(
                 at_payload,
