@@ -98,6 +98,8 @@ pub struct TraceReader<R: Read> {
     /// Inner batches are handed out one per read_batch call, as if they
     /// stood in the file.
     inner: Option<(Vec<u8>, usize, u64)>,
+    /// The emptied buffer of the last compressed batch, for the next.
+    spare_inner: Vec<u8>,
     /// Generations with batches read but not yet handed out, oldest first;
     /// at most two. Only the oldest can be without a generation-end batch
     /// when the newest has one.
@@ -181,6 +183,7 @@ impl<R: Read> TraceReader<R> {
             max_generation_bytes: DEFAULT_MAX_GENERATION_BYTES,
             no_types: BTreeMap::new(),
             spare_raw: Vec::new(),
+            spare_inner: Vec::new(),
         })
     }
 
@@ -455,8 +458,11 @@ impl<R: Read> TraceReader<R> {
             ReadError::malformed(at_payload + pos as u64, format!("compressed batch does not decompress: {e}"))
         };
         // Streamed, so memory grows with the bytes that really come out,
-        // never with the declared raw_len (a few bytes can declare 64 MiB).
-        let mut raw = Vec::new();
+        // never with the declared raw_len (a few bytes can declare 64 MiB):
+        // room for what a frame of this size commonly holds is made ahead.
+        let mut raw = std::mem::take(&mut self.spare_inner);
+        raw.clear();
+        raw.reserve((raw_len as usize).min(frame.len().saturating_mul(16).saturating_add(1 << 16)));
         zstd::stream::read::Decoder::with_buffer(frame)
             .and_then(|decoder| decoder.take(raw_len.saturating_add(1)).read_to_end(&mut raw))
             .map_err(|e| does_not_decompress(&e))?;
@@ -505,6 +511,8 @@ impl<R: Read> TraceReader<R> {
         let next = start + len;
         if next < raw.len() {
             self.inner = Some((raw, next, batch_offset));
+        } else {
+            self.spare_inner = raw;
         }
         Ok(())
     }
