@@ -725,7 +725,7 @@ mod tests {
             x
         };
         let edges = [0, 1, 2, 1000, 1 << 32, 1 << 62, u64::MAX / 3, u64::MAX - 1, u64::MAX];
-        let mut pick = move |r: u64| -> u64 {
+        let pick = move |r: u64| -> u64 {
             match r % 4 {
                 0 => edges[(r >> 8) as usize % edges.len()],
                 1 => r >> (r % 64),

@@ -253,10 +253,7 @@ impl<R: Read> TraceReader<R> {
         let Some(em) = &mut self.current else {
             return Ok(0);
         };
-        em.drain(max, f).map_err(|err| {
-            self.failed = Some(err.replay());
-            err
-        })
+        em.drain(max, f).inspect_err(|err| self.failed = Some(err.replay()))
     }
 
     /// Everything but the hot path of [`next_record`](Self::next_record).
