@@ -133,12 +133,20 @@ pub const PAGE_EVENT_NAMES: [&str; 3] = ["page_alloc", "page_free", "page_scav"]
 impl EventData {
     /// The snake_case name the CLI prints, e.g. `"heap_object_alloc"`, or
     /// one of [`PAGE_EVENT_NAMES`].
-    // Not a `kind() -> EventKind`: page events have no kind byte.
     pub fn name(&self) -> &'static str {
-        let kind = match self {
-            EventData::PageAlloc { .. } => return PAGE_EVENT_NAMES[0],
-            EventData::PageFree { .. } => return PAGE_EVENT_NAMES[1],
-            EventData::PageScav { .. } => return PAGE_EVENT_NAMES[2],
+        match (self.event_kind(), self) {
+            (Some(kind), _) => kind.name(),
+            (None, EventData::PageAlloc { .. }) => PAGE_EVENT_NAMES[0],
+            (None, EventData::PageFree { .. }) => PAGE_EVENT_NAMES[1],
+            (None, _) => PAGE_EVENT_NAMES[2],
+        }
+    }
+
+    /// The kind byte's event kind, or `None` for page events, which travel
+    /// as page words and have no kind byte.
+    pub fn event_kind(&self) -> Option<EventKind> {
+        Some(match self {
+            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => return None,
             EventData::SpanExists { .. } => EventKind::SpanExists,
             EventData::SpanAlloc { .. } => EventKind::SpanAlloc,
             EventData::SpanFree => EventKind::SpanFree,
@@ -149,8 +157,7 @@ impl EventData {
             EventData::StackAlloc { .. } => EventKind::StackAlloc,
             EventData::StackFree => EventKind::StackFree,
             EventData::Call => EventKind::Call,
-        };
-        kind.name()
+        })
     }
 }
 

@@ -293,21 +293,7 @@ impl EventsBody {
 }
 
 fn kind_of(data: &EventData) -> EventKind {
-    match data {
-        EventData::SpanExists { .. } => EventKind::SpanExists,
-        EventData::SpanAlloc { .. } => EventKind::SpanAlloc,
-        EventData::SpanFree => EventKind::SpanFree,
-        EventData::HeapObjectExists { .. } => EventKind::HeapObjectExists,
-        EventData::HeapObjectAlloc { .. } => EventKind::HeapObjectAlloc,
-        EventData::HeapObjectFree => EventKind::HeapObjectFree,
-        EventData::StackExists { .. } => EventKind::StackExists,
-        EventData::StackAlloc { .. } => EventKind::StackAlloc,
-        EventData::StackFree => EventKind::StackFree,
-        EventData::Call => EventKind::Call,
-        EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => {
-            panic!("page events go in a PagesBody, not an events batch")
-        }
-    }
+    data.event_kind().expect("page events go in a PagesBody, not an events batch")
 }
 
 /// The body of a pages batch (FORMAT.md section 7), built one event at a
