@@ -18,6 +18,7 @@ LINK      := -L$(RELEASE) -lalloctrace -Wl,-rpath,$(abspath $(RELEASE)) -lpthrea
 C_TESTS   := $(sort $(wildcard c_tests/test_*.c))
 C_COMMON  := $(wildcard c_tests/common.c)
 C_BINS    := $(patsubst c_tests/%.c,$(BUILD)/c_tests/%,$(C_TESTS))
+WRITER_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/writer/%,$(C_TESTS))
 ASAN_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/asan/%,$(shell grep -L 'alloctrace-test: no-asan' $(C_TESTS) /dev/null 2>/dev/null | grep test_))
 
 .PHONY: all lib cli header check-header test rust-test c-test c-test-plain c-test-asan readme-example loom demo clean fuzz
@@ -55,11 +56,17 @@ rust-test:
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p alloctrace-core --test loom_handshake
 
-c-test: c-test-plain c-test-asan
+c-test: c-test-plain c-test-writer c-test-asan
 
 $(BUILD)/c_tests/%: c_tests/%.c $(C_COMMON) $(HEADER) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CWARN) $(CFLAGS) -Iinclude -Ic_tests $< $(C_COMMON) $(LINK) -o $@
+
+# The same tests with every event call through the inline trace_writer_*
+# path (c_tests/common.h, TEST_WRITER), optimised as a runtime would be.
+$(BUILD)/c_tests/writer/%: c_tests/%.c $(C_COMMON) $(HEADER) include/alloctrace_inline.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CWARN) -O2 -g -DTEST_WRITER -Iinclude -Ic_tests $< $(C_COMMON) $(LINK) -o $@
 
 $(BUILD)/c_tests/asan/%: c_tests/%.c $(C_COMMON) $(HEADER) lib
 	@mkdir -p $(dir $@)
@@ -77,6 +84,9 @@ endef
 
 c-test-plain: cli $(C_BINS)
 	$(call run_c_tests,$(C_BINS),,plain)
+
+c-test-writer: cli $(WRITER_BINS)
+	$(call run_c_tests,$(WRITER_BINS),,writer)
 
 c-test-asan: cli $(ASAN_BINS)
 	$(call run_c_tests,$(ASAN_BINS),TEST_SCALE=10 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1,asan)
@@ -136,6 +146,7 @@ install: all
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/liballoctrace.a
 	install -m 755 $(PRELOAD_SO) $(DESTDIR)$(LIBDIR)/liballoctrace_preload.so
 	install -m 644 $(HEADER) $(DESTDIR)$(PREFIX)/include/alloctrace.h
+	install -m 644 include/alloctrace_inline.h $(DESTDIR)$(PREFIX)/include/alloctrace_inline.h
 	printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(LIBDIR)' 'includedir=$${prefix}/include' '' \
 	  'Name: alloctrace' 'Description: Memory-allocation tracer with a C ABI' 'Version: $(VERSION)' \
 	  'Libs: -L$${libdir} -lalloctrace -lpthread' 'Cflags: -I$${includedir}' > $(DESTDIR)$(LIBDIR)/pkgconfig/alloctrace.pc
@@ -145,7 +156,7 @@ install: all
 install-test: all
 	@dir=$$(mktemp -d); prefix=$$dir/usr; pass=0; fail=0; \
 	$(MAKE) --no-print-directory install PREFIX=$$prefix >$$dir/install.log 2>&1 || { cat $$dir/install.log; fail=$$((fail+1)); }; \
-	for f in bin/alloctrace lib/liballoctrace.so lib/liballoctrace.a lib/liballoctrace_preload.so include/alloctrace.h lib/pkgconfig/alloctrace.pc; do \
+	for f in bin/alloctrace lib/liballoctrace.so lib/liballoctrace.a lib/liballoctrace_preload.so include/alloctrace.h include/alloctrace_inline.h lib/pkgconfig/alloctrace.pc; do \
 	  if [ -f $$prefix/$$f ]; then pass=$$((pass+1)); else echo "FAIL install: $$f missing"; fail=$$((fail+1)); fi; done; \
 	awk '/<!-- readme-example/{f=1;next} f&&/^```c/{p=1;next} p&&/^```/{exit} p' README.md > $$dir/example.c; \
 	if command -v pkg-config >/dev/null; then \

@@ -779,6 +779,26 @@ void emit_stack_free(expect_log *log, uintptr_t base)
     ev->long_form = addr_needs_long(base, log->min_heap_addr, log->stack_align);
 }
 
+void expect_span(expect_log *log, event_kind kind, uintptr_t base, uintptr_t npages, uint64_t kind_class)
+{
+    push_span(log, kind, base, npages, kind_class);
+}
+
+void expect_heap_object(expect_log *log, event_kind kind, uintptr_t addr, uint64_t size, uint64_t type_id)
+{
+    push_object(log, kind, addr, size, type_id);
+}
+
+void expect_stack(expect_log *log, event_kind kind, uintptr_t base, uintptr_t size)
+{
+    if (kind == EV_STACK_FREE) {
+        trace_event *ev = expect_push(log, kind, base);
+        ev->long_form = addr_needs_long(base, log->min_heap_addr, log->stack_align);
+    } else {
+        push_stack(log, kind, base, size);
+    }
+}
+
 static void push_page(expect_log *log, event_kind kind, uintptr_t base, uintptr_t npages)
 {
     trace_event *ev = expect_push(log, kind, base);

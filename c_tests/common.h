@@ -15,6 +15,29 @@
 
 #include "alloctrace.h"
 
+/* Built with -DTEST_WRITER (the c-test-writer suite), every event call of
+ * the tests goes through the inline writer path instead, with a handle each
+ * thread gets once and keeps: after trace_thread_destroy or in a thread the
+ * handle did not come from, the calls must notice and fall back. */
+#ifdef TEST_WRITER
+static inline trace_writer *test_writer(void)
+{
+    static _Thread_local trace_writer *w;
+    if (w == NULL)
+        w = trace_writer_get();
+    return w;
+}
+#define trace_span_exists(b, n, k) trace_writer_span_exists(test_writer(), (b), (n), (k))
+#define trace_span_alloc(b, n, k) trace_writer_span_alloc(test_writer(), (b), (n), (k))
+#define trace_span_free(b) trace_writer_span_free(test_writer(), (b))
+#define trace_heap_object_exists(a, s, t) trace_writer_heap_object_exists(test_writer(), (a), (s), (t))
+#define trace_heap_object_alloc(a, s, t) trace_writer_heap_object_alloc(test_writer(), (a), (s), (t))
+#define trace_heap_object_free(a) trace_writer_heap_object_free(test_writer(), (a))
+#define trace_stack_exists(b, s) trace_writer_stack_exists(test_writer(), (b), (s))
+#define trace_stack_alloc(b, s) trace_writer_stack_alloc(test_writer(), (b), (s))
+#define trace_stack_free(b) trace_writer_stack_free(test_writer(), (b))
+#endif
+
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -196,6 +219,11 @@ void emit_heap_object_free(expect_log *log, uintptr_t addr);
 void emit_stack_exists(expect_log *log, uintptr_t base, uintptr_t size);
 void emit_stack_alloc(expect_log *log, uintptr_t base, uintptr_t size);
 void emit_stack_free(expect_log *log, uintptr_t base);
+/* Log an event without emitting it (the test emits it its own way); frees
+ * pass 0 for the sizes. */
+void expect_span(expect_log *log, event_kind kind, uintptr_t base, uintptr_t npages, uint64_t kind_class);
+void expect_heap_object(expect_log *log, event_kind kind, uintptr_t addr, uint64_t size, uint64_t type_id);
+void expect_stack(expect_log *log, event_kind kind, uintptr_t base, uintptr_t size);
 /* Page tracer: long form when base is off the page grid or at or above
  * 2^48 (docs/FORMAT.md section 7). */
 void emit_page_alloc(expect_log *log, uintptr_t base, uintptr_t npages);

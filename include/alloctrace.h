@@ -5,7 +5,9 @@
  *
  * Event calls (trace_span_*, trace_heap_object_*, trace_stack_*) never
  * allocate, lock or fail loudly, and may be called from inside malloc.
- * Link with -lalloctrace -lpthread.
+ * Their trace_writer_* twins (alloctrace_inline.h, included at the end)
+ * take a per-thread handle from trace_writer_get() and write ordinary
+ * events inline. Link with -lalloctrace -lpthread.
  */
 
 #ifndef ALLOCTRACE_H
@@ -93,6 +95,13 @@ typedef enum trace_result {
    */
   TRACE_ERR_BUSY = 8,
 } trace_result;
+
+/**
+ * A thread's writer: the handle of the inline event calls
+ * (`trace_writer_heap_object_alloc` and the rest, defined in the header).
+ * Its layout is private to the header.
+ */
+typedef struct trace_writer trace_writer;
 
 /**
  * Configuration for `trace_start`. Fill it with `trace_config_init`, then
@@ -208,6 +217,23 @@ enum trace_result trace_advance(void);
  * when tracing is off. May be called from inside malloc.
  */
 void trace_thread_destroy(void);
+
+/**
+ * The calling thread's writer, registering the thread if needed: keep it in
+ * your per-thread state (a runtime's M or P, an allocator's thread cache)
+ * and pass it to the `trace_writer_*` event calls, which then record an
+ * event inline, without a call or a thread-local lookup. NULL when every
+ * thread slot is taken (the calls then count their events as lost).
+ *
+ * The handle belongs to the calling thread until it exits or calls
+ * `trace_thread_destroy`; it stays valid across `trace_stop` and a later
+ * `trace_start`, and in a fork child for the thread that forked. Used on
+ * any other thread, or after that, the calls notice it and record through
+ * the out-of-line path instead, on the caller's own writer. Works before
+ * `trace_start`. Any thread, also inside malloc (the first call on a thread
+ * may call pthread_setspecific).
+ */
+struct trace_writer *trace_writer_get(void);
 
 /**
  * Whether tracing is on. One relaxed load; any thread, also inside malloc.
@@ -326,3 +352,5 @@ void trace_page_scav(uintptr_t base, uintptr_t npages);
 #endif  // __cplusplus
 
 #endif  /* ALLOCTRACE_H */
+
+#include "alloctrace_inline.h"

@@ -153,7 +153,11 @@ fn bad_config_detail(what: &str) -> &'static CStr {
         c"compression must be TRACE_COMPRESSION_NONE or TRACE_COMPRESSION_ZSTD",
         c"bad configuration",
     ];
-    DETAILS.iter().copied().find(|d| d.to_bytes() == what.as_bytes()).unwrap_or(DETAILS[8])
+    DETAILS
+        .iter()
+        .copied()
+        .find(|d| d.to_bytes() == what.as_bytes())
+        .unwrap_or(DETAILS[8])
 }
 
 fn errno_detail(errno: i32) -> &'static CStr {
@@ -232,7 +236,9 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
             )));
         }
         if cfg.path.is_null() && cfg.fd < 0 {
-            return to_result(Err(Error::BadConfig("path is NULL and fd is negative: set one of them")));
+            return to_result(Err(Error::BadConfig(
+                "path is NULL and fd is negative: set one of them",
+            )));
         }
         let covers = |offset: usize| size >= offset + core::mem::size_of::<u32>();
         let compress = if covers(core::mem::offset_of!(trace_config, compression)) {
@@ -256,7 +262,11 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
             match unsafe { core::ptr::addr_of!(cfg.clock).cast::<u32>().read() } {
                 0 => ClockKind::Precise,
                 1 => ClockKind::Coarse,
-                _ => return to_result(Err(Error::BadConfig("clock must be TRACE_CLOCK_PRECISE or TRACE_CLOCK_COARSE"))),
+                _ => {
+                    return to_result(Err(Error::BadConfig(
+                        "clock must be TRACE_CLOCK_PRECISE or TRACE_CLOCK_COARSE",
+                    )))
+                }
             }
         } else {
             ClockKind::Precise
@@ -268,7 +278,11 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
             page_size: cfg.page_size,
             min_heap_align: cfg.min_heap_align,
             min_stack_align: cfg.min_stack_align,
-            buffer_size: if cfg.buffer_size == 0 { tracer::DEFAULT_BUFFER_SIZE } else { cfg.buffer_size as usize },
+            buffer_size: if cfg.buffer_size == 0 {
+                tracer::DEFAULT_BUFFER_SIZE
+            } else {
+                cfg.buffer_size as usize
+            },
             ..Config::default()
         };
         if let Err(e) = config.validate() {
@@ -290,7 +304,11 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
                 unsafe { f(ctx) };
             }
         };
-        let snapshot: Option<&mut dyn FnMut()> = if snapshot.is_some() { Some(&mut run_snapshot) } else { None };
+        let snapshot: Option<&mut dyn FnMut()> = if snapshot.is_some() {
+            Some(&mut run_snapshot)
+        } else {
+            None
+        };
         let result = tracer::start_with(&config, open_output, snapshot);
         to_result(result)
     })
@@ -318,6 +336,38 @@ pub extern "C" fn trace_advance() -> trace_result {
 #[no_mangle]
 pub extern "C" fn trace_thread_destroy() {
     events::thread_destroy();
+}
+
+/// The state the header's inline event path reads (alloctrace_inline.h:
+/// `struct alloctrace_shared_`). Private: not part of the API.
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static alloctrace_shared_ptr: &alloctrace_core::shared::Shared =
+    &alloctrace_core::shared::SHARED;
+
+/// A thread's writer: the handle of the inline event calls
+/// (`trace_writer_heap_object_alloc` and the rest, defined in the header).
+/// Its layout is private to the header.
+pub struct trace_writer {
+    _private: [u8; 0],
+}
+
+/// The calling thread's writer, registering the thread if needed: keep it in
+/// your per-thread state (a runtime's M or P, an allocator's thread cache)
+/// and pass it to the `trace_writer_*` event calls, which then record an
+/// event inline, without a call or a thread-local lookup. NULL when every
+/// thread slot is taken (the calls then count their events as lost).
+///
+/// The handle belongs to the calling thread until it exits or calls
+/// `trace_thread_destroy`; it stays valid across `trace_stop` and a later
+/// `trace_start`, and in a fork child for the thread that forked. Used on
+/// any other thread, or after that, the calls notice it and record through
+/// the out-of-line path instead, on the caller's own writer. Works before
+/// `trace_start`. Any thread, also inside malloc (the first call on a thread
+/// may call pthread_setspecific).
+#[no_mangle]
+pub extern "C" fn trace_writer_get() -> *mut trace_writer {
+    events::writer().cast()
 }
 
 /// Whether tracing is on. One relaxed load; any thread, also inside malloc.
@@ -370,7 +420,12 @@ pub extern "C" fn trace_last_error_detail() -> *const c_char {
 /// `trace_start`; each call makes a new ID. Any thread, also inside malloc
 /// (it never allocates or locks).
 #[no_mangle]
-pub extern "C" fn trace_type_register(name: *const c_char, name_len: libc::size_t, size: u64, ptr_bytes: u64) -> u64 {
+pub extern "C" fn trace_type_register(
+    name: *const c_char,
+    name_len: libc::size_t,
+    size: u64,
+    ptr_bytes: u64,
+) -> u64 {
     let name: &[u8] = if name.is_null() || name_len == 0 {
         &[]
     } else {

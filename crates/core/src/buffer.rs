@@ -39,6 +39,13 @@ pub(crate) struct Buffer {
 }
 
 static_assertions::const_assert!(core::mem::size_of::<Buffer>() <= DATA_OFFSET);
+// The layout the header's `struct alloctrace_batch_` mirrors (the inline
+// event path appends events as the Rust one does).
+static_assertions::const_assert_eq!(core::mem::offset_of!(Buffer, len), 0);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Buffer, cap), 8);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Buffer, last_ticks), 16);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Buffer, ids), 24);
+static_assertions::const_assert_eq!(DATA_OFFSET, 64);
 
 impl Buffer {
     /// Maps a new buffer with room for `cap` batch bytes, or `None` when the

@@ -112,12 +112,7 @@ pub(crate) const COARSE_EVENTS_PER_READ: u32 = 32;
 /// the first generation.
 pub(crate) static COARSE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
-/// The published time for the coarse clock. Written by the advancer thread
-/// every COARSE_PERIOD; read by events.
-pub(crate) static PUBLISHED_TICKS: crossbeam_utils::CachePadded<core::sync::atomic::AtomicU64> =
-    crossbeam_utils::CachePadded::new(core::sync::atomic::AtomicU64::new(0));
-
 /// Publishes the current time for coarse-clock events.
 pub(crate) fn publish() {
-    PUBLISHED_TICKS.store(ticks(), core::sync::atomic::Ordering::Relaxed);
+    crate::shared::SHARED.published_ticks.store(ticks(), core::sync::atomic::Ordering::Relaxed);
 }

@@ -84,6 +84,22 @@ pub fn thread_id() -> u64 {
     }
 }
 
+/// The calling thread's writer state, claiming it if needed: the handle
+/// that the C header's inline event path (`trace_writer_get`) writes
+/// through. Null on the tracer's own threads and when every slot is taken.
+/// The handle is the calling thread's until it exits or calls
+/// [`thread_destroy`]; its owner check makes a stale or foreign handle fall
+/// back to the out-of-line path.
+pub fn writer() -> *mut core::ffi::c_void {
+    // The exit key makes the thread's exit give the slot back even when no
+    // session has started yet.
+    crate::thread::ensure_exit_key();
+    match crate::thread::current_or_claim() {
+        Some(slot) => (slot as *const crate::thread::ThreadSlot).cast_mut().cast(),
+        None => core::ptr::null_mut(),
+    }
+}
+
 /// Flushes the calling thread's buffers now and frees its slot, as thread
 /// exit does. Its next event starts a new slot with a new thread ID.
 pub fn thread_destroy() {
@@ -93,19 +109,31 @@ pub fn thread_destroy() {
 /// `npages` pages at `base` were allocated (page tracer).
 #[inline]
 pub fn page_alloc(base: usize, npages: usize) {
-    crate::tracer::emit_page(alloctrace_format::pages::KIND_ALLOC, base as u64, npages as u64);
+    crate::tracer::emit_page(
+        alloctrace_format::pages::KIND_ALLOC,
+        base as u64,
+        npages as u64,
+    );
 }
 
 /// `npages` pages at `base` were freed (page tracer).
 #[inline]
 pub fn page_free(base: usize, npages: usize) {
-    crate::tracer::emit_page(alloctrace_format::pages::KIND_FREE, base as u64, npages as u64);
+    crate::tracer::emit_page(
+        alloctrace_format::pages::KIND_FREE,
+        base as u64,
+        npages as u64,
+    );
 }
 
 /// `npages` pages at `base` were scavenged: returned to the OS (page tracer).
 #[inline]
 pub fn page_scav(base: usize, npages: usize) {
-    crate::tracer::emit_page(alloctrace_format::pages::KIND_SCAV, base as u64, npages as u64);
+    crate::tracer::emit_page(
+        alloctrace_format::pages::KIND_SCAV,
+        base as u64,
+        npages as u64,
+    );
 }
 
 /// The same events, tagged with the interposed function that made them, for
@@ -119,7 +147,12 @@ pub mod tagged {
     /// A heap object allocated by `entry`.
     #[inline]
     pub fn heap_object_alloc(entry: EntryPoint, addr: usize, size: u64) {
-        emit_tagged::<{ EventKind::HeapObjectAlloc as u8 }, true>(addr as u64, size, 0, entry as u64);
+        emit_tagged::<{ EventKind::HeapObjectAlloc as u8 }, true>(
+            addr as u64,
+            size,
+            0,
+            entry as u64,
+        );
     }
 
     /// A heap object freed by `entry`.
@@ -131,7 +164,12 @@ pub mod tagged {
     /// A span mapped by `entry` (mmap, mremap).
     #[inline]
     pub fn span_alloc(entry: EntryPoint, base: usize, npages: usize, kind_class: u64) {
-        emit_tagged::<{ EventKind::SpanAlloc as u8 }, true>(base as u64, npages as u64, kind_class, entry as u64);
+        emit_tagged::<{ EventKind::SpanAlloc as u8 }, true>(
+            base as u64,
+            npages as u64,
+            kind_class,
+            entry as u64,
+        );
     }
 
     /// A span unmapped by `entry` (munmap).

@@ -92,6 +92,8 @@ pub fn heavy_barrier() {
 }
 
 /// A per-thread sequence counter, odd while its owner writes an event.
+/// One u64 in memory (the header's inline path uses it as one).
+#[repr(transparent)]
 pub struct SeqLock {
     seq: AtomicU64,
 }

@@ -28,7 +28,11 @@ pub mod events;
 #[cfg(not(loom))]
 mod output;
 #[cfg(not(loom))]
+pub mod shared;
+#[cfg(not(loom))]
 mod thread;
+#[cfg(not(loom))]
+pub mod tls;
 #[cfg(not(loom))]
 mod tracer;
 #[cfg(not(loom))]

@@ -15,6 +15,7 @@ use crate::buffer::Buffer;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::handshake::SeqLock;
+use crate::tls::{self, Word};
 
 /// Most threads that can hold a slot at once. A thread that finds none has
 /// its events counted as lost (never silently dropped).
@@ -36,43 +37,80 @@ const SLOT_FREE: u32 = 0;
 const SLOT_OWNED: u32 = 1;
 
 /// One thread's writer state.
-#[repr(align(128))]
+///
+/// `repr(C)`: the header's inline event path (include/alloctrace_inline.h,
+/// `struct trace_writer`) reads and writes the fields up to `bufs` exactly
+/// as the Rust event path does; the offsets are asserted below.
+#[repr(C, align(128))]
 pub(crate) struct ThreadSlot {
     /// Seqlock, odd while the owner is inside the event path (between
     /// reading the generation and finishing its writes). Written only by the
     /// owner; read by advance and stop, which wait for it to move on. Odd on
     /// entry also tells a signal handler that its thread is mid-event.
     pub(crate) seq: SeqLock,
-    /// SLOT_FREE or SLOT_OWNED. Claimed by compare-exchange from free;
-    /// released by the owner.
-    state: AtomicU32,
-    /// The trace thread ID (at least 1), new at every claim.
-    pub(crate) id: AtomicU64,
     /// The owner's last timestamp, to keep its timestamps strictly
     /// increasing across buffers. Owner only.
     pub(crate) last_ticks: AtomicU64,
     /// Coarse clock: events left before the owner reads the clock again.
     /// Owner only.
     pub(crate) clock_countdown: AtomicU32,
+    /// SLOT_FREE or SLOT_OWNED. Claimed by compare-exchange from free;
+    /// released by the owner.
+    state: AtomicU32,
+    /// The owner's thread pointer (`%fs:0` on x86-64, 0 elsewhere) while
+    /// owned, else 0. The inline path checks it against its own, so a
+    /// handle used on another thread or after its thread let the slot go
+    /// falls back to the out-of-line path instead of racing the owner.
+    pub(crate) owner: AtomicUsize,
     /// Batch buffers indexed `[generation % 2][stream]`, null when none.
     /// The owner loads and stores the current generation's pointers; advance
     /// and stop take (swap to null) the previous generation's pointers after
     /// the handshake; a thread's exit takes all of them.
     pub(crate) bufs: [[AtomicPtr<Buffer>; STREAMS]; 2],
+    /// The trace thread ID (at least 1), new at every claim.
+    pub(crate) id: AtomicU64,
     /// Events the owner could not record, per generation parity. The owner
     /// adds; advance takes the previous generation's count.
     pub(crate) lost: [AtomicU64; 2],
+}
+
+// The layout the header's `struct trace_writer` mirrors.
+static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, seq), 0);
+static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, last_ticks), 8);
+static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, clock_countdown), 16);
+static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, owner), 24);
+static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, bufs), 32);
+static_assertions::const_assert_eq!(STREAMS, 2);
+
+/// The calling thread's thread pointer, which identifies it while it runs.
+#[inline(always)]
+pub(crate) fn thread_pointer() -> usize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp: usize;
+        // SAFETY: %fs:0 holds the thread control block's own address on
+        // x86-64 Linux (glibc and musl); reading it has no side effects.
+        unsafe {
+            core::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) tp, options(nostack, preserves_flags, readonly));
+        }
+        tp
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        0
+    }
 }
 
 impl ThreadSlot {
     #[allow(clippy::declare_interior_mutable_const)]
     const NEW: ThreadSlot = ThreadSlot {
         seq: SeqLock::new(),
-        state: AtomicU32::new(SLOT_FREE),
-        id: AtomicU64::new(0),
         last_ticks: AtomicU64::new(0),
         clock_countdown: AtomicU32::new(0),
+        state: AtomicU32::new(SLOT_FREE),
+        owner: AtomicUsize::new(0),
         bufs: [const { [const { AtomicPtr::new(ptr::null_mut()) }; STREAMS] }; 2],
+        id: AtomicU64::new(0),
         lost: [AtomicU64::new(0), AtomicU64::new(0)],
     };
 
@@ -97,11 +135,13 @@ static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
 static KEY_STATE: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
-    /// This thread's slot, or null. Const-initialised with no destructor, so
-    /// reading it never allocates or registers anything.
-    static CURRENT: Cell<*const ThreadSlot> = const { Cell::new(ptr::null()) };
     /// Set on the tracer's own threads (the writer), which are never traced.
     static INTERNAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sets this thread's slot (the TLS word of [`current`]).
+fn set_current(slot: *const ThreadSlot) {
+    tls::set(Word::Slot, slot as usize);
 }
 
 /// Every slot that has ever been claimed (some may be free now).
@@ -123,8 +163,8 @@ pub(crate) fn is_internal() -> bool {
 /// This thread's slot if it has one, without claiming.
 #[inline(always)]
 pub(crate) fn current() -> Option<&'static ThreadSlot> {
-    let p = CURRENT.with(|c| c.get());
-    // SAFETY: CURRENT only ever holds null or a pointer into SLOTS.
+    let p = tls::get(Word::Slot) as *const ThreadSlot;
+    // SAFETY: the slot word only ever holds 0 or a pointer into SLOTS.
     unsafe { p.as_ref() }
 }
 
@@ -160,14 +200,21 @@ fn claim() -> Option<&'static ThreadSlot> {
         {
             continue;
         }
-        slot.id.store(NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        slot.id.store(
+            NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         SLOTS_USED.fetch_max(index + 1, Ordering::AcqRel);
-        CURRENT.with(|c| c.set(slot));
+        slot.owner.store(thread_pointer(), Ordering::Relaxed);
+        set_current(slot);
         if KEY_STATE.load(Ordering::Acquire) == 2 {
             // SAFETY: the key was created by ensure_exit_key; the value is a
             // pointer into the static SLOTS table.
             unsafe {
-                libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), (slot as *const ThreadSlot).cast());
+                libc::pthread_setspecific(
+                    EXIT_KEY.load(Ordering::Relaxed),
+                    (slot as *const ThreadSlot).cast(),
+                );
             }
         }
         return Some(slot);
@@ -178,7 +225,10 @@ fn claim() -> Option<&'static ThreadSlot> {
 /// Creates the pthread key whose destructor flushes an exiting thread.
 /// Called by trace_start, before any thread can claim a slot in the session.
 pub(crate) fn ensure_exit_key() {
-    if KEY_STATE.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if KEY_STATE
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         while KEY_STATE.load(Ordering::Acquire) == 1 {
             std::thread::yield_now();
         }
@@ -199,7 +249,7 @@ pub(crate) fn ensure_exit_key() {
 /// pthread key destructor: the thread is exiting; flush and free its slot.
 unsafe extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     let slot = value.cast::<ThreadSlot>().cast_const();
-    if CURRENT.with(|c| c.get()) == slot {
+    if tls::get(Word::Slot) as *const ThreadSlot == slot {
         release_current();
     }
 }
@@ -209,7 +259,8 @@ unsafe extern "C" fn on_thread_exit(value: *mut libc::c_void) {
 pub(crate) fn release_current() {
     let Some(slot) = current() else { return };
     crate::tracer::flush_exiting_thread(slot);
-    CURRENT.with(|c| c.set(ptr::null()));
+    set_current(ptr::null());
+    slot.owner.store(0, Ordering::Relaxed);
     if KEY_STATE.load(Ordering::Acquire) == 2 {
         // SAFETY: the key exists; clearing it stops the destructor from
         // running for a slot we no longer own.
@@ -219,10 +270,13 @@ pub(crate) fn release_current() {
 }
 
 /// In a forked child: every slot's owner but the forking thread is gone and
-/// the parent's buffers belong to the parent's trace. Frees every slot and
-/// forgets its buffers (left mapped, never written again) and counts.
+/// the parent's buffers belong to the parent's trace. Frees every other
+/// slot, and forgets every slot's buffers (left mapped, never written
+/// again) and counts. The forking thread keeps its slot, so a
+/// `trace_writer` handle it holds stays its own in the child.
 /// Called only by the fork child handler, with one thread running.
 pub(crate) fn reset_after_fork() {
+    let mine = current().map_or(ptr::null(), |s| s as *const ThreadSlot);
     for slot in used_slots() {
         slot.seq.reset_after_fork();
         for parity in &slot.bufs {
@@ -233,12 +287,10 @@ pub(crate) fn reset_after_fork() {
         for lost in &slot.lost {
             lost.store(0, Ordering::Relaxed);
         }
-        slot.state.store(SLOT_FREE, Ordering::Relaxed);
-    }
-    CURRENT.with(|c| c.set(ptr::null()));
-    if KEY_STATE.load(Ordering::Acquire) == 2 {
-        // SAFETY: the key exists; its value named a slot we just freed.
-        unsafe { libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), ptr::null()) };
+        if !ptr::eq(slot, mine) {
+            slot.owner.store(0, Ordering::Relaxed);
+            slot.state.store(SLOT_FREE, Ordering::Relaxed);
+        }
     }
 }
 
@@ -264,7 +316,10 @@ impl InternalThread {
 ///   destructor on the thread that spawns, which would free memory when the
 ///   program's thread exits, possibly while tracing and through a traced
 ///   allocator.
-pub(crate) fn spawn_internal(name: &core::ffi::CStr, body: impl FnOnce() + Send + 'static) -> std::io::Result<InternalThread> {
+pub(crate) fn spawn_internal(
+    name: &core::ffi::CStr,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<InternalThread> {
     type Body = Box<dyn FnOnce() + Send>;
     extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
         // SAFETY: arg is the Box<Body> that spawn_internal leaked for us.

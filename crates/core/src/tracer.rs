@@ -4,7 +4,7 @@
 //!
 //! Tracing runs in *sessions* (trace_start .. trace_stop), each writing one
 //! trace, divided into *generations* (FORMAT.md section 6). The current
-//! generation lives in [`GENERATION`]; 0 means tracing is off, which is all
+//! generation lives in [`SHARED.generation`](SHARED); 0 means tracing is off, which is all
 //! the event path checks before returning when disabled.
 //!
 //! Each thread writes into its own batch buffers, `bufs[generation % 2]
@@ -13,7 +13,7 @@
 //! thread (output.rs) writes it out and returns it to the free pool.
 //!
 //! An advance (and stop, which is a last advance to generation 0) bumps
-//! [`GENERATION`], runs the [handshake](crate::handshake) with every slot,
+//! [`SHARED.generation`](SHARED), runs the [handshake](crate::handshake) with every slot,
 //! then takes every slot's previous-generation buffers, including those of
 //! idle or blocked threads, writes the type table and a generation-end
 //! batch, and so completes the old generation. Besides `trace_advance`, the
@@ -25,7 +25,7 @@
 //!
 //! ## Invariants
 //!
-//! 1. A thread MUST read [`GENERATION`] only between `seq.try_begin()` and
+//! 1. A thread MUST read [`SHARED.generation`](SHARED) only between `seq.try_begin()` and
 //!    `seq.end()` of its slot, and touch buffers only of the parity it read.
 //!    Otherwise an advance could take a buffer the thread is still writing.
 //! 2. Advance and stop MUST store the new generation before waiting on any
@@ -64,41 +64,21 @@
 //!   start again (the LD_PRELOAD shim does, with a file of its own).
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 use alloctrace_format::{
-    exact_log2, uvarint_len, BatchKind, EventKind, FileHeader, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_EVENT_LEN,
-    VERSION,
+    exact_log2, uvarint_len, BatchKind, EventKind, FileHeader, ENTRY_TAG, FILE_HEADER_LEN,
+    LONG_FORM, MAX_EVENT_LEN, VERSION,
 };
-use crossbeam_utils::CachePadded;
 
 use crate::buffer::{Buffer, BufferPool, MAX_HEADER_LEN};
 use crate::clock::{self, ClockPair};
 use crate::output::{self, Output};
+use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};
 use crate::types;
-
-/// The current generation, or 0 while tracing is off. Stored by start,
-/// advance and stop under [`CONTROL`]; loaded by every event.
-pub(crate) static GENERATION: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
-
-/// Address compression parameters of the running session. Written by start
-/// before [`GENERATION`] becomes non-zero; read by events after they load it.
-struct Params {
-    min_heap_addr: AtomicU64,
-    page_shift: AtomicU32,
-    heap_shift: AtomicU32,
-    stack_shift: AtomicU32,
-}
-
-static PARAMS: Params = Params {
-    min_heap_addr: AtomicU64::new(0),
-    page_shift: AtomicU32::new(12),
-    heap_shift: AtomicU32::new(3),
-    stack_shift: AtomicU32::new(12),
-};
 
 /// The running session, or null. Published by start before the first
 /// generation, cleared by stop after the last handshake; events read it only
@@ -109,7 +89,11 @@ static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
 static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Serialises start, advance and stop (invariant 4).
-static CONTROL: Mutex<Control> = Mutex::new(Control { session: None, writer: None, advancer: None });
+static CONTROL: Mutex<Control> = Mutex::new(Control {
+    session: None,
+    writer: None,
+    advancer: None,
+});
 
 thread_local! {
     /// Set while this thread runs start/advance/stop, so a snapshot callback
@@ -144,7 +128,9 @@ extern "C" fn fork_prepare() {
         // fork() from the snapshot callback: CONTROL is ours already.
         return;
     }
-    let guard = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let guard = CONTROL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // SAFETY: we hold CONTROL (see ForkGuard).
     unsafe { *FORK_GUARD.0.get() = Some(guard) };
 }
@@ -164,7 +150,7 @@ extern "C" fn fork_parent() {
 }
 
 extern "C" fn fork_child() {
-    GENERATION.store(0, Ordering::SeqCst);
+    SHARED.generation.store(0, Ordering::SeqCst);
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
     thread::reset_after_fork();
     let mut guard = take_fork_guard();
@@ -307,8 +293,15 @@ impl Config {
     /// Checks every field, naming the first bad one.
     pub fn validate(&self) -> Result<(), Error> {
         match exact_log2(self.page_size) {
-            Some(shift) if (alloctrace_format::pages::MIN_PAGE_SHIFT..=alloctrace_format::pages::MAX_PAGE_SHIFT).contains(&shift) => {}
-            _ => return Err(Error::BadConfig("page_size must be a power of two from 16 to 2^40")),
+            Some(shift)
+                if (alloctrace_format::pages::MIN_PAGE_SHIFT
+                    ..=alloctrace_format::pages::MAX_PAGE_SHIFT)
+                    .contains(&shift) => {}
+            _ => {
+                return Err(Error::BadConfig(
+                    "page_size must be a power of two from 16 to 2^40",
+                ))
+            }
         }
         if exact_log2(self.min_heap_align).is_none() {
             return Err(Error::BadConfig("min_heap_align must be a power of two"));
@@ -317,7 +310,9 @@ impl Config {
             return Err(Error::BadConfig("min_stack_align must be a power of two"));
         }
         if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {
-            return Err(Error::BadConfig("buffer_size must be 0 (default) or 4096..16777216"));
+            return Err(Error::BadConfig(
+                "buffer_size must be 0 (default) or 4096..16777216",
+            ));
         }
         Ok(())
     }
@@ -329,7 +324,9 @@ fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T
     if IN_CONTROL.with(|c| c.get()) {
         return Err(Error::Busy);
     }
-    let mut control = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut control = CONTROL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     IN_CONTROL.with(|c| c.set(true));
     let result = f(&mut control);
     IN_CONTROL.with(|c| c.set(false));
@@ -338,7 +335,11 @@ fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T
 
 /// Starts tracing into `output`. `snapshot`, if any, runs once tracing is on,
 /// to emit the *_exists events of memory that is already live.
-pub fn start(config: &Config, output: Output, snapshot: Option<&mut dyn FnMut()>) -> Result<(), Error> {
+pub fn start(
+    config: &Config,
+    output: Output,
+    snapshot: Option<&mut dyn FnMut()>,
+) -> Result<(), Error> {
     start_with(config, || Ok(output), snapshot)
 }
 
@@ -356,11 +357,19 @@ pub fn start_with(
             return Err(Error::AlreadyStarted);
         }
         let output = open_output()?;
-        output.write_all(&FileHeader { version: VERSION, flags: 0 }.encode()).map_err(Error::Io)?;
+        output
+            .write_all(
+                &FileHeader {
+                    version: VERSION,
+                    flags: 0,
+                }
+                .encode(),
+            )
+            .map_err(Error::Io)?;
         debug_assert_eq!(FILE_HEADER_LEN, 16);
         thread::ensure_exit_key();
         install_fork_handlers();
-        crate::handshake::enable_asymmetric_fences();
+        let asymmetric = crate::handshake::enable_asymmetric_fences();
 
         let max_buffers = (config.max_buffer_memory / config.buffer_size).max(64);
         let session = Arc::new(Session {
@@ -410,10 +419,26 @@ pub fn start_with(
             None
         };
 
-        PARAMS.min_heap_addr.store(config.min_heap_addr, Ordering::Relaxed);
-        PARAMS.page_shift.store(config.page_size.trailing_zeros(), Ordering::Relaxed);
-        PARAMS.heap_shift.store(config.min_heap_align.trailing_zeros(), Ordering::Relaxed);
-        PARAMS.stack_shift.store(config.min_stack_align.trailing_zeros(), Ordering::Relaxed);
+        SHARED
+            .min_heap_addr
+            .store(config.min_heap_addr, Ordering::Relaxed);
+        SHARED
+            .page_shift
+            .store(config.page_size.trailing_zeros(), Ordering::Relaxed);
+        SHARED
+            .heap_shift
+            .store(config.min_heap_align.trailing_zeros(), Ordering::Relaxed);
+        SHARED
+            .stack_shift
+            .store(config.min_stack_align.trailing_zeros(), Ordering::Relaxed);
+        // The header's inline path stamps events with rdtsc and uses only a
+        // compiler fence on its side of the handshake.
+        let mode = match (asymmetric && cfg!(target_arch = "x86_64"), coarse) {
+            (false, _) => inline_mode::OUT_OF_LINE,
+            (true, false) => inline_mode::PRECISE,
+            (true, true) => inline_mode::COARSE,
+        };
+        SHARED.inline_mode.store(mode, Ordering::Relaxed);
         for lost in &LOST_WITHOUT_SLOT {
             lost.store(0, Ordering::Relaxed);
         }
@@ -427,7 +452,7 @@ pub fn start_with(
         SESSION.store(Arc::as_ptr(&session).cast_mut(), Ordering::SeqCst);
 
         write_info(&session, 1);
-        GENERATION.store(1, Ordering::SeqCst);
+        SHARED.generation.store(1, Ordering::SeqCst);
         control.session = Some(session);
         control.writer = Some(writer);
         control.advancer = advancer;
@@ -452,7 +477,11 @@ fn spawn_advancer(session: Arc<Session>) -> std::io::Result<thread::InternalThre
         theirs.advancer_ready.store(true, Ordering::Release);
         // With the coarse clock this thread also publishes the time.
         let coarse = clock::COARSE.load(Ordering::Relaxed);
-        let period = if coarse { clock::COARSE_PERIOD } else { std::time::Duration::from_millis(100) };
+        let period = if coarse {
+            clock::COARSE_PERIOD
+        } else {
+            std::time::Duration::from_millis(100)
+        };
         while !theirs.advancer_exit.load(Ordering::Acquire) {
             std::thread::park_timeout(period);
             if coarse {
@@ -494,7 +523,7 @@ impl Session {
 pub fn advance() -> Result<(), Error> {
     with_control(|control| {
         let session = control.session.as_ref().ok_or(Error::NotStarted)?;
-        let old = GENERATION.load(Ordering::Relaxed);
+        let old = SHARED.generation.load(Ordering::Relaxed);
         let new = old + 1;
         write_info(session, new);
         end_generation(session, old, new);
@@ -525,7 +554,7 @@ pub fn stop() -> Result<(), Error> {
     }
     with_control(|control| {
         let session = control.session.take().ok_or(Error::NotStarted)?;
-        let last = GENERATION.load(Ordering::Relaxed);
+        let last = SHARED.generation.load(Ordering::Relaxed);
         end_generation(&session, last, 0);
         let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
         end.finish();
@@ -553,15 +582,18 @@ pub fn stop() -> Result<(), Error> {
 /// Whether tracing is on.
 #[inline(always)]
 pub fn enabled() -> bool {
-    GENERATION.load(Ordering::Relaxed) != 0
+    SHARED.generation.load(Ordering::Relaxed) != 0
 }
 
 /// Stores `new` as the generation (0 to stop), waits for every thread to
 /// leave the old one, and completes the old generation in the trace.
 fn end_generation(session: &Session, old: u64, new: u64) {
-    GENERATION.store(new, Ordering::SeqCst);
+    SHARED.generation.store(new, Ordering::SeqCst);
     crate::handshake::heavy_barrier();
-    session.generation_start_bytes.store(session.bytes_written.load(Ordering::Relaxed), Ordering::Relaxed);
+    session.generation_start_bytes.store(
+        session.bytes_written.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
     session.advance_wanted.store(false, Ordering::Relaxed);
     let slots = thread::used_slots();
     for slot in slots {
@@ -608,7 +640,7 @@ pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
     if !slot.seq.try_begin() {
         return;
     }
-    let generation = GENERATION.load(Ordering::Acquire);
+    let generation = SHARED.generation.load(Ordering::Acquire);
     // SAFETY: a non-zero generation read inside the seqlock section keeps
     // the session alive until seq.end() (stop waits for it).
     let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
@@ -642,7 +674,14 @@ struct MetaWriter<'a> {
 
 impl<'a> MetaWriter<'a> {
     fn new(session: &'a Session, kind: BatchKind, generation: u64) -> MetaWriter<'a> {
-        MetaWriter { session, kind, generation, base_ticks: clock::ticks(), buf: None, header_len: 0 }
+        MetaWriter {
+            session,
+            kind,
+            generation,
+            base_ticks: clock::ticks(),
+            buf: None,
+            header_len: 0,
+        }
     }
 
     fn base_ticks(&mut self, ticks: u64) {
@@ -772,9 +811,14 @@ pub(crate) fn emit<const KIND: u8>(addr: u64, arg1: u64, arg2: u64) {
 /// kind gets its own out-of-line body with its address class, argument
 /// count and stack-size logic folded away.
 #[inline(always)]
-pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: u64, entry: u64) {
+pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(
+    addr: u64,
+    arg1: u64,
+    arg2: u64,
+    entry: u64,
+) {
     // Tracing off: one relaxed load and a branch.
-    if GENERATION.load(Ordering::Relaxed) == 0 {
+    if SHARED.generation.load(Ordering::Relaxed) == 0 {
         return;
     }
     emit_enabled::<KIND, TAGGED>(addr, arg1, arg2, entry);
@@ -791,11 +835,11 @@ fn with_slot(write: impl FnOnce(&ThreadSlot, u64)) {
     };
     if !slot.seq.try_begin() {
         // A signal handler interrupted an event on this thread.
-        let generation = GENERATION.load(Ordering::Relaxed);
+        let generation = SHARED.generation.load(Ordering::Relaxed);
         slot.lost[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let generation = GENERATION.load(Ordering::Acquire);
+    let generation = SHARED.generation.load(Ordering::Acquire);
     if generation != 0 {
         write(slot, generation);
     }
@@ -823,11 +867,12 @@ fn next_ticks(slot: &ThreadSlot) -> u64 {
     let mut ticks = if clock::COARSE.load(Ordering::Relaxed) {
         let left = slot.clock_countdown.load(Ordering::Relaxed);
         if left == 0 {
-            slot.clock_countdown.store(clock::COARSE_EVENTS_PER_READ - 1, Ordering::Relaxed);
+            slot.clock_countdown
+                .store(clock::COARSE_EVENTS_PER_READ - 1, Ordering::Relaxed);
             clock::ticks()
         } else {
             slot.clock_countdown.store(left - 1, Ordering::Relaxed);
-            clock::PUBLISHED_TICKS.load(Ordering::Relaxed)
+            SHARED.published_ticks.load(Ordering::Relaxed)
         }
     } else {
         clock::ticks()
@@ -872,7 +917,7 @@ fn buffer_with_room(
 #[inline(always)]
 fn page_layout() -> alloctrace_format::pages::Layout {
     alloctrace_format::pages::Layout {
-        page_shift: PARAMS.page_shift.load(Ordering::Relaxed),
+        page_shift: SHARED.page_shift.load(Ordering::Relaxed),
         lost_bits: alloctrace_format::pages::TIME_LOST_BITS,
     }
 }
@@ -882,7 +927,7 @@ fn page_layout() -> alloctrace_format::pages::Layout {
 /// Must not allocate, lock or panic: runs inside the host's page allocator.
 #[inline(always)]
 pub(crate) fn emit_page(kind: u64, base: u64, npages: u64) {
-    if GENERATION.load(Ordering::Relaxed) == 0 {
+    if SHARED.generation.load(Ordering::Relaxed) == 0 {
         return;
     }
     emit_page_enabled(kind, base, npages);
@@ -904,7 +949,8 @@ const MAX_PAGE_EVENT_LEN: usize = 4 * 8;
 fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, npages: u64) {
     use alloctrace_format::pages::{self, SYNC_LONG_EVENT, SYNC_TIME};
     let ticks = next_ticks(slot);
-    let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
+    let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks)
+    else {
         return;
     };
     let layout = page_layout();
@@ -933,21 +979,29 @@ fn count_lost_without_slot() {
     if thread::is_internal() {
         return;
     }
-    let generation = GENERATION.load(Ordering::Relaxed);
+    let generation = SHARED.generation.load(Ordering::Relaxed);
     LOST_WITHOUT_SLOT[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Encodes one event into the slot's buffer for `generation`. `entry` is an
 /// entry-point tag, or 0 for none.
 #[inline(always)]
-fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
+fn write_event(
+    slot: &ThreadSlot,
+    generation: u64,
+    kind: EventKind,
+    addr: u64,
+    arg1: u64,
+    arg2: u64,
+    entry: u64,
+) {
     use alloctrace_format::AddressClass;
-    let min = PARAMS.min_heap_addr.load(Ordering::Relaxed);
+    let min = SHARED.min_heap_addr.load(Ordering::Relaxed);
     let class = kind.address_class();
     let shift = match class {
-        AddressClass::Span => PARAMS.page_shift.load(Ordering::Relaxed),
-        AddressClass::HeapObject => PARAMS.heap_shift.load(Ordering::Relaxed),
-        AddressClass::Stack => PARAMS.stack_shift.load(Ordering::Relaxed),
+        AddressClass::Span => SHARED.page_shift.load(Ordering::Relaxed),
+        AddressClass::HeapObject => SHARED.heap_shift.load(Ordering::Relaxed),
+        AddressClass::Stack => SHARED.stack_shift.load(Ordering::Relaxed),
         AddressClass::Raw => 0,
     };
     let compressed = match class {
@@ -955,14 +1009,22 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
         _ => alloctrace_format::compress_address(addr, min, shift),
     };
     let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
-    let order = if is_stack_size { exact_log2(arg1) } else { Some(0) };
+    let order = if is_stack_size {
+        exact_log2(arg1)
+    } else {
+        Some(0)
+    };
     // Short form only when it is exact; odd arguments go in long form, raw.
     let (kind_byte, first, second) = match (compressed, order) {
         (Some(id), Some(order)) if is_stack_size => (kind as u8, id, order as u64),
         (Some(id), Some(_)) => (kind as u8, id, arg1),
         _ => (kind as u8 | LONG_FORM, addr, arg1),
     };
-    let kind_byte = if entry != 0 { kind_byte | ENTRY_TAG } else { kind_byte };
+    let kind_byte = if entry != 0 {
+        kind_byte | ENTRY_TAG
+    } else {
+        kind_byte
+    };
 
     let ticks = next_ticks(slot);
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
@@ -970,7 +1032,11 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
     };
     // Short-form IDs travel as deltas from the batch's previous ID of the
     // same class (FORMAT.md section 3, compact events).
-    let first = if kind_byte & LONG_FORM == 0 { b.ids.encode(class, first) } else { first };
+    let first = if kind_byte & LONG_FORM == 0 {
+        b.ids.encode(class, first)
+    } else {
+        first
+    };
     // SAFETY: `b` has MAX_EVENT_LEN bytes of room: one kind byte and five
     // varints at most.
     unsafe {
@@ -999,7 +1065,12 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
 /// back-pressure) when the writer is behind and the memory bound is reached.
 #[cold]
 #[inline(never)]
-fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Option<NonNull<Buffer>> {
+fn refill(
+    slot: &ThreadSlot,
+    generation: u64,
+    stream: Stream,
+    ticks: u64,
+) -> Option<NonNull<Buffer>> {
     // SAFETY: the caller read a non-zero generation inside its seqlock
     // section, so the session outlives this call (stop waits for us).
     let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() }?;
@@ -1040,8 +1111,8 @@ pub struct SessionStats {
 /// Statistics of the running session, if any.
 pub fn session_stats() -> Option<SessionStats> {
     let control = CONTROL.lock().unwrap_or_else(|p| p.into_inner());
-    control
-        .session
-        .as_ref()
-        .map(|s| SessionStats { buffers_mapped: s.pool.mapped(), producer_waits: s.pool.waits() })
+    control.session.as_ref().map(|s| SessionStats {
+        buffers_mapped: s.pool.mapped(),
+        producer_waits: s.pool.waits(),
+    })
 }

@@ -412,7 +412,10 @@ pub const fn unzigzag(v: u64) -> i64 {
 /// The previous short-form ID of each address class within one compact
 /// events batch: the base its next ID is a delta from. Starts at 0 in every
 /// batch; long-form events neither use nor change it.
+/// One `[u64; 3]` in memory, indexed span, heap object, stack (the C
+/// header's inline event path writes it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct IdDeltas {
     prev: [u64; 3],
 }

@@ -1,0 +1,174 @@
+/*
+ * The inline event path (trace_writer_*, include/alloctrace_inline.h):
+ *   - before trace_start a handle can be had and the calls record nothing;
+ *   - an ordinary event really is written inline: the thread's batch grows
+ *     without any call into the library (white-box, where the header
+ *     inlines);
+ *   - every event kind, odd arguments (long form) and events around an
+ *     advance come back field by field, with the caller's thread ID;
+ *   - misuse is recorded, never a race: a handle used on another thread
+ *     records on that thread's own writer, a NULL handle and a handle kept
+ *     past trace_thread_destroy go out of line; nothing is lost;
+ *   - the coarse clock: inline events keep their thread's order.
+ * The whole C suite also runs through these calls (c-test-writer).
+ */
+#include "common.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define M 0x10000000u
+
+static expect_log log_;
+static trace_writer *main_writer;
+static uint64_t tid_other;
+
+/* Another thread, given the main thread's handle by mistake. */
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    tid_other = trace_thread_id();
+    log_.thread = tid_other;
+    trace_writer_heap_object_alloc(main_writer, M + 0x100, 24, 0);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_ALLOC, M + 0x100, 24, 0);
+    trace_writer_heap_object_free(main_writer, M + 0x100);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_FREE, M + 0x100, 0, 0);
+    return NULL;
+}
+
+static size_t batch_len(trace_writer *w)
+{
+#if ALLOCTRACE_INLINE
+    uint64_t gen = alloctrace_shared_ptr->generation;
+    struct alloctrace_batch_ *b = w->batch_[gen & 1][0];
+    return b ? b->len : 0;
+#else
+    (void)w;
+    return 0;
+#endif
+}
+
+static void run(trace_clock clock, const char *file)
+{
+    char path[PATH_BUF_LEN];
+    test_path(path, file);
+    trace_config cfg;
+    trace_config_init(&cfg);
+    cfg.path = path;
+    cfg.min_heap_addr = M;
+    cfg.min_heap_align = 16;
+    cfg.clock = clock;
+    expect_init(&log_, &cfg);
+
+    /* Before start: a handle, and calls that record nothing. */
+    trace_writer *w = trace_writer_get();
+    CHECK(w != NULL);
+    CHECK(trace_writer_get() == w);
+    trace_writer_heap_object_alloc(w, M, 16, 0);
+    trace_writer_heap_object_alloc(NULL, M, 16, 0);
+
+    CHECK_RESULT(trace_start(&cfg), TRACE_OK);
+    const uint64_t tid_main = trace_thread_id();
+    log_.thread = tid_main;
+    log_.gen = 1;
+
+    /* Every kind; the first event maps the batch (out of line). */
+    trace_writer_span_exists(w, M, 4, 7);
+    expect_span(&log_, EV_SPAN_EXISTS, M, 4, 7);
+    size_t len0 = batch_len(w);
+    trace_writer_span_alloc(w, M + 8192, 2, 3);
+    expect_span(&log_, EV_SPAN_ALLOC, M + 8192, 2, 3);
+    if (ALLOCTRACE_INLINE && clock == TRACE_CLOCK_PRECISE)
+        CHECK_MSG(batch_len(w) > len0, "the event was not written inline (batch %zu -> %zu bytes)", len0,
+                  batch_len(w));
+    trace_writer_span_free(w, M + 8192);
+    expect_span(&log_, EV_SPAN_FREE, M + 8192, 0, 0);
+    trace_writer_heap_object_exists(w, M + 32, 48, 0);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_EXISTS, M + 32, 48, 0);
+    trace_writer_heap_object_alloc(w, M + 64, 16, 0);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_ALLOC, M + 64, 16, 0);
+    trace_writer_heap_object_free(w, M + 64);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_FREE, M + 64, 0, 0);
+    trace_writer_stack_exists(w, M + 0x10000, 8192);
+    expect_stack(&log_, EV_STACK_EXISTS, M + 0x10000, 8192);
+    trace_writer_stack_alloc(w, M + 0x20000, 65536);
+    expect_stack(&log_, EV_STACK_ALLOC, M + 0x20000, 65536);
+    trace_writer_stack_free(w, M + 0x20000);
+    expect_stack(&log_, EV_STACK_FREE, M + 0x20000, 0);
+
+    /* Odd arguments: unaligned, below min_heap_addr, a stack size that is
+     * not a power of two. Recorded exactly (long form), out of line. */
+    trace_writer_heap_object_alloc(w, M + 70, 5, 0);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_ALLOC, M + 70, 5, 0);
+    trace_writer_heap_object_alloc(w, 0x1000, 8, 0);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_ALLOC, 0x1000, 8, 0);
+    trace_writer_heap_object_free(w, 0x1000);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_FREE, 0x1000, 0, 0);
+    trace_writer_stack_alloc(w, M + 0x30000, 12345);
+    expect_stack(&log_, EV_STACK_ALLOC, M + 0x30000, 12345);
+
+    /* Many events: buffers fill and refill, inline and out of line. */
+    for (uint64_t i = 0; i < 100000; i++) {
+        trace_writer_heap_object_alloc(w, M + 0x100000 + 16 * (i % 4096), 16 + i % 200, 0);
+        expect_heap_object(&log_, EV_HEAP_OBJECT_ALLOC, M + 0x100000 + 16 * (i % 4096), 16 + i % 200, 0);
+        trace_writer_heap_object_free(w, M + 0x100000 + 16 * (i % 4096));
+        expect_heap_object(&log_, EV_HEAP_OBJECT_FREE, M + 0x100000 + 16 * (i % 4096), 0, 0);
+    }
+
+    /* Across an advance: the old generation's batch is gone, the next
+     * event starts generation 2. */
+    CHECK_RESULT(trace_advance(), TRACE_OK);
+    log_.gen = 2;
+    trace_writer_heap_object_alloc(w, M + 0x80, 32, 0);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_ALLOC, M + 0x80, 32, 0);
+
+    /* The main thread's handle on another thread. */
+    main_writer = w;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, other_thread, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(tid_other != tid_main);
+    log_.thread = tid_main;
+    /* The coarse clock orders events of different threads only when they
+     * are more than one period (250 us) apart. */
+    if (clock == TRACE_CLOCK_COARSE)
+        usleep(2000);
+
+    /* A NULL handle. */
+    trace_writer_heap_object_alloc(NULL, M + 0x90, 8, 0);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_ALLOC, M + 0x90, 8, 0);
+
+    /* A handle kept past trace_thread_destroy: the thread's next events
+     * have a new thread ID, whichever way they go. */
+    trace_thread_destroy();
+    const uint64_t tid_main2 = trace_thread_id();
+    CHECK(tid_main2 != tid_main);
+    log_.thread = tid_main2;
+    trace_writer_heap_object_free(w, M + 0x80);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_FREE, M + 0x80, 0, 0);
+    trace_writer_heap_object_free(w, M + 0x90);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_FREE, M + 0x90, 0, 0);
+
+    CHECK_RESULT(trace_stop(), TRACE_OK);
+    /* After stop: nothing recorded, nothing breaks. */
+    trace_writer_heap_object_alloc(w, M + 0xA0, 8, 0);
+
+    trace_dump d;
+    dump_read(path, &d);
+    EXPECT_MATCH_DUMP(&log_, &d);
+    dump_free(&d);
+    CHECK_EQ_U64(cli_check(path), 0);
+    char *json = cli_stats_json(path);
+    CHECK_EQ_U64(JSON_U64(json, "lost_events"), 0);
+    free(json);
+    expect_free(&log_);
+}
+
+int main(void)
+{
+    test_begin("test_writer", 120);
+    run(TRACE_CLOCK_PRECISE, "writer_precise.trace");
+    run(TRACE_CLOCK_COARSE, "writer_coarse.trace");
+    return test_pass();
+}

@@ -1,0 +1,70 @@
+//! The state every event reads, in one cache line.
+//!
+//! The inline event path of `include/alloctrace_inline.h` reads it too,
+//! through the pointer `alloctrace_shared_ptr` that liballoctrace exports
+//! (src/capi.rs), so that a disabled call is a load and a branch in the
+//! caller, with no call. The header mirrors this layout; the offsets are
+//! asserted below and must change together with the header (and its
+//! `ALLOCTRACE_INLINE_ABI`).
+//!
+//! The static itself is an ordinary Rust static: never exported, so the
+//! LD_PRELOAD shim's copy of this crate and liballoctrace's never bind to
+//! each other's state, and Rust code reaches it without the GOT.
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+/// What the header's inline event path may do in the running session
+/// ([`Shared::inline_mode`]).
+pub mod inline_mode {
+    /// Call the out-of-line function for every event: tracing is off, or
+    /// the session needs something the inline path does not do (a clock
+    /// other than rdtsc, or symmetric fences because membarrier is missing).
+    pub const OUT_OF_LINE: u32 = 0;
+    /// Stamp events with rdtsc.
+    pub const PRECISE: u32 = 1;
+    /// Stamp events from the published time (clock.rs, coarse clock), kept
+    /// strictly above the thread's last time; only the out-of-line path
+    /// also reads the real clock at every 32nd event of a thread.
+    pub const COARSE: u32 = 2;
+}
+
+/// See the module docs. Every field is written only under the tracer's
+/// CONTROL lock (start, advance, stop), except `published_ticks`, which the
+/// advancer thread writes.
+#[repr(C, align(64))]
+pub struct Shared {
+    /// The current generation, or 0 while tracing is off. Stored by start,
+    /// advance and stop; loaded by every event (tracer.rs, invariant 1).
+    pub(crate) generation: AtomicU64,
+    /// Address compression parameters of the running session: written by
+    /// start before `generation` becomes non-zero; read by events after
+    /// they load it.
+    pub(crate) min_heap_addr: AtomicU64,
+    /// The coarse clock's published time (clock.rs).
+    pub(crate) published_ticks: AtomicU64,
+    pub(crate) page_shift: AtomicU32,
+    pub(crate) heap_shift: AtomicU32,
+    pub(crate) stack_shift: AtomicU32,
+    /// One of [`inline_mode`]; set by start before the first generation.
+    pub(crate) inline_mode: AtomicU32,
+}
+
+/// The one instance.
+pub static SHARED: Shared = Shared {
+    generation: AtomicU64::new(0),
+    min_heap_addr: AtomicU64::new(0),
+    published_ticks: AtomicU64::new(0),
+    page_shift: AtomicU32::new(12),
+    heap_shift: AtomicU32::new(3),
+    stack_shift: AtomicU32::new(12),
+    inline_mode: AtomicU32::new(inline_mode::OUT_OF_LINE),
+};
+
+// The layout the header's `struct alloctrace_shared_` mirrors.
+static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, generation), 0);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, min_heap_addr), 8);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, published_ticks), 16);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, page_shift), 24);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, heap_shift), 28);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, stack_shift), 32);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, inline_mode), 36);

@@ -1,0 +1,257 @@
+/*
+ * alloctrace_inline.h: the inline event path of alloctrace. Included by
+ * alloctrace.h; include that instead.
+ *
+ * Hand-written (alloctrace.h is generated). The trace_writer_* calls record
+ * an event through a per-thread handle from trace_writer_get():
+ *
+ *     trace_writer *w = trace_writer_get();        // once per thread
+ *     ...
+ *     trace_writer_heap_object_alloc(w, p, size, type_id);
+ *     trace_writer_heap_object_free(w, p);
+ *
+ * They behave exactly as the trace_* calls of the same names: same events,
+ * same trace. Tracing off costs one load and a branch at the call site. On
+ * x86-64 Linux with GCC or Clang, an ordinary event is then written inline,
+ * without a call or a thread-local lookup; everything else (a full buffer,
+ * a new generation, an address or size that needs the long form, the
+ * coarse clock's periodic read, a handle used on the wrong thread, a signal
+ * handler interrupting an event) goes through the out-of-line call, which
+ * handles it as always. Elsewhere, or with ALLOCTRACE_NO_INLINE defined,
+ * they are the disabled check plus the out-of-line call.
+ *
+ * The structs below mirror the library's private layout (asserted in its
+ * Rust source: crates/core/src/{shared,thread,buffer}.rs) and the event
+ * encoding of docs/FORMAT.md section 3 (compact events batches). They are
+ * not API: use only the functions. A program built against one version of
+ * this header needs the same version of the library
+ * (ALLOCTRACE_INLINE_ABI).
+ */
+#ifndef ALLOCTRACE_INLINE_H
+#define ALLOCTRACE_INLINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ALLOCTRACE_INLINE_ABI 1
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(ALLOCTRACE_NO_INLINE)
+#define ALLOCTRACE_INLINE 1
+#else
+#define ALLOCTRACE_INLINE 0
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Private: the state every event reads (crates/core/src/shared.rs). */
+struct alloctrace_shared_ {
+    uint64_t generation; /* 0 while tracing is off */
+    uint64_t min_heap_addr;
+    uint64_t published_ticks; /* the coarse clock */
+    uint32_t page_shift;
+    uint32_t heap_shift;
+    uint32_t stack_shift;
+    uint32_t inline_mode; /* 0 out of line, 1 rdtsc, 2 coarse */
+};
+extern struct alloctrace_shared_ *const alloctrace_shared_ptr;
+
+/* Private: a batch buffer's header; the batch bytes follow at offset 64
+ * (crates/core/src/buffer.rs). */
+struct alloctrace_batch_ {
+    size_t len;            /* batch bytes written */
+    size_t cap;            /* batch bytes available */
+    uint64_t last_ticks;   /* base of the next time delta */
+    uint64_t prev_id[3];   /* base of the next ID delta: span, heap, stack */
+};
+
+/* Private: a thread's writer (crates/core/src/thread.rs, ThreadSlot). */
+struct trace_writer {
+    uint64_t seq_;                        /* seqlock: odd inside an event */
+    uint64_t last_ticks_;                 /* the thread's last timestamp */
+    uint32_t clock_countdown_;            /* coarse clock, out of line only */
+    uint32_t state_;
+    uintptr_t owner_;                     /* the owning thread's %fs:0 */
+    struct alloctrace_batch_ *batch_[2][2]; /* [generation % 2][stream] */
+};
+
+/* The most bytes one event takes (MAX_EVENT_LEN). */
+#define ALLOCTRACE_MAX_EVENT_LEN_ 51
+#define ALLOCTRACE_BATCH_DATA_ 64
+
+/* Whether tracing is on: one relaxed load. */
+static inline int trace_writer_enabled(void)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __atomic_load_n(&alloctrace_shared_ptr->generation, __ATOMIC_RELAXED) != 0;
+#else
+    return trace_enabled();
+#endif
+}
+
+#if ALLOCTRACE_INLINE
+
+static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/*
+ * Records one short-form event of `kind` (address class `cls`: 0 span,
+ * 1 heap object, 2 stack; `nargs` arguments after the address; `stack_size`
+ * when a1 is a stack size written as its log2) in w's current batch,
+ * exactly as the library's write_event does. Returns 1 when recorded or
+ * tracing is off, 0 when the caller must take the out-of-line path. Changes
+ * nothing before it knows it can finish.
+ *
+ * The seqlock section is the library's (tracer.rs, invariant 1): seq is
+ * made odd, a compiler fence (inline mode is on only where the advancer
+ * uses membarrier), the generation is loaded, the batch of its parity is
+ * written, and seq is made even with release.
+ */
+static inline __attribute__((always_inline)) int alloctrace_record_(struct trace_writer *w, uint8_t kind, unsigned cls,
+                                                                    int nargs, int stack_size, uint64_t addr,
+                                                                    uint64_t a1, uint64_t a2)
+{
+    struct alloctrace_shared_ *sh = alloctrace_shared_ptr;
+    uint32_t mode = __atomic_load_n(&sh->inline_mode, __ATOMIC_RELAXED);
+    uintptr_t tp;
+    __asm__("mov %%fs:0, %0" : "=r"(tp));
+    if (w == NULL || mode == 0 || __atomic_load_n(&w->owner_, __ATOMIC_RELAXED) != tp)
+        return 0;
+    uint64_t s = __atomic_load_n(&w->seq_, __ATOMIC_RELAXED);
+    if (s & 1)
+        return 0; /* a signal handler interrupted an event: counted lost */
+    __atomic_store_n(&w->seq_, s + 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    uint64_t g = __atomic_load_n(&sh->generation, __ATOMIC_ACQUIRE);
+    struct alloctrace_batch_ *b = __atomic_load_n(&w->batch_[g & 1][0], __ATOMIC_RELAXED);
+    uint32_t shift = cls == 0 ? __atomic_load_n(&sh->page_shift, __ATOMIC_RELAXED)
+                   : cls == 1 ? __atomic_load_n(&sh->heap_shift, __ATOMIC_RELAXED)
+                              : __atomic_load_n(&sh->stack_shift, __ATOMIC_RELAXED);
+    uint64_t min = __atomic_load_n(&sh->min_heap_addr, __ATOMIC_RELAXED);
+    uint64_t off = addr - min;
+    uint64_t second = a1;
+    int ok = g != 0 && b != NULL && b->cap - b->len >= ALLOCTRACE_MAX_EVENT_LEN_ && addr >= min &&
+             (off & ((UINT64_C(1) << shift) - 1)) == 0;
+    if (stack_size) {
+        ok = ok && a1 != 0 && (a1 & (a1 - 1)) == 0;
+        second = ok ? (uint64_t)__builtin_ctzll(a1) : 0;
+    }
+    uint64_t ticks;
+    if (mode == 2) {
+        /* The coarse clock: the published time, kept strictly above the
+         * thread's last one below. (The out-of-line path also reads the
+         * real clock at every 32nd event of a thread; this one never does,
+         * which the documented lag of up to one period allows.) */
+        ticks = __atomic_load_n(&sh->published_ticks, __ATOMIC_RELAXED);
+    } else {
+        ticks = __builtin_ia32_rdtsc();
+    }
+    if (!ok) {
+        __atomic_store_n(&w->seq_, s + 2, __ATOMIC_RELEASE);
+        return g == 0;
+    }
+    uint64_t last = w->last_ticks_;
+    if (ticks <= last)
+        ticks = last + 1;
+    w->last_ticks_ = ticks;
+    uint64_t id = off >> shift;
+    uint64_t delta = id - b->prev_id[cls];
+    b->prev_id[cls] = id;
+    uint8_t *start = (uint8_t *)b + ALLOCTRACE_BATCH_DATA_ + b->len;
+    uint8_t *p = start;
+    *p++ = kind;
+    p = alloctrace_put_varint_(p, ticks - b->last_ticks);
+    p = alloctrace_put_varint_(p, (delta << 1) ^ (uint64_t)((int64_t)delta >> 63));
+    if (nargs >= 2)
+        p = alloctrace_put_varint_(p, second);
+    if (nargs >= 3)
+        p = alloctrace_put_varint_(p, a2);
+    b->len += (size_t)(p - start);
+    b->last_ticks = ticks;
+    __atomic_store_n(&w->seq_, s + 2, __ATOMIC_RELEASE);
+    return 1;
+}
+
+#define ALLOCTRACE_RECORD_(w, kind, cls, nargs, stack_size, addr, a1, a2) \
+    alloctrace_record_((w), (kind), (cls), (nargs), (stack_size), (uint64_t)(addr), (uint64_t)(a1), (uint64_t)(a2))
+
+#else /* !ALLOCTRACE_INLINE */
+
+#define ALLOCTRACE_RECORD_(w, kind, cls, nargs, stack_size, addr, a1, a2) ((void)(w), 0)
+
+#endif /* ALLOCTRACE_INLINE */
+
+/*
+ * The event calls through a writer handle. Arguments and meaning as the
+ * trace_* call of the same name; `w` from trace_writer_get() on the calling
+ * thread (NULL is allowed: the out-of-line call is used).
+ */
+
+static inline void trace_writer_span_exists(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 1, 0, 3, 0, base, npages, kind_class))
+        trace_span_exists(base, npages, kind_class);
+}
+
+static inline void trace_writer_span_alloc(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 2, 0, 3, 0, base, npages, kind_class))
+        trace_span_alloc(base, npages, kind_class);
+}
+
+static inline void trace_writer_span_free(trace_writer *w, uintptr_t base)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 3, 0, 1, 0, base, 0, 0))
+        trace_span_free(base);
+}
+
+static inline void trace_writer_heap_object_exists(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 4, 1, 3, 0, addr, size, type_id))
+        trace_heap_object_exists(addr, size, type_id);
+}
+
+static inline void trace_writer_heap_object_alloc(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 5, 1, 3, 0, addr, size, type_id))
+        trace_heap_object_alloc(addr, size, type_id);
+}
+
+static inline void trace_writer_heap_object_free(trace_writer *w, uintptr_t addr)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 6, 1, 1, 0, addr, 0, 0))
+        trace_heap_object_free(addr);
+}
+
+static inline void trace_writer_stack_exists(trace_writer *w, uintptr_t base, uintptr_t size)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 7, 2, 2, 1, base, size, 0))
+        trace_stack_exists(base, size);
+}
+
+static inline void trace_writer_stack_alloc(trace_writer *w, uintptr_t base, uintptr_t size)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 8, 2, 2, 1, base, size, 0))
+        trace_stack_alloc(base, size);
+}
+
+static inline void trace_writer_stack_free(trace_writer *w, uintptr_t base)
+{
+    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 9, 2, 1, 0, base, 0, 0))
+        trace_stack_free(base);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ALLOCTRACE_INLINE_H */
