@@ -342,8 +342,7 @@ pub extern "C" fn trace_thread_destroy() {
 /// `struct alloctrace_shared_`). Private: not part of the API.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
-pub static alloctrace_shared_ptr: &alloctrace_core::shared::Shared =
-    &alloctrace_core::shared::SHARED;
+pub static alloctrace_shared_ptr: &alloctrace_core::shared::Shared = &alloctrace_core::shared::SHARED;
 
 /// A thread's writer: the handle of the inline event calls
 /// (`trace_writer_heap_object_alloc` and the rest, defined in the header).
@@ -420,12 +419,7 @@ pub extern "C" fn trace_last_error_detail() -> *const c_char {
 /// `trace_start`; each call makes a new ID. Any thread, also inside malloc
 /// (it never allocates or locks).
 #[no_mangle]
-pub extern "C" fn trace_type_register(
-    name: *const c_char,
-    name_len: libc::size_t,
-    size: u64,
-    ptr_bytes: u64,
-) -> u64 {
+pub extern "C" fn trace_type_register(name: *const c_char, name_len: libc::size_t, size: u64, ptr_bytes: u64) -> u64 {
     let name: &[u8] = if name.is_null() || name_len == 0 {
         &[]
     } else {

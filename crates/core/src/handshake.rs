@@ -134,6 +134,29 @@ impl SeqLock {
         true
     }
 
+    /// Owner, on the fast path: [`SeqLock::try_begin`] when the advancer is
+    /// known to use membarrier (so the writer's side is a compiler fence).
+    /// Returns the even value it found, for [`SeqLock::end_from`].
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub fn try_begin_asymmetric(&self) -> Option<u64> {
+        let s = self.seq.load(Ordering::Relaxed);
+        if s & 1 != 0 {
+            return None;
+        }
+        compiler_fence(Ordering::SeqCst);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        Some(s)
+    }
+
+    /// Owner: ends the event [`SeqLock::try_begin_asymmetric`] began at `s`.
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub fn end_from(&self, s: u64) {
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+    }
+
     /// Owner: the event is complete; its writes are published.
     #[inline(always)]
     pub fn end(&self) {

@@ -200,10 +200,8 @@ fn claim() -> Option<&'static ThreadSlot> {
         {
             continue;
         }
-        slot.id.store(
-            NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
+        slot.id
+            .store(NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         SLOTS_USED.fetch_max(index + 1, Ordering::AcqRel);
         slot.owner.store(thread_pointer(), Ordering::Relaxed);
         set_current(slot);
@@ -211,10 +209,7 @@ fn claim() -> Option<&'static ThreadSlot> {
             // SAFETY: the key was created by ensure_exit_key; the value is a
             // pointer into the static SLOTS table.
             unsafe {
-                libc::pthread_setspecific(
-                    EXIT_KEY.load(Ordering::Relaxed),
-                    (slot as *const ThreadSlot).cast(),
-                );
+                libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), (slot as *const ThreadSlot).cast());
             }
         }
         return Some(slot);

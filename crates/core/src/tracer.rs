@@ -69,8 +69,8 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 use alloctrace_format::{
-    exact_log2, uvarint_len, BatchKind, EventKind, FileHeader, ENTRY_TAG, FILE_HEADER_LEN,
-    LONG_FORM, MAX_EVENT_LEN, VERSION,
+    exact_log2, uvarint_len, BatchKind, EventKind, FileHeader, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_EVENT_LEN,
+    VERSION,
 };
 
 use crate::buffer::{Buffer, BufferPool, MAX_HEADER_LEN};
@@ -128,9 +128,7 @@ extern "C" fn fork_prepare() {
         // fork() from the snapshot callback: CONTROL is ours already.
         return;
     }
-    let guard = CONTROL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let guard = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     // SAFETY: we hold CONTROL (see ForkGuard).
     unsafe { *FORK_GUARD.0.get() = Some(guard) };
 }
@@ -294,14 +292,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), Error> {
         match exact_log2(self.page_size) {
             Some(shift)
-                if (alloctrace_format::pages::MIN_PAGE_SHIFT
-                    ..=alloctrace_format::pages::MAX_PAGE_SHIFT)
+                if (alloctrace_format::pages::MIN_PAGE_SHIFT..=alloctrace_format::pages::MAX_PAGE_SHIFT)
                     .contains(&shift) => {}
-            _ => {
-                return Err(Error::BadConfig(
-                    "page_size must be a power of two from 16 to 2^40",
-                ))
-            }
+            _ => return Err(Error::BadConfig("page_size must be a power of two from 16 to 2^40")),
         }
         if exact_log2(self.min_heap_align).is_none() {
             return Err(Error::BadConfig("min_heap_align must be a power of two"));
@@ -310,9 +303,7 @@ impl Config {
             return Err(Error::BadConfig("min_stack_align must be a power of two"));
         }
         if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {
-            return Err(Error::BadConfig(
-                "buffer_size must be 0 (default) or 4096..16777216",
-            ));
+            return Err(Error::BadConfig("buffer_size must be 0 (default) or 4096..16777216"));
         }
         Ok(())
     }
@@ -324,9 +315,7 @@ fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T
     if IN_CONTROL.with(|c| c.get()) {
         return Err(Error::Busy);
     }
-    let mut control = CONTROL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut control = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     IN_CONTROL.with(|c| c.set(true));
     let result = f(&mut control);
     IN_CONTROL.with(|c| c.set(false));
@@ -335,11 +324,7 @@ fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T
 
 /// Starts tracing into `output`. `snapshot`, if any, runs once tracing is on,
 /// to emit the *_exists events of memory that is already live.
-pub fn start(
-    config: &Config,
-    output: Output,
-    snapshot: Option<&mut dyn FnMut()>,
-) -> Result<(), Error> {
+pub fn start(config: &Config, output: Output, snapshot: Option<&mut dyn FnMut()>) -> Result<(), Error> {
     start_with(config, || Ok(output), snapshot)
 }
 
@@ -419,9 +404,7 @@ pub fn start_with(
             None
         };
 
-        SHARED
-            .min_heap_addr
-            .store(config.min_heap_addr, Ordering::Relaxed);
+        SHARED.min_heap_addr.store(config.min_heap_addr, Ordering::Relaxed);
         SHARED
             .page_shift
             .store(config.page_size.trailing_zeros(), Ordering::Relaxed);
@@ -590,10 +573,9 @@ pub fn enabled() -> bool {
 fn end_generation(session: &Session, old: u64, new: u64) {
     SHARED.generation.store(new, Ordering::SeqCst);
     crate::handshake::heavy_barrier();
-    session.generation_start_bytes.store(
-        session.bytes_written.load(Ordering::Relaxed),
-        Ordering::Relaxed,
-    );
+    session
+        .generation_start_bytes
+        .store(session.bytes_written.load(Ordering::Relaxed), Ordering::Relaxed);
     session.advance_wanted.store(false, Ordering::Relaxed);
     let slots = thread::used_slots();
     for slot in slots {
@@ -811,12 +793,7 @@ pub(crate) fn emit<const KIND: u8>(addr: u64, arg1: u64, arg2: u64) {
 /// kind gets its own out-of-line body with its address class, argument
 /// count and stack-size logic folded away.
 #[inline(always)]
-pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(
-    addr: u64,
-    arg1: u64,
-    arg2: u64,
-    entry: u64,
-) {
+pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: u64, entry: u64) {
     // Tracing off: one relaxed load and a branch.
     if SHARED.generation.load(Ordering::Relaxed) == 0 {
         return;
@@ -854,10 +831,110 @@ fn emit_enabled<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: 
         return;
     };
     let entry = if TAGGED { entry } else { 0 };
+    if !write_event_fast(kind, addr, arg1, arg2, entry) {
+        emit_slow(kind, addr, arg1, arg2, entry);
+    }
+}
+
+/// Everything the fast path leaves: a thread without a slot yet, a full or
+/// missing buffer, a new generation, the long form, the coarse clock's
+/// periodic read, an event interrupted by a signal handler.
+#[cold]
+#[inline(never)]
+fn emit_slow(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
     with_slot(
         #[inline(always)]
         |slot, generation| write_event(slot, generation, kind, addr, arg1, arg2, entry),
     );
+}
+
+/// The common case of [`write_event`], with no call in it (so no stack
+/// frame): a thread with a slot and room in its buffer, an address on the
+/// grid, a precise or coarse clock where the advancer uses membarrier.
+/// The same steps and bytes as the header's inline path
+/// (include/alloctrace_inline.h). Returns false, having recorded nothing
+/// and left the seqlock even, when the slow path must run instead.
+#[inline(always)]
+fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) -> bool {
+    use alloctrace_format::AddressClass;
+    let mode = SHARED.inline_mode.load(Ordering::Relaxed);
+    let class = kind.address_class();
+    if mode == inline_mode::OUT_OF_LINE || class == AddressClass::Raw {
+        return false;
+    }
+    let Some(slot) = thread::current() else {
+        return false;
+    };
+    let Some(s) = slot.seq.try_begin_asymmetric() else {
+        return false;
+    };
+    let generation = SHARED.generation.load(Ordering::Acquire);
+    let buf = slot.bufs[(generation & 1) as usize][Stream::Events as usize].load(Ordering::Relaxed);
+    let shift = match class {
+        AddressClass::Span => SHARED.page_shift.load(Ordering::Relaxed),
+        AddressClass::HeapObject => SHARED.heap_shift.load(Ordering::Relaxed),
+        _ => SHARED.stack_shift.load(Ordering::Relaxed),
+    };
+    let min = SHARED.min_heap_addr.load(Ordering::Relaxed);
+    let off = addr.wrapping_sub(min);
+    let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
+    // SAFETY: a non-null pointer in the slot's current-parity entry is held
+    // by this thread (invariant 1).
+    let mut ok = generation != 0
+        && !buf.is_null()
+        && unsafe { (*buf).room() } >= MAX_EVENT_LEN
+        && addr >= min
+        && off & ((1u64 << shift) - 1) == 0
+        && (!is_stack_size || arg1.is_power_of_two());
+    let mut ticks = if mode == inline_mode::COARSE {
+        let left = slot.clock_countdown.load(Ordering::Relaxed);
+        ok = ok && left != 0;
+        if ok {
+            slot.clock_countdown.store(left - 1, Ordering::Relaxed);
+        }
+        SHARED.published_ticks.load(Ordering::Relaxed)
+    } else {
+        clock::ticks()
+    };
+    if !ok {
+        slot.seq.end_from(s);
+        return false;
+    }
+    let last = slot.last_ticks.load(Ordering::Relaxed);
+    if ticks <= last {
+        ticks = last.wrapping_add(1);
+    }
+    slot.last_ticks.store(ticks, Ordering::Relaxed);
+    // SAFETY: checked non-null above, and this thread's.
+    let b = unsafe { &mut *buf };
+    let id = b.ids.encode(class, off >> shift);
+    let second = if is_stack_size {
+        arg1.trailing_zeros() as u64
+    } else {
+        arg1
+    };
+    let kind_byte = if entry != 0 { kind as u8 | ENTRY_TAG } else { kind as u8 };
+    // SAFETY: the buffer has MAX_EVENT_LEN bytes of room: one kind byte and
+    // five varints at most.
+    unsafe {
+        let start = b.data().add(b.len);
+        *start = kind_byte;
+        let mut p = put_varint_raw(start.add(1), ticks.wrapping_sub(b.last_ticks));
+        p = put_varint_raw(p, id);
+        if kind.arg_count() >= 2 {
+            p = put_varint_raw(p, second);
+        }
+        if kind.arg_count() >= 3 {
+            p = put_varint_raw(p, arg2);
+        }
+        if entry != 0 {
+            p = put_varint_raw(p, entry);
+        }
+        b.len += p.offset_from(start) as usize;
+    }
+    b.last_ticks = ticks;
+    slot.seq.end_from(s);
+    true
 }
 
 /// The calling thread's next timestamp: the clock, kept strictly above the
@@ -949,8 +1026,7 @@ const MAX_PAGE_EVENT_LEN: usize = 4 * 8;
 fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, npages: u64) {
     use alloctrace_format::pages::{self, SYNC_LONG_EVENT, SYNC_TIME};
     let ticks = next_ticks(slot);
-    let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks)
-    else {
+    let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
         return;
     };
     let layout = page_layout();
@@ -986,15 +1062,7 @@ fn count_lost_without_slot() {
 /// Encodes one event into the slot's buffer for `generation`. `entry` is an
 /// entry-point tag, or 0 for none.
 #[inline(always)]
-fn write_event(
-    slot: &ThreadSlot,
-    generation: u64,
-    kind: EventKind,
-    addr: u64,
-    arg1: u64,
-    arg2: u64,
-    entry: u64,
-) {
+fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
     use alloctrace_format::AddressClass;
     let min = SHARED.min_heap_addr.load(Ordering::Relaxed);
     let class = kind.address_class();
@@ -1009,22 +1077,14 @@ fn write_event(
         _ => alloctrace_format::compress_address(addr, min, shift),
     };
     let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
-    let order = if is_stack_size {
-        exact_log2(arg1)
-    } else {
-        Some(0)
-    };
+    let order = if is_stack_size { exact_log2(arg1) } else { Some(0) };
     // Short form only when it is exact; odd arguments go in long form, raw.
     let (kind_byte, first, second) = match (compressed, order) {
         (Some(id), Some(order)) if is_stack_size => (kind as u8, id, order as u64),
         (Some(id), Some(_)) => (kind as u8, id, arg1),
         _ => (kind as u8 | LONG_FORM, addr, arg1),
     };
-    let kind_byte = if entry != 0 {
-        kind_byte | ENTRY_TAG
-    } else {
-        kind_byte
-    };
+    let kind_byte = if entry != 0 { kind_byte | ENTRY_TAG } else { kind_byte };
 
     let ticks = next_ticks(slot);
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
@@ -1065,12 +1125,10 @@ fn write_event(
 /// back-pressure) when the writer is behind and the memory bound is reached.
 #[cold]
 #[inline(never)]
-fn refill(
-    slot: &ThreadSlot,
-    generation: u64,
-    stream: Stream,
-    ticks: u64,
-) -> Option<NonNull<Buffer>> {
+fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Option<NonNull<Buffer>> {
+    // The syscalls below (mmap, futex, sched_yield) may set errno; the
+    // program's errno must come out of an event call as it went in.
+    let _errno = KeepErrno::new();
     // SAFETY: the caller read a non-zero generation inside its seqlock
     // section, so the session outlives this call (stop waits for us).
     let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() }?;
@@ -1099,6 +1157,25 @@ fn refill(
     }
     entry.store(buf.as_ptr(), Ordering::Relaxed);
     Some(buf)
+}
+
+/// Restores the calling thread's errno when dropped: event calls leave
+/// errno as they found it (a program reads it after its malloc failed, and
+/// the LD_PRELOAD shim records events in between).
+struct KeepErrno(libc::c_int);
+
+impl KeepErrno {
+    fn new() -> KeepErrno {
+        // SAFETY: __errno_location always returns this thread's errno.
+        KeepErrno(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for KeepErrno {
+    fn drop(&mut self) {
+        // SAFETY: as in new.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
 }
 
 /// Statistics of the running session, for tests and benchmarks.

@@ -35,17 +35,32 @@ fn slow_output_loses_nothing() {
     });
 
     // 64 buffers of 4 KiB at most: far less than the trace.
-    let config = alloctrace_core::Config { buffer_size: 4096, max_buffer_memory: 64 * 4096, ..Default::default() };
+    let config = alloctrace_core::Config {
+        buffer_size: 4096,
+        max_buffer_memory: 64 * 4096,
+        ..Default::default()
+    };
     alloctrace_core::start(&config, alloctrace_core::Output::borrowed_fd(write_fd), None).unwrap();
     const THREADS: usize = 2;
     const PAIRS: usize = 100_000;
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             std::thread::spawn(move || {
+                // Waiting for a buffer makes syscalls; the program's errno
+                // must come out of every event call unchanged.
+                const SENTINEL: i32 = 4242;
                 for i in 0..PAIRS {
                     let a = 0x1000_0000 + (t << 28) + i * 8;
+                    // SAFETY: this thread's errno.
+                    unsafe { *libc::__errno_location() = SENTINEL };
                     events::heap_object_alloc(a, 8, 0);
                     events::heap_object_free(a);
+                    // SAFETY: as above.
+                    assert_eq!(
+                        unsafe { *libc::__errno_location() },
+                        SENTINEL,
+                        "errno changed by event {i}"
+                    );
                 }
             })
         })
@@ -59,7 +74,11 @@ fn slow_output_loses_nothing() {
     unsafe { libc::close(write_fd) };
     let trace = drain.join().unwrap();
 
-    assert!(stats.buffers_mapped <= 64, "memory bound exceeded: {} buffers", stats.buffers_mapped);
+    assert!(
+        stats.buffers_mapped <= 64,
+        "memory bound exceeded: {} buffers",
+        stats.buffers_mapped
+    );
     assert!(stats.producer_waits > 0, "the test did not make producers wait");
     let mut reader = TraceReader::new(&trace[..]).unwrap();
     let mut count = 0usize;

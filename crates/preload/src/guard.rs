@@ -44,16 +44,14 @@ pub fn own<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// Runs `f` (event calls) in state [`IN_EVENT`], unless the thread runs the
-/// shim's own code, where nothing is recorded. Keeps errno: an event may
-/// make a syscall when a buffer fills, and the program reads errno after
-/// a failed call.
+/// shim's own code, where nothing is recorded. errno is kept by the core:
+/// its event calls restore it around the syscalls a full buffer needs, so
+/// a program reads the errno of its failed call.
 #[inline(always)]
 pub fn event(f: impl FnOnce()) {
     let prev = replace(IN_EVENT);
     if prev != OWN {
-        let saved = crate::real::errno();
         f();
-        crate::real::set_errno(saved);
     }
     replace(prev);
 }
