@@ -62,7 +62,9 @@ impl Buffer {
                 core::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                // Faulted in now, in one call, rather than page by page by
+                // the thread that writes it.
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
                 -1,
                 0,
             )
@@ -260,6 +262,35 @@ impl BufferPool {
             }
         }
         None
+    }
+
+    /// Maps (and faults in) empty buffers until the free pool holds at
+    /// least `n` or the memory bound is reached. Called off the event path
+    /// (start, and before every generation change) so that threads moving
+    /// to a new generation find buffers ready instead of each mapping one:
+    /// an mmap takes the process's mmap lock, which another thread's page
+    /// fault or mmap can hold, and that wait would block an event.
+    pub(crate) fn reserve(&self, n: usize) {
+        while self.free.len() < n {
+            let m = self.mapped.load(Ordering::Relaxed);
+            if m >= self.max_buffers {
+                return;
+            }
+            if self
+                .mapped
+                .compare_exchange(m, m + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            match Buffer::map(self.buffer_size) {
+                Some(b) => self.recycle(b),
+                None => {
+                    self.mapped.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
     }
 
     /// Hands a sealed batch to the writer thread. The full queue has room for

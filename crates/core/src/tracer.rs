@@ -384,6 +384,8 @@ pub fn start_with(
                 pid: unsafe { libc::getpid() } as u64,
             },
         });
+        // A few buffers ready for the first threads (BufferPool::reserve).
+        session.pool.reserve(4);
         let writer = output::spawn_writer(Arc::clone(&session)).map_err(|_| Error::OutOfMemory)?;
         let coarse = config.clock == clock::ClockKind::Coarse;
         clock::COARSE.store(coarse, Ordering::Relaxed);
@@ -571,6 +573,15 @@ pub fn enabled() -> bool {
 /// Stores `new` as the generation (0 to stop), waits for every thread to
 /// leave the old one, and completes the old generation in the trace.
 fn end_generation(session: &Session, old: u64, new: u64) {
+    if new != 0 {
+        // Every thread that writes now needs a fresh buffer in the new
+        // generation: have them ready (BufferPool::reserve).
+        let writing = thread::used_slots()
+            .iter()
+            .filter(|s| !s.bufs[(old & 1) as usize][Stream::Events as usize].load(Ordering::Relaxed).is_null())
+            .count();
+        session.pool.reserve(writing + 2);
+    }
     SHARED.generation.store(new, Ordering::SeqCst);
     crate::handshake::heavy_barrier();
     session
