@@ -52,30 +52,41 @@ impl Buffer {
     /// kernel refuses.
     ///
     /// Makes a syscall: called only when the pool is empty, never for an
-    /// ordinary event.
+    /// ordinary event. A raw one, like the munmap of [`Buffer::unmap`]: an
+    /// interposer of mmap (the LD_PRELOAD shim, a profiler) must not see
+    /// the tracer's own memory, nor be re-entered from inside an event.
     fn map(cap: usize) -> Option<NonNull<Buffer>> {
         let map_len = (DATA_OFFSET + cap).next_multiple_of(4096);
         // SAFETY: an anonymous private mapping with no address hint has no
-        // preconditions; we check for MAP_FAILED below.
+        // preconditions; we check for failure (-1) below.
         let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
+            libc::syscall(
+                libc::SYS_mmap,
+                core::ptr::null_mut::<libc::c_void>(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 // Faulted in now, in one call, rather than page by page by
                 // the thread that writes it.
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
+                -1 as libc::c_int,
+                0 as libc::off_t,
             )
         };
-        if p == libc::MAP_FAILED {
+        if p == -1 {
             return None;
         }
-        let buf = p.cast::<Buffer>();
+        let buf = p as *mut Buffer;
         // SAFETY: the mapping is fresh, writable, page-aligned and larger
         // than a Buffer.
-        unsafe { buf.write(Buffer { len: 0, cap, last_ticks: 0, ids: Default::default(), map_len }) };
+        unsafe {
+            buf.write(Buffer {
+                len: 0,
+                cap,
+                last_ticks: 0,
+                ids: Default::default(),
+                map_len,
+            })
+        };
         NonNull::new(buf)
     }
 
@@ -87,7 +98,7 @@ impl Buffer {
         // SAFETY: the caller guarantees the buffer is ours and unused.
         unsafe {
             let len = (*buf.as_ptr()).map_len;
-            libc::munmap(buf.as_ptr().cast(), len);
+            libc::syscall(libc::SYS_munmap, buf.as_ptr().cast::<libc::c_void>(), len);
         }
     }
 

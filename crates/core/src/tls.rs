@@ -75,7 +75,10 @@ mod imp {
                 "mov {v}, qword ptr fs:[{off}]",
                 off = in(reg) off,
                 v = out(reg) v,
-                options(nostack, preserves_flags, readonly),
+                // pure: the word changes only through `set` (which clobbers
+                // memory, so no read moves across it) or inside a signal
+                // handler, which puts it back before returning.
+                options(nostack, preserves_flags, readonly, pure),
             );
         }
         v

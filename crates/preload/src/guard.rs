@@ -9,11 +9,11 @@ use alloctrace_core::tls::{self, Word};
 
 /// The thread runs the program's code: interposed calls are traced.
 pub const NORMAL: u8 = 0;
-/// The thread is inside an event call into the core (or holds the span
-/// table). mmap, munmap and mremap made now come from the core itself
-/// (buffer memory) or from a signal handler, and pass through untraced;
-/// malloc and friends are still traced (the core counts an event that a
-/// signal handler makes mid-event as lost).
+/// The thread records a mapping change (it holds the span table) or a
+/// thread's stack. mmap, munmap and mremap made now come from a signal
+/// handler and pass through untraced; malloc and friends are still traced
+/// (the core counts an event that a signal handler makes mid-event as
+/// lost).
 pub const IN_EVENT: u8 = 1;
 /// The thread runs the shim's own code (configuration, start, stop, dlsym,
 /// pthread_getattr_np), or is one of the tracer's own threads: every
@@ -43,15 +43,14 @@ pub fn own<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// Runs `f` (event calls) in state [`IN_EVENT`], unless the thread runs the
-/// shim's own code, where nothing is recorded. errno is kept by the core:
-/// its event calls restore it around the syscalls a full buffer needs, so
-/// a program reads the errno of its failed call.
+/// Runs `f` (heap event calls) unless the thread runs the shim's own code,
+/// where nothing is recorded. No state change is needed around them: the
+/// core maps and unmaps its buffers with raw system calls, which the mmap
+/// wrappers never see, and restores errno around them, so a program reads
+/// the errno of its failed call.
 #[inline(always)]
 pub fn event(f: impl FnOnce()) {
-    let prev = replace(IN_EVENT);
-    if prev != OWN {
+    if get() != OWN {
         f();
     }
-    replace(prev);
 }

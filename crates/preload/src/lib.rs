@@ -22,8 +22,10 @@
 //! - **Reentrancy** (guard.rs): a const-initialised thread-local state,
 //!   OWN while the shim runs its own code (configuration, start, stop,
 //!   dlsym, pthread_getattr_np) and on the tracer's own threads, so their
-//!   calls pass through untraced; IN_EVENT while the core records an
-//!   event, so the core's own buffer mappings are not recorded.
+//!   calls pass through untraced; IN_EVENT while the shim records a
+//!   mapping change or a stack, so a signal handler's mappings made then
+//!   pass through. (The core maps its buffers with raw system calls, which
+//!   no wrapper sees.)
 //! - **The shim's own heap** (own.rs): allocations made in state OWN come
 //!   from a private lock-free heap, recognised by address when freed, so a
 //!   block glibc frees later on the shim's behalf (a thread-local destructor
