@@ -56,7 +56,19 @@ rust-test:
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p alloctrace-core --test loom_handshake
 
-c-test: c-test-plain c-test-writer c-test-asan
+c-test: header-compat c-test-plain c-test-writer c-test-asan
+
+# The header compiles as C in a -fPIC shared object (where the plain calls
+# must not keep a thread-local) and as C++ when g++ is installed.
+header-compat: $(HEADER) include/alloctrace_inline.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CWARN) -O2 -fPIC -shared -Iinclude c_tests/header_compat.c -o $(BUILD)/libheader_compat.so
+	@if nm -D $(BUILD)/libheader_compat.so | grep -q __tls_get_addr; then \
+	  echo "error: the header made a -fPIC object use a thread-local"; exit 1; fi
+	@if command -v $(CXX) >/dev/null 2>&1; then \
+	  $(CXX) -std=c++11 -Wall -Wextra -Wpedantic -Werror -O2 -Iinclude -x c++ -c c_tests/header_compat.c -o $(BUILD)/header_compat_cxx.o && \
+	  echo "header-compat: C (-fPIC shared) and C++ ok"; \
+	else echo "header-compat: C (-fPIC shared) ok; skipped C++: $(CXX) not installed"; fi
 
 $(BUILD)/c_tests/%: c_tests/%.c $(C_COMMON) $(HEADER) lib
 	@mkdir -p $(dir $@)

@@ -12,7 +12,10 @@
  *
  * Phase A, tracing off:
  *   atomic_branch  one relaxed atomic load and a branch per call (inline)
- *   disabled       trace_heap_object_alloc/free before trace_start
+ *   disabled       trace_heap_object_alloc/free before trace_start (the
+ *                  header's macros: the check is inline)
+ *   disabled_call  (trace_heap_object_alloc)/(..._free): the library's
+ *                  functions, called
  *   writer_disabled  trace_writer_heap_object_alloc/free before trace_start
  *   call_so        the same check behind a call into a shared library
  *                  (bench/noop.c): what a disabled call costs at least
@@ -23,7 +26,10 @@
  *   floor_coarse   the same with the clock a relaxed load of a shared
  *                  atomic that a ticker thread advances every millisecond
  *   encode_store   the record without any clock
- *   api            trace_heap_object_alloc + trace_heap_object_free
+ *   api            trace_heap_object_alloc + trace_heap_object_free, as
+ *                  compiled here (an executable: the header writes
+ *                  ordinary events inline)
+ *   api_call       the same calls made to the library's functions
  *   writer         trace_writer_heap_object_alloc + _free with the thread's
  *                  handle: the header's inline event path
  * each with 1 thread and with 2 threads (per-thread ns per event).
@@ -82,6 +88,8 @@ enum loop_kind {
     L_FLOOR_COARSE,
     L_ENCODE_STORE,
     L_API,
+    L_API_CALL,
+    L_DISABLED_CALL,
     L_WRITER_DISABLED,
     L_WRITER,
     L_COUNT
@@ -89,7 +97,7 @@ enum loop_kind {
 
 static const char *loop_names[L_COUNT] = {
     "atomic_branch", "disabled", "call_so", "rdtsc", "clock_gettime", "clock_gettime_coarse",
-    "floor_precise", "floor_coarse", "encode_store", "api", "writer_disabled", "writer",
+    "floor_precise", "floor_coarse", "encode_store", "api", "api_call", "disabled_call", "writer_disabled", "writer",
 };
 
 static void *ticker(void *arg) {
@@ -178,6 +186,15 @@ static cost run_loop(enum loop_kind k, long pairs, int thread) {
             uintptr_t a = addrs[i & (RING - 1)] + off;
             trace_heap_object_alloc(a, sizes[i & (RING - 1)], 0);
             trace_heap_object_free(a);
+        }
+        break;
+    case L_DISABLED_CALL:
+    case L_API_CALL:
+        /* The name in parentheses: always the library's function. */
+        for (long i = 0; i < pairs; i++) {
+            uintptr_t a = addrs[i & (RING - 1)] + off;
+            (trace_heap_object_alloc)(a, sizes[i & (RING - 1)], 0);
+            (trace_heap_object_free)(a);
         }
         break;
     case L_WRITER_DISABLED:
@@ -332,9 +349,9 @@ int main(int argc, char **argv) {
 
     /* Phase A: tracing off. */
     run_loop(L_DISABLED, pairs / 4 + 1, 0); /* warm up */
-    const enum loop_kind off[] = {L_ATOMIC_BRANCH, L_DISABLED, L_WRITER_DISABLED, L_CALL_SO, L_RDTSC,
-                                  L_CLOCK_GETTIME, L_CLOCK_GETTIME_COARSE};
-    measure(off, 7, 1, pairs, reps);
+    const enum loop_kind off[] = {L_ATOMIC_BRANCH, L_DISABLED,     L_DISABLED_CALL,       L_WRITER_DISABLED,
+                                  L_CALL_SO,       L_RDTSC,        L_CLOCK_GETTIME,       L_CLOCK_GETTIME_COARSE};
+    measure(off, 8, 1, pairs, reps);
 
     /* Phase B: tracing on. */
     trace_config cfg;
@@ -357,16 +374,17 @@ int main(int argc, char **argv) {
     }
     run_loop(L_API, pairs / 4 + 1, 0); /* warm up: claim a slot, map buffers */
     run_loop(L_WRITER, pairs / 4 + 1, 0);
-    const enum loop_kind on[] = {L_FLOOR_PRECISE, L_FLOOR_COARSE, L_ENCODE_STORE, L_API, L_WRITER};
-    measure(on, 5, 1, pairs, reps);
-    measure(on, 5, 2, pairs, reps);
+    run_loop(L_API_CALL, pairs / 4 + 1, 0);
+    const enum loop_kind on[] = {L_FLOOR_PRECISE, L_FLOOR_COARSE, L_ENCODE_STORE, L_API, L_API_CALL, L_WRITER};
+    measure(on, 6, 1, pairs, reps);
+    measure(on, 6, 2, pairs, reps);
     r = trace_stop();
     if (r != TRACE_OK) {
         fprintf(stderr, "trace_stop: %s: %s\n", trace_result_str(r), trace_last_error_detail());
         return 1;
     }
     /* heap_object_alloc events the trace must hold. */
-    json_num("api_allocs", 2 * ((double)(pairs / 4 + 1) + (double)reps * pairs * 3));
+    json_num("api_allocs", 3 * ((double)(pairs / 4 + 1) + (double)reps * pairs * 3));
 
     atomic_store(&ticker_stop, true);
     pthread_join(tick, NULL);

@@ -27,6 +27,15 @@ static inline trace_writer *test_writer(void)
         w = trace_writer_get();
     return w;
 }
+#undef trace_span_exists
+#undef trace_span_alloc
+#undef trace_span_free
+#undef trace_heap_object_exists
+#undef trace_heap_object_alloc
+#undef trace_heap_object_free
+#undef trace_stack_exists
+#undef trace_stack_alloc
+#undef trace_stack_free
 #define trace_span_exists(b, n, k) trace_writer_span_exists(test_writer(), (b), (n), (k))
 #define trace_span_alloc(b, n, k) trace_writer_span_alloc(test_writer(), (b), (n), (k))
 #define trace_span_free(b) trace_writer_span_free(test_writer(), (b))

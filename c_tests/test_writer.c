@@ -3,7 +3,7 @@
  *   - before trace_start a handle can be had and the calls record nothing;
  *   - an ordinary event really is written inline: the thread's batch grows
  *     without any call into the library (white-box, where the header
- *     inlines);
+ *     inlines), through a handle and through the plain calls;
  *   - every event kind, odd arguments (long form) and events around an
  *     advance come back field by field, with the caller's thread ID;
  *   - misuse is recorded, never a race: a handle used on another thread
@@ -82,6 +82,16 @@ static void run(trace_clock clock, const char *file)
     if (ALLOCTRACE_INLINE && clock == TRACE_CLOCK_PRECISE)
         CHECK_MSG(batch_len(w) > len0, "the event was not written inline (batch %zu -> %zu bytes)", len0,
                   batch_len(w));
+    /* The plain calls write inline too, in an executable. */
+    size_t len1 = batch_len(w);
+    trace_heap_object_alloc(M + 0x200, 16, 0);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_ALLOC, M + 0x200, 16, 0);
+    if (ALLOCTRACE_INLINE && clock == TRACE_CLOCK_PRECISE)
+        CHECK_MSG(batch_len(w) > len1, "the plain call was not written inline (batch %zu -> %zu bytes)", len1,
+                  batch_len(w));
+    /* ... and through the library when called by name in parentheses. */
+    (trace_heap_object_free)(M + 0x200);
+    expect_heap_object(&log_, EV_HEAP_OBJECT_FREE, M + 0x200, 0, 0);
     trace_writer_span_free(w, M + 8192);
     expect_span(&log_, EV_SPAN_FREE, M + 8192, 0, 0);
     trace_writer_heap_object_exists(w, M + 32, 48, 0);

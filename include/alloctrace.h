@@ -5,9 +5,9 @@
  *
  * Event calls (trace_span_*, trace_heap_object_*, trace_stack_*) never
  * allocate, lock or fail loudly, and may be called from inside malloc.
- * Their trace_writer_* twins (alloctrace_inline.h, included at the end)
- * take a per-thread handle from trace_writer_get() and write ordinary
- * events inline. Link with -lalloctrace -lpthread.
+ * alloctrace_inline.h, included at the end, makes them inline in
+ * executables and adds trace_writer_* twins that take a per-thread handle
+ * from trace_writer_get(). Link with -lalloctrace -lpthread.
  */
 
 #ifndef ALLOCTRACE_H

@@ -3,7 +3,8 @@
  * alloctrace.h; include that instead.
  *
  * Hand-written (alloctrace.h is generated). The trace_writer_* calls record
- * an event through a per-thread handle from trace_writer_get():
+ * an event through a per-thread handle from trace_writer_get() (and the
+ * plain calls get the same path through macros, at the end of this file):
  *
  *     trace_writer *w = trace_writer_get();        // once per thread
  *     ...
@@ -71,7 +72,7 @@ struct alloctrace_batch_ {
 struct trace_writer {
     uint64_t seq_;                        /* seqlock: odd inside an event */
     uint64_t last_ticks_;                 /* the thread's last timestamp */
-    uint32_t clock_countdown_;            /* coarse clock, out of line only */
+    uint32_t clock_countdown_;            /* coarse clock */
     uint32_t state_;
     uintptr_t owner_;                     /* the owning thread's %fs:0 */
     struct alloctrace_batch_ *batch_[2][2]; /* [generation % 2][stream] */
@@ -148,9 +149,13 @@ static inline __attribute__((always_inline)) int alloctrace_record_(struct trace
     uint64_t ticks;
     if (mode == 2) {
         /* The coarse clock: the published time, kept strictly above the
-         * thread's last one below. (The out-of-line path also reads the
-         * real clock at every 32nd event of a thread; this one never does,
-         * which the documented lag of up to one period allows.) */
+         * thread's last one below; at every 32nd event of the thread the
+         * out-of-line path reads the real clock instead, which keeps the
+         * thread's times from running ahead of it. */
+        uint32_t left = w->clock_countdown_;
+        ok = ok && left != 0;
+        if (ok)
+            w->clock_countdown_ = left - 1;
         ticks = __atomic_load_n(&sh->published_ticks, __ATOMIC_RELAXED);
     } else {
         ticks = __builtin_ia32_rdtsc();
@@ -249,6 +254,104 @@ static inline void trace_writer_stack_free(trace_writer *w, uintptr_t base)
     if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 9, 2, 1, 0, base, 0, 0))
         trace_stack_free(base);
 }
+
+/*
+ * The plain calls (trace_heap_object_alloc and the rest) get the same
+ * treatment, so a program gains it by recompiling: each is a macro for an
+ * inline function with the disabled check in the caller. In code built
+ * into an executable (not -fPIC, or -fPIE), where thread-local storage is
+ * static and never allocates, each translation unit also keeps the
+ * thread's writer in a thread-local variable of its own and writes
+ * ordinary events inline. In a shared library (-fPIC) a thread-local may
+ * be allocated lazily (by malloc, in a dlopen'ed object), so there the
+ * enabled path is the out-of-line call. A call written as
+ * (trace_heap_object_alloc)(...) or through a function pointer always
+ * calls the library. Define ALLOCTRACE_NO_INLINE to turn all of this off.
+ */
+#if !defined(ALLOCTRACE_NO_INLINE) && (defined(__GNUC__) || defined(__clang__))
+
+#if ALLOCTRACE_INLINE && (defined(__PIE__) || !defined(__PIC__))
+/* This translation unit's copy of the calling thread's writer. */
+static inline trace_writer **alloctrace_writer_slot_(void)
+{
+    static __thread trace_writer *w;
+    return &w;
+}
+static inline __attribute__((always_inline)) trace_writer *alloctrace_writer_(void)
+{
+    trace_writer **slot = alloctrace_writer_slot_();
+    if (__builtin_expect(*slot == NULL, 0))
+        *slot = trace_writer_get();
+    return *slot;
+}
+/* After an out-of-line call: ask again next time (the writer may have been
+ * given back by trace_thread_destroy; asking is cheap and rare). */
+#define ALLOCTRACE_FORGET_WRITER_() (*alloctrace_writer_slot_() = NULL)
+#else
+#define alloctrace_writer_() ((trace_writer *)0)
+#define ALLOCTRACE_FORGET_WRITER_() ((void)0)
+#endif
+
+#define ALLOCTRACE_PLAIN_(name, kind, cls, nargs, stack_size, addr, a1, a2, call)          \
+    do {                                                                                    \
+        if (trace_writer_enabled() &&                                                       \
+            !ALLOCTRACE_RECORD_(alloctrace_writer_(), kind, cls, nargs, stack_size, addr, a1, a2)) { \
+            call;                                                                           \
+            ALLOCTRACE_FORGET_WRITER_();                                                    \
+        }                                                                                   \
+    } while (0)
+
+static inline void alloctrace_span_exists_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
+{
+    ALLOCTRACE_PLAIN_(span_exists, 1, 0, 3, 0, base, npages, kind_class,
+                      (trace_span_exists)(base, npages, kind_class));
+}
+static inline void alloctrace_span_alloc_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
+{
+    ALLOCTRACE_PLAIN_(span_alloc, 2, 0, 3, 0, base, npages, kind_class, (trace_span_alloc)(base, npages, kind_class));
+}
+static inline void alloctrace_span_free_(uintptr_t base)
+{
+    ALLOCTRACE_PLAIN_(span_free, 3, 0, 1, 0, base, 0, 0, (trace_span_free)(base));
+}
+static inline void alloctrace_heap_object_exists_(uintptr_t addr, uint64_t size, uint64_t type_id)
+{
+    ALLOCTRACE_PLAIN_(heap_object_exists, 4, 1, 3, 0, addr, size, type_id,
+                      (trace_heap_object_exists)(addr, size, type_id));
+}
+static inline void alloctrace_heap_object_alloc_(uintptr_t addr, uint64_t size, uint64_t type_id)
+{
+    ALLOCTRACE_PLAIN_(heap_object_alloc, 5, 1, 3, 0, addr, size, type_id,
+                      (trace_heap_object_alloc)(addr, size, type_id));
+}
+static inline void alloctrace_heap_object_free_(uintptr_t addr)
+{
+    ALLOCTRACE_PLAIN_(heap_object_free, 6, 1, 1, 0, addr, 0, 0, (trace_heap_object_free)(addr));
+}
+static inline void alloctrace_stack_exists_(uintptr_t base, uintptr_t size)
+{
+    ALLOCTRACE_PLAIN_(stack_exists, 7, 2, 2, 1, base, size, 0, (trace_stack_exists)(base, size));
+}
+static inline void alloctrace_stack_alloc_(uintptr_t base, uintptr_t size)
+{
+    ALLOCTRACE_PLAIN_(stack_alloc, 8, 2, 2, 1, base, size, 0, (trace_stack_alloc)(base, size));
+}
+static inline void alloctrace_stack_free_(uintptr_t base)
+{
+    ALLOCTRACE_PLAIN_(stack_free, 9, 2, 1, 0, base, 0, 0, (trace_stack_free)(base));
+}
+
+#define trace_span_exists(base, npages, kind_class) alloctrace_span_exists_((base), (npages), (kind_class))
+#define trace_span_alloc(base, npages, kind_class) alloctrace_span_alloc_((base), (npages), (kind_class))
+#define trace_span_free(base) alloctrace_span_free_((base))
+#define trace_heap_object_exists(addr, size, type_id) alloctrace_heap_object_exists_((addr), (size), (type_id))
+#define trace_heap_object_alloc(addr, size, type_id) alloctrace_heap_object_alloc_((addr), (size), (type_id))
+#define trace_heap_object_free(addr) alloctrace_heap_object_free_((addr))
+#define trace_stack_exists(base, size) alloctrace_stack_exists_((base), (size))
+#define trace_stack_alloc(base, size) alloctrace_stack_alloc_((base), (size))
+#define trace_stack_free(base) alloctrace_stack_free_((base))
+
+#endif /* plain calls */
 
 #ifdef __cplusplus
 }

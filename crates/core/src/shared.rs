@@ -23,8 +23,8 @@ pub mod inline_mode {
     /// Stamp events with rdtsc.
     pub const PRECISE: u32 = 1;
     /// Stamp events from the published time (clock.rs, coarse clock), kept
-    /// strictly above the thread's last time; only the out-of-line path
-    /// also reads the real clock at every 32nd event of a thread.
+    /// strictly above the thread's last time; when the thread's countdown
+    /// is 0 (every 32nd event) the out-of-line path reads the real clock.
     pub const COARSE: u32 = 2;
 }
 
