@@ -24,9 +24,10 @@
  * The structs below mirror the library's private layout (asserted in its
  * Rust source: crates/core/src/{shared,thread,buffer}.rs) and the event
  * encoding of docs/FORMAT.md section 3 (compact events batches). They are
- * not API: use only the functions. A program built against one version of
- * this header needs the same version of the library
- * (ALLOCTRACE_INLINE_ABI).
+ * not API: use only the functions. The library exports the state under a
+ * name that carries the layout's version (alloctrace_inline_v1), so a
+ * program built against a header whose layout the library does not have
+ * fails to load with "undefined symbol" instead of writing a bad trace.
  */
 #ifndef ALLOCTRACE_INLINE_H
 #define ALLOCTRACE_INLINE_H
@@ -34,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ALLOCTRACE_INLINE_ABI 1
+#define ALLOCTRACE_INLINE_ABI 1 /* the _v1 of alloctrace_inline_v1 */
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(ALLOCTRACE_NO_INLINE)
@@ -57,7 +58,7 @@ struct alloctrace_shared_ {
     uint32_t stack_shift;
     uint32_t inline_mode; /* 0 out of line, 1 rdtsc, 2 coarse */
 };
-extern struct alloctrace_shared_ *const alloctrace_shared_ptr;
+extern struct alloctrace_shared_ *const alloctrace_inline_v1;
 
 /* Private: a batch buffer's header; the batch bytes follow at offset 64
  * (crates/core/src/buffer.rs). */
@@ -86,7 +87,7 @@ struct trace_writer {
 static inline int trace_writer_enabled(void)
 {
 #if defined(__GNUC__) || defined(__clang__)
-    return __atomic_load_n(&alloctrace_shared_ptr->generation, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&alloctrace_inline_v1->generation, __ATOMIC_RELAXED) != 0;
 #else
     return trace_enabled();
 #endif
@@ -121,7 +122,7 @@ static inline __attribute__((always_inline)) int alloctrace_record_(struct trace
                                                                     int nargs, int stack_size, uint64_t addr,
                                                                     uint64_t a1, uint64_t a2)
 {
-    struct alloctrace_shared_ *sh = alloctrace_shared_ptr;
+    struct alloctrace_shared_ *sh = alloctrace_inline_v1;
     uint32_t mode = __atomic_load_n(&sh->inline_mode, __ATOMIC_RELAXED);
     uintptr_t tp;
     __asm__("mov %%fs:0, %0" : "=r"(tp));

@@ -339,10 +339,13 @@ pub extern "C" fn trace_thread_destroy() {
 }
 
 /// The state the header's inline event path reads (alloctrace_inline.h:
-/// `struct alloctrace_shared_`). Private: not part of the API.
+/// `struct alloctrace_shared_`). Private: not part of the API. The name
+/// carries the version of the layouts the header mirrors: change it (and
+/// ALLOCTRACE_INLINE_ABI) with them, so an old program fails to load
+/// instead of writing a bad trace.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
-pub static alloctrace_shared_ptr: &alloctrace_core::shared::Shared = &alloctrace_core::shared::SHARED;
+pub static alloctrace_inline_v1: &alloctrace_core::shared::Shared = &alloctrace_core::shared::SHARED;
 
 /// A thread's writer: the handle of the inline event calls
 /// (`trace_writer_heap_object_alloc` and the rest, defined in the header).

@@ -1,11 +1,11 @@
 //! The state every event reads, in one cache line.
 //!
 //! The inline event path of `include/alloctrace_inline.h` reads it too,
-//! through the pointer `alloctrace_shared_ptr` that liballoctrace exports
+//! through the pointer `alloctrace_inline_v1` that liballoctrace exports
 //! (src/capi.rs), so that a disabled call is a load and a branch in the
 //! caller, with no call. The header mirrors this layout; the offsets are
 //! asserted below and must change together with the header (and its
-//! `ALLOCTRACE_INLINE_ABI`).
+//! `ALLOCTRACE_INLINE_ABI`, the version in that symbol's name).
 //!
 //! The static itself is an ordinary Rust static: never exported, so the
 //! LD_PRELOAD shim's copy of this crate and liballoctrace's never bind to

@@ -578,7 +578,11 @@ fn end_generation(session: &Session, old: u64, new: u64) {
         // generation: have them ready (BufferPool::reserve).
         let writing = thread::used_slots()
             .iter()
-            .filter(|s| !s.bufs[(old & 1) as usize][Stream::Events as usize].load(Ordering::Relaxed).is_null())
+            .filter(|s| {
+                !s.bufs[(old & 1) as usize][Stream::Events as usize]
+                    .load(Ordering::Relaxed)
+                    .is_null()
+            })
             .count();
         session.pool.reserve(writing + 2);
     }
@@ -948,11 +952,26 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     true
 }
 
-/// The calling thread's next timestamp: the clock, kept strictly above the
-/// thread's previous one.
+/// The calling thread's next timestamp, for an event into its buffer of
+/// `generation` and `stream`: the clock, kept strictly above the thread's
+/// previous one.
+///
+/// With the coarse clock, the thread's first event of a generation reads
+/// the real clock: a time carried over from the previous generation (its
+/// last time plus one) would be converted to ns with the new generation's
+/// clock pairs and could land a few ns before the previous generation's
+/// last events.
 #[inline(always)]
-fn next_ticks(slot: &ThreadSlot) -> u64 {
-    let mut ticks = if clock::COARSE.load(Ordering::Relaxed) {
+fn next_ticks(slot: &ThreadSlot, generation: u64, stream: Stream) -> u64 {
+    let coarse = clock::COARSE.load(Ordering::Relaxed);
+    if coarse
+        && slot.bufs[(generation & 1) as usize][stream as usize]
+            .load(Ordering::Relaxed)
+            .is_null()
+    {
+        slot.clock_countdown.store(0, Ordering::Relaxed);
+    }
+    let mut ticks = if coarse {
         let left = slot.clock_countdown.load(Ordering::Relaxed);
         if left == 0 {
             slot.clock_countdown
@@ -1036,7 +1055,7 @@ const MAX_PAGE_EVENT_LEN: usize = 4 * 8;
 #[inline(always)]
 fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, npages: u64) {
     use alloctrace_format::pages::{self, SYNC_LONG_EVENT, SYNC_TIME};
-    let ticks = next_ticks(slot);
+    let ticks = next_ticks(slot, generation, Stream::Pages);
     let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
         return;
     };
@@ -1097,7 +1116,7 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
     };
     let kind_byte = if entry != 0 { kind_byte | ENTRY_TAG } else { kind_byte };
 
-    let ticks = next_ticks(slot);
+    let ticks = next_ticks(slot, generation, Stream::Events);
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
         return;
     };
