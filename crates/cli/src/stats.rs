@@ -4,11 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::hash::BuildHasher as _;
 use std::path::Path;
 
 use alloctrace_format::{EntryPoint, ENTRY_POINTS, EVENT_KINDS};
 use alloctrace_reader::{Event, EventData, Record, PAGE_EVENT_NAMES};
-use rustc_hash::FxHashMap;
+use hashbrown::hash_table::{Entry, HashTable};
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use serde_json::{json, Value};
 
 use crate::pages::PageStats;
@@ -20,52 +22,46 @@ use crate::{open, print_stdout, truncation_warning, Failure, Reader};
 /// the keys are addresses from the trace, not from an adversary that
 /// could hurt more than this one run.
 ///
-/// The newest allocations wait in `recent` before they go into the map:
-/// most objects are freed soon after their allocation, and then neither
-/// touches the map. (A map insert followed at once by a lookup of the same
-/// address stalls: the lookup loads the 16 control bytes the insert has
-/// just written one of.)
+/// A `hashbrown::HashTable` rather than a `HashMap`, for its entry API: an
+/// allocation finds the address or the slot it goes in with one probe,
+/// and a free finds and removes its entry with one. (A search for an
+/// absent address and then an insert cost two; so did an earlier cache of
+/// the newest allocations in front of the map, more than the map lookups
+/// it saved, even on traces where most objects are freed soon.)
 #[derive(Default)]
 struct Live {
-    map: FxHashMap<u64, u64>,
-    /// At most `RECENT` (address, size) pairs, none of them in `map`.
-    recent: Vec<(u64, u64)>,
-    /// The slot of `recent` to move into `map` next.
-    evict: usize,
+    map: HashTable<(u64, u64)>,
 }
 
-const RECENT: usize = 8;
+#[inline(always)]
+fn addr_hash(addr: u64) -> u64 {
+    FxBuildHasher.hash_one(addr)
+}
 
 impl Live {
     /// Returns the size it replaces when the address was already live.
     #[inline]
     fn alloc(&mut self, addr: u64, size: u64) -> Option<u64> {
-        if let Some(slot) = self.recent.iter_mut().find(|(a, _)| *a == addr) {
-            return Some(std::mem::replace(&mut slot.1, size));
+        let hash = addr_hash(addr);
+        match self.map.entry(hash, |&(a, _)| a == addr, |&(a, _)| addr_hash(a)) {
+            Entry::Occupied(mut live) => Some(std::mem::replace(&mut live.get_mut().1, size)),
+            Entry::Vacant(slot) => {
+                slot.insert((addr, size));
+                None
+            }
         }
-        if let Some(old) = self.map.get_mut(&addr) {
-            return Some(std::mem::replace(old, size));
-        }
-        if self.recent.len() < RECENT {
-            self.recent.push((addr, size));
-        } else if let Some(slot) = self.recent.get_mut(self.evict) {
-            let (old_addr, old_size) = std::mem::replace(slot, (addr, size));
-            self.map.insert(old_addr, old_size);
-            self.evict = (self.evict + 1) % RECENT;
-        }
-        None
     }
 
     #[inline]
     fn free(&mut self, addr: u64) -> Option<u64> {
-        match self.recent.iter().position(|&(a, _)| a == addr) {
-            Some(i) => Some(self.recent.swap_remove(i).1),
-            None => self.map.remove(&addr),
+        match self.map.find_entry(addr_hash(addr), |&(a, _)| a == addr) {
+            Ok(live) => Some(live.remove().0 .1),
+            Err(_) => None,
         }
     }
 
     fn len(&self) -> usize {
-        self.map.len() + self.recent.len()
+        self.map.len()
     }
 }
 
@@ -416,7 +412,7 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
     let mut stats = Stats::new(size);
     let mut progress = Progress::new(size);
     let result = loop {
-        match reader.next_events(1 << 16, |e| stats.event(e)) {
+        match reader.next_events(1 << 16, #[inline(always)] |e| stats.event(e)) {
             Ok(0) => {}
             Ok(_) => {
                 progress.update(reader.bytes_read());
@@ -463,7 +459,7 @@ mod tests {
     use std::collections::HashMap;
 
     /// `Live` answers as a plain map would, whatever the order of allocs
-    /// and frees (the recent ones wait outside the map).
+    /// and frees.
     #[test]
     fn live_is_a_map() {
         let mut live = Live::default();
