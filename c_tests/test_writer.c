@@ -9,13 +9,15 @@
  *   - misuse is recorded, never a race: a handle used on another thread
  *     records on that thread's own writer, a NULL handle and a handle kept
  *     past trace_thread_destroy go out of line; nothing is lost;
- *   - the coarse clock: inline events keep their thread's order.
+ *   - the coarse clock: inline events keep their thread's order;
+ *   - fork: the forking thread's writer stays its own in the child.
  * The whole C suite also runs through these calls (c-test-writer).
  */
 #include "common.h"
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define M 0x10000000u
@@ -175,10 +177,61 @@ static void run(trace_clock clock, const char *file)
     expect_free(&log_);
 }
 
+/* A fork while tracing: the child starts with tracing off; the thread that
+ * forked keeps its writer, which records inline into the child's own trace
+ * once it starts one. The parent's trace is untouched by the child. */
+static void fork_child_keeps_writer(void)
+{
+    char parent_path[PATH_BUF_LEN], child_path[PATH_BUF_LEN];
+    test_path(parent_path, "writer_fork_parent.trace");
+    test_path(child_path, "writer_fork_child.trace");
+    trace_config cfg;
+    trace_config_init(&cfg);
+    cfg.path = parent_path;
+    cfg.min_heap_addr = M;
+    cfg.min_heap_align = 16;
+    CHECK_RESULT(trace_start(&cfg), TRACE_OK);
+    trace_writer *w = trace_writer_get();
+    trace_writer_heap_object_alloc(w, M + 0x10, 16, 0);
+
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* The child: tracing is off until it starts its own trace. */
+        trace_writer_heap_object_alloc(w, M + 0x20, 16, 0);
+        cfg.path = child_path;
+        if (trace_start(&cfg) != TRACE_OK)
+            _exit(10);
+        trace_writer_heap_object_alloc(w, M + 0x30, 16, 0);
+        size_t len = batch_len(w);
+        trace_writer_heap_object_free(w, M + 0x30);
+        if (ALLOCTRACE_INLINE && batch_len(w) <= len)
+            _exit(11); /* not inline: the handle did not stay the thread's */
+        _exit(trace_stop() == TRACE_OK ? 0 : 12);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "fork child failed: status %d", status);
+    trace_writer_heap_object_free(w, M + 0x10);
+    CHECK_RESULT(trace_stop(), TRACE_OK);
+
+    char *json = cli_stats_json(parent_path);
+    CHECK_EQ_U64(JSON_U64(json, "events.heap_object_alloc"), 1);
+    CHECK_EQ_U64(JSON_U64(json, "events.heap_object_free"), 1);
+    free(json);
+    json = cli_stats_json(child_path);
+    CHECK_EQ_U64(JSON_U64(json, "events.heap_object_alloc"), 1);
+    CHECK_EQ_U64(JSON_U64(json, "events.heap_object_free"), 1);
+    CHECK_EQ_U64(JSON_U64(json, "lost_events"), 0);
+    free(json);
+    CHECK_EQ_U64(cli_check(child_path), 0);
+}
+
 int main(void)
 {
     test_begin("test_writer", 120);
     run(TRACE_CLOCK_PRECISE, "writer_precise.trace");
     run(TRACE_CLOCK_COARSE, "writer_coarse.trace");
+    fork_child_keeps_writer();
     return test_pass();
 }
