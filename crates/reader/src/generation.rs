@@ -56,13 +56,15 @@ impl Generation {
     }
 }
 
-/// Turns ticks into ns since the time origin (FORMAT.md section 5).
+/// A generation's clock: turns its ticks into ns since the time origin
+/// (FORMAT.md section 5), as [`Event::time_ns`] gives them. Times never go
+/// down as ticks go up.
 ///
 /// ns per tick is the fraction `ns_per / ticks_per`; `floor(dt * ns_per /
 /// ticks_per)` is computed exactly without a division per event (see
-/// [`Clock::scale`]).
+/// `Clock::scale`).
 #[derive(Clone, Copy, Debug)]
-struct Clock {
+pub struct Clock {
     start_ticks: u64,
     start_mono_ns: u64,
     origin_ns: u64,
@@ -155,10 +157,12 @@ impl Clock {
         dt * u128::from(self.whole) + est + low
     }
 
+    /// The time in ns since the time origin of an event at `ticks`.
+    ///
     /// Saturates instead of overflowing: a corrupt timestamp gives a wrong
     /// time, never a panic. Times before the origin are 0.
     #[inline(always)]
-    fn time_ns(&self, ticks: u64) -> u64 {
+    pub fn time_ns(&self, ticks: u64) -> u64 {
         let dt = ticks.wrapping_sub(self.start_ticks);
         if dt < self.fast_dt_limit {
             // Clock::scale in u64 (see its proof; no sum here overflows).
@@ -402,6 +406,10 @@ impl Emitter {
 
     pub fn info(&self) -> &GenerationInfo {
         &self.info
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.out.clock
     }
 
     /// Gives up the raw bytes once every event is out (emptied, for the

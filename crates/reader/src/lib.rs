@@ -78,6 +78,7 @@ use decode::{BatchContext, Cursor, PagesState};
 use generation::{Emitter, EventBatch, Generation};
 
 pub use error::ReadError;
+pub use generation::Clock;
 pub use event::{Event, EventData, GenerationEnd, GenerationInfo, Record, TypeInfo, PAGE_EVENT_NAMES};
 
 /// Default cap on the memory one open generation may hold (raw events plus
@@ -304,6 +305,16 @@ impl<R: Read> TraceReader<R> {
     /// `None` for a generation cut off before it.
     pub fn generation_end(&self) -> Option<&GenerationEnd> {
         self.current.as_ref().and_then(|em| em.gen.end.as_ref())
+    }
+
+    /// Clock of the generation of the last returned event (`None` before
+    /// the first generation): [`Clock::time_ns`] of an event's `ticks` is
+    /// its `time_ns`. A copy lets a [`next_events`](Self::next_events)
+    /// closure that needs only a few events' times convert their ticks
+    /// itself: when nothing reads `Event::time_ns`, the compiler can drop
+    /// its computation from the inlined loop.
+    pub fn clock(&self) -> Option<Clock> {
+        self.current.as_ref().map(|em| *em.clock())
     }
 
     /// `start_mono_ns` of the first generation, which event times count from.
