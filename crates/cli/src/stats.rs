@@ -8,8 +8,8 @@ use std::hash::BuildHasher as _;
 use std::path::Path;
 
 use alloctrace_format::{EntryPoint, ENTRY_POINTS, EVENT_KINDS};
-use alloctrace_reader::{Event, EventData, Record, PAGE_EVENT_NAMES};
-use hashbrown::hash_table::{Entry, HashTable};
+use alloctrace_reader::{Clock, Event, EventData, Record, PAGE_EVENT_NAMES};
+use hashbrown::HashTable;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use serde_json::{json, Value};
 
@@ -22,16 +22,28 @@ use crate::{open, print_stdout, truncation_warning, Failure, Reader};
 /// the keys are addresses from the trace, not from an adversary that
 /// could hurt more than this one run.
 ///
-/// A `hashbrown::HashTable` rather than a `HashMap`, for its entry API: an
-/// allocation finds the address or the slot it goes in with one probe,
-/// and a free finds and removes its entry with one. (A search for an
-/// absent address and then an insert cost two; so did an earlier cache of
-/// the newest allocations in front of the map, more than the map lookups
-/// it saved, even on traces where most objects are freed soon.)
+/// The newest `PENDING` allocations wait outside the map, in `pending`,
+/// before they go in: an object freed that soon never touches the map. (A
+/// lookup right after an insert near the same slot stalls: it loads the 16
+/// control bytes of which the insert has just stored one, and the load
+/// waits for the store to reach the cache.) The map is a
+/// `hashbrown::HashTable`: an allocation that leaves `pending` goes in
+/// without a search, as `pending` and the map never hold the same address.
 #[derive(Default)]
 struct Live {
     map: HashTable<(u64, u64)>,
+    /// (address, size) of at most `PENDING` allocations, none of them in
+    /// `map`: slot `i` holds one when bit `i` of `used` is set.
+    pending: [(u64, u64); PENDING],
+    used: u32,
+    /// The slot the next allocation takes (its object, if any, goes into
+    /// the map).
+    next: usize,
 }
+
+/// Slots of [`Live::pending`]. Two are enough to keep each insert away
+/// from the lookups of the next few events; more cost more comparisons.
+const PENDING: usize = 2;
 
 #[inline(always)]
 fn addr_hash(addr: u64) -> u64 {
@@ -39,21 +51,42 @@ fn addr_hash(addr: u64) -> u64 {
 }
 
 impl Live {
+    /// The slot of `pending` that holds `addr`, if any.
+    #[inline(always)]
+    fn pending_slot(&self, addr: u64) -> Option<usize> {
+        let mut hits = 0u32;
+        for (i, &(a, _)) in self.pending.iter().enumerate() {
+            hits |= u32::from(a == addr) << i;
+        }
+        hits &= self.used;
+        (hits != 0).then(|| hits.trailing_zeros() as usize % PENDING)
+    }
+
     /// Returns the size it replaces when the address was already live.
     #[inline]
     fn alloc(&mut self, addr: u64, size: u64) -> Option<u64> {
-        let hash = addr_hash(addr);
-        match self.map.entry(hash, |&(a, _)| a == addr, |&(a, _)| addr_hash(a)) {
-            Entry::Occupied(mut live) => Some(std::mem::replace(&mut live.get_mut().1, size)),
-            Entry::Vacant(slot) => {
-                slot.insert((addr, size));
-                None
-            }
+        if let Some(i) = self.pending_slot(addr) {
+            return Some(std::mem::replace(&mut self.pending[i].1, size));
         }
+        if let Some((_, old)) = self.map.find_mut(addr_hash(addr), |&(a, _)| a == addr) {
+            return Some(std::mem::replace(old, size));
+        }
+        let i = self.next;
+        self.next = (i + 1) % PENDING;
+        let old = std::mem::replace(&mut self.pending[i], (addr, size));
+        if self.used >> i & 1 != 0 {
+            self.map.insert_unique(addr_hash(old.0), old, |&(a, _)| addr_hash(a));
+        }
+        self.used |= 1 << i;
+        None
     }
 
     #[inline]
     fn free(&mut self, addr: u64) -> Option<u64> {
+        if let Some(i) = self.pending_slot(addr) {
+            self.used &= !(1 << i);
+            return Some(self.pending[i].1);
+        }
         match self.map.find_entry(addr_hash(addr), |&(a, _)| a == addr) {
             Ok(live) => Some(live.remove().0 .1),
             Err(_) => None,
@@ -61,9 +94,13 @@ impl Live {
     }
 
     fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + self.used.count_ones() as usize
     }
 }
+
+/// Thread IDs below this are counted in a vector (see
+/// `Stats::small_thread_counts`), others in a map.
+const SMALL_THREADS: usize = 4096;
 
 /// Number of event kinds `stats` counts: the ten of FORMAT.md section 3,
 /// then the three page events.
@@ -107,6 +144,10 @@ pub struct Stats {
     /// run of events of one thread (threads write long runs, so most events
     /// just count up `run_events`).
     thread_counts: FxHashMap<u64, u64>,
+    /// The same for thread IDs below `SMALL_THREADS`, indexed by ID (trace
+    /// thread IDs count from 1): threads writing at once take turns every
+    /// few events, so a run often ends after one or two.
+    small_thread_counts: Vec<u64>,
     run_thread: u64,
     run_events: u64,
     /// Type IDs of the current generation's type table.
@@ -131,6 +172,8 @@ pub struct Stats {
     pub first_anomaly: Option<String>,
     pub first_unknown_type: Option<String>,
     pub duration_ns: u64,
+    /// Ticks of the last event counted.
+    last_ticks: u64,
     pub truncated_at: Option<u64>,
     pub bytes: u64,
     /// Events per entry point (FORMAT.md section 3), in tag order.
@@ -152,12 +195,24 @@ impl Stats {
         self.total_events = self.counts.iter().sum();
         self.end_thread_run();
         self.per_thread.extend(self.thread_counts.drain());
+        let small = std::mem::take(&mut self.small_thread_counts);
+        self.per_thread
+            .extend((0u64..).zip(small).filter(|&(_, n)| n > 0));
     }
 
     #[inline(never)]
     fn end_thread_run(&mut self) {
         if self.run_events > 0 {
-            *self.thread_counts.entry(self.run_thread).or_insert(0) += self.run_events;
+            let thread = self.run_thread;
+            match usize::try_from(thread) {
+                Ok(i) if i < SMALL_THREADS => {
+                    if self.small_thread_counts.len() <= i {
+                        self.small_thread_counts.resize(i + 1, 0);
+                    }
+                    self.small_thread_counts[i] += self.run_events;
+                }
+                _ => *self.thread_counts.entry(thread).or_insert(0) += self.run_events,
+            }
             self.run_events = 0;
         }
     }
@@ -204,8 +259,13 @@ impl Stats {
         }
     }
 
+    /// Counts `e`, of the generation whose clock is `clock`. Reads no
+    /// `e.time_ns`: the common case needs no time (the duration comes from
+    /// the ticks of the last event, see `collect`), so the compiler drops
+    /// the reader's conversion; the rare paths that need one convert the
+    /// ticks with `clock`.
     #[inline(always)]
-    fn event(&mut self, e: &Event) {
+    fn event(&mut self, e: &Event, clock: &Clock) {
         self.counts[kind_index(&e.data)] += 1;
         if e.thread != self.run_thread {
             self.end_thread_run();
@@ -213,7 +273,7 @@ impl Stats {
         }
         self.run_events += 1;
         self.long_form_events += u64::from(e.long_form);
-        self.duration_ns = self.duration_ns.max(e.time_ns);
+        self.last_ticks = e.ticks;
         if let Some(entry) = e.entry {
             self.entry_points[entry as usize - 1] += 1;
         }
@@ -221,28 +281,28 @@ impl Stats {
             EventData::HeapObjectExists { size, type_id }
             | EventData::HeapObjectAlloc { size, type_id } => {
                 if type_id != 0 && !self.generation_types.contains(&type_id) {
-                    self.unknown_type(e, type_id);
+                    self.unknown_type(timed(e, clock), type_id);
                 }
                 if let Some(old) = self.heap.alloc(e.addr, size) {
                     // The old object was never freed: replace it.
                     self.live_bytes = self.live_bytes.saturating_sub(u128::from(old));
-                    self.anomaly(e, "allocation of an address that is already live", true);
+                    self.anomaly(timed(e, clock), "allocation of an address that is already live", true);
                 }
                 self.live_bytes += u128::from(size);
                 self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
             }
             EventData::HeapObjectFree => match self.heap.free(e.addr) {
                 Some(size) => self.live_bytes = self.live_bytes.saturating_sub(u128::from(size)),
-                None => self.anomaly(e, "free of an address that is not live", false),
+                None => self.anomaly(timed(e, clock), "free of an address that is not live", false),
             },
-            _ => self.other_event(e),
+            _ => self.other_event(timed(e, clock)),
         }
     }
 
     /// Events other than heap objects': out of the hot path, which stays
     /// small enough to be inlined into the reading loop.
     #[inline(never)]
-    fn other_event(&mut self, e: &Event) {
+    fn other_event(&mut self, e: Event) {
         match e.data {
             EventData::SpanExists { npages, .. } | EventData::SpanAlloc { npages, .. } => {
                 if self.spans.alloc(e.addr, npages).is_some() {
@@ -267,7 +327,7 @@ impl Stats {
             // A call that changed no memory (counted under events.call).
             EventData::Call => {}
             EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => {
-                self.pages.event(e)
+                self.pages.event(&e)
             }
             // Handled by `event`.
             EventData::HeapObjectExists { .. }
@@ -278,7 +338,7 @@ impl Stats {
 
     #[cold]
     #[inline(never)]
-    fn unknown_type(&mut self, e: &Event, type_id: u64) {
+    fn unknown_type(&mut self, e: Event, type_id: u64) {
         self.unknown_type_refs += 1;
         if self.first_unknown_type.is_none() {
             self.first_unknown_type = Some(format!(
@@ -290,7 +350,7 @@ impl Stats {
 
     #[cold]
     #[inline(never)]
-    fn anomaly(&mut self, e: &Event, what: &str, double_alloc: bool) {
+    fn anomaly(&mut self, e: Event, what: &str, double_alloc: bool) {
         if double_alloc {
             self.double_alloc += 1;
         } else {
@@ -404,6 +464,16 @@ impl Stats {
     }
 }
 
+/// A copy of `e` with its time from `clock`, for the paths out of line
+/// (see [`Stats::event`]).
+#[inline(always)]
+fn timed(e: &Event, clock: &Clock) -> Event {
+    Event {
+        time_ns: clock.time_ns(e.ticks),
+        ..e.clone()
+    }
+}
+
 /// Reads the whole trace into a [`Stats`]. Fails on a malformed trace or an
 /// I/O error.
 pub fn collect(path: &Path) -> Result<Stats, Failure> {
@@ -412,9 +482,20 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
     let mut stats = Stats::new(size);
     let mut progress = Progress::new(size);
     let result = loop {
-        match reader.next_events(1 << 16, #[inline(always)] |e| stats.event(e)) {
+        let clock = reader.clock();
+        let drained = match &clock {
+            Some(clock) => reader.next_events(1 << 16, #[inline(always)] |e| stats.event(e, clock)),
+            // No generation yet: nothing to hand out (but an error).
+            None => reader.next_events(1, |_| {}),
+        };
+        match drained {
             Ok(0) => {}
             Ok(_) => {
+                // Times grow with ticks within a generation, so the last
+                // event handed out is its latest so far.
+                if let Some(clock) = clock {
+                    stats.duration_ns = stats.duration_ns.max(clock.time_ns(stats.last_ticks));
+                }
                 progress.update(reader.bytes_read());
                 continue;
             }
@@ -422,7 +503,12 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
         }
         match reader.next_record() {
             Ok(Some(Record::GenerationStart { .. })) => stats.generation_start(&reader),
-            Ok(Some(Record::Event(e))) => stats.event(&e),
+            Ok(Some(Record::Event(e))) => {
+                if let Some(clock) = reader.clock() {
+                    stats.event(&e, &clock);
+                }
+                stats.duration_ns = stats.duration_ns.max(e.time_ns);
+            }
             Ok(None) => break Ok(()),
             Err(err) => break Err(err),
         }
@@ -459,7 +545,7 @@ mod tests {
     use std::collections::HashMap;
 
     /// `Live` answers as a plain map would, whatever the order of allocs
-    /// and frees.
+    /// and frees (the newest allocations wait outside the map).
     #[test]
     fn live_is_a_map() {
         let mut live = Live::default();
