@@ -14,7 +14,7 @@
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 /// What the header's inline event path may do in the running session
-/// ([`Shared::inline_mode`]).
+/// (the `inline_mode` field of [`Shared`]).
 pub mod inline_mode {
     /// Call the out-of-line function for every event: tracing is off, or
     /// the session needs something the inline path does not do (a clock

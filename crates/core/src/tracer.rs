@@ -23,6 +23,16 @@
 //! (info, types, generation end, trace end) are written by the thread running
 //! start/advance/stop into buffers of its own, with thread ID 0.
 //!
+//! An event takes one of two paths. The fast path ([`write_event_fast`])
+//! handles the common case (a slot, room in the buffer, an address on the
+//! grid, membarrier available) with no call and no stack frame; everything
+//! else goes to the slow path ([`emit_slow`]: claim a slot, refill, long
+//! form, count a loss). The C header's inline path
+//! (include/alloctrace_inline.h) is the fast path again, in C, over the
+//! same layouts ([`SHARED`](crate::shared::SHARED), `ThreadSlot`, `Buffer`,
+//! whose offsets are asserted) and with the same invariants; it falls back
+//! to the exported functions, i.e. to this file.
+//!
 //! ## Invariants
 //!
 //! 1. A thread MUST read [`SHARED.generation`](SHARED) only between `seq.try_begin()` and
