@@ -227,19 +227,24 @@ fn fast_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
         *pos += 1;
         return Some(u64::from(b));
     }
-    let (v, next) = multi_byte_varint(buf, *pos)?;
+    let (v, next) = multi_byte_varint(buf, *pos);
+    // `next` is past the varint's first byte unless it was refused.
+    if next == 0 {
+        return None;
+    }
     *pos = next;
     Some(v)
 }
 
-/// A varint of two bytes or more, and the position after it: without a
-/// loop or a branch per byte when it ends within the 8 bytes at `pos`
-/// (up to 56 bits: such a varint never overflows), else as `get_uvarint`
-/// reads it. Takes and returns the position by value: a `&mut` to the
-/// caller's position would keep it in memory through the caller's whole
-/// loop.
+/// A varint of two bytes or more, and the position after it; the position
+/// 0 if it is refused (a pair, not an `Option`: it comes back in two
+/// registers). Without a loop or a branch per byte when it ends within
+/// the 8 bytes at `pos` (then it holds at most 56 bits, and never
+/// overflows); else as `get_uvarint` reads it. Takes the position by
+/// value: a `&mut` to the caller's position would keep it in memory
+/// through the caller's whole loop.
 #[inline(always)]
-fn multi_byte_varint(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
+fn multi_byte_varint(buf: &[u8], pos: usize) -> (u64, usize) {
     let word = buf
         .get(pos..pos.wrapping_add(8))
         .and_then(|w| <[u8; 8]>::try_from(w).ok())
@@ -254,21 +259,32 @@ fn multi_byte_varint(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
     }
     // The varint's bits: 8 per byte up to and including the last.
     let bits = ends.trailing_zeros() + 1;
-    let x = word & (u64::MAX >> (64 - bits)) & 0x7f7f_7f7f_7f7f_7f7f;
-    // Close the gaps between the 7-bit groups: pairs, then fours, then all.
-    let x = (x & 0x007f_007f_007f_007f) | (x & 0x7f00_7f00_7f00_7f00) >> 1;
-    let x = (x & 0x0000_3fff_0000_3fff) | (x & 0x3fff_0000_3fff_0000) >> 2;
-    let x = (x & 0x0000_0000_0fff_ffff) | (x & 0x0fff_ffff_0000_0000) >> 4;
-    Some((x, pos + (bits / 8) as usize))
+    let x = word & (u64::MAX >> (64 - bits));
+    let v = if bits <= 32 {
+        // Up to 4 bytes (IDs of compact events, most sizes): each group
+        // of 7 bits moved into place on its own, with small masks.
+        let x = x as u32;
+        u64::from((x & 0x7f) | (x >> 1 & 0x3f80) | (x >> 2 & 0x1f_c000) | (x >> 3 & 0xfe0_0000))
+    } else {
+        // Close the gaps between the 7-bit groups: pairs, then fours,
+        // then all.
+        let x = x & 0x7f7f_7f7f_7f7f_7f7f;
+        let x = (x & 0x007f_007f_007f_007f) | (x & 0x7f00_7f00_7f00_7f00) >> 1;
+        let x = (x & 0x0000_3fff_0000_3fff) | (x & 0x3fff_0000_3fff_0000) >> 2;
+        (x & 0x0000_0000_0fff_ffff) | (x & 0x0fff_ffff_0000_0000) >> 4
+    };
+    (v, pos + (bits / 8) as usize)
 }
 
 /// A varint as `get_uvarint` reads it, out of line (one of 9 or 10 bytes,
-/// or one near the end of the buffer).
+/// or one near the end of the buffer); the position 0 if it is refused.
 #[cold]
 #[inline(never)]
-fn long_varint(buf: &[u8], mut pos: usize) -> Option<(u64, usize)> {
-    let v = get_uvarint(buf, &mut pos).ok()?;
-    Some((v, pos))
+fn long_varint(buf: &[u8], mut pos: usize) -> (u64, usize) {
+    match get_uvarint(buf, &mut pos) {
+        Ok(v) => (v, pos),
+        Err(_) => (0, 0),
+    }
 }
 
 /// What a kind byte says about its event, for the fast decoder.

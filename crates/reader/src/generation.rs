@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Range;
 
-use alloctrace_format::{exact_log2, pages, restore_address, BatchKind, EventKind, IdDeltas};
+use alloctrace_format::{exact_log2, pages, restore_address, unzigzag, AddressClass, BatchKind, EventKind};
 
 use crate::decode::{self, BatchContext, Cursor, PageEvent, PagesState, RawEvent};
 use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, TypeInfo};
@@ -224,7 +224,49 @@ struct BatchCursor {
     /// The sync state of a pages batch (unused for an events batch).
     pages: PagesState,
     /// Previous IDs of a compact events batch (FORMAT.md section 3).
-    ids: IdDeltas,
+    ids: Ids,
+}
+
+/// The previous short-form ID of each address class within a compact
+/// events batch (FORMAT.md section 3), as `alloctrace_format::IdDeltas`
+/// keeps them, plus a fourth slot that calls write and nothing reads: the
+/// class comes from a table, with no branch.
+#[derive(Clone, Copy, Default)]
+struct Ids([u64; 4]);
+
+/// Per kind byte value (low bits): the slot of [`Ids`] of its address
+/// class; 3 for a call, whose argument is no ID.
+const ID_SLOT: [usize; 16] = {
+    let mut slots = [3; 16];
+    let mut b = 0;
+    while b < 16 {
+        if let Some(kind) = EventKind::from_u8(b as u8) {
+            slots[b] = match kind.address_class() {
+                AddressClass::Span => 0,
+                AddressClass::HeapObject => 1,
+                AddressClass::Stack => 2,
+                AddressClass::Raw => 3,
+            };
+        }
+        b += 1;
+    }
+    slots
+};
+
+impl Ids {
+    /// The ID of a short-form event of `kind` written as `arg`,
+    /// remembered as its class's previous one; `arg` itself for a call.
+    #[inline(always)]
+    fn decode(&mut self, kind: EventKind, arg: u64) -> u64 {
+        let slot = ID_SLOT[kind as usize % 16];
+        let id = self.0[slot % 4].wrapping_add(unzigzag(arg) as u64);
+        self.0[slot % 4] = id;
+        if slot == 3 {
+            arg
+        } else {
+            id
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -275,7 +317,7 @@ impl Emitter {
                 pos: 0,
                 pending: None,
                 pages: PagesState::new(batch.thread, batch.base_ticks),
-                ids: IdDeltas::default(),
+                ids: Ids::default(),
             };
             if let Some((ticks, pending)) = decode_next(&gen.raw, batch, &mut cursor, batch.base_ticks)? {
                 cursor.pending = Some(pending);
@@ -552,6 +594,12 @@ impl Run<'_> {
         let body = self.raw.get(self.batch.range.clone()).unwrap_or(&[]);
         let compact = self.batch.kind == BatchKind::CompactEvents;
         let thread = self.batch.thread;
+        // key(t, index) < limit exactly when t < ticks_limit: the run's
+        // test without building a key per event.
+        let ticks_limit = match self.limit.checked_sub(self.index as u128) {
+            Some(room) => (room >> 64) + u128::from(room as u64 != 0),
+            None => 0,
+        };
         let mut pos = cursor.pos;
         let mut ids = cursor.ids;
         let mut ev = first;
@@ -580,9 +628,9 @@ impl Run<'_> {
                 },
             };
             if compact && !e.long_form {
-                e.args[0] = ids.decode(e.kind.address_class(), e.args[0]);
+                e.args[0] = ids.decode(e.kind, e.args[0]);
             }
-            if n < self.budget && key(t, self.index) < self.limit {
+            if n < self.budget && u128::from(t) < ticks_limit {
                 (ticks, ev) = (t, e);
             } else {
                 cursor.pos = pos;
@@ -645,7 +693,7 @@ fn decode_next(
         return decode_next_slow(raw, batch, cursor, prev_ticks);
     };
     if batch.kind == BatchKind::CompactEvents && !ev.long_form {
-        ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
+        ev.args[0] = cursor.ids.decode(ev.kind, ev.args[0]);
     }
     cursor.pos = pos;
     Ok(Some((ticks, Pending::Object(ev))))
@@ -668,7 +716,7 @@ fn decode_next_slow(
         .checked_add(ev.delta)
         .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
     if batch.kind == BatchKind::CompactEvents && !ev.long_form {
-        ev.args[0] = cursor.ids.decode(ev.kind.address_class(), ev.args[0]);
+        ev.args[0] = cursor.ids.decode(ev.kind, ev.args[0]);
     }
     cursor.pos = c.pos();
     Ok(Some((ticks, Pending::Object(ev))))
