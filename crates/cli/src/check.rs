@@ -103,8 +103,8 @@ fn judge(s: &Stats) -> Verdict {
             "inconsistent: {} anomalies ({} frees of addresses that are not live, {} allocations of addresses already live), \
              {} heap object events with a type ID missing from their generation's type table.",
             s.anomalies(),
-            s.unknown_free,
-            s.double_alloc,
+            s.unknown_free(),
+            s.double_alloc(),
             s.unknown_type_refs
         );
         if s.page_anomalies() > 0 {

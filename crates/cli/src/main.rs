@@ -93,7 +93,7 @@ pub type Reader = TraceReader<BufReader<File>>;
 pub fn open(path: &Path) -> Result<Reader, Failure> {
     let file = File::open(path)
         .map_err(|e| Failure::Io(format!("cannot open {}: {e}", path.display())))?;
-    let reader = TraceReader::new(BufReader::with_capacity(256 * 1024, file)).map_err(|e| {
+    let reader = TraceReader::new(BufReader::with_capacity(8 * 1024, file)).map_err(|e| {
         if e.is_malformed() {
             Failure::Malformed(e)
         } else {

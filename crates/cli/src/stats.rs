@@ -1,11 +1,18 @@
 //! `alloctrace stats`: counts and live-heap accounting over a whole trace,
 //! in memory proportional to the live objects (and the runs of pages in
 //! use, for page-tracer events).
+//!
+//! Two threads: the reading thread decodes the trace and hands the events,
+//! in order and in chunks, to a counting thread, which keeps the counts
+//! and the live maps (see [`Feed`] and [`Tally`]). The results are those
+//! of counting every event in order on one thread.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::hash::BuildHasher as _;
 use std::path::Path;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread::{self, JoinHandle};
 
 use alloctrace_format::{EntryPoint, ENTRY_POINTS, EVENT_KINDS};
 use alloctrace_reader::{Clock, Event, EventData, Record, PAGE_EVENT_NAMES};
@@ -98,8 +105,23 @@ impl Live {
     }
 }
 
+/// The three live maps and what they count: heap objects (with their
+/// bytes), spans and stacks.
+#[derive(Default)]
+struct Maps {
+    heap: Live,
+    spans: Live,
+    stacks: Live,
+    /// u128 so that odd sizes (long-form events may carry any value) cannot
+    /// overflow; printed saturated to u64.
+    live_bytes: u128,
+    peak_live_bytes: u128,
+    unknown_free: u64,
+    double_alloc: u64,
+}
+
 /// Thread IDs below this are counted in a vector (see
-/// `Stats::small_thread_counts`), others in a map.
+/// `Tally::small_thread_counts`), others in a map.
 const SMALL_THREADS: usize = 4096;
 
 /// Number of event kinds `stats` counts: the ten of FORMAT.md section 3,
@@ -131,18 +153,66 @@ fn kind_names() -> impl Iterator<Item = &'static str> {
     EVENT_KINDS.iter().map(|k| k.name()).chain(PAGE_EVENT_NAMES)
 }
 
+/// An event other than a page event, as the counting thread needs it.
+#[derive(Clone, Copy)]
+struct Op {
+    addr: u64,
+    /// A heap object's or a stack's bytes, a span's pages; 0 for a free or
+    /// a call.
+    size: u64,
+    ticks: u64,
+    thread: u64,
+    /// [`kind_index`], below 10.
+    kind: u8,
+    /// The entry point's tag, 0 for none.
+    entry: u8,
+    long_form: bool,
+}
+
+/// Events of one generation, handed to the counting thread in order, and
+/// handed back to be filled again.
+struct Chunk {
+    ops: Vec<Op>,
+    generation: u64,
+    /// The generation's clock, for the times the counting thread needs.
+    clock: Option<Clock>,
+}
+
+/// Events per chunk: each chunk costs the threads a hand-over (a wake-up
+/// of the counting thread, when it waits), and memory: 40 bytes an event,
+/// [`CHUNKS`] chunks.
+const CHUNK: usize = 1024;
+
+/// Full chunks waiting for the counting thread, at most.
+const QUEUE: usize = 1;
+
+/// Chunks in all: one being filled, the waiting ones, one being counted.
+const CHUNKS: usize = QUEUE + 2;
+
+impl Chunk {
+    fn new() -> Chunk {
+        Chunk {
+            ops: Vec::with_capacity(CHUNK),
+            generation: 0,
+            clock: None,
+        }
+    }
+}
+
+const WHAT_DOUBLE_ALLOC: &str = "allocation of an address that is already live";
+const WHAT_UNKNOWN_FREE: &str = "free of an address that is not live";
+
+/// What the counting thread counts: every event but the page events, in
+/// trace order. Most of the work of an event is here (the live maps
+/// above all), on a thread of its own, while the reading thread decodes
+/// the next events.
 #[derive(Default)]
-pub struct Stats {
-    /// Per event kind, indexed by [`kind_index`].
+struct Tally {
+    /// Per event kind, indexed by [`kind_index`] (page events stay 0).
     counts: [u64; KINDS],
-    /// The sum of `counts`, once the trace has been read.
-    pub total_events: u64,
-    /// Events per thread ID (0 included). Filled from `thread_counts` when
-    /// the trace has been read.
-    pub per_thread: BTreeMap<u64, u64>,
-    /// Events per thread ID while the trace is read, but for the current
-    /// run of events of one thread (threads write long runs, so most events
-    /// just count up `run_events`).
+    /// Events per thread ID, but for the current run of events of one
+    /// thread (threads write long runs, so most events just count up
+    /// `run_events`).
     thread_counts: FxHashMap<u64, u64>,
     /// The same for thread IDs below `SMALL_THREADS`, indexed by ID (trace
     /// thread IDs count from 1): threads writing at once take turns every
@@ -150,54 +220,101 @@ pub struct Stats {
     small_thread_counts: Vec<u64>,
     run_thread: u64,
     run_events: u64,
-    /// Type IDs of the current generation's type table.
-    generation_types: BTreeSet<u64>,
-    /// Type IDs defined in any generation's type table.
-    pub type_ids: BTreeSet<u64>,
-    pub generations: u64,
-    pub lost_events: u64,
-    heap: Live,
-    spans: Live,
-    stacks: Live,
-    /// u128 so that odd sizes (long-form events may carry any value) cannot
-    /// overflow; printed saturated to u64.
-    live_bytes: u128,
-    peak_live_bytes: u128,
-    pub unknown_free: u64,
-    pub double_alloc: u64,
-    pub long_form_events: u64,
-    /// Heap object events naming a type ID absent from their generation's
-    /// type table.
-    pub unknown_type_refs: u64,
-    pub first_anomaly: Option<String>,
-    pub first_unknown_type: Option<String>,
-    pub duration_ns: u64,
-    /// Ticks of the last event counted.
-    last_ticks: u64,
-    pub truncated_at: Option<u64>,
-    pub bytes: u64,
-    /// Events per entry point (FORMAT.md section 3), in tag order.
-    pub entry_points: [u64; ENTRY_POINTS.len()],
-    /// Page-tracer events accounted as runs of pages in use.
-    pub pages: PageStats,
+    long_form_events: u64,
+    entry_points: [u64; ENTRY_POINTS.len()],
+    maps: Maps,
+    first_anomaly: Option<String>,
+    /// The time of the latest event.
+    duration_ns: u64,
 }
 
-impl Stats {
-    fn new(bytes: u64) -> Stats {
-        Stats {
-            bytes,
-            ..Stats::default()
+impl Tally {
+    fn chunk(&mut self, chunk: &Chunk) {
+        for op in &chunk.ops {
+            self.op(op, chunk);
+        }
+        // Times grow with ticks within a generation: the last event of a
+        // chunk is its latest.
+        if let (Some(op), Some(clock)) = (chunk.ops.last(), &chunk.clock) {
+            self.duration_ns = self.duration_ns.max(clock.time_ns(op.ticks));
         }
     }
 
-    /// Moves the per-thread counts into `per_thread`, for output.
-    fn finish(&mut self) {
-        self.total_events = self.counts.iter().sum();
-        self.end_thread_run();
-        self.per_thread.extend(self.thread_counts.drain());
-        let small = std::mem::take(&mut self.small_thread_counts);
-        self.per_thread
-            .extend((0u64..).zip(small).filter(|&(_, n)| n > 0));
+    #[inline(always)]
+    fn op(&mut self, op: &Op, chunk: &Chunk) {
+        if let Some(n) = self.counts.get_mut(usize::from(op.kind)) {
+            *n += 1;
+        }
+        if op.thread != self.run_thread {
+            self.end_thread_run();
+            self.run_thread = op.thread;
+        }
+        self.run_events += 1;
+        self.long_form_events += u64::from(op.long_form);
+        if let Some(n) = self.entry_points.get_mut(usize::from(op.entry).wrapping_sub(1)) {
+            *n += 1;
+        }
+        let maps = &mut self.maps;
+        let what = match op.kind {
+            // Heap object exists, alloc, free.
+            3 | 4 => {
+                let old = maps.heap.alloc(op.addr, op.size);
+                if let Some(old) = old {
+                    // The old object was never freed: replace it.
+                    maps.live_bytes = maps.live_bytes.saturating_sub(u128::from(old));
+                }
+                maps.live_bytes += u128::from(op.size);
+                maps.peak_live_bytes = maps.peak_live_bytes.max(maps.live_bytes);
+                old.map(|_| WHAT_DOUBLE_ALLOC)
+            }
+            5 => match maps.heap.free(op.addr) {
+                Some(size) => {
+                    maps.live_bytes = maps.live_bytes.saturating_sub(u128::from(size));
+                    None
+                }
+                None => Some(WHAT_UNKNOWN_FREE),
+            },
+            // A call that changed no memory (counted under events.call).
+            9 => None,
+            kind => self.other(kind, op.addr, op.size),
+        };
+        if let Some(what) = what {
+            self.anomaly(op, chunk, what);
+        }
+    }
+
+    /// Spans and stacks: out of the heap objects' loop.
+    #[inline(never)]
+    fn other(&mut self, kind: u8, addr: u64, size: u64) -> Option<&'static str> {
+        let (live, alloc) = match kind {
+            0 | 1 => (&mut self.maps.spans, true),
+            2 => (&mut self.maps.spans, false),
+            6 | 7 => (&mut self.maps.stacks, true),
+            _ => (&mut self.maps.stacks, false),
+        };
+        if alloc {
+            live.alloc(addr, size).map(|_| WHAT_DOUBLE_ALLOC)
+        } else {
+            live.free(addr).map_or(Some(WHAT_UNKNOWN_FREE), |_| None)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn anomaly(&mut self, op: &Op, chunk: &Chunk, what: &'static str) {
+        if what == WHAT_DOUBLE_ALLOC {
+            self.maps.double_alloc += 1;
+        } else {
+            self.maps.unknown_free += 1;
+        }
+        if self.first_anomaly.is_none() {
+            let name = EVENT_KINDS.get(usize::from(op.kind)).map_or("?", |k| k.name());
+            let time_ns = chunk.clock.map_or(0, |c| c.time_ns(op.ticks));
+            self.first_anomaly = Some(format!(
+                "{name} at {:#x} ({time_ns} ns, generation {}, thread {}): {what}",
+                op.addr, chunk.generation, op.thread
+            ));
+        }
     }
 
     #[inline(never)]
@@ -217,13 +334,191 @@ impl Stats {
         }
     }
 
+    /// Adds the counts into `stats`.
+    fn finish(mut self, stats: &mut Stats) {
+        self.end_thread_run();
+        for (total, n) in stats.counts.iter_mut().zip(self.counts) {
+            *total += n;
+        }
+        let small = std::mem::take(&mut self.small_thread_counts);
+        let threads = self.thread_counts.into_iter().chain((0u64..).zip(small));
+        for (thread, n) in threads.filter(|&(_, n)| n > 0) {
+            *stats.per_thread.entry(thread).or_insert(0) += n;
+        }
+        stats.long_form_events += self.long_form_events;
+        for (total, n) in stats.entry_points.iter_mut().zip(self.entry_points) {
+            *total += n;
+        }
+        stats.maps = self.maps;
+        stats.first_anomaly = self.first_anomaly;
+        stats.duration_ns = stats.duration_ns.max(self.duration_ns);
+    }
+}
+
+/// The counting thread and the chunks on their way to it: the reading
+/// thread decodes events and hands them over; the counting thread counts
+/// them, in the same order, into a [`Tally`].
+struct Feed {
+    chunk: Chunk,
+    /// Chunks made so far, at most [`CHUNKS`].
+    chunks: usize,
+    to_counter: SyncSender<Chunk>,
+    returned: Receiver<Chunk>,
+    counter: JoinHandle<Tally>,
+}
+
+impl Feed {
+    fn start() -> Result<Feed, Failure> {
+        let (to_counter, work) = mpsc::sync_channel::<Chunk>(QUEUE);
+        let (give_back, returned) = mpsc::channel::<Chunk>();
+        let counter = thread::Builder::new()
+            .name("alloctrace-count".into())
+            .spawn(move || {
+                let mut tally = Tally::default();
+                for chunk in work {
+                    tally.chunk(&chunk);
+                    // The reading thread may have stopped (an error).
+                    let _ = give_back.send(chunk);
+                }
+                tally
+            })
+            .map_err(|e| Failure::Io(format!("cannot start a thread: {e}")))?;
+        Ok(Feed {
+            chunk: Chunk::new(),
+            chunks: 1,
+            to_counter,
+            returned,
+            counter,
+        })
+    }
+
+    #[inline(always)]
+    fn push(&mut self, op: Op) {
+        self.chunk.ops.push(op);
+        if self.chunk.ops.len() >= CHUNK {
+            self.send();
+        }
+    }
+
+    /// Readies the chunk for the events of `generation` to come, sending
+    /// the one being filled if it holds another generation's.
+    fn open(&mut self, generation: u64, clock: Clock) {
+        if self.chunk.generation != generation && !self.chunk.ops.is_empty() {
+            self.send();
+        }
+        if self.chunk.ops.is_empty() {
+            self.chunk.generation = generation;
+            self.chunk.clock = Some(clock);
+        }
+    }
+
+    /// Hands the chunk over and starts another of the same generation: one
+    /// handed back, or a new one while fewer than [`CHUNKS`] exist.
+    #[inline(never)]
+    fn send(&mut self) {
+        let next = match self.returned.try_recv() {
+            Ok(chunk) => Some(chunk),
+            Err(_) if self.chunks < CHUNKS => {
+                self.chunks += 1;
+                Some(Chunk::new())
+            }
+            // Every chunk is out: wait for one.
+            Err(_) => self.returned.recv().ok(),
+        };
+        // None, or a failed send: the counting thread is gone (it
+        // panicked; `finish` says so). The chunk is emptied and refilled.
+        let Some(mut next) = next else {
+            self.chunk.ops.clear();
+            return;
+        };
+        next.ops.clear();
+        next.generation = self.chunk.generation;
+        next.clock = self.chunk.clock;
+        let full = std::mem::replace(&mut self.chunk, next);
+        if let Err(mpsc::SendError(mut full)) = self.to_counter.send(full) {
+            full.ops.clear();
+            self.chunk = full;
+        }
+    }
+
+    /// Waits for the counting thread to count every event.
+    fn finish(self) -> Result<Tally, Failure> {
+        let Feed { chunk, to_counter, returned, counter, .. } = self;
+        if !chunk.ops.is_empty() {
+            let _ = to_counter.send(chunk);
+        }
+        drop((to_counter, returned));
+        counter
+            .join()
+            .map_err(|_| Failure::Io("internal error: the counting thread failed".into()))
+    }
+}
+
+/// What the reading thread keeps while it reads: what needs the reader
+/// (type tables), the page events, and the feed of the others.
+struct Reading {
+    feed: Feed,
+    /// Type IDs of the current generation's type table.
+    generation_types: BTreeSet<u64>,
+    /// Ticks of the last event handed out.
+    last_ticks: u64,
+    /// Page events per thread.
+    page_threads: BTreeMap<u64, u64>,
+}
+
+#[derive(Default)]
+pub struct Stats {
+    /// Per event kind, indexed by [`kind_index`].
+    counts: [u64; KINDS],
+    /// The sum of `counts`, once the trace has been read.
+    pub total_events: u64,
+    /// Events per thread ID (0 included).
+    pub per_thread: BTreeMap<u64, u64>,
+    /// Type IDs defined in any generation's type table.
+    pub type_ids: BTreeSet<u64>,
+    pub generations: u64,
+    pub lost_events: u64,
+    maps: Maps,
+    pub long_form_events: u64,
+    /// Heap object events naming a type ID absent from their generation's
+    /// type table.
+    pub unknown_type_refs: u64,
+    pub first_anomaly: Option<String>,
+    pub first_unknown_type: Option<String>,
+    pub duration_ns: u64,
+    pub truncated_at: Option<u64>,
+    pub bytes: u64,
+    /// Events per entry point (FORMAT.md section 3), in tag order.
+    pub entry_points: [u64; ENTRY_POINTS.len()],
+    /// Page-tracer events accounted as runs of pages in use.
+    pub pages: PageStats,
+}
+
+impl Stats {
+    fn new(bytes: u64) -> Stats {
+        Stats {
+            bytes,
+            ..Stats::default()
+        }
+    }
+
     /// Threads (non-zero IDs) that wrote events.
     pub fn threads(&self) -> u64 {
         self.per_thread.keys().filter(|&&t| t != 0).count() as u64
     }
 
     pub fn anomalies(&self) -> u64 {
-        self.unknown_free + self.double_alloc
+        self.maps.unknown_free + self.maps.double_alloc
+    }
+
+    /// Frees of an address that is not live.
+    pub fn unknown_free(&self) -> u64 {
+        self.maps.unknown_free
+    }
+
+    /// Allocations of an address that is already live.
+    pub fn double_alloc(&self) -> u64 {
+        self.maps.double_alloc
     }
 
     /// Page-tracer anomalies (see `alloctrace pages`), counted apart from
@@ -238,20 +533,20 @@ impl Stats {
     }
 
     pub fn live_objects(&self) -> u64 {
-        self.heap.len() as u64
+        self.maps.heap.len() as u64
     }
 
     pub fn live_bytes(&self) -> u64 {
-        u64::try_from(self.live_bytes).unwrap_or(u64::MAX)
+        u64::try_from(self.maps.live_bytes).unwrap_or(u64::MAX)
     }
 
     pub fn peak_live_bytes(&self) -> u64 {
-        u64::try_from(self.peak_live_bytes).unwrap_or(u64::MAX)
+        u64::try_from(self.maps.peak_live_bytes).unwrap_or(u64::MAX)
     }
 
-    fn generation_start(&mut self, reader: &Reader) {
-        self.generation_types.clear();
-        self.generation_types.extend(reader.types().keys().copied());
+    fn generation_start(&mut self, reading: &mut Reading, reader: &Reader) {
+        reading.generation_types.clear();
+        reading.generation_types.extend(reader.types().keys().copied());
         self.type_ids.extend(reader.types().keys().copied());
         self.pages.generation_start(reader.info());
         if let (Some(end), Some(origin)) = (reader.generation_end(), reader.time_origin_ns()) {
@@ -259,81 +554,51 @@ impl Stats {
         }
     }
 
-    /// Counts `e`, of the generation whose clock is `clock`. Reads no
-    /// `e.time_ns`: the common case needs no time (the duration comes from
-    /// the ticks of the last event, see `collect`), so the compiler drops
-    /// the reader's conversion; the rare paths that need one convert the
-    /// ticks with `clock`.
+    /// Hands `e`, of the generation whose clock is `clock`, to the counting
+    /// thread, but for what needs this thread: type IDs and page events.
+    /// Reads no `e.time_ns` (the compiler then drops the reader's
+    /// conversion): the rare paths that need a time convert the ticks with
+    /// `clock`.
     #[inline(always)]
-    fn event(&mut self, e: &Event, clock: &Clock) {
-        self.counts[kind_index(&e.data)] += 1;
-        if e.thread != self.run_thread {
-            self.end_thread_run();
-            self.run_thread = e.thread;
-        }
-        self.run_events += 1;
-        self.long_form_events += u64::from(e.long_form);
-        self.last_ticks = e.ticks;
-        if let Some(entry) = e.entry {
-            self.entry_points[entry as usize - 1] += 1;
-        }
-        match e.data {
+    fn event(&mut self, reading: &mut Reading, e: &Event, clock: &Clock) {
+        reading.last_ticks = e.ticks;
+        let size = match e.data {
             EventData::HeapObjectExists { size, type_id }
             | EventData::HeapObjectAlloc { size, type_id } => {
-                if type_id != 0 && !self.generation_types.contains(&type_id) {
+                if type_id != 0 && !reading.generation_types.contains(&type_id) {
                     self.unknown_type(timed(e, clock), type_id);
                 }
-                if let Some(old) = self.heap.alloc(e.addr, size) {
-                    // The old object was never freed: replace it.
-                    self.live_bytes = self.live_bytes.saturating_sub(u128::from(old));
-                    self.anomaly(timed(e, clock), "allocation of an address that is already live", true);
-                }
-                self.live_bytes += u128::from(size);
-                self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
+                size
             }
-            EventData::HeapObjectFree => match self.heap.free(e.addr) {
-                Some(size) => self.live_bytes = self.live_bytes.saturating_sub(u128::from(size)),
-                None => self.anomaly(timed(e, clock), "free of an address that is not live", false),
-            },
-            _ => self.other_event(timed(e, clock)),
-        }
+            EventData::SpanExists { npages, .. } | EventData::SpanAlloc { npages, .. } => npages,
+            EventData::StackExists { size } | EventData::StackAlloc { size } => size,
+            EventData::HeapObjectFree
+            | EventData::SpanFree
+            | EventData::StackFree
+            | EventData::Call => 0,
+            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => {
+                return self.page_event(reading, timed(e, clock));
+            }
+        };
+        reading.feed.push(Op {
+            addr: e.addr,
+            size,
+            ticks: e.ticks,
+            thread: e.thread,
+            kind: kind_index(&e.data) as u8,
+            entry: e.entry.map_or(0, |entry| entry as u8),
+            long_form: e.long_form,
+        });
     }
 
-    /// Events other than heap objects': out of the hot path, which stays
-    /// small enough to be inlined into the reading loop.
+    /// Page-tracer events: out of the hot path, which stays small enough
+    /// to be inlined into the reading loop.
     #[inline(never)]
-    fn other_event(&mut self, e: Event) {
-        match e.data {
-            EventData::SpanExists { npages, .. } | EventData::SpanAlloc { npages, .. } => {
-                if self.spans.alloc(e.addr, npages).is_some() {
-                    self.anomaly(e, "allocation of an address that is already live", true);
-                }
-            }
-            EventData::StackExists { size } | EventData::StackAlloc { size } => {
-                if self.stacks.alloc(e.addr, size).is_some() {
-                    self.anomaly(e, "allocation of an address that is already live", true);
-                }
-            }
-            EventData::SpanFree => {
-                if self.spans.free(e.addr).is_none() {
-                    self.anomaly(e, "free of an address that is not live", false);
-                }
-            }
-            EventData::StackFree => {
-                if self.stacks.free(e.addr).is_none() {
-                    self.anomaly(e, "free of an address that is not live", false);
-                }
-            }
-            // A call that changed no memory (counted under events.call).
-            EventData::Call => {}
-            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => {
-                self.pages.event(&e)
-            }
-            // Handled by `event`.
-            EventData::HeapObjectExists { .. }
-            | EventData::HeapObjectAlloc { .. }
-            | EventData::HeapObjectFree => {}
-        }
+    fn page_event(&mut self, reading: &mut Reading, e: Event) {
+        self.counts[kind_index(&e.data)] += 1;
+        *reading.page_threads.entry(e.thread).or_insert(0) += 1;
+        self.long_form_events += u64::from(e.long_form);
+        self.pages.event(&e)
     }
 
     #[cold]
@@ -344,26 +609,6 @@ impl Stats {
             self.first_unknown_type = Some(format!(
                 "{} at {:#x} ({} ns, generation {}, thread {}) has type ID {type_id}, which is not in the generation's type table",
                 e.data.name(), e.addr, e.time_ns, e.generation, e.thread
-            ));
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn anomaly(&mut self, e: Event, what: &str, double_alloc: bool) {
-        if double_alloc {
-            self.double_alloc += 1;
-        } else {
-            self.unknown_free += 1;
-        }
-        if self.first_anomaly.is_none() {
-            self.first_anomaly = Some(format!(
-                "{} at {:#x} ({} ns, generation {}, thread {}): {what}",
-                e.data.name(),
-                e.addr,
-                e.time_ns,
-                e.generation,
-                e.thread
             ));
         }
     }
@@ -388,11 +633,11 @@ impl Stats {
             "live_objects": self.live_objects(),
             "live_bytes": self.live_bytes(),
             "peak_live_bytes": self.peak_live_bytes(),
-            "live_spans": self.spans.len(),
-            "live_stacks": self.stacks.len(),
+            "live_spans": self.maps.spans.len(),
+            "live_stacks": self.maps.stacks.len(),
             "lost_events": self.lost_events,
             "anomalies": self.anomalies(),
-            "anomaly_kinds": { "unknown_free": self.unknown_free, "double_alloc": self.double_alloc },
+            "anomaly_kinds": { "unknown_free": self.maps.unknown_free, "double_alloc": self.maps.double_alloc },
             "long_form_events": self.long_form_events,
             "duration_ns": self.duration_ns,
             "bytes": self.bytes,
@@ -437,8 +682,8 @@ impl Stats {
         row("live heap objects", &self.live_objects(), "");
         row("live bytes", &self.live_bytes(), "");
         row("peak live bytes", &self.peak_live_bytes(), "");
-        row("live spans", &self.spans.len(), "");
-        row("live stacks", &self.stacks.len(), "");
+        row("live spans", &self.maps.spans.len(), "");
+        row("live stacks", &self.maps.stacks.len(), "");
         row("long-form events", &self.long_form_events, "");
         if self.has_entry_points() {
             row("entry points", &self.entry_points.iter().sum::<u64>(), " tagged events");
@@ -448,8 +693,8 @@ impl Stats {
         }
         row("lost events", &self.lost_events, "");
         row("anomalies", &self.anomalies(), "");
-        row("  unknown frees", &self.unknown_free, "");
-        row("  double allocs", &self.double_alloc, "");
+        row("  unknown frees", &self.maps.unknown_free, "");
+        row("  double allocs", &self.maps.double_alloc, "");
         row("page anomalies", &self.page_anomalies(), "  (alloctrace pages)");
         row(
             "duration ns",
@@ -480,13 +725,23 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
     let mut reader = open(path)?;
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let mut stats = Stats::new(size);
+    let mut reading = Reading {
+        feed: Feed::start()?,
+        generation_types: BTreeSet::new(),
+        last_ticks: 0,
+        page_threads: BTreeMap::new(),
+    };
     let mut progress = Progress::new(size);
     let result = loop {
         let clock = reader.clock();
-        let drained = match &clock {
-            Some(clock) => reader.next_events(1 << 16, #[inline(always)] |e| stats.event(e, clock)),
+        let generation = reader.info().map(|info| info.generation);
+        let drained = match (&clock, generation) {
+            (Some(clock), Some(generation)) => {
+                reading.feed.open(generation, *clock);
+                reader.next_events(1 << 16, #[inline(always)] |e| stats.event(&mut reading, e, clock))
+            }
             // No generation yet: nothing to hand out (but an error).
-            None => reader.next_events(1, |_| {}),
+            _ => reader.next_events(1, |_| {}),
         };
         match drained {
             Ok(0) => {}
@@ -494,7 +749,7 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
                 // Times grow with ticks within a generation, so the last
                 // event handed out is its latest so far.
                 if let Some(clock) = clock {
-                    stats.duration_ns = stats.duration_ns.max(clock.time_ns(stats.last_ticks));
+                    stats.duration_ns = stats.duration_ns.max(clock.time_ns(reading.last_ticks));
                 }
                 progress.update(reader.bytes_read());
                 continue;
@@ -502,10 +757,11 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
             Err(err) => break Err(err),
         }
         match reader.next_record() {
-            Ok(Some(Record::GenerationStart { .. })) => stats.generation_start(&reader),
+            Ok(Some(Record::GenerationStart { .. })) => stats.generation_start(&mut reading, &reader),
             Ok(Some(Record::Event(e))) => {
                 if let Some(clock) = reader.clock() {
-                    stats.event(&e, &clock);
+                    reading.feed.open(e.generation, clock);
+                    stats.event(&mut reading, &e, &clock);
                 }
                 stats.duration_ns = stats.duration_ns.max(e.time_ns);
             }
@@ -514,8 +770,14 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
         }
     };
     progress.finish();
+    // Waited for even after an error: no thread outlives the result.
+    let tally = reading.feed.finish();
     result?;
-    stats.finish();
+    tally?.finish(&mut stats);
+    for (thread, n) in reading.page_threads {
+        *stats.per_thread.entry(thread).or_insert(0) += n;
+    }
+    stats.total_events = stats.counts.iter().sum();
     stats.generations = reader.generations();
     stats.lost_events = reader.lost_events();
     stats.truncated_at = reader.truncated();

@@ -627,3 +627,136 @@ fn stats_counts_entry_points_when_events_are_tagged() {
     let (_, out, _) = run("stats", &sample_trace(), &[]);
     assert!(!out.contains("entry points"), "{out}");
 }
+
+/// `stats` (which counts on a thread of its own, fed in chunks) agrees with
+/// the events as `dump` hands them out, counted one by one in order: on a
+/// trace of two generations, three threads writing at once, many batches,
+/// spans and stacks beside heap objects, and anomalies of every kind, the
+/// first of them late (after many chunks).
+#[test]
+fn stats_counts_what_dump_hands_out() {
+    use alloctrace_reader::testing::Rng;
+    use std::collections::{BTreeMap, HashMap};
+
+    let mut rng = Rng::new(0x5eed);
+    let mut t = TraceBuilder::new();
+    let mut ticks = 1000;
+    for generation in 1..=2u64 {
+        let mut g = info(generation);
+        g.start_ticks = ticks;
+        g.start_mono_ns = 5_000_000 + ticks;
+        t.info(&g);
+        for _batch in 0..12 {
+            for thread in 1..=3u64 {
+                let mut b = EventsBody::new(ticks);
+                for _ in 0..700 {
+                    ticks += 1 + rng.below(3);
+                    // Heap objects from a small pool (double allocs and
+                    // unknown frees come), after the first 20,000 events
+                    // only: the first anomaly is late.
+                    let late = generation == 2;
+                    let pool = if late { 300 } else { 1 << 40 };
+                    let slot = rng.below(pool);
+                    let addr = 0x10000 + slot * 16;
+                    let data = match rng.below(20) {
+                        0 => EventData::SpanAlloc { npages: 1, kind_class: 0 },
+                        1 if late => EventData::SpanFree,
+                        2 => EventData::StackAlloc { size: 8192 },
+                        3 if late => EventData::StackFree,
+                        4..=11 => EventData::HeapObjectAlloc { size: 1 + rng.below(500), type_id: 0 },
+                        _ if late => EventData::HeapObjectFree,
+                        _ => EventData::HeapObjectAlloc { size: 16, type_id: 0 },
+                    };
+                    let slot = if late { slot % 64 } else { slot };
+                    let addr = match data {
+                        EventData::SpanAlloc { .. } | EventData::SpanFree => 0x1_0000_0000 + slot * 4096,
+                        EventData::StackAlloc { .. } | EventData::StackFree => 0x2000_0000_0000 + slot * 8192,
+                        _ => addr,
+                    };
+                    b.event(&g, ticks - rng.below(2), addr, &data);
+                }
+                t.events(generation, thread, &b);
+            }
+        }
+        ticks += 10;
+        t.generation_end(generation, ticks, 5_000_000 + ticks, 0);
+    }
+    t.trace_end(2);
+
+    // The model: dump's events, in dump's order.
+    let (code, dump, err) = run("dump", t.bytes(), &["--json"]);
+    assert_eq!(code, 0, "{err}");
+    let mut heap: HashMap<u64, u64> = HashMap::new();
+    let mut spans: HashMap<u64, u64> = HashMap::new();
+    let mut stacks: HashMap<u64, u64> = HashMap::new();
+    let (mut live, mut peak, mut unknown_free, mut double_alloc) = (0u64, 0u64, 0u64, 0u64);
+    let mut first: Option<String> = None;
+    let mut per_thread: BTreeMap<String, u64> = BTreeMap::new();
+    let mut events = 0u64;
+    for line in dump.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        events += 1;
+        *per_thread.entry(e["thread"].to_string()).or_insert(0) += 1;
+        let kind = e["kind"].as_str().unwrap();
+        let addr = e["addr"].as_u64().unwrap();
+        let anomaly = |what: &str, first: &mut Option<String>| {
+            first.get_or_insert_with(|| {
+                format!("{kind} at {addr:#x} ({} ns, generation {}, thread {}): {what}", e["time_ns"], e["gen"], e["thread"])
+            });
+        };
+        match kind {
+            "heap_object_alloc" => {
+                let size = e["size"].as_u64().unwrap();
+                if let Some(old) = heap.insert(addr, size) {
+                    live -= old;
+                    double_alloc += 1;
+                    anomaly("allocation of an address that is already live", &mut first);
+                }
+                live += size;
+                peak = peak.max(live);
+            }
+            "heap_object_free" => match heap.remove(&addr) {
+                Some(size) => live -= size,
+                None => {
+                    unknown_free += 1;
+                    anomaly("free of an address that is not live", &mut first);
+                }
+            },
+            "span_alloc" | "stack_alloc" => {
+                let map = if kind == "span_alloc" { &mut spans } else { &mut stacks };
+                if map.insert(addr, 0).is_some() {
+                    double_alloc += 1;
+                    anomaly("allocation of an address that is already live", &mut first);
+                }
+            }
+            "span_free" | "stack_free" => {
+                let map = if kind == "span_free" { &mut spans } else { &mut stacks };
+                if map.remove(&addr).is_none() {
+                    unknown_free += 1;
+                    anomaly("free of an address that is not live", &mut first);
+                }
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(events > 50_000 && unknown_free > 0 && double_alloc > 0, "{events} {unknown_free} {double_alloc}");
+    let first = first.unwrap();
+    assert!(first.contains("generation 2"), "{first}");
+
+    let (code, out, err) = run("stats", t.bytes(), &["--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["total_events"], events);
+    assert_eq!(v["live_objects"], heap.len());
+    assert_eq!(v["live_bytes"], live);
+    assert_eq!(v["peak_live_bytes"], peak);
+    assert_eq!(v["live_spans"], spans.len());
+    assert_eq!(v["live_stacks"], stacks.len());
+    assert_eq!(v["anomaly_kinds"], json!({"unknown_free": unknown_free, "double_alloc": double_alloc}));
+    let threads: BTreeMap<String, u64> = serde_json::from_value(v["per_thread"].clone()).unwrap();
+    assert_eq!(threads, per_thread);
+
+    let (code, _, err) = run("check", t.bytes(), &[]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains(&format!("first anomaly: {first}")), "{err}\nwant {first}");
+}
