@@ -19,8 +19,9 @@ pub(crate) struct Generation {
     pub info: Option<GenerationInfo>,
     pub types: BTreeMap<u64, TypeInfo>,
     pub end: Option<GenerationEnd>,
-    /// Bodies of the generation's events and pages batches, back to back,
-    /// in file order. Pages bodies were checked when read
+    /// Bodies of the generation's events and pages batches, in file order
+    /// (an events batch read straight from the input keeps its header
+    /// before its body, unused). Pages bodies were checked when read
     /// (`decode::validate_pages`); events bodies are checked as they are
     /// merged, each event once.
     pub raw: Vec<u8>,

@@ -422,6 +422,9 @@ impl<R: Read> TraceReader<R> {
                 ),
             ));
         }
+        if matches!(kind, BatchKind::Events | BatchKind::CompactEvents) && !self.open.is_empty() {
+            return self.read_events_in_place(kind, batch_offset, len);
+        }
         // read_to_end grows the buffer with the bytes that really arrive, so
         // a cut-off file never costs the declared length.
         let mut payload = std::mem::take(&mut self.scratch);
@@ -441,6 +444,81 @@ impl<R: Read> TraceReader<R> {
         };
         self.scratch = payload;
         result
+    }
+
+    /// Reads an events batch straight into the newest open generation's
+    /// raw bytes, where its body stays (its header too, unused, before it):
+    /// the common case, without a copy. A batch of another generation is
+    /// moved out and handled as any other; the checks and their errors are
+    /// those of `handle_batch`.
+    fn read_events_in_place(&mut self, kind: BatchKind, batch_offset: u64, len: u32) -> Result<(), ReadError> {
+        let max = self.max_generation_bytes;
+        let TraceReader { input, offset, open, scratch, .. } = self;
+        let Some(newest) = open.last_mut() else {
+            return Ok(());
+        };
+        let start = newest.raw.len();
+        // read_to_end grows the buffer with the bytes that really arrive, so
+        // a cut-off file never costs the declared length.
+        let got = input.take(u64::from(len)).read_to_end(&mut newest.raw);
+        let got = match got {
+            Ok(got) => got,
+            Err(e) => {
+                newest.raw.truncate(start);
+                return Err(ReadError::io(*offset, e));
+            }
+        };
+        *offset += got as u64;
+        if got < len as usize {
+            newest.raw.truncate(start);
+            self.cut_at(batch_offset);
+            return Ok(());
+        }
+        let ctx = BatchContext { kind, offset: batch_offset };
+        let payload = newest.raw.get(start..).unwrap_or(&[]);
+        let mut c = Cursor::new(payload, batch_offset + BATCH_PREFIX_LEN as u64, ctx);
+        let header = decode::batch_header(&mut c);
+        let header = match header {
+            Ok(header) if header.generation == newest.number && newest.end.is_none() => header,
+            // Another generation's, or an error: as any other batch.
+            _ => {
+                let mut payload = std::mem::take(scratch);
+                payload.clear();
+                payload.extend_from_slice(newest.raw.get(start..).unwrap_or(&[]));
+                newest.raw.truncate(start);
+                let result = self.handle_batch(kind, batch_offset, &payload);
+                self.scratch = payload;
+                return result;
+            }
+        };
+        let body_pos = c.pos();
+        let body_len = c.remaining();
+        let body_offset = c.offset_of(body_pos);
+        // The batch record, its merge cursor and heap slot count too.
+        let overhead = (std::mem::size_of::<EventBatch>() + 128) as u64;
+        let charged = if body_len == 0 {
+            Ok(false)
+        } else {
+            charge(newest, body_len as u64 + overhead, max, batch_offset).map(|()| true)
+        };
+        match charged {
+            Ok(true) => {
+                newest.batches.push(EventBatch {
+                    kind,
+                    thread: header.thread,
+                    base_ticks: header.base_ticks,
+                    range: start + body_pos..newest.raw.len(),
+                    body_offset,
+                    batch_offset,
+                });
+                Ok(())
+            }
+            // An empty body, or over the memory limit.
+            other => {
+                newest.raw.truncate(start);
+                other.map(|_| ())
+            }
+        }
     }
 
     /// Decompresses a compressed batch (FORMAT.md section 2.1) and handles
