@@ -252,28 +252,10 @@ fn multi_byte_varint(buf: &[u8], pos: usize) -> (u64, usize) {
     let Some(word) = word else {
         return long_varint(buf, pos);
     };
-    // The high bit of the last byte is clear.
-    let ends = !word & 0x8080_8080_8080_8080;
-    if ends == 0 {
-        return long_varint(buf, pos);
+    match varint_in_word(word) {
+        Some((v, len)) => (v, pos + len),
+        None => long_varint(buf, pos),
     }
-    // The varint's bits: 8 per byte up to and including the last.
-    let bits = ends.trailing_zeros() + 1;
-    let x = word & (u64::MAX >> (64 - bits));
-    let v = if bits <= 32 {
-        // Up to 4 bytes (IDs of compact events, most sizes): each group
-        // of 7 bits moved into place on its own, with small masks.
-        let x = x as u32;
-        u64::from((x & 0x7f) | (x >> 1 & 0x3f80) | (x >> 2 & 0x1f_c000) | (x >> 3 & 0xfe0_0000))
-    } else {
-        // Close the gaps between the 7-bit groups: pairs, then fours,
-        // then all.
-        let x = x & 0x7f7f_7f7f_7f7f_7f7f;
-        let x = (x & 0x007f_007f_007f_007f) | (x & 0x7f00_7f00_7f00_7f00) >> 1;
-        let x = (x & 0x0000_3fff_0000_3fff) | (x & 0x3fff_0000_3fff_0000) >> 2;
-        (x & 0x0000_0000_0fff_ffff) | (x & 0x0fff_ffff_0000_0000) >> 4
-    };
-    (v, pos + (bits / 8) as usize)
 }
 
 /// A varint as `get_uvarint` reads it, out of line (one of 9 or 10 bytes,
@@ -359,6 +341,115 @@ pub(crate) fn event_fast(buf: &[u8], pos: &mut usize) -> Option<RawEvent> {
         args,
         entry,
     })
+}
+
+/// Bytes of the window [`event_at`] decodes from: an event takes at most
+/// 51 (a kind byte, then at most five varints of at most 10 bytes), and a
+/// varint that starts before byte 64 can be read as one 8-byte word.
+const WINDOW: usize = 72;
+
+/// [`event_fast`] for the event at `buf[pos..]`, reading from a fixed
+/// window when at least [`WINDOW`] bytes are left: every byte's index is
+/// then known to be in bounds, with no check per field. Returns the event
+/// and where it ends; `None` exactly when [`event_fast`] refuses it.
+#[inline(always)]
+pub(crate) fn event_at(buf: &[u8], pos: usize) -> Option<(RawEvent, usize)> {
+    let window = buf
+        .get(pos..pos.wrapping_add(WINDOW))
+        .and_then(|w| <&[u8; WINDOW]>::try_from(w).ok());
+    if let Some(w) = window {
+        if let Some((ev, len)) = event_in_window(w) {
+            return Some((ev, pos + len));
+        }
+    }
+    // Near the end of the buffer, or a varint of 9 or 10 bytes, or an
+    // event refused (then refused again here).
+    let mut end = pos;
+    let ev = event_fast(buf, &mut end)?;
+    Some((ev, end))
+}
+
+/// The event at the start of `w`, and its length; `None` if it is refused
+/// or holds a varint of more than 8 bytes (the caller decodes it again).
+#[inline(always)]
+fn event_in_window(w: &[u8; WINDOW]) -> Option<(RawEvent, usize)> {
+    let kb = KIND_BYTES[usize::from(w[0])]?;
+    let mut at = 1;
+    let delta = window_varint(w, &mut at)?;
+    let mut args = [0u64; 3];
+    args[0] = window_varint(w, &mut at)?;
+    if kb.args > 1 {
+        args[1] = window_varint(w, &mut at)?;
+        if kb.args > 2 {
+            args[2] = window_varint(w, &mut at)?;
+        }
+    }
+    let mut entry = 0;
+    if kb.tagged {
+        entry = window_varint(w, &mut at)?;
+        alloctrace_format::EntryPoint::from_tag(entry)?;
+    }
+    if kb.stack_order && args[1] > MAX_STACK_ORDER {
+        return None;
+    }
+    Some((
+        RawEvent {
+            kind: kb.kind,
+            long_form: kb.long_form,
+            delta,
+            args,
+            entry,
+        },
+        at,
+    ))
+}
+
+/// The varint at `w[*at..]` (of at most 8 bytes) as `get_uvarint` reads
+/// it; `None` for a longer one, or one that starts past byte 63.
+#[inline(always)]
+fn window_varint(w: &[u8; WINDOW], at: &mut usize) -> Option<u64> {
+    let i = *at;
+    if i >= 64 {
+        return None;
+    }
+    let b = w[i];
+    if b < 0x80 {
+        *at = i + 1;
+        return Some(u64::from(b));
+    }
+    let word = <[u8; 8]>::try_from(&w[i..i + 8]).ok().map(u64::from_le_bytes)?;
+    let (v, len) = varint_in_word(word)?;
+    *at = i + len;
+    Some(v)
+}
+
+/// The varint at the start of the little-endian `word`, and its length in
+/// bytes, if it ends within the word (then it holds at most 56 bits and
+/// never overflows).
+#[inline(always)]
+fn varint_in_word(word: u64) -> Option<(u64, usize)> {
+    // The high bit of the last byte is clear.
+    let ends = !word & 0x8080_8080_8080_8080;
+    if ends == 0 {
+        return None;
+    }
+    // The varint's bits: 8 per byte up to and including the last.
+    let bits = ends.trailing_zeros() + 1;
+    let x = word & (u64::MAX >> (64 - bits));
+    let v = if bits <= 32 {
+        // Up to 4 bytes (IDs of compact events, most sizes): each group
+        // of 7 bits moved into place on its own, with small masks.
+        let x = x as u32;
+        u64::from((x & 0x7f) | (x >> 1 & 0x3f80) | (x >> 2 & 0x1f_c000) | (x >> 3 & 0xfe0_0000))
+    } else {
+        // Close the gaps between the 7-bit groups: pairs, then fours,
+        // then all.
+        let x = x & 0x7f7f_7f7f_7f7f_7f7f;
+        let x = (x & 0x007f_007f_007f_007f) | (x & 0x7f00_7f00_7f00_7f00) >> 1;
+        let x = (x & 0x0000_3fff_0000_3fff) | (x & 0x3fff_0000_3fff_0000) >> 2;
+        (x & 0x0000_0000_0fff_ffff) | (x & 0x0fff_ffff_0000_0000) >> 4
+    };
+    Some((v, (bits / 8) as usize))
 }
 
 pub(crate) fn info(c: &mut Cursor<'_>, generation: u64) -> Result<GenerationInfo, ReadError> {
@@ -645,6 +736,48 @@ pub(crate) fn validate_pages(c: &mut Cursor<'_>, mut st: PagesState) -> Result<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `event_at` against `event_fast` at every position of byte strings
+    /// near and far from well-formed events, near the end of the buffer
+    /// and not: the same verdict, the same event, the same end.
+    #[test]
+    fn window_decoder_agrees_with_the_fast_one() {
+        let mut x = 0x6a09_e667_f3bc_c909u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let pick = |r: u64| -> u8 {
+            match r % 8 {
+                0 => (r >> 8) as u8 & 0x0f | [0, 0x40, 0x80, 0xc0][(r >> 16) as usize % 4],
+                1 | 2 => (r >> 8) as u8 & 0x7f,
+                3 | 4 => 0x80 | (r >> 8) as u8,
+                5 => [0, 1, 2, 13, 14, 63, 64, 0x7f][(r >> 8) as usize % 8],
+                6 => 0xff,
+                _ => (r >> 8) as u8,
+            }
+        };
+        let (mut accepted, mut refused) = (0u32, 0u32);
+        for _ in 0..20_000 {
+            let len = (next() % 160) as usize;
+            let buf: Vec<u8> = (0..len).map(|_| pick(next())).collect();
+            for pos in 0..=buf.len() {
+                let mut end = pos;
+                let fast = event_fast(&buf, &mut end);
+                match (event_at(&buf, pos), fast) {
+                    (Some((w, w_end)), Some(f)) => {
+                        assert_eq!((w, w_end), (f, end), "{buf:02x?} at {pos}");
+                        accepted += 1;
+                    }
+                    (None, None) => refused += 1,
+                    (w, f) => panic!("{buf:02x?} at {pos}: window {w:?}, fast {f:?}"),
+                }
+            }
+        }
+        assert!(accepted > 10_000 && refused > 10_000, "{accepted} accepted, {refused} refused");
+    }
 
     /// `fast_varint` against `get_uvarint` on every length and position
     /// near the end of the buffer: the same value, the same end, the same

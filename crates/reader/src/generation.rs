@@ -616,8 +616,10 @@ impl Run<'_> {
                 return (n, Ok(None));
             }
             let start = pos;
-            let fast = decode::event_fast(body, &mut pos)
-                .and_then(|e| Some((ticks.checked_add(e.delta)?, e)));
+            let fast = decode::event_at(body, pos).and_then(|(e, end)| {
+                pos = end;
+                Some((ticks.checked_add(e.delta)?, e))
+            });
             let (t, mut e) = match fast {
                 Some(decoded) => decoded,
                 None => match checked_event(self.raw, self.batch, start, ticks) {
@@ -686,8 +688,7 @@ fn decode_next(
     if start >= body.len() {
         return Ok(None);
     }
-    let mut pos = start;
-    let Some(mut ev) = decode::event_fast(body, &mut pos) else {
+    let Some((mut ev, pos)) = decode::event_at(body, start) else {
         return decode_next_slow(raw, batch, cursor, prev_ticks);
     };
     let Some(ticks) = prev_ticks.checked_add(ev.delta) else {
