@@ -16,7 +16,7 @@ use std::thread::{self, JoinHandle};
 
 use alloctrace_format::{EntryPoint, ENTRY_POINTS, EVENT_KINDS};
 use alloctrace_reader::{Clock, Event, EventData, Record, PAGE_EVENT_NAMES};
-use hashbrown::HashTable;
+use hashbrown::hash_table::{Entry, HashTable};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use serde_json::{json, Value};
 
@@ -29,28 +29,15 @@ use crate::{open, print_stdout, truncation_warning, Failure, Reader};
 /// the keys are addresses from the trace, not from an adversary that
 /// could hurt more than this one run.
 ///
-/// The newest `PENDING` allocations wait outside the map, in `pending`,
-/// before they go in: an object freed that soon never touches the map. (A
-/// lookup right after an insert near the same slot stalls: it loads the 16
-/// control bytes of which the insert has just stored one, and the load
-/// waits for the store to reach the cache.) The map is a
-/// `hashbrown::HashTable`: an allocation that leaves `pending` goes in
-/// without a search, as `pending` and the map never hold the same address.
+/// A `hashbrown::HashTable` rather than a `HashMap`, for its entry API: an
+/// allocation finds the address or the slot it goes in with one probe,
+/// and a free finds and removes its entry with one. (On the counting
+/// thread, a few newest allocations kept out of the map, so that a free
+/// soon after finds them without a lookup, cost more than they saved.)
 #[derive(Default)]
 struct Live {
     map: HashTable<(u64, u64)>,
-    /// (address, size) of at most `PENDING` allocations, none of them in
-    /// `map`: slot `i` holds one when bit `i` of `used` is set.
-    pending: [(u64, u64); PENDING],
-    used: u32,
-    /// The slot the next allocation takes (its object, if any, goes into
-    /// the map).
-    next: usize,
 }
-
-/// Slots of [`Live::pending`]. Two are enough to keep each insert away
-/// from the lookups of the next few events; more cost more comparisons.
-const PENDING: usize = 2;
 
 #[inline(always)]
 fn addr_hash(addr: u64) -> u64 {
@@ -58,42 +45,21 @@ fn addr_hash(addr: u64) -> u64 {
 }
 
 impl Live {
-    /// The slot of `pending` that holds `addr`, if any.
-    #[inline(always)]
-    fn pending_slot(&self, addr: u64) -> Option<usize> {
-        let mut hits = 0u32;
-        for (i, &(a, _)) in self.pending.iter().enumerate() {
-            hits |= u32::from(a == addr) << i;
-        }
-        hits &= self.used;
-        (hits != 0).then(|| hits.trailing_zeros() as usize % PENDING)
-    }
-
     /// Returns the size it replaces when the address was already live.
     #[inline]
     fn alloc(&mut self, addr: u64, size: u64) -> Option<u64> {
-        if let Some(i) = self.pending_slot(addr) {
-            return Some(std::mem::replace(&mut self.pending[i].1, size));
+        let hash = addr_hash(addr);
+        match self.map.entry(hash, |&(a, _)| a == addr, |&(a, _)| addr_hash(a)) {
+            Entry::Occupied(mut live) => Some(std::mem::replace(&mut live.get_mut().1, size)),
+            Entry::Vacant(slot) => {
+                slot.insert((addr, size));
+                None
+            }
         }
-        if let Some((_, old)) = self.map.find_mut(addr_hash(addr), |&(a, _)| a == addr) {
-            return Some(std::mem::replace(old, size));
-        }
-        let i = self.next;
-        self.next = (i + 1) % PENDING;
-        let old = std::mem::replace(&mut self.pending[i], (addr, size));
-        if self.used >> i & 1 != 0 {
-            self.map.insert_unique(addr_hash(old.0), old, |&(a, _)| addr_hash(a));
-        }
-        self.used |= 1 << i;
-        None
     }
 
     #[inline]
     fn free(&mut self, addr: u64) -> Option<u64> {
-        if let Some(i) = self.pending_slot(addr) {
-            self.used &= !(1 << i);
-            return Some(self.pending[i].1);
-        }
         match self.map.find_entry(addr_hash(addr), |&(a, _)| a == addr) {
             Ok(live) => Some(live.remove().0 .1),
             Err(_) => None,
@@ -101,7 +67,7 @@ impl Live {
     }
 
     fn len(&self) -> usize {
-        self.map.len() + self.used.count_ones() as usize
+        self.map.len()
     }
 }
 
@@ -181,7 +147,7 @@ struct Chunk {
 /// Events per chunk: each chunk costs the threads a hand-over (a wake-up
 /// of the counting thread, when it waits), and memory: 40 bytes an event,
 /// [`CHUNKS`] chunks.
-const CHUNK: usize = 1024;
+const CHUNK: usize = 2048;
 
 /// Full chunks waiting for the counting thread, at most.
 const QUEUE: usize = 1;
@@ -807,7 +773,7 @@ mod tests {
     use std::collections::HashMap;
 
     /// `Live` answers as a plain map would, whatever the order of allocs
-    /// and frees (the newest allocations wait outside the map).
+    /// and frees.
     #[test]
     fn live_is_a_map() {
         let mut live = Live::default();
