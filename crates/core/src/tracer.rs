@@ -939,27 +939,39 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
         arg1
     };
     let kind_byte = if entry != 0 { kind as u8 | ENTRY_TAG } else { kind as u8 };
-    // SAFETY: the buffer has MAX_EVENT_LEN bytes of room: one kind byte and
-    // five varints at most.
+    // SAFETY: checked above: MAX_EVENT_LEN bytes of room.
+    unsafe { append_event(b, kind, kind_byte, ticks, [id, second, arg2, entry]) };
+    slot.seq.end_from(s);
+    true
+}
+
+/// Appends one event (FORMAT.md section 3): the kind byte, the time delta,
+/// the first argument, as many more as `kind` has, and the entry tag when
+/// `kind_byte` carries one; then makes `ticks` the batch's time base.
+///
+/// # Safety
+/// `b` has [`MAX_EVENT_LEN`] bytes of room: one kind byte and five varints.
+#[inline(always)]
+unsafe fn append_event(b: &mut Buffer, kind: EventKind, kind_byte: u8, ticks: u64, args: [u64; 4]) {
+    let [first, second, third, entry] = args;
+    // SAFETY: within the room the caller guarantees.
     unsafe {
         let start = b.data().add(b.len);
         *start = kind_byte;
         let mut p = put_varint_raw(start.add(1), ticks.wrapping_sub(b.last_ticks));
-        p = put_varint_raw(p, id);
+        p = put_varint_raw(p, first);
         if kind.arg_count() >= 2 {
             p = put_varint_raw(p, second);
         }
         if kind.arg_count() >= 3 {
-            p = put_varint_raw(p, arg2);
+            p = put_varint_raw(p, third);
         }
-        if entry != 0 {
+        if kind_byte & ENTRY_TAG != 0 {
             p = put_varint_raw(p, entry);
         }
         b.len += p.offset_from(start) as usize;
     }
     b.last_ticks = ticks;
-    slot.seq.end_from(s);
-    true
 }
 
 /// The calling thread's next timestamp, for an event into its buffer of
@@ -1137,25 +1149,8 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
     } else {
         first
     };
-    // SAFETY: `b` has MAX_EVENT_LEN bytes of room: one kind byte and five
-    // varints at most.
-    unsafe {
-        let start = b.data().add(b.len);
-        *start = kind_byte;
-        let mut p = put_varint_raw(start.add(1), ticks.wrapping_sub(b.last_ticks));
-        p = put_varint_raw(p, first);
-        if kind.arg_count() >= 2 {
-            p = put_varint_raw(p, second);
-        }
-        if kind.arg_count() >= 3 {
-            p = put_varint_raw(p, arg2);
-        }
-        if entry != 0 {
-            p = put_varint_raw(p, entry);
-        }
-        b.len += p.offset_from(start) as usize;
-        b.last_ticks = ticks;
-    }
+    // SAFETY: buffer_with_room gave MAX_EVENT_LEN bytes of room.
+    unsafe { append_event(b, kind, kind_byte, ticks, [first, second, arg2, entry]) };
 }
 
 /// Replaces the slot's buffer for `generation` and `stream` with an empty one
