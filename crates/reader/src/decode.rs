@@ -742,13 +742,7 @@ mod tests {
     /// and not: the same verdict, the same event, the same end.
     #[test]
     fn window_decoder_agrees_with_the_fast_one() {
-        let mut x = 0x6a09_e667_f3bc_c909u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::test_util::xorshift(0x6a09_e667_f3bc_c909);
         let pick = |r: u64| -> u8 {
             match r % 8 {
                 0 => (r >> 8) as u8 & 0x0f | [0, 0x40, 0x80, 0xc0][(r >> 16) as usize % 4],
@@ -784,13 +778,7 @@ mod tests {
     /// refusals.
     #[test]
     fn fast_varint_agrees_with_get_uvarint() {
-        let mut x = 0x1234_5678_9abc_def1u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::test_util::xorshift(0x1234_5678_9abc_def1);
         for _ in 0..200_000 {
             let len = (next() % 14) as usize;
             let mut buf: Vec<u8> = (0..len)
@@ -833,13 +821,7 @@ mod tests {
             kind: BatchKind::Events,
             offset: 0,
         };
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::test_util::xorshift(0x2545_f491_4f6c_dd1d);
         // Bytes that make events likely: kind bytes of every flag, varint
         // ends, continuation bytes, the tenth-byte limit, entry tags.
         let pick = |r: u64| -> u8 {

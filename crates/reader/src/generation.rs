@@ -775,13 +775,7 @@ mod tests {
 
     #[test]
     fn time_ns_matches_the_saturating_formula() {
-        let mut x = 0x0123_4567_89ab_cdefu64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::test_util::xorshift(0x0123_4567_89ab_cdef);
         let edges = [0, 1, 2, 1000, 1 << 32, 1 << 62, u64::MAX / 3, u64::MAX - 1, u64::MAX];
         let pick = move |r: u64| -> u64 {
             match r % 4 {
@@ -835,13 +829,7 @@ mod tests {
             }
         }
         // xorshift: many random triples, of every magnitude.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::test_util::xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..200_000 {
             let (a, b, c) = (next(), next(), next());
             let (sa, sb, sc) = ((next() % 64) as u32, (next() % 64) as u32, (next() % 64) as u32);

@@ -796,3 +796,18 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     }
     Ok(n)
 }
+
+/// Helpers shared by the unit tests.
+#[cfg(test)]
+mod test_util {
+    /// A xorshift64 generator: reproducible pseudo-random test inputs.
+    pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+}
