@@ -356,8 +356,15 @@ void *calloc(size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    void *p = malloc(n * size);
-    if (p != NULL)
+    /* Not malloc(): GCC folds malloc() + memset(0) into a call to calloc,
+     * which here is this function (endless recursion once malloc is inlined;
+     * a real allocator builds with -fno-builtin for the same reason). */
+    heap_enter();
+    void *p = alloc_locked(n * size, 16);
+    heap_leave();
+    if (p == NULL)
+        errno = ENOMEM;
+    else
         memset(p, 0, n * size);
     return p;
 }
