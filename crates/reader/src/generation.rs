@@ -199,15 +199,22 @@ impl Clock {
 /// The batches are sorted by thread ID, keeping file order within a
 /// thread, so a batch's index is its rank for ties, and a heap key
 /// `ticks << 64 | index` orders exactly as "sort by ticks; ties by thread
-/// ID, then file order". The heap holds one key per batch with an event
-/// pending. The top batch hands out events for as long as they sort before
-/// every other batch's (one thread's batches follow each other in time),
-/// so most events cost one comparison, not a pop and a push.
+/// ID, then file order". The heap holds one key per *open* batch with an
+/// event pending: a batch opens (its first event's key enters the heap)
+/// only when that key is the smallest left, so the heap holds about one
+/// batch per thread, not every batch of the generation (a thread's batches
+/// follow each other in time; if they overlap, both are open and the merge
+/// stays exact). The top batch hands out events for as long as they sort
+/// before every other batch's, open or not, so most events cost one
+/// comparison, not a pop and a push.
 pub(crate) struct Emitter {
     pub gen: Generation,
     info: GenerationInfo,
     out: Restore,
     heap: BinaryHeap<Reverse<u128>>,
+    /// The first events' keys of the batches not open yet, in descending
+    /// order: the next to open is the last.
+    waiting: Vec<u128>,
     /// One per batch.
     cursors: Vec<BatchCursor>,
     /// An error met decoding a batch's next event after events were
@@ -322,15 +329,17 @@ impl Emitter {
             };
             if let Some((ticks, pending)) = decode_next(&gen.raw, batch, &mut cursor, batch.base_ticks)? {
                 cursor.pending = Some(pending);
-                keys.push(Reverse(key(ticks, i)));
+                keys.push(key(ticks, i));
             }
             cursors.push(cursor);
         }
+        keys.sort_unstable_by(|a, b| b.cmp(a));
         Ok(Emitter {
             gen,
             info,
             out,
-            heap: BinaryHeap::from(keys),
+            heap: BinaryHeap::with_capacity(16),
+            waiting: keys,
             cursors,
             error: None,
         })
@@ -356,24 +365,35 @@ impl Emitter {
             gen,
             out,
             heap,
+            waiting,
             cursors,
             error,
             ..
         } = self;
         let mut n = 0;
         while n < max {
+            let next_waiting = waiting.last().copied().unwrap_or(u128::MAX);
             let slots = heap.as_slice();
-            let Some(&Reverse(top)) = slots.first() else {
-                break;
+            let top = match slots.first() {
+                Some(&Reverse(top)) if top < next_waiting => top,
+                _ => {
+                    // The smallest key is a batch not open yet: open it.
+                    let Some(first) = waiting.pop() else {
+                        break;
+                    };
+                    heap.push(Reverse(first));
+                    continue;
+                }
             };
-            // The smaller child of the root is the second-smallest key.
+            // The smaller child of the root is the second-smallest open key.
             let limit = slots
                 .iter()
                 .skip(1)
                 .take(2)
                 .map(|r| r.0)
                 .min()
-                .unwrap_or(u128::MAX);
+                .unwrap_or(u128::MAX)
+                .min(next_waiting);
             let (mut ticks, i) = ((top >> 64) as u64, top as u64 as usize);
             let (Some(batch), Some(cursor)) = (gen.batches.get(i), cursors.get_mut(i)) else {
                 heap.pop();
@@ -463,6 +483,7 @@ impl Emitter {
         self.gen.batches = Vec::new();
         self.cursors = Vec::new();
         self.heap = BinaryHeap::new();
+        self.waiting = Vec::new();
         raw
     }
 }
@@ -602,7 +623,10 @@ impl Run<'_> {
             None => 0,
         };
         let mut pos = cursor.pos;
-        let mut ids = cursor.ids;
+        // The ID bases stay in the cursor: they are stored per event
+        // anyway (indexed by class), and a copy in a local, moved back in
+        // wide loads when a short run ends, waits on those narrow stores.
+        let ids = &mut cursor.ids;
         let mut ev = first;
         let mut n = 0;
         loop {
@@ -612,7 +636,6 @@ impl Run<'_> {
             n += 1;
             if pos >= body.len() {
                 cursor.pos = pos;
-                cursor.ids = ids;
                 return (n, Ok(None));
             }
             let start = pos;
@@ -637,7 +660,6 @@ impl Run<'_> {
                 (ticks, ev) = (t, e);
             } else {
                 cursor.pos = pos;
-                cursor.ids = ids;
                 cursor.pending = Some(Pending::Object(e));
                 return (n, Ok(Some(t)));
             }
