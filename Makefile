@@ -195,7 +195,7 @@ BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -
                 $(if $(shell grep -l TRACE_CLOCK_COARSE $(HEADER) 2>/dev/null),-DBENCH_HAVE_CLOCK) \
                 $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION)
 BENCH_BINS   := $(addprefix $(BUILD)/bench/,libbenchnoop.so event_cost advance workload workload_capi \
-                libcount.so librdtsc.so)
+                libcount.so librdtsc.so librecord.so librecord_coarse.so)
 
 .PHONY: bench
 bench: all $(BENCH_BINS)
@@ -224,10 +224,16 @@ $(BUILD)/bench/workload_capi: bench/workload.c bench/bench.h $(HEADER) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) -DWITH_CAPI $< $(LINK) -o $@
 
-# Baseline interposers: counting only, and counting plus one rdtsc per call.
-$(BUILD)/bench/libcount.so $(BUILD)/bench/librdtsc.so: bench/interpose.c
+# Baseline interposers: counting only, counting plus one rdtsc per call, and
+# rdtsc (or a shared clock) plus the event's record per call.
+INTERPOSE_FLAGS_libcount.so         :=
+INTERPOSE_FLAGS_librdtsc.so         := -DWITH_RDTSC
+INTERPOSE_FLAGS_librecord.so        := -DWITH_RECORD
+INTERPOSE_FLAGS_librecord_coarse.so := -DWITH_RECORD -DRECORD_COARSE
+$(BUILD)/bench/libcount.so $(BUILD)/bench/librdtsc.so $(BUILD)/bench/librecord.so \
+$(BUILD)/bench/librecord_coarse.so: bench/interpose.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BENCH_CFLAGS) $(if $(findstring rdtsc,$@),-DWITH_RDTSC) -fPIC -shared -fvisibility=hidden $< -o $@
+	$(CC) $(BENCH_CFLAGS) $(INTERPOSE_FLAGS_$(notdir $@)) -fPIC -shared -fvisibility=hidden $< -o $@
 
 clean:
 	$(CARGO) clean
