@@ -9,7 +9,9 @@
  *   - misuse is recorded, never a race: a handle used on another thread
  *     records on that thread's own writer, a NULL handle and a handle kept
  *     past trace_thread_destroy go out of line; nothing is lost;
- *   - the coarse clock: inline events keep their thread's order;
+ *   - the coarse clock: inline events keep their thread's order; times come
+ *     from the published clock: they never go down, move on while the
+ *     thread sleeps, and an advance publishes before its new generation;
  *   - fork: the forking thread's writer stays its own in the child.
  * The whole C suite also runs through these calls (c-test-writer).
  */
@@ -227,11 +229,53 @@ static void fork_child_keeps_writer(void)
     CHECK_EQ_U64(cli_check(child_path), 0);
 }
 
+/* The coarse clock stamps events with the published time: a thread's times
+ * never go down (a burst shares one time), move on when the thread sleeps
+ * past a publishing period, and the first event after an advance is later
+ * than every event before it (the advance publishes the time). */
+static void coarse_times(void)
+{
+    char path[PATH_BUF_LEN];
+    test_path(path, "writer_coarse_times.trace");
+    trace_config cfg;
+    trace_config_init(&cfg);
+    cfg.path = path;
+    cfg.min_heap_addr = M;
+    cfg.min_heap_align = 16;
+    cfg.clock = TRACE_CLOCK_COARSE;
+    CHECK_RESULT(trace_start(&cfg), TRACE_OK);
+    trace_writer *w = trace_writer_get();
+    enum { BURST = 2000 };
+    for (uint64_t i = 0; i < BURST; i++)
+        trace_writer_heap_object_alloc(w, M + 16 * i, 16, 0);
+    usleep(20000); /* 80 publishing periods */
+    trace_writer_heap_object_alloc(w, M + 16 * BURST, 16, 0);
+    CHECK_RESULT(trace_advance(), TRACE_OK);
+    trace_writer_heap_object_alloc(w, M + 16 * (BURST + 1), 16, 0);
+    CHECK_RESULT(trace_stop(), TRACE_OK);
+
+    trace_dump d;
+    dump_read(path, &d);
+    CHECK_EQ_U64(d.nevents, BURST + 2);
+    for (size_t i = 1; i < d.nevents; i++) {
+        CHECK_MSG(d.events[i].addr == M + 16 * i, "event %zu out of order: addr %#llx", i,
+                  (unsigned long long)d.events[i].addr);
+        CHECK_MSG(d.events[i].time_ns >= d.events[i - 1].time_ns, "time went down at event %zu", i);
+    }
+    CHECK_MSG(d.events[BURST].time_ns > d.events[BURST - 1].time_ns, "the time did not move on over a 20 ms sleep");
+    CHECK_EQ_U64(d.events[BURST + 1].gen, 2);
+    CHECK_MSG(d.events[BURST + 1].time_ns > d.events[BURST].time_ns,
+              "the first event after an advance is not later than the one before it");
+    dump_free(&d);
+    CHECK_EQ_U64(cli_check(path), 0);
+}
+
 int main(void)
 {
     test_begin("test_writer", 120);
     run(TRACE_CLOCK_PRECISE, "writer_precise.trace");
     run(TRACE_CLOCK_COARSE, "writer_coarse.trace");
+    coarse_times();
     fork_child_keeps_writer();
     return test_pass();
 }

@@ -28,9 +28,10 @@ typedef enum trace_clock {
    */
   TRACE_CLOCK_PRECISE = 0,
   /**
-   * Read it at every 32nd event of a thread and otherwise use a time the
-   * tracer publishes every 250 µs: much cheaper per event; each thread's
-   * events keep their exact order, but times may lag by up to 250 µs, so
+   * Never read the clock on the event path: stamp events with a time the
+   * tracer publishes every 250 µs (and at every advance). Much cheaper per
+   * event; each thread's events keep their exact order (equal times stay
+   * in the order they were made), but times may lag by up to 250 µs, so
    * events of different threads that close together may be misordered.
    */
   TRACE_CLOCK_COARSE = 1,

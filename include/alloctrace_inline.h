@@ -15,9 +15,9 @@
  * same trace. Tracing off costs one load and a branch at the call site. On
  * x86-64 Linux with GCC or Clang, an ordinary event is then written inline,
  * without a call or a thread-local lookup; everything else (a full buffer,
- * a new generation, an address or size that needs the long form, the
- * coarse clock's periodic read, a handle used on the wrong thread, a signal
- * handler interrupting an event) goes through the out-of-line call, which
+ * a new generation, an address or size that needs the long form, a handle
+ * used on the wrong thread, a signal handler interrupting an event) goes
+ * through the out-of-line call, which
  * handles it as always. Elsewhere, or with ALLOCTRACE_NO_INLINE defined,
  * they are the disabled check plus the out-of-line call.
  *
@@ -73,7 +73,7 @@ struct alloctrace_batch_ {
 struct trace_writer {
     uint64_t seq_;                        /* seqlock: odd inside an event */
     uint64_t last_ticks_;                 /* the thread's last timestamp */
-    uint32_t clock_countdown_;            /* coarse clock */
+    uint32_t reserved_;                   /* always 0 */
     uint32_t state_;
     uintptr_t owner_;                     /* the owning thread's %fs:0 */
     struct alloctrace_batch_ *batch_[2][2]; /* [generation % 2][stream] */
@@ -147,28 +147,26 @@ static inline __attribute__((always_inline)) int alloctrace_record_(struct trace
         ok = ok && a1 != 0 && (a1 & (a1 - 1)) == 0;
         second = ok ? (uint64_t)__builtin_ctzll(a1) : 0;
     }
-    uint64_t ticks;
-    if (mode == 2) {
-        /* The coarse clock: the published time, kept strictly above the
-         * thread's last one below; at every 32nd event of the thread the
-         * out-of-line path reads the real clock instead, which keeps the
-         * thread's times from running ahead of it. */
-        uint32_t left = w->clock_countdown_;
-        ok = ok && left != 0;
-        if (ok)
-            w->clock_countdown_ = left - 1;
-        ticks = __atomic_load_n(&sh->published_ticks, __ATOMIC_RELAXED);
-    } else {
-        ticks = __builtin_ia32_rdtsc();
-    }
     if (!ok) {
         __atomic_store_n(&w->seq_, s + 2, __ATOMIC_RELEASE);
         return g == 0;
     }
-    uint64_t last = w->last_ticks_;
-    if (ticks <= last)
-        ticks = last + 1;
-    w->last_ticks_ = ticks;
+    uint64_t ticks;
+    if (mode == 2) {
+        /* The coarse clock: the published time, which only grows; the
+         * batch's times are earlier published times, so the max only keeps
+         * the delta unsigned. */
+        ticks = __atomic_load_n(&sh->published_ticks, __ATOMIC_RELAXED);
+        if (ticks < b->last_ticks)
+            ticks = b->last_ticks;
+    } else {
+        /* rdtsc, kept strictly above the thread's last time. */
+        ticks = __builtin_ia32_rdtsc();
+        uint64_t last = w->last_ticks_;
+        if (ticks <= last)
+            ticks = last + 1;
+        w->last_ticks_ = ticks;
+    }
     uint64_t id = off >> shift;
     uint64_t delta = id - b->prev_id[cls];
     b->prev_id[cls] = id;

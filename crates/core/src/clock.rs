@@ -94,25 +94,28 @@ pub enum ClockKind {
     /// Read the clock (`rdtsc`) at every event.
     #[default]
     Precise,
-    /// Read it at every 32nd event of a thread; in between, take the time the
-    /// tracer's advancer thread publishes every [`COARSE_PERIOD`], kept
-    /// strictly above the thread's previous event. A thread's events keep
-    /// their exact order; times may lag the truth by up to one period, so
-    /// events of different threads closer than that may be ordered wrongly.
+    /// Never read the clock on the event path: stamp each event with the
+    /// time the tracer's advancer thread publishes every [`COARSE_PERIOD`]
+    /// (and every advance publishes before the new generation starts). Times
+    /// never go down within a thread, and a thread's events with equal times
+    /// keep their order in the trace (the reader orders ties by thread, then
+    /// by file order), so each thread's order is exact. Times lag the truth
+    /// by up to one period, so events of different threads closer than that
+    /// may be ordered wrongly.
     Coarse,
 }
 
 /// How often the coarse clock is published.
 pub const COARSE_PERIOD: std::time::Duration = std::time::Duration::from_micros(250);
 
-/// Events a thread stamps from the published time between two clock reads.
-pub(crate) const COARSE_EVENTS_PER_READ: u32 = 32;
-
 /// Whether the running session uses the coarse clock. Set by start before
 /// the first generation.
 pub(crate) static COARSE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
-/// Publishes the current time for coarse-clock events.
+/// Publishes the current time for coarse-clock events. The published time
+/// never goes down, even with two publishers (the advancer's period and an
+/// advance on another thread): an event's time is never below one its
+/// thread stamped before.
 pub(crate) fn publish() {
-    crate::shared::SHARED.published_ticks.store(ticks(), core::sync::atomic::Ordering::Relaxed);
+    crate::shared::SHARED.published_ticks.fetch_max(ticks(), core::sync::atomic::Ordering::Relaxed);
 }

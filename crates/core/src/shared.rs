@@ -22,9 +22,9 @@ pub mod inline_mode {
     pub const OUT_OF_LINE: u32 = 0;
     /// Stamp events with rdtsc.
     pub const PRECISE: u32 = 1;
-    /// Stamp events from the published time (clock.rs, coarse clock), kept
-    /// strictly above the thread's last time; when the thread's countdown
-    /// is 0 (every 32nd event) the out-of-line path reads the real clock.
+    /// Stamp events with the published time (clock.rs, coarse clock), or
+    /// the batch's last time if that is later (it never is while the
+    /// published time only grows; the check keeps deltas unsigned).
     pub const COARSE: u32 = 2;
 }
 

@@ -49,11 +49,13 @@ pub(crate) struct ThreadSlot {
     /// entry also tells a signal handler that its thread is mid-event.
     pub(crate) seq: SeqLock,
     /// The owner's last timestamp, to keep its timestamps strictly
-    /// increasing across buffers. Owner only.
-    pub(crate) last_ticks: AtomicU64,
-    /// Coarse clock: events left before the owner reads the clock again.
+    /// increasing across buffers (precise clock; the coarse clock's
+    /// published time needs no clamp and updates it only out of line).
     /// Owner only.
-    pub(crate) clock_countdown: AtomicU32,
+    pub(crate) last_ticks: AtomicU64,
+    /// Unused, always 0: keeps the layout the header mirrors (it was the
+    /// coarse clock's countdown to its next real clock read).
+    reserved: AtomicU32,
     /// SLOT_FREE or SLOT_OWNED. Claimed by compare-exchange from free;
     /// released by the owner.
     state: AtomicU32,
@@ -77,7 +79,7 @@ pub(crate) struct ThreadSlot {
 // The layout the header's `struct trace_writer` mirrors.
 static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, seq), 0);
 static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, last_ticks), 8);
-static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, clock_countdown), 16);
+static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, reserved), 16);
 static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, owner), 24);
 static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, bufs), 32);
 static_assertions::const_assert_eq!(STREAMS, 2);
@@ -106,7 +108,7 @@ impl ThreadSlot {
     const NEW: ThreadSlot = ThreadSlot {
         seq: SeqLock::new(),
         last_ticks: AtomicU64::new(0),
-        clock_countdown: AtomicU32::new(0),
+        reserved: AtomicU32::new(0),
         state: AtomicU32::new(SLOT_FREE),
         owner: AtomicUsize::new(0),
         bufs: [const { [const { AtomicPtr::new(ptr::null_mut()) }; STREAMS] }; 2],

@@ -521,6 +521,11 @@ pub fn advance() -> Result<(), Error> {
         let old = SHARED.generation.load(Ordering::Relaxed);
         let new = old + 1;
         write_info(session, new);
+        if clock::COARSE.load(Ordering::Relaxed) {
+            // After the new generation's start time was read, before any
+            // event can be in it: its coarse times are never before its start.
+            clock::publish();
+        }
         end_generation(session, old, new);
         Ok(())
     })
@@ -862,8 +867,8 @@ fn emit_enabled<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: 
 }
 
 /// Everything the fast path leaves: a thread without a slot yet, a full or
-/// missing buffer, a new generation, the long form, the coarse clock's
-/// periodic read, an event interrupted by a signal handler.
+/// missing buffer, a new generation, the long form, an event interrupted by
+/// a signal handler.
 #[cold]
 #[inline(never)]
 fn emit_slow(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
@@ -905,33 +910,29 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
     // SAFETY: a non-null pointer in the slot's current-parity entry is held
     // by this thread (invariant 1).
-    let mut ok = generation != 0
+    let ok = generation != 0
         && !buf.is_null()
         && unsafe { (*buf).room() } >= MAX_EVENT_LEN
         && addr >= min
         && off & ((1u64 << shift) - 1) == 0
         && (!is_stack_size || arg1.is_power_of_two());
-    let mut ticks = if mode == inline_mode::COARSE {
-        let left = slot.clock_countdown.load(Ordering::Relaxed);
-        ok = ok && left != 0;
-        if ok {
-            slot.clock_countdown.store(left - 1, Ordering::Relaxed);
-        }
-        SHARED.published_ticks.load(Ordering::Relaxed)
-    } else {
-        clock::ticks()
-    };
     if !ok {
         slot.seq.end_from(s);
         return false;
     }
-    let last = slot.last_ticks.load(Ordering::Relaxed);
-    if ticks <= last {
-        ticks = last.wrapping_add(1);
-    }
-    slot.last_ticks.store(ticks, Ordering::Relaxed);
     // SAFETY: checked non-null above, and this thread's.
     let b = unsafe { &mut *buf };
+    let ticks = if mode == inline_mode::COARSE {
+        // The published time only grows, and the batch's times are earlier
+        // published times: the max only keeps the delta unsigned.
+        SHARED.published_ticks.load(Ordering::Relaxed).max(b.last_ticks)
+    } else {
+        let ticks = clock::ticks();
+        let last = slot.last_ticks.load(Ordering::Relaxed);
+        let ticks = if ticks <= last { last.wrapping_add(1) } else { ticks };
+        slot.last_ticks.store(ticks, Ordering::Relaxed);
+        ticks
+    };
     let id = b.ids.encode(class, off >> shift);
     let second = if is_stack_size {
         arg1.trailing_zeros() as u64
@@ -974,42 +975,23 @@ unsafe fn append_event(b: &mut Buffer, kind: EventKind, kind_byte: u8, ticks: u6
     b.last_ticks = ticks;
 }
 
-/// The calling thread's next timestamp, for an event into its buffer of
-/// `generation` and `stream`: the clock, kept strictly above the thread's
-/// previous one.
-///
-/// With the coarse clock, the thread's first event of a generation reads
-/// the real clock: a time carried over from the previous generation (its
-/// last time plus one) would be converted to ns with the new generation's
-/// clock pairs and could land a few ns before the previous generation's
-/// last events.
+/// The calling thread's next timestamp, for an event out of line: with the
+/// precise clock the clock, kept strictly above the thread's previous one;
+/// with the coarse clock the published time (never below the thread's
+/// previous one, see clock::publish; the max guards the deltas).
 #[inline(always)]
-fn next_ticks(slot: &ThreadSlot, generation: u64, stream: Stream) -> u64 {
-    let coarse = clock::COARSE.load(Ordering::Relaxed);
-    if coarse
-        && slot.bufs[(generation & 1) as usize][stream as usize]
-            .load(Ordering::Relaxed)
-            .is_null()
-    {
-        slot.clock_countdown.store(0, Ordering::Relaxed);
-    }
-    let mut ticks = if coarse {
-        let left = slot.clock_countdown.load(Ordering::Relaxed);
-        if left == 0 {
-            slot.clock_countdown
-                .store(clock::COARSE_EVENTS_PER_READ - 1, Ordering::Relaxed);
-            clock::ticks()
-        } else {
-            slot.clock_countdown.store(left - 1, Ordering::Relaxed);
-            SHARED.published_ticks.load(Ordering::Relaxed)
-        }
-    } else {
-        clock::ticks()
-    };
+fn next_ticks(slot: &ThreadSlot) -> u64 {
     let last = slot.last_ticks.load(Ordering::Relaxed);
-    if ticks <= last {
-        ticks = last.wrapping_add(1);
-    }
+    let ticks = if clock::COARSE.load(Ordering::Relaxed) {
+        SHARED.published_ticks.load(Ordering::Relaxed).max(last)
+    } else {
+        let ticks = clock::ticks();
+        if ticks <= last {
+            last.wrapping_add(1)
+        } else {
+            ticks
+        }
+    };
     slot.last_ticks.store(ticks, Ordering::Relaxed);
     ticks
 }
@@ -1077,7 +1059,7 @@ const MAX_PAGE_EVENT_LEN: usize = 4 * 8;
 #[inline(always)]
 fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, npages: u64) {
     use alloctrace_format::pages::{self, SYNC_LONG_EVENT, SYNC_TIME};
-    let ticks = next_ticks(slot, generation, Stream::Pages);
+    let ticks = next_ticks(slot);
     let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
         return;
     };
@@ -1138,7 +1120,7 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
     };
     let kind_byte = if entry != 0 { kind_byte | ENTRY_TAG } else { kind_byte };
 
-    let ticks = next_ticks(slot, generation, Stream::Events);
+    let ticks = next_ticks(slot);
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
         return;
     };
