@@ -261,11 +261,11 @@ fn check_ok() {
 fn check_malformed_exits_2_with_the_offset() {
     let mut bytes = sample_trace();
     // The first batch's kind byte.
-    bytes[16] = 9;
+    bytes[16] = 10;
     let (code, out, err) = run("check", &bytes, &[]);
     assert_eq!((code, out.as_str()), (2, ""));
     assert!(
-        err.starts_with("malformed: malformed trace at byte offset 16: unknown batch kind 9\n"),
+        err.starts_with("malformed: malformed trace at byte offset 16: unknown batch kind 10\n"),
         "{err}"
     );
     let (code, out, _) = run("check", &bytes, &["--json"]);

@@ -4,6 +4,9 @@
 //! docs/FORMAT.md is the byte-level specification; this crate is its code.
 //! Everything here is plain data and pure functions: no allocation, no I/O,
 //! no panics on any input, so the writer may call it from inside malloc.
+//! The one exception is [`model`], the transform of modeled compressed
+//! batches, which only the writer thread and the reader use: it allocates
+//! its fixed-size state once and grows vectors its caller reuses.
 //!
 //! # Layout in one paragraph
 //! A trace is a 16-byte [file header](FileHeader) followed by batches. A batch
@@ -14,6 +17,10 @@
 //! the alignments written once per generation in an info batch.
 #![no_std]
 #![forbid(unsafe_code)]
+
+extern crate alloc;
+
+pub mod model;
 
 /// The first eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"ALCTRACE";
@@ -75,8 +82,12 @@ pub enum BatchKind {
     /// batch (see [`IdDeltas`]). What the writer emits.
     CompactEvents = 7,
     /// Compressed [varint raw_len, zstd frame]: whole batches, compressed
-    /// together by the writer thread. No batch header.
+    /// together. No batch header. Written by earlier versions; still read.
     Compressed = 8,
+    /// CompressedModeled [varint raw_len, zstd frame of a modeled stream]:
+    /// whole batches, transformed by [`model`] and compressed together by
+    /// the writer thread. No batch header.
+    CompressedModeled = 9,
 }
 
 impl BatchKind {
@@ -91,6 +102,7 @@ impl BatchKind {
             6 => BatchKind::Pages,
             7 => BatchKind::CompactEvents,
             8 => BatchKind::Compressed,
+            9 => BatchKind::CompressedModeled,
             _ => return None,
         })
     }
@@ -106,6 +118,7 @@ impl BatchKind {
             BatchKind::Pages => "pages",
             BatchKind::CompactEvents => "compact-events",
             BatchKind::Compressed => "compressed",
+            BatchKind::CompressedModeled => "compressed-modeled",
         }
     }
 }

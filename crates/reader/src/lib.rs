@@ -101,6 +101,12 @@ pub struct TraceReader<R: Read> {
     inner: Option<(Vec<u8>, usize, u64)>,
     /// The emptied buffer of the last compressed batch, for the next.
     spare_inner: Vec<u8>,
+    /// The modeled stream of the last compressed-modeled batch, emptied,
+    /// for the next.
+    spare_modeled: Vec<u8>,
+    /// The inverse of the writer's model (about 1.6 MiB), made at the first
+    /// compressed-modeled batch.
+    model: Option<Box<alloctrace_format::model::Decoder>>,
     /// Generations with batches read but not yet handed out, oldest first;
     /// at most two. Only the oldest can be without a generation-end batch
     /// when the newest has one.
@@ -185,6 +191,8 @@ impl<R: Read> TraceReader<R> {
             no_types: BTreeMap::new(),
             spare_raw: Vec::new(),
             spare_inner: Vec::new(),
+            spare_modeled: Vec::new(),
+            model: None,
         })
     }
 
@@ -437,8 +445,8 @@ impl<R: Read> TraceReader<R> {
         let result = if got < len as usize {
             self.cut_at(batch_offset);
             Ok(())
-        } else if kind == BatchKind::Compressed {
-            self.handle_compressed(batch_offset, &payload)
+        } else if matches!(kind, BatchKind::Compressed | BatchKind::CompressedModeled) {
+            self.handle_compressed(kind, batch_offset, &payload)
         } else {
             self.handle_batch(kind, batch_offset, &payload)
         };
@@ -521,46 +529,70 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
-    /// Decompresses a compressed batch (FORMAT.md section 2.1) and handles
-    /// the batches inside as if they stood in the file. Errors inside name
-    /// the compressed batch's offset and the offset within its data.
-    fn handle_compressed(&mut self, batch_offset: u64, payload: &[u8]) -> Result<(), ReadError> {
+    /// Decompresses a compressed batch (FORMAT.md section 2.1), and turns
+    /// a compressed-modeled one's stream back into batches (section 2.2),
+    /// then handles the batches inside as if they stood in the file. Errors
+    /// inside name the compressed batch's offset and the offset within its
+    /// data.
+    fn handle_compressed(&mut self, kind: BatchKind, batch_offset: u64, payload: &[u8]) -> Result<(), ReadError> {
+        let name = kind.name();
+        let modeled = kind == BatchKind::CompressedModeled;
         let at_payload = batch_offset + BATCH_PREFIX_LEN as u64;
         let mut pos = 0;
         let raw_len = alloctrace_format::get_uvarint(payload, &mut pos).map_err(|_| {
-            ReadError::malformed(at_payload, "compressed batch: its raw_len varint is truncated or overflows")
+            ReadError::malformed(at_payload, format!("{name} batch: its raw_len varint is truncated or overflows"))
         })?;
         if raw_len > alloctrace_format::MAX_DECOMPRESSED_LEN {
             return Err(ReadError::malformed(
                 at_payload,
                 format!(
-                    "compressed batch declares {raw_len} decompressed bytes, above the limit of {}",
+                    "{name} batch declares {raw_len} decompressed bytes, above the limit of {}",
                     alloctrace_format::MAX_DECOMPRESSED_LEN
                 ),
             ));
         }
+        // What the frame may hold: the batches, or their modeled stream.
+        let frame_limit = if modeled { alloctrace_format::model::max_modeled_len(raw_len) } else { raw_len };
         let frame = payload.get(pos..).unwrap_or(&[]);
         let does_not_decompress = |e: &dyn std::fmt::Display| {
-            ReadError::malformed(at_payload + pos as u64, format!("compressed batch does not decompress: {e}"))
+            ReadError::malformed(at_payload + pos as u64, format!("{name} batch does not decompress: {e}"))
         };
         // Streamed, so memory grows with the bytes that really come out,
         // never with the declared raw_len (a few bytes can declare 64 MiB):
         // room for what a frame of this size commonly holds is made ahead.
-        let mut raw = std::mem::take(&mut self.spare_inner);
-        raw.clear();
-        raw.reserve((raw_len as usize).min(frame.len().saturating_mul(16).saturating_add(1 << 16)));
+        let mut data = std::mem::take(if modeled { &mut self.spare_modeled } else { &mut self.spare_inner });
+        data.clear();
+        data.reserve((frame_limit as usize).min(frame.len().saturating_mul(16).saturating_add(1 << 16)));
         zstd::stream::read::Decoder::with_buffer(frame)
-            .and_then(|decoder| decoder.take(raw_len.saturating_add(1)).read_to_end(&mut raw))
+            .and_then(|decoder| decoder.take(frame_limit.saturating_add(1)).read_to_end(&mut data))
             .map_err(|e| does_not_decompress(&e))?;
-        if raw.len() as u64 > raw_len {
+        if data.len() as u64 > frame_limit {
             return Err(does_not_decompress(&format_args!(
-                "it holds more than the {raw_len} bytes it declares"
+                "it holds more than the {frame_limit} bytes {} {raw_len} raw bytes may take",
+                if modeled { "the modeled stream of" } else { "its" }
             )));
         }
+        let raw = if modeled {
+            let mut raw = std::mem::take(&mut self.spare_inner);
+            raw.clear();
+            raw.reserve((raw_len as usize).min(data.len().saturating_mul(4).saturating_add(1 << 16)));
+            let decoder = self.model.get_or_insert_with(Default::default);
+            let result = decoder.decode(&data, raw_len, &mut raw);
+            self.spare_modeled = data;
+            result.map_err(|e| {
+                ReadError::malformed(
+                    batch_offset,
+                    format!("{name} batch: at byte {} of its modeled stream: {}", e.at, e.what),
+                )
+            })?;
+            raw
+        } else {
+            data
+        };
         if raw.len() as u64 != raw_len {
             return Err(ReadError::malformed(
                 at_payload,
-                format!("compressed batch decompresses to {} bytes, not the {raw_len} it declares", raw.len()),
+                format!("{name} batch decompresses to {} bytes, not the {raw_len} it declares", raw.len()),
             ));
         }
         self.inner = Some((raw, 0, batch_offset));
@@ -583,7 +615,7 @@ impl<R: Read> TraceReader<R> {
         };
         let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
         let kind = match BatchKind::from_u8(kind_byte) {
-            Some(BatchKind::Compressed) => {
+            Some(BatchKind::Compressed | BatchKind::CompressedModeled) => {
                 return Err(inner_error(ReadError::malformed(at as u64, "a compressed batch inside another")))
             }
             Some(k) => k,
@@ -687,7 +719,7 @@ impl<R: Read> TraceReader<R> {
             BatchKind::TraceEnd => {}
             // read_batch hands compressed batches to handle_compressed, which
             // refuses them nested.
-            BatchKind::Compressed => {
+            BatchKind::Compressed | BatchKind::CompressedModeled => {
                 return Err(ReadError::malformed(batch_offset, "a compressed batch inside another"));
             }
         }

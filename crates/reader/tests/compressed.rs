@@ -1,10 +1,11 @@
-//! Compressed batches (FORMAT.md section 2.1): read as if their inner
-//! batches stood in the file; every malformed case is an error with an
-//! offset, never a panic or a large allocation.
+//! Compressed batches (FORMAT.md sections 2.1 and 2.2): read as if their
+//! inner batches stood in the file; every malformed case is an error with
+//! an offset, never a panic or a large allocation.
 
-use alloctrace_format::{FILE_HEADER_LEN, MAX_DECOMPRESSED_LEN};
-use alloctrace_reader::testing::{sample_trace, varint};
-use alloctrace_reader::{Event, ReadError, TraceReader};
+use alloctrace_format::model::Encoder;
+use alloctrace_format::{zigzag, BatchKind, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_DECOMPRESSED_LEN};
+use alloctrace_reader::testing::{info, sample_trace, varint, PagesBody, Rng, TraceBuilder};
+use alloctrace_reader::{Event, EventData, ReadError, TraceReader};
 
 fn read(bytes: &[u8]) -> Result<(Vec<Event>, Option<u64>), ReadError> {
     let mut reader = TraceReader::new(bytes)?;
@@ -17,10 +18,19 @@ fn read(bytes: &[u8]) -> Result<(Vec<Event>, Option<u64>), ReadError> {
 
 /// A compressed batch holding `raw_len` (declared) and `frame`.
 fn compressed_batch(raw_len: u64, frame: &[u8]) -> Vec<u8> {
+    batch_of_kind(BatchKind::Compressed, raw_len, frame)
+}
+
+/// A compressed-modeled batch holding `raw_len` (declared) and `frame`.
+fn modeled_batch(raw_len: u64, frame: &[u8]) -> Vec<u8> {
+    batch_of_kind(BatchKind::CompressedModeled, raw_len, frame)
+}
+
+fn batch_of_kind(kind: BatchKind, raw_len: u64, frame: &[u8]) -> Vec<u8> {
     let mut payload = Vec::new();
     varint(&mut payload, raw_len);
     payload.extend_from_slice(frame);
-    let mut out = vec![8u8];
+    let mut out = vec![kind as u8];
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&payload);
     out
@@ -94,6 +104,196 @@ fn a_cut_inside_a_compressed_batch_is_a_truncation() {
     let bytes = packed(None);
     let cut = &bytes[..bytes.len() - 10];
     let (events, truncated) = read(cut).unwrap();
+    assert!(events.is_empty());
+    assert_eq!(truncated, Some(FILE_HEADER_LEN as u64));
+}
+
+/// The modeled stream of `raw`, compressed at zstd level 1 as the writer
+/// does.
+fn modeled_frame(raw: &[u8]) -> Vec<u8> {
+    let mut modeled = Vec::new();
+    assert!(Encoder::with_capacity(raw.len()).encode(raw, &mut modeled));
+    zstd::bulk::compress(&modeled, 1).unwrap()
+}
+
+/// A trace as the writer makes it: compact events batches of two threads
+/// (a ring of heap objects freed in allocation order and refilled, with
+/// entry tags, realloc-style untagged frees, calls, spans, stacks and
+/// long-form events), a pages batch, types, two generations.
+fn compact_trace() -> Vec<u8> {
+    let g1 = info(1);
+    let mut g2 = info(2);
+    g2.start_ticks = 900_000;
+    g2.start_mono_ns = 5_900_000;
+    let mut rng = Rng::new(5);
+    let mut t = TraceBuilder::new();
+    t.info(&g1);
+    let mut ticks = [1000u64, 1000];
+    let mut rings = [vec![0u64; 64], vec![0u64; 64]];
+    for (b, g) in [(0usize, 1u64), (1, 1), (2, 1), (3, 1), (4, 2), (5, 2)] {
+        if b == 4 {
+            t.info(&g2);
+            ticks = [g2.start_ticks, g2.start_ticks];
+        }
+        let thread = b % 2;
+        let base = ticks[thread];
+        let mut body = Vec::new();
+        let mut previous = [0u64; 3];
+        let mut event = |body: &mut Vec<u8>, kind_byte: u8, ticks: &mut u64, args: &[u64], class: Option<usize>| {
+            body.push(kind_byte);
+            let delta = 1 + rng.below(300);
+            *ticks += delta;
+            varint(body, delta);
+            for (i, &a) in args.iter().enumerate() {
+                let a = match class {
+                    Some(c) if i == 0 && kind_byte & LONG_FORM == 0 => {
+                        let d = zigzag(a.wrapping_sub(previous[c]) as i64);
+                        previous[c] = a;
+                        d
+                    }
+                    _ => a,
+                };
+                varint(body, a);
+            }
+        };
+        for i in 0..3000 {
+            let ticks = &mut ticks[thread];
+            let slot = i % 64;
+            let old = rings[thread][slot];
+            if old != 0 {
+                let tagged = i % 7 != 0;
+                let kind = if tagged { 6 | ENTRY_TAG } else { 6 };
+                let args = if tagged { vec![old, 4] } else { vec![old] };
+                event(&mut body, kind, ticks, &args, Some(1));
+            }
+            let id = if old != 0 && i % 3 != 0 { old } else { 0x1000 + (thread as u64) * 0x100_0000 + i as u64 * 8 };
+            event(&mut body, 5 | ENTRY_TAG, ticks, &[id, 16 + (i as u64 % 240), 0, 1], Some(1));
+            rings[thread][slot] = id;
+            match i % 500 {
+                1 => event(&mut body, 10 | ENTRY_TAG, ticks, &[0, 4], None),
+                2 => event(&mut body, 2 | ENTRY_TAG, ticks, &[0x40 + i as u64, 3, 5, 11], Some(0)),
+                3 => event(&mut body, 3 | ENTRY_TAG, ticks, &[0x40 + i as u64 - 1, 12], Some(0)),
+                4 => event(&mut body, 8, ticks, &[0x90 + i as u64, 13], Some(2)),
+                5 => event(&mut body, 9, ticks, &[0x90 + i as u64 - 1], Some(2)),
+                6 => event(&mut body, 5 | LONG_FORM | ENTRY_TAG, ticks, &[0x10008, 24, 0, 1], None),
+                7 => event(&mut body, 6 | LONG_FORM | ENTRY_TAG, ticks, &[0x10008, 4], None),
+                8 => event(&mut body, 4, ticks, &[0x7000 + i as u64, 48, 1], Some(1)),
+                _ => {}
+            }
+        }
+        t.batch(BatchKind::CompactEvents as u8, g, 1 + thread as u64, base, &body);
+    }
+    let mut pages = PagesBody::new(12, 1, 1000);
+    pages.event(1100, 0x7f00_0000_0000, &EventData::PageAlloc { npages: 3 });
+    t.pages(1, 1, &pages);
+    t.generation_end(1, 800_000, 5_800_000, 0);
+    t.generation_end(2, 2_000_000, 7_000_000, 0);
+    t.trace_end(2);
+    t.finish()
+}
+
+#[test]
+fn modeled_batches_read_like_plain_ones() {
+    for plain in [sample_trace(), compact_trace()] {
+        let want = read(&plain).unwrap();
+        assert!(!want.0.is_empty());
+        let (head, batches) = plain.split_at(FILE_HEADER_LEN);
+        // All in one modeled batch, or split in two with a plain batch
+        // after (each modeled batch decodes alone).
+        let split = batches.len() / 2;
+        let split = (0..).map(|i| FILE_HEADER_LEN + split + i).find(|&at| {
+            // The first batch boundary at or after the middle.
+            let mut pos = FILE_HEADER_LEN;
+            while pos < at {
+                pos += 5 + u32::from_le_bytes(plain[pos + 1..pos + 5].try_into().unwrap()) as usize;
+            }
+            pos == at
+        });
+        let split = split.unwrap() - FILE_HEADER_LEN;
+        let mut one = head.to_vec();
+        one.extend(modeled_batch(batches.len() as u64, &modeled_frame(batches)));
+        let mut two = head.to_vec();
+        let (first, second) = batches.split_at(split);
+        two.extend(modeled_batch(first.len() as u64, &modeled_frame(first)));
+        two.extend(modeled_batch(second.len() as u64, &modeled_frame(second)));
+        assert_eq!(read(&one).unwrap(), want);
+        assert_eq!(read(&two).unwrap(), want);
+    }
+    // The compact trace is what the model is for: much smaller than kind 8.
+    let plain = compact_trace();
+    let batches = &plain[FILE_HEADER_LEN..];
+    let modeled = modeled_frame(batches).len();
+    let zstd3 = zstd::bulk::compress(batches, 3).unwrap().len();
+    assert!(modeled * 4 < zstd3 * 3, "modeled {modeled} bytes, zstd level 3 {zstd3}");
+}
+
+#[test]
+fn malformed_modeled_batches() {
+    let plain = compact_trace();
+    let head = &plain[..FILE_HEADER_LEN];
+    let body = &plain[FILE_HEADER_LEN..];
+    let mut modeled = Vec::new();
+    assert!(Encoder::with_capacity(0).encode(body, &mut modeled));
+    let frame = zstd::bulk::compress(&modeled, 1).unwrap();
+    let len = body.len() as u64;
+    let frame_of = |stream: &[u8]| zstd::bulk::compress(stream, 1).unwrap();
+    let mut damaged = modeled.clone();
+    // The first free's code in the IDs column: its column starts after
+    // the nine lengths and the first four columns.
+    let mut pos = 0;
+    let lens: Vec<usize> = (0..9).map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize).collect();
+    let ids_at = pos + lens[..4].iter().sum::<usize>();
+    // Codes past the ring's first round (a free's or an allocation's):
+    // each names nothing the model holds.
+    damaged[ids_at + 64] = 0x7f;
+    damaged[ids_at + 65] = 0x7f;
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (modeled_batch(MAX_DECOMPRESSED_LEN + 1, &frame), "above the limit"),
+        (modeled_batch(len, b"not a zstd frame"), "does not decompress"),
+        (modeled_batch(len + 10, &frame), "modeled stream"),
+        (modeled_batch(len - 1, &frame), "modeled stream"),
+        (modeled_batch(len, &frame_of(&modeled[..modeled.len() - 3])), "modeled stream"),
+        (modeled_batch(len, &frame_of(&damaged)), "code names no"),
+        // A modeled stream longer than any of raw_len bytes may be.
+        (modeled_batch(3, &frame_of(&[0u8; 5000])), "does not decompress"),
+        (
+            {
+                let inner = modeled_batch(len, &frame);
+                let mut stream = Vec::new();
+                assert!(Encoder::with_capacity(0).encode(&inner, &mut stream));
+                modeled_batch(inner.len() as u64, &frame_of(&stream))
+            },
+            "inside another",
+        ),
+        (
+            {
+                let cut = &body[..body.len() - 3];
+                modeled_batch(cut.len() as u64, &modeled_frame(cut))
+            },
+            "cut short",
+        ),
+    ];
+    for (batch, want) in cases {
+        let mut bytes = head.to_vec();
+        bytes.extend(batch);
+        match read(&bytes) {
+            Ok(r) => panic!("expected an error containing {want:?}, read {} events", r.0.len()),
+            Err(e) => {
+                assert!(e.is_malformed(), "{e}");
+                assert!((FILE_HEADER_LEN as u64..bytes.len() as u64).contains(&e.offset()), "{e}");
+                assert!(e.to_string().contains(want), "{e} (wanted {want:?})");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_cut_inside_a_modeled_batch_is_a_truncation() {
+    let plain = compact_trace();
+    let body = &plain[FILE_HEADER_LEN..];
+    let mut bytes = plain[..FILE_HEADER_LEN].to_vec();
+    bytes.extend(modeled_batch(body.len() as u64, &modeled_frame(body)));
+    let (events, truncated) = read(&bytes[..bytes.len() - 10]).unwrap();
     assert!(events.is_empty());
     assert_eq!(truncated, Some(FILE_HEADER_LEN as u64));
 }

@@ -83,10 +83,10 @@ fn file_header_errors() {
 fn unknown_batch_kind() {
     let mut t = start();
     let at = t.len() as u64;
-    t.batch(9, 1, 0, 0, &[]);
+    t.batch(10, 1, 0, 0, &[]);
     let e = error(t.bytes());
     assert_eq!(e.offset(), at);
-    assert!(e.what().contains("unknown batch kind 9"), "{e}");
+    assert!(e.what().contains("unknown batch kind 10"), "{e}");
 }
 
 fn words(words: &[u64]) -> Vec<u8> {

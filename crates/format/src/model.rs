@@ -1,0 +1,838 @@
+//! The transform behind modeled compressed batches (batch kind 9,
+//! docs/FORMAT.md section 2.2): whole batches are turned into a byte stream
+//! that zstd compresses far better than the batches themselves, and the
+//! inverse turns that stream back into exactly the original bytes.
+//!
+//! ## Design
+//!
+//! The stream is a set of columns, each holding one kind of field (event
+//! kinds, time deltas, sizes, ...), so zstd sees homogeneous data. The
+//! heap-object IDs, the least predictable field of a trace, are replaced
+//! by predictions from a model of the heap that both sides keep:
+//!
+//! - a free names an object allocated earlier: a ring of the most recent
+//!   allocations (and a hash table from ID to position in the ring) turns
+//!   it into the number of allocations since, written as the difference
+//!   from the previous free's (a program freeing in allocation order gives
+//!   0 every time);
+//! - an allocator hands out again a block of the same size it freed
+//!   recently: per size class, a small stack of the IDs freed most
+//!   recently turns an allocation's ID into its position there.
+//!
+//! Whatever the model cannot predict is written as an escape with the raw
+//! value. Batches that are not compact events batches, and any batch that
+//! does not parse exactly (an unknown event kind, a varint not in its
+//! shortest form, a body that does not end where its payload does), are
+//! copied as they are, so the inverse gives back exactly the input for
+//! every input.
+//!
+//! ## Invariants
+//!
+//! 1. The encoder and the decoder MUST update the model identically, from
+//!    values both of them know at that point of the stream (the decoder
+//!    reads an allocation's size before its ID so that it knows its size
+//!    class). Otherwise the decoder's predictions differ from the
+//!    encoder's and it restores wrong IDs without noticing.
+//! 2. The model MUST be reset at the start of every stream. Otherwise a
+//!    compressed batch could not be decoded on its own.
+//! 3. The encoder MUST copy a batch verbatim unless it parsed completely,
+//!    with every varint in its shortest form. Otherwise re-encoding the
+//!    decoded values would not give back the input bytes.
+//! 4. The decoder MUST bound its work and output by its input and
+//!    `raw_len`: every loop consumes a column byte, and output past
+//!    `raw_len` is an error. Otherwise a few bytes of a hostile stream
+//!    could make it loop forever or allocate without limit.
+//!
+//! ## Memory
+//!
+//! The model is about 1.6 MiB, allocated once by [`Model::new`]; the
+//! encoder's columns and the output vectors are reused across streams by
+//! the caller, so a long trace allocates nothing per batch once they have
+//! grown to their working size.
+
+use alloc::boxed::Box;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::{
+    get_uvarint, put_uvarint, zigzag, unzigzag, BatchKind, BATCH_PREFIX_LEN, ENTRY_TAG,
+    EVENT_KIND_MASK, LONG_FORM, MAX_BATCH_PAYLOAD, MAX_VARINT_LEN,
+};
+
+/// log2 of the number of allocations the ring remembers.
+pub const RING_BITS: u32 = 16;
+/// log2 of the number of slots of the hash table from ID to allocation.
+pub const HASH_BITS: u32 = 17;
+/// IDs remembered per size class, most recently freed first.
+pub const FREED_PER_CLASS: usize = 8;
+/// Size classes: 16-byte steps up to 1 KiB (0 to 64), then four per power
+/// of two (65 to 280).
+pub const SIZE_CLASSES: usize = 281;
+/// Number of columns of a modeled stream. In stream order:
+///
+/// 0. batches: per batch its form, and a modeled batch's header;
+/// 1. verbatim: the bytes of batches copied as they are;
+/// 2. kinds: one kind byte per event;
+/// 3. times: time deltas;
+/// 4. ids: modeled heap-object IDs, 0 for an escape;
+/// 5. escapes: the raw value of every escaped heap-object ID;
+/// 6. sizes: sizes of heap-object allocations and exists events;
+/// 7. args: every other argument;
+/// 8. tags: entry tags, XORed with the previous tag of the same kind byte.
+pub const COLUMNS: usize = 9;
+const BATCHES: usize = 0;
+const VERBATIM: usize = 1;
+
+/// Batch forms in the BATCHES column.
+const FORM_VERBATIM: u64 = 0;
+const FORM_EVENTS: u64 = 1;
+
+/// Largest modeled stream for `raw_len` raw bytes: what a reader accepts
+/// before decoding (the writer falls back to plain compression beyond it).
+pub const fn max_modeled_len(raw_len: u64) -> u64 {
+    raw_len.saturating_mul(2).saturating_add(4096)
+}
+
+/// The size class of an allocation size.
+#[inline]
+pub const fn size_class(size: u64) -> usize {
+    if size <= 1024 {
+        return size.div_ceil(16) as usize;
+    }
+    let log = 63 - (size - 1).leading_zeros();
+    let quarter = ((size - 1) >> (log - 2)) & 3;
+    65 + (log as usize - 10) * 4 + quarter as usize
+}
+
+/// Arguments of an event kind (1 to 10); 0 for an unknown kind.
+#[inline]
+const fn arg_count(kind: u8) -> usize {
+    match kind {
+        1 | 2 | 4 | 5 => 3,
+        3 | 6 | 9 | 10 => 1,
+        7 | 8 => 2,
+        _ => 0,
+    }
+}
+
+/// The heap model both sides keep (see Design). Reset at every stream.
+pub struct Model {
+    /// `ring[i % RING]`: the ID and size of allocation `i` of the stream.
+    ring_ids: Box<[u64]>,
+    ring_sizes: Box<[u64]>,
+    /// Allocations seen in this stream.
+    allocations: u64,
+    /// `hash[h(id)]`: 1 + the number of the latest allocation whose ID
+    /// hashed there, 0 for none. Colliding IDs overwrite each other: the
+    /// ring confirms a hit.
+    hash: Box<[u32]>,
+    /// Per size class, the IDs freed most recently, newest first, and how
+    /// many are valid.
+    freed: Box<[[u64; FREED_PER_CLASS]]>,
+    freed_len: Box<[u8]>,
+    /// The age of the last free the ring confirmed.
+    last_age: u64,
+    /// The ID of the last escaped allocation.
+    last_escaped_alloc: u64,
+    /// The previous entry tag of each kind byte without its tag bit.
+    last_tag: [u64; 256],
+}
+
+const RING: usize = 1 << RING_BITS;
+
+/// What a free's or an allocation's ID costs to tell the other side.
+enum Prediction {
+    /// The model knew it: this code (never 0) in the IDS column.
+    Code(u64),
+    /// The model did not: 0 in IDS and this value in ESCAPES.
+    Escape(u64),
+}
+
+impl Model {
+    /// Allocates the model (about 1.6 MiB), reset.
+    pub fn new() -> Model {
+        Model {
+            ring_ids: vec![0u64; RING].into_boxed_slice(),
+            ring_sizes: vec![0u64; RING].into_boxed_slice(),
+            allocations: 0,
+            hash: vec![0u32; 1 << HASH_BITS].into_boxed_slice(),
+            freed: vec![[0u64; FREED_PER_CLASS]; SIZE_CLASSES].into_boxed_slice(),
+            freed_len: vec![0u8; SIZE_CLASSES].into_boxed_slice(),
+            last_age: 0,
+            last_escaped_alloc: 0,
+            last_tag: [0; 256],
+        }
+    }
+
+    /// Forgets everything: the start of a stream.
+    pub fn reset(&mut self) {
+        self.allocations = 0;
+        self.hash.fill(0);
+        self.freed_len.fill(0);
+        self.last_age = 0;
+        self.last_escaped_alloc = 0;
+        self.last_tag = [0; 256];
+    }
+
+    #[inline]
+    fn slot(id: u64) -> usize {
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HASH_BITS)) as usize
+    }
+
+    /// The number of the allocation of `id` and its size, if the ring
+    /// still holds it.
+    #[inline]
+    fn find_allocation(&self, id: u64) -> Option<(u64, u64)> {
+        let entry = u64::from(*self.hash.get(Self::slot(id))?);
+        let number = entry.checked_sub(1)?;
+        let i = (number as usize) & (RING - 1);
+        let age = self.allocations.wrapping_sub(number);
+        let fresh = age >= 1 && age <= RING as u64;
+        (fresh && self.ring_ids.get(i) == Some(&id)).then(|| (number, self.ring_sizes.get(i).copied().unwrap_or(0)))
+    }
+
+    /// Records an allocation (or exists event) of `id` and `size`.
+    #[inline]
+    fn allocated(&mut self, id: u64, size: u64) {
+        let i = (self.allocations as usize) & (RING - 1);
+        if let (Some(r), Some(s)) = (self.ring_ids.get_mut(i), self.ring_sizes.get_mut(i)) {
+            *r = id;
+            *s = size;
+        }
+        self.allocations += 1;
+        // The ring has 2^16 slots but a stream more allocations: the
+        // counter wraps the hash entry, which the freshness check catches.
+        if let Some(h) = self.hash.get_mut(Self::slot(id)) {
+            *h = self.allocations as u32;
+        }
+    }
+
+    /// Encoder: the prediction for freeing `id`, updating the model.
+    #[inline]
+    fn encode_free(&mut self, id: u64) -> Prediction {
+        match self.find_allocation(id) {
+            Some((number, size)) => {
+                let age = self.allocations - number;
+                let code = zigzag(age.wrapping_sub(self.last_age) as i64) + 1;
+                self.last_age = age;
+                self.push_freed(id, size);
+                Prediction::Code(code)
+            }
+            None => Prediction::Escape(0),
+        }
+    }
+
+    /// Decoder: the ID a free's code names, updating the model; `None`
+    /// for a code the model cannot resolve (malformed).
+    #[inline]
+    fn decode_free(&mut self, code: u64) -> Option<u64> {
+        let age = self.last_age.wrapping_add(unzigzag(code - 1) as u64);
+        if age == 0 || age > RING as u64 || age > self.allocations {
+            return None;
+        }
+        let number = self.allocations - age;
+        let i = (number as usize) & (RING - 1);
+        let id = *self.ring_ids.get(i)?;
+        let size = *self.ring_sizes.get(i)?;
+        // The encoder only predicts what its hash table confirms.
+        if self.find_allocation(id).map(|(n, _)| n) != Some(number) {
+            return None;
+        }
+        self.last_age = age;
+        self.push_freed(id, size);
+        Some(id)
+    }
+
+    #[inline]
+    fn push_freed(&mut self, id: u64, size: u64) {
+        let class = size_class(size);
+        let (Some(ids), Some(len)) = (self.freed.get_mut(class), self.freed_len.get_mut(class)) else {
+            return;
+        };
+        ids.copy_within(0..FREED_PER_CLASS - 1, 1);
+        ids[0] = id;
+        *len = (*len + 1).min(FREED_PER_CLASS as u8);
+    }
+
+    /// Encoder: the prediction for allocating `id` of `size`, updating the
+    /// model.
+    #[inline]
+    fn encode_alloc(&mut self, id: u64, size: u64) -> Prediction {
+        let class = size_class(size);
+        let found = match (self.freed.get(class), self.freed_len.get(class)) {
+            (Some(ids), Some(&len)) => ids.iter().take(len as usize).position(|&f| f == id),
+            _ => None,
+        };
+        let prediction = match found {
+            Some(i) => {
+                self.take_freed(class, i);
+                Prediction::Code(i as u64 + 1)
+            }
+            None => {
+                let raw = zigzag(id.wrapping_sub(self.last_escaped_alloc) as i64);
+                self.last_escaped_alloc = id;
+                Prediction::Escape(raw)
+            }
+        };
+        self.allocated(id, size);
+        prediction
+    }
+
+    /// Decoder: the ID of an allocation of `size` from its code, or from
+    /// its escape value when the code is 0; updates the model.
+    #[inline]
+    fn decode_alloc(&mut self, code: u64, escape: u64, size: u64) -> Option<u64> {
+        let id = if code == 0 {
+            let id = self.last_escaped_alloc.wrapping_add(unzigzag(escape) as u64);
+            self.last_escaped_alloc = id;
+            id
+        } else {
+            let class = size_class(size);
+            let i = (code - 1) as usize;
+            if i >= usize::from(*self.freed_len.get(class)?) {
+                return None;
+            }
+            let id = *self.freed.get(class)?.get(i)?;
+            self.take_freed(class, i);
+            id
+        };
+        self.allocated(id, size);
+        Some(id)
+    }
+
+    #[inline]
+    fn take_freed(&mut self, class: usize, i: usize) {
+        if let (Some(ids), Some(len)) = (self.freed.get_mut(class), self.freed_len.get_mut(class)) {
+            if i < FREED_PER_CLASS {
+                ids.copy_within(i + 1.., i);
+            }
+            *len = len.saturating_sub(1);
+        }
+    }
+}
+
+impl Default for Model {
+    fn default() -> Model {
+        Model::new()
+    }
+}
+
+/// Reads a varint, with the one-byte case inline.
+#[inline(always)]
+fn read_varint(buf: &[u8], pos: &mut usize) -> Result<u64, crate::VarintError> {
+    match buf.get(*pos) {
+        Some(&b) if b < 0x80 => {
+            *pos += 1;
+            Ok(u64::from(b))
+        }
+        _ => get_uvarint(buf, pos),
+    }
+}
+
+/// Reads a varint that must be in its shortest form (one of more than a
+/// byte whose last byte is 0 is not); `Err` for any other.
+#[inline(always)]
+fn read_canonical_varint(buf: &[u8], pos: &mut usize) -> Result<u64, NotExact> {
+    let start = *pos;
+    let v = read_varint(buf, pos).map_err(|_| NotExact)?;
+    if *pos - start > 1 && buf.get(*pos - 1) == Some(&0) {
+        return Err(NotExact);
+    }
+    Ok(v)
+}
+
+#[inline]
+fn push_varint(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; MAX_VARINT_LEN];
+    let n = put_uvarint(&mut buf, 0, v);
+    out.extend_from_slice(buf.get(..n).unwrap_or(&buf));
+}
+
+/// A batch the encoder must copy verbatim: it does not parse exactly.
+#[derive(Debug)]
+struct NotExact;
+
+/// Most bytes any column gains from a modeled events batch of payload
+/// length `len`, plus its batch header. Every event takes at least 3
+/// bytes of payload; the widest growth is an entry tag (1 byte) whose
+/// XOR takes 10, or an allocation (at least 5 bytes) whose escape takes
+/// 10: under 3 bytes per payload byte.
+const fn column_room(len: usize) -> usize {
+    3 * len + 64
+}
+
+/// A column being written: a slice with room for the batch and a cursor
+/// kept in a local, so byte stores need not reload it.
+struct ColumnWriter<'a> {
+    bytes: &'a mut [u8],
+    pos: usize,
+}
+
+impl ColumnWriter<'_> {
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        if let Some(slot) = self.bytes.get_mut(self.pos) {
+            *slot = b;
+        }
+        self.pos += 1;
+    }
+
+    #[inline(always)]
+    fn varint(&mut self, v: u64) {
+        if v < 0x80 {
+            self.byte(v as u8);
+        } else {
+            self.pos = put_uvarint(self.bytes, self.pos, v);
+        }
+    }
+
+    /// Copies the varint at `input[*pos..]`, which must be in its shortest
+    /// form.
+    #[inline(always)]
+    fn copy_varint(&mut self, input: &[u8], pos: &mut usize) -> Result<(), NotExact> {
+        let start = *pos;
+        loop {
+            let b = *input.get(*pos).ok_or(NotExact)?;
+            *pos += 1;
+            self.byte(b);
+            if b < 0x80 {
+                let n = *pos - start;
+                if n > 1 && (b == 0 || (n == MAX_VARINT_LEN && b > 1)) {
+                    return Err(NotExact);
+                }
+                return Ok(());
+            }
+            if *pos - start == MAX_VARINT_LEN {
+                return Err(NotExact);
+            }
+        }
+    }
+}
+
+/// Batches an encoder was told to copy verbatim although they are compact
+/// events batches, by offset in the raw input; past this many it copies
+/// every batch.
+const MAX_NOT_EXACT: usize = 8;
+
+/// Turns raw batches into a modeled stream; keeps its columns and model
+/// from one stream to the next.
+pub struct Encoder {
+    model: Model,
+    /// Each column's storage: zeroed room, written from the start; grown
+    /// (never shrunk) when a batch might not fit.
+    columns: [Vec<u8>; COLUMNS],
+    /// Bytes of each column written in this stream.
+    used: [usize; COLUMNS],
+}
+
+impl Encoder {
+    /// An encoder with room for streams of up to about `raw_len` raw bytes
+    /// in batches of up to 64 KiB without allocating: larger ones grow its
+    /// columns, once. (The room is zeroed memory: pages never written are
+    /// never touched.)
+    pub fn with_capacity(raw_len: usize) -> Encoder {
+        let room = raw_len + column_room(64 << 10);
+        Encoder { model: Model::new(), columns: core::array::from_fn(|_| vec![0u8; room]), used: [0; COLUMNS] }
+    }
+
+    fn make_room(&mut self, column: usize, need: usize) {
+        if let (Some(c), Some(&used)) = (self.columns.get_mut(column), self.used.get(column)) {
+            if c.len() - used.min(c.len()) < need {
+                c.resize(used + need.max(c.len()), 0);
+            }
+        }
+    }
+
+    /// Replaces `out` with the modeled stream of `raw`: whole compact
+    /// events batches are modeled, anything else copied. Returns false,
+    /// with `out` unusable, only if a column outgrew the room reserved for
+    /// it (never expected: see `column_room`).
+    pub fn encode(&mut self, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        // One pass models and checks each batch. A batch found not exact
+        // midway has already changed the model, so the stream starts over
+        // with that batch copied (invariant 3); the writer never makes one.
+        let mut not_exact = [usize::MAX; MAX_NOT_EXACT];
+        let mut not_exact_len = 0;
+        let fits = loop {
+            match self.encode_once(raw, &not_exact[..not_exact_len]) {
+                Ok(fits) => break fits,
+                Err(offset) => {
+                    let Some(slot) = not_exact.get_mut(not_exact_len) else {
+                        break self.encode_all_verbatim(raw);
+                    };
+                    *slot = offset;
+                    not_exact_len += 1;
+                }
+            }
+        };
+        if !fits {
+            return false;
+        }
+        out.clear();
+        for &used in &self.used {
+            push_varint(out, used as u64);
+        }
+        for (c, &used) in self.columns.iter().zip(&self.used) {
+            out.extend_from_slice(c.get(..used).unwrap_or(c));
+        }
+        true
+    }
+
+    /// One try at the whole stream, copying the batches at the offsets in
+    /// `verbatim`; `Err` with the offset of a compact events batch that
+    /// does not parse exactly.
+    fn encode_once(&mut self, raw: &[u8], verbatim: &[usize]) -> Result<bool, usize> {
+        self.model.reset();
+        self.used = [0; COLUMNS];
+        let mut offset = 0;
+        while let Some(rest) = raw.get(offset..).filter(|rest| !rest.is_empty()) {
+            let batch_len = match rest.get(..BATCH_PREFIX_LEN) {
+                Some(&[_, a, b, c, d]) => {
+                    let len = u32::from_le_bytes([a, b, c, d]);
+                    let total = BATCH_PREFIX_LEN + len as usize;
+                    if len <= MAX_BATCH_PAYLOAD && total <= rest.len() {
+                        total
+                    } else {
+                        rest.len()
+                    }
+                }
+                _ => rest.len(),
+            };
+            let batch = rest.get(..batch_len).unwrap_or(rest);
+            let payload = batch.get(BATCH_PREFIX_LEN..).unwrap_or(&[]);
+            let modeled = batch.first() == Some(&(BatchKind::CompactEvents as u8))
+                && !payload.is_empty()
+                && !verbatim.contains(&offset);
+            let fits = if modeled {
+                self.encode_events_batch(payload).map_err(|NotExact| offset)?
+            } else {
+                self.encode_verbatim(batch)
+            };
+            if !fits {
+                return Ok(false);
+            }
+            offset += batch_len;
+        }
+        Ok(true)
+    }
+
+    fn encode_all_verbatim(&mut self, raw: &[u8]) -> bool {
+        self.model.reset();
+        self.used = [0; COLUMNS];
+        self.encode_verbatim(raw)
+    }
+
+    fn encode_verbatim(&mut self, batch: &[u8]) -> bool {
+        self.make_room(BATCHES, 2 * MAX_VARINT_LEN);
+        self.make_room(VERBATIM, batch.len());
+        let [batches, verbatim, ..] = &mut self.columns;
+        let mut w = ColumnWriter { bytes: batches, pos: self.used[BATCHES] };
+        w.varint(FORM_VERBATIM);
+        w.varint(batch.len() as u64);
+        self.used[BATCHES] = w.pos;
+        let at = self.used[VERBATIM];
+        match verbatim.get_mut(at..at + batch.len()) {
+            Some(room) => room.copy_from_slice(batch),
+            None => return false,
+        }
+        self.used[VERBATIM] += batch.len();
+        w.pos <= batches.len()
+    }
+
+    /// Writes a compact events batch's payload to the columns, checking as
+    /// it goes that it parses exactly (else `Err`, and the columns' used
+    /// lengths are unchanged but the model is not).
+    fn encode_events_batch(&mut self, payload: &[u8]) -> Result<bool, NotExact> {
+        for column in 0..COLUMNS {
+            self.make_room(column, column_room(payload.len()));
+        }
+        let model = &mut self.model;
+        let used = &mut self.used;
+        let [batches, _, kinds, times, ids, escapes, sizes, args, tags] = &mut self.columns;
+        fn writer(bytes: &mut [u8], pos: usize) -> ColumnWriter<'_> {
+            ColumnWriter { bytes, pos }
+        }
+        let mut batches = writer(batches, used[BATCHES]);
+        let mut kinds = writer(kinds, used[2]);
+        let mut times = writer(times, used[3]);
+        let mut ids = writer(ids, used[4]);
+        let mut escapes = writer(escapes, used[5]);
+        let mut sizes = writer(sizes, used[6]);
+        let mut args = writer(args, used[7]);
+        let mut tags = writer(tags, used[8]);
+        let mut pos = 0;
+        let mut header = [0u64; 3];
+        for field in header.iter_mut() {
+            *field = read_canonical_varint(payload, &mut pos)?;
+        }
+        let mut events = 0u64;
+        let mut previous_heap_id = 0u64;
+        while let Some(&kind_byte) = payload.get(pos) {
+            pos += 1;
+            events += 1;
+            kinds.byte(kind_byte);
+            let kind = kind_byte & EVENT_KIND_MASK;
+            let long = kind_byte & LONG_FORM != 0;
+            times.copy_varint(payload, &mut pos)?;
+            let remaining = match kind {
+                4..=6 if !long => {
+                    let first = read_canonical_varint(payload, &mut pos)?;
+                    let id = previous_heap_id.wrapping_add(unzigzag(first) as u64);
+                    previous_heap_id = id;
+                    let prediction = if kind == 6 {
+                        match model.encode_free(id) {
+                            Prediction::Escape(_) => Prediction::Escape(first),
+                            code => code,
+                        }
+                    } else {
+                        let size = read_canonical_varint(payload, &mut pos)?;
+                        sizes.varint(size);
+                        model.encode_alloc(id, size)
+                    };
+                    match prediction {
+                        Prediction::Code(code) => ids.varint(code),
+                        Prediction::Escape(raw) => {
+                            ids.byte(0);
+                            escapes.varint(raw);
+                        }
+                    }
+                    usize::from(kind != 6)
+                }
+                4 | 5 => {
+                    args.copy_varint(payload, &mut pos)?;
+                    sizes.copy_varint(payload, &mut pos)?;
+                    1
+                }
+                1..=10 => arg_count(kind),
+                _ => return Err(NotExact),
+            };
+            for _ in 0..remaining {
+                args.copy_varint(payload, &mut pos)?;
+            }
+            if kind_byte & ENTRY_TAG != 0 {
+                let tag = read_canonical_varint(payload, &mut pos)?;
+                let last = &mut model.last_tag[usize::from(kind_byte & !ENTRY_TAG)];
+                tags.varint(tag ^ *last);
+                *last = tag;
+            }
+        }
+        batches.varint(FORM_EVENTS);
+        for field in header {
+            batches.varint(field);
+        }
+        batches.varint(events);
+        let mut fits = true;
+        for (i, w) in [(BATCHES, batches), (2, kinds), (3, times), (4, ids), (5, escapes), (6, sizes), (7, args), (8, tags)] {
+            fits &= w.pos <= w.bytes.len();
+            used[i] = w.pos;
+        }
+        Ok(fits)
+    }
+}
+
+/// Where and why a modeled stream is malformed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelError {
+    /// Offset in the modeled stream of the byte the decoder could not use.
+    pub at: u64,
+    /// What is wrong, for messages.
+    pub what: &'static str,
+}
+
+/// One column of a stream being decoded.
+struct Column<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    /// Offset of the column in the stream, for errors.
+    start: u64,
+}
+
+impl<'a> Column<'a> {
+    #[inline]
+    fn error(&self, what: &'static str) -> ModelError {
+        ModelError { at: self.start + self.pos as u64, what }
+    }
+
+    #[inline]
+    fn varint(&mut self, what: &'static str) -> Result<u64, ModelError> {
+        read_varint(self.bytes, &mut self.pos).map_err(|_| self.error(what))
+    }
+
+    #[inline]
+    fn byte(&mut self, what: &'static str) -> Result<u8, ModelError> {
+        let b = *self.bytes.get(self.pos).ok_or_else(|| self.error(what))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    #[inline]
+    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], ModelError> {
+        let end = usize::try_from(n).ok().and_then(|n| self.pos.checked_add(n));
+        let bytes = end.and_then(|end| self.bytes.get(self.pos..end)).ok_or_else(|| self.error(what))?;
+        self.pos += bytes.len();
+        Ok(bytes)
+    }
+
+    fn done(&self) -> bool {
+        self.pos == self.bytes.len()
+    }
+}
+
+/// Turns modeled streams back into raw batches; keeps its model from one
+/// stream to the next.
+pub struct Decoder {
+    model: Model,
+}
+
+impl Default for Decoder {
+    fn default() -> Decoder {
+        Decoder::new()
+    }
+}
+
+impl Decoder {
+    /// A decoder (allocates its model, about 1.6 MiB).
+    pub fn new() -> Decoder {
+        Decoder { model: Model::new() }
+    }
+
+    /// Appends to `out` the `raw_len` bytes `stream` stands for. Any input
+    /// is safe: a malformed stream, or one that does not give exactly
+    /// `raw_len` bytes, is an error (and `out` holds some bytes), and `out`
+    /// never grows by more than `raw_len` plus one event.
+    pub fn decode(&mut self, stream: &[u8], raw_len: u64, out: &mut Vec<u8>) -> Result<(), ModelError> {
+        self.model.reset();
+        let mut pos = 0;
+        let mut lens = [0u64; COLUMNS];
+        for len in lens.iter_mut() {
+            *len = get_uvarint(stream, &mut pos)
+                .map_err(|_| ModelError { at: pos as u64, what: "a column length is truncated or overflows" })?;
+        }
+        let mut columns: [Column<'_>; COLUMNS] = core::array::from_fn(|_| Column { bytes: &[], pos: 0, start: 0 });
+        for (c, &len) in columns.iter_mut().zip(&lens) {
+            let end = usize::try_from(len).ok().and_then(|len| pos.checked_add(len));
+            let Some(bytes) = end.and_then(|end| stream.get(pos..end)) else {
+                return Err(ModelError { at: pos as u64, what: "the column lengths run past the end of the stream" });
+            };
+            *c = Column { bytes, pos: 0, start: pos as u64 };
+            pos += bytes.len();
+        }
+        if pos != stream.len() {
+            return Err(ModelError { at: pos as u64, what: "bytes after the last column" });
+        }
+        let start = out.len() as u64;
+        let limit = start + raw_len;
+        while !columns[BATCHES].done() {
+            let form_at = columns[BATCHES].start + columns[BATCHES].pos as u64;
+            let form = columns[BATCHES].varint("a batch form is truncated")?;
+            match form {
+                FORM_VERBATIM => {
+                    let len = columns[BATCHES].varint("a verbatim length is truncated")?;
+                    if len > limit - out.len() as u64 {
+                        return Err(columns[BATCHES].error("a verbatim batch runs past raw_len"));
+                    }
+                    let bytes = columns[VERBATIM].take(len, "a verbatim batch runs past its column")?;
+                    out.extend_from_slice(bytes);
+                }
+                FORM_EVENTS => self.decode_events_batch(&mut columns, limit, out)?,
+                _ => return Err(ModelError { at: form_at, what: "unknown batch form" }),
+            }
+        }
+        if let Some(c) = columns.iter().find(|c| !c.done()) {
+            return Err(c.error("bytes left over in a column"));
+        }
+        if out.len() as u64 != limit {
+            return Err(ModelError { at: stream.len() as u64, what: "the stream decodes to fewer bytes than raw_len" });
+        }
+        Ok(())
+    }
+
+    fn decode_events_batch(
+        &mut self,
+        columns: &mut [Column<'_>; COLUMNS],
+        limit: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ModelError> {
+        let [batches, _, kinds, times, ids, escapes, sizes, args, tags] = columns;
+        let model = &mut self.model;
+        let batch_start = out.len();
+        out.extend_from_slice(&[BatchKind::CompactEvents as u8, 0, 0, 0, 0]);
+        for _ in 0..3 {
+            push_varint(out, batches.varint("a batch header is truncated")?);
+        }
+        let events = batches.varint("an event count is truncated")?;
+        let mut previous_heap_id = 0u64;
+        // Each event takes a byte of the kinds column, so a count that
+        // lies ends at that column's end.
+        for _ in 0..events {
+            if out.len() as u64 > limit {
+                return Err(batches.error("an events batch runs past raw_len"));
+            }
+            let mut event = [0u8; 1 + 5 * MAX_VARINT_LEN];
+            let kind_byte = kinds.byte("the kinds column ends before the event count")?;
+            event[0] = kind_byte;
+            let kind = kind_byte & EVENT_KIND_MASK;
+            let count = arg_count(kind);
+            if count == 0 {
+                return Err(kinds.error("unknown event kind"));
+            }
+            let long = kind_byte & LONG_FORM != 0;
+            let mut n = put_uvarint(&mut event, 1, times.varint("a time delta is truncated")?);
+            match kind {
+                4..=6 if !long => {
+                    let code = ids.varint("an ID code is truncated")?;
+                    let (id, size) = if kind == 6 {
+                        let id = if code == 0 {
+                            previous_heap_id.wrapping_add(unzigzag(escapes.varint("an escape is truncated")?) as u64)
+                        } else {
+                            model.decode_free(code).ok_or_else(|| ids.error("a free's code names no allocation"))?
+                        };
+                        (id, None)
+                    } else {
+                        let size = sizes.varint("a size is truncated")?;
+                        let escape = if code == 0 { escapes.varint("an escape is truncated")? } else { 0 };
+                        let id = model
+                            .decode_alloc(code, escape, size)
+                            .ok_or_else(|| ids.error("an allocation's code names no freed ID"))?;
+                        (id, Some(size))
+                    };
+                    n = put_uvarint(&mut event, n, zigzag(id.wrapping_sub(previous_heap_id) as i64));
+                    previous_heap_id = id;
+                    if let Some(size) = size {
+                        n = put_uvarint(&mut event, n, size);
+                    }
+                }
+                4 | 5 => {
+                    n = put_uvarint(&mut event, n, args.varint("an argument is truncated")?);
+                    n = put_uvarint(&mut event, n, sizes.varint("a size is truncated")?);
+                }
+                _ => n = put_uvarint(&mut event, n, args.varint("an argument is truncated")?),
+            }
+            let remaining = match kind {
+                4 | 5 => 1,
+                _ => count - 1,
+            };
+            for _ in 0..remaining {
+                n = put_uvarint(&mut event, n, args.varint("an argument is truncated")?);
+            }
+            if kind_byte & ENTRY_TAG != 0 {
+                let last = &mut model.last_tag[usize::from(kind_byte & !ENTRY_TAG)];
+                let tag = tags.varint("an entry tag is truncated")? ^ *last;
+                *last = tag;
+                n = put_uvarint(&mut event, n, tag);
+            }
+            // A fixed-size copy cut back (see push_varint).
+            let len = out.len();
+            out.extend_from_slice(&event);
+            out.truncate(len + n.min(event.len()));
+        }
+        let payload_len = out.len() - batch_start - BATCH_PREFIX_LEN;
+        if out.len() as u64 > limit || payload_len > MAX_BATCH_PAYLOAD as usize {
+            return Err(batches.error("an events batch runs past raw_len or the payload limit"));
+        }
+        if let Some(len) = out.get_mut(batch_start + 1..batch_start + BATCH_PREFIX_LEN) {
+            len.copy_from_slice(&(payload_len as u32).to_le_bytes());
+        }
+        Ok(())
+    }
+}
