@@ -17,7 +17,9 @@
 //!   0 every time);
 //! - an allocator hands out again a block of the same size it freed
 //!   recently: per size class, a small stack of the IDs freed most
-//!   recently turns an allocation's ID into its position there.
+//!   recently turns an allocation's ID into its position there; failing
+//!   that, a ring of the last 4096 frees of any size (allocators split and
+//!   merge free blocks) turns it into the number of frees since.
 //!
 //! Whatever the model cannot predict is written as an escape with the raw
 //! value. Batches that are not compact events batches, and any batch that
@@ -45,7 +47,7 @@
 //!
 //! ## Memory
 //!
-//! The model is about 0.9 MiB in the encoder and 0.65 MiB in the decoder
+//! The model is about 0.95 MiB in the encoder and 0.7 MiB in the decoder
 //! (which needs no hash table), allocated once; the encoder's columns and the output vectors are reused across streams by
 //! the caller, so a long trace allocates nothing per batch once they have
 //! grown to their working size.
@@ -65,6 +67,11 @@ pub const RING_BITS: u32 = 16;
 pub const HASH_BITS: u32 = 17;
 /// IDs remembered per size class, most recently freed first.
 pub const FREED_PER_CLASS: usize = 8;
+/// log2 of the number of frees the free ring remembers.
+pub const FREE_RING_BITS: u32 = 12;
+/// log2 of the number of slots of the encoder's hash table from ID to
+/// free ring index.
+pub const FREE_HASH_BITS: u32 = 14;
 /// Size classes: 16-byte steps up to 1 KiB (0 to 64), then four per power
 /// of two (65 to 280).
 pub const SIZE_CLASSES: usize = 281;
@@ -139,7 +146,18 @@ struct Model {
     last_escaped_alloc: u64,
     /// The previous entry tag of each kind byte without its tag bit.
     last_tag: [u64; 256],
+    /// `free_ring[f % FREE_RING]`: the ID of short-form free number `f`
+    /// of the stream, whatever its size class (an allocator splits and
+    /// merges free blocks: a block often comes back in another class).
+    free_ring: Box<[u64]>,
+    /// Short-form frees seen in this stream.
+    frees: u64,
+    /// Encoder only: `free_hash[free_slot(id)]`, the free ring index of
+    /// the latest free whose ID hashed there (confirmed by the ring).
+    free_hash: Box<[u16]>,
 }
+
+const FREE_RING: usize = 1 << FREE_RING_BITS;
 
 const RING: usize = 1 << RING_BITS;
 
@@ -152,8 +170,8 @@ enum Prediction {
 }
 
 impl Model {
-    /// Allocates the model, reset: about 0.65 MiB, and 0.25 MiB more for
-    /// the encoder's `hash`.
+    /// Allocates the model, reset: about 0.7 MiB, and 0.28 MiB more for
+    /// the encoder's hash tables.
     fn new(hash: bool) -> Model {
         let hash_len = if hash { 1 << HASH_BITS } else { 0 };
         Model {
@@ -166,6 +184,9 @@ impl Model {
             last_age: 0,
             last_escaped_alloc: 0,
             last_tag: [0; 256],
+            free_ring: vec![0u64; FREE_RING].into_boxed_slice(),
+            frees: 0,
+            free_hash: vec![0u16; if hash { 1 << FREE_HASH_BITS } else { 0 }].into_boxed_slice(),
         }
     }
 
@@ -177,11 +198,41 @@ impl Model {
         self.last_age = 0;
         self.last_escaped_alloc = 0;
         self.last_tag = [0; 256];
+        self.frees = 0;
+        self.free_hash.fill(0);
     }
 
     #[inline]
     fn slot(id: u64) -> usize {
         (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HASH_BITS)) as usize
+    }
+
+    #[inline]
+    fn free_slot(id: u64) -> usize {
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FREE_HASH_BITS)) as usize
+    }
+
+    /// Records a short-form free of `id` (predicted or escaped).
+    #[inline]
+    fn freed_any(&mut self, id: u64) {
+        let i = (self.frees as usize) & (FREE_RING - 1);
+        if let Some(slot) = self.free_ring.get_mut(i) {
+            *slot = id;
+        }
+        if let Some(h) = self.free_hash.get_mut(Self::free_slot(id)) {
+            *h = i as u16;
+        }
+        self.frees += 1;
+    }
+
+    /// Encoder: how many frees back (1 is the newest) `id` was freed, if
+    /// the free ring holds it.
+    #[inline]
+    fn find_free(&self, id: u64) -> Option<u64> {
+        let i = usize::from(*self.free_hash.get(Self::free_slot(id))?);
+        let newest = self.frees.checked_sub(1)?;
+        let age = 1 + (newest.wrapping_sub(i as u64) & (FREE_RING as u64 - 1));
+        (age <= self.frees && self.free_ring.get(i) == Some(&id)).then_some(age)
     }
 
     /// The age of the latest allocation of `id` (allocations since it,
@@ -276,11 +327,14 @@ impl Model {
                 self.take_freed(class, i);
                 Prediction::Code(i as u64 + 1)
             }
-            None => {
-                let raw = zigzag(id.wrapping_sub(self.last_escaped_alloc) as i64);
-                self.last_escaped_alloc = id;
-                Prediction::Escape(raw)
-            }
+            None => match self.find_free(id) {
+                Some(age) => Prediction::Code(FREED_PER_CLASS as u64 + age),
+                None => {
+                    let raw = zigzag(id.wrapping_sub(self.last_escaped_alloc) as i64);
+                    self.last_escaped_alloc = id;
+                    Prediction::Escape(raw)
+                }
+            },
         };
         self.allocated(id, size);
         prediction
@@ -294,6 +348,12 @@ impl Model {
             let id = self.last_escaped_alloc.wrapping_add(unzigzag(escape) as u64);
             self.last_escaped_alloc = id;
             id
+        } else if code > FREED_PER_CLASS as u64 {
+            let age = code - FREED_PER_CLASS as u64;
+            if age > FREE_RING as u64 || age > self.frees {
+                return None;
+            }
+            *self.free_ring.get(((self.frees - age) as usize) & (FREE_RING - 1))?
         } else {
             let class = size_class(size);
             let i = (code - 1) as usize;
@@ -583,10 +643,12 @@ impl Encoder {
                     let id = previous_heap_id.wrapping_add(unzigzag(first) as u64);
                     previous_heap_id = id;
                     let prediction = if kind == 6 {
-                        match model.encode_free(id) {
+                        let prediction = match model.encode_free(id) {
                             Prediction::Escape(_) => Prediction::Escape(first),
                             code => code,
-                        }
+                        };
+                        model.freed_any(id);
+                        prediction
                     } else {
                         let size = read_canonical_varint(payload, &mut pos)?;
                         sizes.varint(size);
@@ -694,7 +756,7 @@ impl Default for Decoder {
 }
 
 impl Decoder {
-    /// A decoder (allocates its model, about 0.65 MiB).
+    /// A decoder (allocates its model, about 0.7 MiB).
     pub fn new() -> Decoder {
         Decoder { model: Model::new(false) }
     }
@@ -800,6 +862,7 @@ impl Decoder {
                         } else {
                             model.decode_free(code).ok_or_else(|| ids.error("a free's code names no allocation"))?
                         };
+                        model.freed_any(id);
                         (id, None)
                     } else {
                         let size = sizes.varint("a size is truncated")?;

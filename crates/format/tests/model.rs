@@ -403,3 +403,32 @@ fn size_classes() {
     assert_eq!(size_class(2048), 68);
     assert_eq!(size_class(u64::MAX), 280);
 }
+
+#[test]
+fn a_block_freed_in_one_size_class_comes_back_in_another() {
+    // Allocate 32 bytes at ID 100, free it, allocate 500 bytes there.
+    let mut p = Vec::new();
+    for v in [1, 1, 0] {
+        varint(&mut p, v);
+    }
+    for (kind, id_delta, args) in [(5u8, 200u64, &[32u64, 0][..]), (6, 0, &[]), (5, 0, &[500, 0])] {
+        p.push(kind);
+        varint(&mut p, 1);
+        varint(&mut p, id_delta);
+        for &a in args {
+            varint(&mut p, a);
+        }
+    }
+    let raw = batch(BatchKind::CompactEvents as u8, &p);
+    let modeled = round_trip(&mut Encoder::with_capacity(0), &mut Decoder::new(), &raw);
+    let mut pos = 0;
+    let lens: Vec<usize> =
+        (0..9).map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize).collect();
+    let start = pos + lens[..4].iter().sum::<usize>();
+    // An escape, the free one allocation back (zigzag(1) + 1), and the
+    // block the last free released (8 + 1): not in class 32's list.
+    assert_eq!(&modeled[start..start + lens[4]], &[0, 3, 9]);
+    // The same code with nothing freed yet names nothing.
+    let e = decode(&stream([&[1, 1, 1, 0, 1], &[], &[5], &[0], &[9], &[], &[16], &[0], &[]]), 100).unwrap_err();
+    assert!(e.what.contains("no freed ID"), "{e:?}");
+}

@@ -104,7 +104,7 @@ pub struct TraceReader<R: Read> {
     /// The modeled stream of the last compressed-modeled batch, emptied,
     /// for the next.
     spare_modeled: Vec<u8>,
-    /// The inverse of the writer's model (about 0.65 MiB), made at the first
+    /// The inverse of the writer's model (about 0.7 MiB), made at the first
     /// compressed-modeled batch.
     model: Option<Box<alloctrace_format::model::Decoder>>,
     /// Generations with batches read but not yet handed out, oldest first;
