@@ -95,7 +95,10 @@ const FORM_VERBATIM: u64 = 0;
 const FORM_EVENTS: u64 = 1;
 
 /// Largest modeled stream for `raw_len` raw bytes: what a reader accepts
-/// before decoding (the writer falls back to plain compression beyond it).
+/// before decoding (beyond it the writer writes the batches uncompressed).
+/// Unpredictable IDs cost a code byte more than the raw batches, rare
+/// odd values (an entry tag far from the last) several: twice the raw
+/// length leaves room for any real trace.
 pub const fn max_modeled_len(raw_len: u64) -> u64 {
     raw_len.saturating_mul(2).saturating_add(4096)
 }
