@@ -109,9 +109,12 @@ fn errno() -> i32 {
 pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<crate::thread::InternalThread> {
     let theirs = Arc::clone(&session);
     let handle = crate::thread::spawn_internal(c"alloctrace-writer", move || {
+        // Before the handshake, so while tracing is still off: all the
+        // compression state is allocated here.
+        let compression = if theirs.compress { Compression::new() } else { None };
         let _ = theirs.writer_thread.set(std::thread::current());
         theirs.writer_ready.store(true, Ordering::Release);
-        run_writer(&theirs)
+        run_writer(&theirs, compression)
     })?;
     while !session.writer_ready.load(Ordering::Acquire) {
         std::thread::yield_now();
@@ -146,16 +149,23 @@ struct Compression {
 
 impl Compression {
     /// Runs on the writer thread only, never on the threads that emit
-    /// events.
+    /// events, before tracing is on.
     fn new() -> Option<Compression> {
         let room = COMPRESS_CHUNK + (64 << 10);
-        Some(Compression {
+        let mut c = Compression {
             staged: Vec::with_capacity(room),
             modeled: Vec::with_capacity(room + room / 4),
             frame: Vec::with_capacity(room),
             encoder: alloctrace_format::model::Encoder::with_capacity(room),
             compressor: zstd::bulk::Compressor::new(MODELED_LEVEL).ok()?,
-        })
+        };
+        // zstd sizes its workspace at the first compression, for the size
+        // of the input: one of a chunk's size now, so it need not grow later.
+        c.modeled.resize(COMPRESS_CHUNK, 0);
+        let _ = c.compressor.compress_to_buffer(&c.modeled, &mut c.frame);
+        c.modeled.clear();
+        c.frame.clear();
+        Some(c)
     }
 
     /// Writes the staged batches as one modeled compressed batch (FORMAT.md
@@ -193,8 +203,7 @@ impl Compression {
 /// Writes full batches out in queue order until the session stops. After a
 /// write error it keeps draining (and discarding), so producers never block
 /// on a dead output; stop reports the error.
-fn run_writer(session: &Session) {
-    let mut compression = if session.compress { Compression::new() } else { None };
+fn run_writer(session: &Session, mut compression: Option<Compression>) {
     let record = |result: Result<(), i32>| {
         if let Err(e) = result {
             session.io_error.store(e, Ordering::Relaxed);
