@@ -328,6 +328,12 @@ impl BufferPool {
         self.full.is_empty()
     }
 
+    /// Bytes of buffers waiting in the full queue (whole buffers, a bound on
+    /// their batches), for the writer thread to see how far behind it is.
+    pub(crate) fn full_bytes(&self) -> usize {
+        self.full.len().saturating_mul(self.buffer_size)
+    }
+
     /// Returns a written-out buffer to the free pool.
     pub(crate) fn recycle(&self, buf: NonNull<Buffer>) {
         // SAFETY: the caller holds the buffer.

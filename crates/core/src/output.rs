@@ -125,6 +125,21 @@ pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<crate::thre
 /// Batches gathered for one compressed batch before it is written.
 const COMPRESS_CHUNK: usize = 1 << 20;
 
+/// How far behind the writer may fall while it compresses: with more than
+/// this many bytes of full buffers waiting, it writes batches as they are
+/// until it has caught up. Compression thus never makes producers wait for
+/// buffers (the memory bound stays for the disk's speed alone), and
+/// `trace_stop` waits for at most this much compression; the trace grows
+/// only for the batches written while catching up (both kinds of batch mix
+/// freely in a trace).
+const COMPRESS_BACKLOG: usize = 8 << 20;
+
+/// Whether the writer compresses the next batch, with `waiting` bytes of
+/// full buffers queued behind it.
+fn compress_next(waiting: usize) -> bool {
+    waiting <= COMPRESS_BACKLOG
+}
+
 /// The zstd level of modeled batches. The model leaves zstd little to
 /// find beyond what its fastest levels find: on the benchmark workload
 /// level 1 is within 2% of level 3's size at several times its speed.
@@ -185,16 +200,27 @@ impl Compression {
             self.compressor.compress_to_buffer(&self.modeled, &mut self.frame),
             Ok(n) if n + 16 < raw_len
         );
-        let result = if compressed {
+        if !compressed {
+            return self.write_staged(output);
+        }
+        let result = {
             let mut head = [0u8; BATCH_PREFIX_LEN + MAX_VARINT_LEN];
             head[0] = BatchKind::CompressedModeled as u8;
             let n = put_uvarint(&mut head, BATCH_PREFIX_LEN, raw_len as u64);
             let payload = (n - BATCH_PREFIX_LEN + self.frame.len()) as u32;
             head[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
             output.write_all(&head[..n]).and_then(|()| output.write_all(&self.frame))
-        } else {
-            output.write_all(&self.staged)
         };
+        self.staged.clear();
+        result
+    }
+
+    /// Writes the staged batches as they are.
+    fn write_staged(&mut self, output: &Output) -> Result<(), i32> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let result = output.write_all(&self.staged);
         self.staged.clear();
         result
     }
@@ -216,11 +242,17 @@ fn run_writer(session: &Session, mut compression: Option<Compression>) {
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
             if session.io_error.load(Ordering::Relaxed) == 0 {
                 match compression.as_mut() {
-                    Some(c) => {
+                    Some(c) if compress_next(session.pool.full_bytes()) => {
                         c.staged.extend_from_slice(bytes);
                         if c.staged.len() >= COMPRESS_CHUNK {
                             record(c.flush(&session.output));
                         }
+                    }
+                    Some(c) => {
+                        // Behind: the staged batches and this one go out
+                        // as they are, in queue order.
+                        record(c.write_staged(&session.output));
+                        record(session.output.write_all(bytes));
                     }
                     None => record(session.output.write_all(bytes)),
                 }
@@ -245,5 +277,18 @@ fn run_writer(session: &Session, mut compression: Option<Compression>) {
             }
             session.writer_sleeping.store(false, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{compress_next, COMPRESS_BACKLOG};
+
+    #[test]
+    fn compresses_until_the_backlog_passes_its_bound() {
+        assert!(compress_next(0));
+        assert!(compress_next(COMPRESS_BACKLOG));
+        assert!(!compress_next(COMPRESS_BACKLOG + 1));
+        assert!(!compress_next(usize::MAX));
     }
 }
