@@ -7,7 +7,10 @@
  *   workload THREADS [OPS]
  *
  * Calls per thread: OPS frees (the first 4096 of NULL), OPS mallocs, 4096
- * final frees. Prints one JSON object: the wall time of the threads' work
+ * final frees. The slots are visited in ring order, so blocks are freed in
+ * the order they were allocated; with WORKLOAD_ORDER=random in the
+ * environment each step picks a random slot instead (the same number of
+ * calls, lifetimes no longer all 4096 steps). Prints one JSON object: the wall time of the threads' work
  * and each thread's own loop time (for per-thread throughput), elapsed and
  * on its CPU (less when other threads, such as a tracer's writer, took the
  * CPU from it).
@@ -55,12 +58,14 @@ static void *work(void *arg) {
     void **ring = calloc(RING, sizeof *ring);
     if (!ring)
         abort();
-    uint64_t s = w->seed, sum = 0;
+    uint64_t s = w->seed, sum = 0, order = w->seed ^ 0xD1B54A32D192ED03ull;
+    const char *env = getenv("WORKLOAD_ORDER");
+    bool random_order = env != NULL && strcmp(env, "random") == 0;
     pthread_barrier_wait(w->barrier);
     uint64_t c0 = thread_cpu_ns();
     uint64_t t0 = mono_ns();
     for (long i = 0; i < w->ops; i++) {
-        size_t slot = (size_t)i & (RING - 1);
+        size_t slot = random_order ? (size_t)rng_next(&order) & (RING - 1) : (size_t)i & (RING - 1);
         if (ring[slot])
             trace_heap_object_free((uintptr_t)ring[slot]);
         free(ring[slot]);
