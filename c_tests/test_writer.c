@@ -53,16 +53,23 @@ static size_t batch_len(trace_writer *w)
 #endif
 }
 
-static void run(trace_clock clock, const char *file)
+/* This file's configuration: IDs from M, 16-byte heap alignment. */
+static trace_config config(const char *path, trace_clock clock)
 {
-    char path[PATH_BUF_LEN];
-    test_path(path, file);
     trace_config cfg;
     trace_config_init(&cfg);
     cfg.path = path;
     cfg.min_heap_addr = M;
     cfg.min_heap_align = 16;
     cfg.clock = clock;
+    return cfg;
+}
+
+static void run(trace_clock clock, const char *file)
+{
+    char path[PATH_BUF_LEN];
+    test_path(path, file);
+    trace_config cfg = config(path, clock);
     expect_init(&log_, &cfg);
 
     /* Before start: a handle, and calls that record nothing. */
@@ -187,11 +194,7 @@ static void fork_child_keeps_writer(void)
     char parent_path[PATH_BUF_LEN], child_path[PATH_BUF_LEN];
     test_path(parent_path, "writer_fork_parent.trace");
     test_path(child_path, "writer_fork_child.trace");
-    trace_config cfg;
-    trace_config_init(&cfg);
-    cfg.path = parent_path;
-    cfg.min_heap_addr = M;
-    cfg.min_heap_align = 16;
+    trace_config cfg = config(parent_path, TRACE_CLOCK_PRECISE);
     CHECK_RESULT(trace_start(&cfg), TRACE_OK);
     trace_writer *w = trace_writer_get();
     trace_writer_heap_object_alloc(w, M + 0x10, 16, 0);
@@ -237,12 +240,7 @@ static void coarse_times(void)
 {
     char path[PATH_BUF_LEN];
     test_path(path, "writer_coarse_times.trace");
-    trace_config cfg;
-    trace_config_init(&cfg);
-    cfg.path = path;
-    cfg.min_heap_addr = M;
-    cfg.min_heap_align = 16;
-    cfg.clock = TRACE_CLOCK_COARSE;
+    trace_config cfg = config(path, TRACE_CLOCK_COARSE);
     CHECK_RESULT(trace_start(&cfg), TRACE_OK);
     trace_writer *w = trace_writer_get();
     enum { BURST = 2000 };
