@@ -55,6 +55,21 @@ impl ReadError {
         }
     }
 
+    /// This error, found in the decompressed data of the compressed batch
+    /// at file offset `batch_offset`, where `self.offset()` counts from the
+    /// start of that data: reported at the compressed batch, which is in
+    /// the file (FORMAT.md section 2.1), naming the inner byte.
+    pub(crate) fn inside_compressed(self, batch_offset: u64) -> ReadError {
+        ReadError::malformed(
+            batch_offset,
+            format!(
+                "inside the compressed batch, at byte {} of its decompressed data: {}",
+                self.offset,
+                self.what()
+            ),
+        )
+    }
+
     /// A copy, returned again by a reader that already failed (io::Error is
     /// not Clone, so an I/O error keeps its kind and message only).
     pub(crate) fn replay(&self) -> ReadError {

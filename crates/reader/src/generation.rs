@@ -41,6 +41,23 @@ pub(crate) struct EventBatch {
     pub body_offset: u64,
     /// File offset of the batch's kind byte.
     pub batch_offset: u64,
+    /// For a batch inside a compressed batch: the compressed batch's file
+    /// offset; `body_offset` and `batch_offset` then count from the start
+    /// of its decompressed data, and so do the offsets of errors in the
+    /// body, which [`EventBatch::error`] maps to the file.
+    pub inside: Option<u64>,
+}
+
+impl EventBatch {
+    /// An error found in this batch's body, as the reader reports it:
+    /// at a byte of the file (guarantee 2 in lib.rs).
+    #[cold]
+    fn error(&self, err: ReadError) -> ReadError {
+        match self.inside {
+            Some(compressed) => err.inside_compressed(compressed),
+            None => err,
+        }
+    }
 }
 
 impl Generation {
@@ -679,10 +696,10 @@ fn checked_event(
     prev_ticks: u64,
 ) -> Result<(u64, RawEvent, usize), ReadError> {
     let mut c = batch_cursor(raw, batch, start);
-    let ev = decode::event(&mut c)?;
+    let ev = decode::event(&mut c).map_err(|e| batch.error(e))?;
     let ticks = prev_ticks
         .checked_add(ev.delta)
-        .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+        .ok_or_else(|| batch.error(c.error_at(start, "event timestamp overflows 64 bits")))?;
     Ok((ticks, ev, c.pos()))
 }
 
@@ -735,10 +752,10 @@ fn decode_next_slow(
 ) -> Result<Option<(u64, Pending)>, ReadError> {
     let mut c = batch_cursor(raw, batch, cursor.pos);
     let start = c.pos();
-    let mut ev = decode::event(&mut c)?;
+    let mut ev = decode::event(&mut c).map_err(|e| batch.error(e))?;
     let ticks = prev_ticks
         .checked_add(ev.delta)
-        .ok_or_else(|| c.error_at(start, "event timestamp overflows 64 bits"))?;
+        .ok_or_else(|| batch.error(c.error_at(start, "event timestamp overflows 64 bits")))?;
     if batch.kind == BatchKind::CompactEvents && !ev.long_form {
         ev.args[0] = cursor.ids.decode(ev.kind, ev.args[0]);
     }
@@ -754,7 +771,7 @@ fn decode_next_page(
     cursor: &mut BatchCursor,
 ) -> Result<Option<(u64, Pending)>, ReadError> {
     let mut c = batch_cursor(raw, batch, cursor.pos);
-    let next = decode::page_event(&mut c, &mut cursor.pages)?;
+    let next = decode::page_event(&mut c, &mut cursor.pages).map_err(|e| batch.error(e))?;
     cursor.pos = c.pos();
     Ok(next.map(|ev| (ev.ticks, Pending::Page(ev))))
 }

@@ -44,7 +44,11 @@
 //!    checked length: a payload length is checked against
 //!    `MAX_BATCH_PAYLOAD` before anything is read into memory.
 //! 2. Every error names the byte offset from the start of the file where
-//!    the bad item starts.
+//!    the bad item starts; for an item inside a compressed batch, the
+//!    compressed batch's offset, with the item's offset in its
+//!    decompressed data in the message ("inside the compressed batch, at
+//!    byte N of its decompressed data: ..."), whenever the error is found
+//!    (an events body's as it is merged, too).
 //! 3. Page-tracer events (pages batches, FORMAT.md section 7) come out as
 //!    [`EventData::PageAlloc`], [`EventData::PageFree`] and
 //!    [`EventData::PageScav`], merged by time with the other events of their
@@ -448,7 +452,7 @@ impl<R: Read> TraceReader<R> {
         } else if matches!(kind, BatchKind::Compressed | BatchKind::CompressedModeled) {
             self.handle_compressed(kind, batch_offset, &payload)
         } else {
-            self.handle_batch(kind, batch_offset, &payload)
+            self.handle_batch(kind, batch_offset, &payload, None)
         };
         self.scratch = payload;
         result
@@ -494,7 +498,7 @@ impl<R: Read> TraceReader<R> {
                 payload.clear();
                 payload.extend_from_slice(newest.raw.get(start..).unwrap_or(&[]));
                 newest.raw.truncate(start);
-                let result = self.handle_batch(kind, batch_offset, &payload);
+                let result = self.handle_batch(kind, batch_offset, &payload, None);
                 self.scratch = payload;
                 return result;
             }
@@ -518,6 +522,7 @@ impl<R: Read> TraceReader<R> {
                     range: start + body_pos..newest.raw.len(),
                     body_offset,
                     batch_offset,
+                    inside: None,
                 });
                 Ok(())
             }
@@ -604,12 +609,7 @@ impl<R: Read> TraceReader<R> {
         let Some((raw, at, batch_offset)) = self.inner.take() else {
             return Ok(());
         };
-        let inner_error = |e: ReadError| {
-            ReadError::malformed(
-                batch_offset,
-                format!("inside the compressed batch, at byte {} of its decompressed data: {}", e.offset(), e.what()),
-            )
-        };
+        let inner_error = |e: ReadError| e.inside_compressed(batch_offset);
         let (Some(&kind_byte), Some(len)) = (raw.get(at), raw.get(at + 1..at + BATCH_PREFIX_LEN)) else {
             return Err(inner_error(ReadError::malformed(at as u64, "batch cut short")));
         };
@@ -625,7 +625,7 @@ impl<R: Read> TraceReader<R> {
         let Some(inner) = raw.get(start..start.saturating_add(len)) else {
             return Err(inner_error(ReadError::malformed(at as u64, format!("{} batch cut short", kind.name()))));
         };
-        self.handle_batch(kind, at as u64, inner).map_err(inner_error)?;
+        self.handle_batch(kind, at as u64, inner, Some(batch_offset)).map_err(inner_error)?;
         let next = start + len;
         if next < raw.len() {
             self.inner = Some((raw, next, batch_offset));
@@ -640,11 +640,17 @@ impl<R: Read> TraceReader<R> {
         self.truncated = Some(offset);
     }
 
+    /// Handles one batch other than a compressed one. `inside` is the file
+    /// offset of the compressed batch holding it, if any: then
+    /// `batch_offset` and every offset found here count from the start of
+    /// its decompressed data (the caller maps the errors; the merge maps
+    /// those of an events batch's body, kept with it).
     fn handle_batch(
         &mut self,
         kind: BatchKind,
         batch_offset: u64,
         payload: &[u8],
+        inside: Option<u64>,
     ) -> Result<(), ReadError> {
         let ctx = BatchContext {
             kind,
@@ -689,6 +695,7 @@ impl<R: Read> TraceReader<R> {
                     range: start..gen.raw.len(),
                     body_offset: c.offset_of(body_pos),
                     batch_offset,
+                    inside,
                 });
             }
             BatchKind::Info => {

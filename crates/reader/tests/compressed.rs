@@ -4,7 +4,7 @@
 
 use alloctrace_format::model::Encoder;
 use alloctrace_format::{zigzag, BatchKind, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_DECOMPRESSED_LEN};
-use alloctrace_reader::testing::{info, sample_trace, varint, PagesBody, Rng, TraceBuilder};
+use alloctrace_reader::testing::{info, sample_trace, varint, EventsBody, PagesBody, Rng, TraceBuilder};
 use alloctrace_reader::{Event, EventData, ReadError, TraceReader};
 
 fn read(bytes: &[u8]) -> Result<(Vec<Event>, Option<u64>), ReadError> {
@@ -296,4 +296,115 @@ fn a_cut_inside_a_modeled_batch_is_a_truncation() {
     let (events, truncated) = read(&bytes[..bytes.len() - 10]).unwrap();
     assert!(events.is_empty());
     assert_eq!(truncated, Some(FILE_HEADER_LEN as u64));
+}
+
+/// A trace whose generation holds 20,000 events of thread 1 (they
+/// compress to little), then a batch of thread 2 made of a good event (if
+/// `lead`) and `tail`, raw bytes that break it; and where the bad bytes
+/// start in the file.
+fn trace_with_a_bad_event_late(lead: bool, tail: &[u8]) -> (Vec<u8>, u64) {
+    let g = info(1);
+    let mut t = TraceBuilder::new();
+    t.info(&g);
+    let mut many = EventsBody::new(1000);
+    for i in 0..20_000u64 {
+        many.event(&g, 1001 + i, 0x10000 + 16 * (i % 64), &EventData::HeapObjectFree);
+    }
+    t.events(1, 1, &many);
+    let mut bad = EventsBody::new(1000);
+    if lead {
+        bad.event(&g, 1500, 0x10010, &EventData::HeapObjectFree);
+    }
+    let mut body = bad.bytes().to_vec();
+    // After the batch prefix and header (generation 1, thread 2, base
+    // 1000: 4 bytes of varints).
+    let bad_at = t.len() + 5 + 4 + body.len();
+    body.extend_from_slice(tail);
+    t.batch(BatchKind::Events as u8, 1, 2, 1000, &body);
+    t.generation_end(1, 30_000, 5_030_000, 0).trace_end(1);
+    (t.finish(), bad_at as u64)
+}
+
+/// An error in an events body inside a compressed batch, found only when
+/// the merge reaches it, is reported at the compressed batch (whose offset
+/// is in the file) and names the byte of the decompressed data, whatever
+/// the kind of compressed batch, and even when that byte's offset is past
+/// the end of the file.
+#[test]
+fn an_error_found_in_the_merge_names_the_compressed_batch() {
+    let cases: [(bool, &[u8], &str); 4] = [
+        // An unknown kind byte after a good event: found in a run.
+        (true, &[0x3f, 1, 1], "unknown event kind 63"),
+        // A varint cut by the end of the payload.
+        (true, &[6, 0x80], "heap_object_free event runs past the end of the payload"),
+        // The batch's only event, cut: found as the generation starts.
+        (false, &[6, 0x80], "heap_object_free event runs past the end of the payload"),
+        // A delta that takes the time past 2^64.
+        (true, &[6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02], "timestamp overflows"),
+    ];
+    for (lead, tail, want) in cases {
+        let (plain, bad_at) = trace_with_a_bad_event_late(lead, tail);
+        let plain_error = read(&plain).expect_err("the plain trace is malformed");
+        assert_eq!(plain_error.offset(), bad_at, "{plain_error}");
+        assert!(plain_error.what().contains(want), "{plain_error} (wanted {want:?})");
+        let inner = &plain[FILE_HEADER_LEN..];
+        let inner_at = bad_at - FILE_HEADER_LEN as u64;
+        for kind in [BatchKind::Compressed, BatchKind::CompressedModeled] {
+            let mut bytes = plain[..FILE_HEADER_LEN].to_vec();
+            let frame = match kind {
+                BatchKind::Compressed => zstd::bulk::compress(inner, 3).unwrap(),
+                _ => modeled_frame(inner),
+            };
+            bytes.extend(batch_of_kind(kind, inner.len() as u64, &frame));
+            assert!(inner_at > bytes.len() as u64, "the bad byte must lie past the end of the file");
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let mut events = 0;
+            let err = loop {
+                match reader.next_event() {
+                    Ok(Some(_)) => events += 1,
+                    Ok(None) => panic!("{kind:?}: read {events} events and no error"),
+                    Err(err) => break err,
+                }
+            };
+            // The events before the bad one came out, as in the file.
+            assert_eq!(read_until_error(&plain), events, "{kind:?}");
+            assert!(err.is_malformed(), "{err}");
+            assert_eq!(err.offset(), FILE_HEADER_LEN as u64, "{kind:?}: {err}");
+            let msg = err.to_string();
+            let what = plain_error.what().replace(
+                &format!("starting at offset {}", bad_at - 5 - 4 - lead_len(lead)),
+                &format!("starting at offset {}", inner_at - 5 - 4 - lead_len(lead)),
+            );
+            assert_eq!(
+                msg,
+                format!(
+                    "malformed trace at byte offset {FILE_HEADER_LEN}: inside the compressed batch, at byte {inner_at} of its decompressed data: {what}"
+                ),
+                "{kind:?}"
+            );
+            // Every later call returns the same error.
+            assert_eq!(reader.next_event().unwrap_err().to_string(), msg);
+        }
+    }
+}
+
+/// Bytes of the good event `trace_with_a_bad_event_late` puts first.
+fn lead_len(lead: bool) -> u64 {
+    if lead {
+        let mut b = EventsBody::new(1000);
+        b.event(&info(1), 1500, 0x10010, &EventData::HeapObjectFree);
+        b.bytes().len() as u64
+    } else {
+        0
+    }
+}
+
+/// How many events come out before the error.
+fn read_until_error(bytes: &[u8]) -> usize {
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let mut events = 0;
+    while let Ok(Some(_)) = reader.next_event() {
+        events += 1;
+    }
+    events
 }
