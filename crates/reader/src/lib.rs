@@ -39,6 +39,12 @@
 //! operation. [`TraceReader::next_events`] hands a run to a closure without
 //! moving each `Event` out.
 //!
+//! Compressed batches (kinds 8 and 9) are decompressed a few batches ahead
+//! on a thread of the reader's own, started at the first compressed batch
+//! (src/unpack.rs): zstd and the model's inverse run while events are
+//! merged. Their results, errors included, are used in file order, as if
+//! each were decompressed in its turn.
+//!
 //! ## Guarantees
 //! 1. No input makes the reader panic, hang, or allocate more than a
 //!    checked length: a payload length is checked against
@@ -70,8 +76,9 @@ mod event;
 mod generation;
 #[doc(hidden)]
 pub mod testing;
+mod unpack;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Read};
 
 use alloctrace_format::{
@@ -80,6 +87,7 @@ use alloctrace_format::{
 
 use decode::{BatchContext, Cursor, PagesState};
 use generation::{Emitter, EventBatch, Generation};
+use unpack::Unpacker;
 
 pub use error::ReadError;
 pub use generation::Clock;
@@ -103,14 +111,14 @@ pub struct TraceReader<R: Read> {
     /// Inner batches are handed out one per read_batch call, as if they
     /// stood in the file.
     inner: Option<(Vec<u8>, usize, u64)>,
-    /// The emptied buffer of the last compressed batch, for the next.
-    spare_inner: Vec<u8>,
-    /// The modeled stream of the last compressed-modeled batch, emptied,
-    /// for the next.
-    spare_modeled: Vec<u8>,
-    /// The inverse of the writer's model (about 0.7 MiB), made at the first
-    /// compressed-modeled batch.
-    model: Option<Box<alloctrace_format::model::Decoder>>,
+    /// The batches after the compressed batch being read, read from the
+    /// input before their turn (at most `Unpacker::ahead()`): compressed
+    /// ones are decompressed meanwhile. Only the last may be other than
+    /// `Frame::Unpacking`.
+    ahead: VecDeque<Frame>,
+    /// Decompresses compressed batches on a thread of its own, started at
+    /// the first compressed batch.
+    unpacker: Option<Unpacker>,
     /// Generations with batches read but not yet handed out, oldest first;
     /// at most two. Only the oldest can be without a generation-end batch
     /// when the newest has one.
@@ -194,9 +202,8 @@ impl<R: Read> TraceReader<R> {
             max_generation_bytes: DEFAULT_MAX_GENERATION_BYTES,
             no_types: BTreeMap::new(),
             spare_raw: Vec::new(),
-            spare_inner: Vec::new(),
-            spare_modeled: Vec::new(),
-            model: None,
+            ahead: VecDeque::new(),
+            unpacker: None,
         })
     }
 
@@ -407,55 +414,130 @@ impl<R: Read> TraceReader<R> {
         if self.inner.is_some() {
             return self.next_inner_batch();
         }
-        let batch_offset = self.offset;
-        let mut prefix = [0u8; BATCH_PREFIX_LEN];
-        let n =
-            read_full(&mut self.input, &mut prefix).map_err(|e| ReadError::io(batch_offset, e))?;
-        self.offset += n as u64;
-        if n == 0 {
-            // A clean cut between batches: only the trace-end batch is missing.
-            self.cut_at(batch_offset);
-            return Ok(());
+        let frame = match self.ahead.pop_front() {
+            Some(frame) => frame,
+            None => {
+                let frame = self.read_frame();
+                self.queue(frame)
+            }
+        };
+        match frame {
+            Frame::End { offset } | Frame::Cut { offset } => {
+                self.cut_at(offset);
+                Ok(())
+            }
+            Frame::Failed { err, .. } => Err(err),
+            Frame::Batch { kind, offset, len } => {
+                if matches!(kind, BatchKind::Events | BatchKind::CompactEvents) && !self.open.is_empty() {
+                    return self.read_events_in_place(kind, offset, len);
+                }
+                let mut payload = std::mem::take(&mut self.scratch);
+                let result = match self.read_payload(&mut payload, len) {
+                    Err(err) => Err(err),
+                    Ok(false) => {
+                        self.cut_at(offset);
+                        Ok(())
+                    }
+                    Ok(true) => self.handle_batch(kind, offset, &payload, None),
+                };
+                self.scratch = payload;
+                result
+            }
+            Frame::Unpacking { offset, seq } => {
+                // The next compressed batches are decompressed while this
+                // one's batches are read.
+                self.read_ahead();
+                let raw = match &mut self.unpacker {
+                    Some(unpacker) => unpacker.wait(seq)?,
+                    // Not reached: an Unpacking frame comes from the unpacker.
+                    None => return Err(ReadError::malformed(offset, "internal error: no decompression under way")),
+                };
+                self.inner = Some((raw, 0, offset));
+                self.next_inner_batch()
+            }
         }
-        let kind = BatchKind::from_u8(prefix[0]).ok_or_else(|| {
-            ReadError::malformed(batch_offset, format!("unknown batch kind {}", prefix[0]))
-        })?;
+    }
+
+    /// Reads the next batch's kind and payload length (FORMAT.md section
+    /// 2), not its payload.
+    fn read_frame(&mut self) -> Frame {
+        let offset = self.offset;
+        let mut prefix = [0u8; BATCH_PREFIX_LEN];
+        // The first byte alone: an I/O error before it is the error a
+        // trace-end batch's probe for more data would meet (trace_end).
+        let n = match read_full(&mut self.input, &mut prefix[..1]) {
+            Ok(1) => read_full(&mut self.input, &mut prefix[1..]).map(|n| n + 1),
+            Ok(_) => return Frame::End { offset },
+            Err(e) => return Frame::Failed { offset, err: ReadError::io(offset, e), nothing_read: true },
+        };
+        let n = match n {
+            Ok(n) => n,
+            Err(e) => return Frame::Failed { offset, err: ReadError::io(offset, e), nothing_read: false },
+        };
+        self.offset += n as u64;
+        let Some(kind) = BatchKind::from_u8(prefix[0]) else {
+            let err = ReadError::malformed(offset, format!("unknown batch kind {}", prefix[0]));
+            return Frame::Failed { offset, err, nothing_read: false };
+        };
         if n < BATCH_PREFIX_LEN {
-            self.cut_at(batch_offset);
-            return Ok(());
+            return Frame::Cut { offset };
         }
         let len = u32::from_le_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
         if len > MAX_BATCH_PAYLOAD {
-            return Err(ReadError::malformed(
-                batch_offset,
+            let err = ReadError::malformed(
+                offset,
                 format!(
                     "{} batch declares a payload of {len} bytes, above the limit of {MAX_BATCH_PAYLOAD}",
                     kind.name()
                 ),
-            ));
+            );
+            return Frame::Failed { offset, err, nothing_read: false };
         }
-        if matches!(kind, BatchKind::Events | BatchKind::CompactEvents) && !self.open.is_empty() {
-            return self.read_events_in_place(kind, batch_offset, len);
-        }
+        Frame::Batch { kind, offset, len }
+    }
+
+    /// Reads a payload of `len` bytes into `payload`: `false` if the input
+    /// ends first.
+    fn read_payload(&mut self, payload: &mut Vec<u8>, len: u32) -> Result<bool, ReadError> {
         // read_to_end grows the buffer with the bytes that really arrive, so
         // a cut-off file never costs the declared length.
-        let mut payload = std::mem::take(&mut self.scratch);
         payload.clear();
         let got = (&mut self.input)
             .take(u64::from(len))
-            .read_to_end(&mut payload)
+            .read_to_end(payload)
             .map_err(|e| ReadError::io(self.offset, e))?;
         self.offset += got as u64;
-        let result = if got < len as usize {
-            self.cut_at(batch_offset);
-            Ok(())
-        } else if matches!(kind, BatchKind::Compressed | BatchKind::CompressedModeled) {
-            self.handle_compressed(kind, batch_offset, &payload)
-        } else {
-            self.handle_batch(kind, batch_offset, &payload, None)
+        Ok(got == len as usize)
+    }
+
+    /// For a compressed batch: reads its payload and queues it for
+    /// decompression (starting the thread at the first); any other frame
+    /// is returned as it is.
+    fn queue(&mut self, frame: Frame) -> Frame {
+        let Frame::Batch { kind: kind @ (BatchKind::Compressed | BatchKind::CompressedModeled), offset, len } = frame
+        else {
+            return frame;
         };
-        self.scratch = payload;
-        result
+        let mut payload = self.unpacker.as_mut().map(|u| u.payload_buffer()).unwrap_or_default();
+        match self.read_payload(&mut payload, len) {
+            Err(err) => return Frame::Failed { offset, err, nothing_read: false },
+            Ok(false) => return Frame::Cut { offset },
+            Ok(true) => {}
+        }
+        let seq = self.unpacker.get_or_insert_with(Unpacker::start).submit(kind, offset, payload);
+        Frame::Unpacking { offset, seq }
+    }
+
+    /// Reads and queues batches after the compressed batch being read, as
+    /// far as the unpacker takes them: up to the first that is not a
+    /// compressed batch (its payload is read in its turn).
+    fn read_ahead(&mut self) {
+        let want = self.unpacker.as_ref().map_or(0, |u| u.ahead());
+        while self.ahead.len() < want && matches!(self.ahead.back(), None | Some(Frame::Unpacking { .. })) {
+            let frame = self.read_frame();
+            let frame = self.queue(frame);
+            self.ahead.push_back(frame);
+        }
     }
 
     /// Reads an events batch straight into the newest open generation's
@@ -534,76 +616,6 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
-    /// Decompresses a compressed batch (FORMAT.md section 2.1), and turns
-    /// a compressed-modeled one's stream back into batches (section 2.2),
-    /// then handles the batches inside as if they stood in the file. Errors
-    /// inside name the compressed batch's offset and the offset within its
-    /// data.
-    fn handle_compressed(&mut self, kind: BatchKind, batch_offset: u64, payload: &[u8]) -> Result<(), ReadError> {
-        let name = kind.name();
-        let modeled = kind == BatchKind::CompressedModeled;
-        let at_payload = batch_offset + BATCH_PREFIX_LEN as u64;
-        let mut pos = 0;
-        let raw_len = alloctrace_format::get_uvarint(payload, &mut pos).map_err(|_| {
-            ReadError::malformed(at_payload, format!("{name} batch: its raw_len varint is truncated or overflows"))
-        })?;
-        if raw_len > alloctrace_format::MAX_DECOMPRESSED_LEN {
-            return Err(ReadError::malformed(
-                at_payload,
-                format!(
-                    "{name} batch declares {raw_len} decompressed bytes, above the limit of {}",
-                    alloctrace_format::MAX_DECOMPRESSED_LEN
-                ),
-            ));
-        }
-        // What the frame may hold: the batches, or their modeled stream.
-        let frame_limit = if modeled { alloctrace_format::model::max_modeled_len(raw_len) } else { raw_len };
-        let frame = payload.get(pos..).unwrap_or(&[]);
-        let does_not_decompress = |e: &dyn std::fmt::Display| {
-            ReadError::malformed(at_payload + pos as u64, format!("{name} batch does not decompress: {e}"))
-        };
-        // Streamed, so memory grows with the bytes that really come out,
-        // never with the declared raw_len (a few bytes can declare 64 MiB):
-        // room for what a frame of this size commonly holds is made ahead.
-        let mut data = std::mem::take(if modeled { &mut self.spare_modeled } else { &mut self.spare_inner });
-        data.clear();
-        data.reserve((frame_limit as usize).min(frame.len().saturating_mul(16).saturating_add(1 << 16)));
-        zstd::stream::read::Decoder::with_buffer(frame)
-            .and_then(|decoder| decoder.take(frame_limit.saturating_add(1)).read_to_end(&mut data))
-            .map_err(|e| does_not_decompress(&e))?;
-        if data.len() as u64 > frame_limit {
-            return Err(does_not_decompress(&format_args!(
-                "it holds more than the {frame_limit} bytes {} {raw_len} raw bytes may take",
-                if modeled { "the modeled stream of" } else { "its" }
-            )));
-        }
-        let raw = if modeled {
-            let mut raw = std::mem::take(&mut self.spare_inner);
-            raw.clear();
-            raw.reserve((raw_len as usize).min(data.len().saturating_mul(4).saturating_add(1 << 16)));
-            let decoder = self.model.get_or_insert_with(Default::default);
-            let result = decoder.decode(&data, raw_len, &mut raw);
-            self.spare_modeled = data;
-            result.map_err(|e| {
-                ReadError::malformed(
-                    batch_offset,
-                    format!("{name} batch: at byte {} of its modeled stream: {}", e.at, e.what),
-                )
-            })?;
-            raw
-        } else {
-            data
-        };
-        if raw.len() as u64 != raw_len {
-            return Err(ReadError::malformed(
-                at_payload,
-                format!("{name} batch decompresses to {} bytes, not the {raw_len} it declares", raw.len()),
-            ));
-        }
-        self.inner = Some((raw, 0, batch_offset));
-        self.next_inner_batch()
-    }
-
     /// Handles the next batch inside the compressed batch being read.
     fn next_inner_batch(&mut self) -> Result<(), ReadError> {
         let Some((raw, at, batch_offset)) = self.inner.take() else {
@@ -629,8 +641,8 @@ impl<R: Read> TraceReader<R> {
         let next = start + len;
         if next < raw.len() {
             self.inner = Some((raw, next, batch_offset));
-        } else {
-            self.spare_inner = raw;
+        } else if let Some(unpacker) = &mut self.unpacker {
+            unpacker.recycle(raw);
         }
         Ok(())
     }
@@ -749,15 +761,22 @@ impl<R: Read> TraceReader<R> {
                 ),
             ));
         }
-        // Nothing may follow a trace-end batch.
-        let mut probe = [0u8; 1];
-        let n =
-            read_full(&mut self.input, &mut probe).map_err(|e| ReadError::io(self.offset, e))?;
-        if n > 0 {
-            return Err(ReadError::malformed(
-                self.offset,
-                "data after the trace-end batch",
-            ));
+        // Nothing may follow a trace-end batch: not even a batch read
+        // ahead (after a compressed batch holding the trace end).
+        match self.ahead.pop_front() {
+            None => {
+                let mut probe = [0u8; 1];
+                let n = read_full(&mut self.input, &mut probe).map_err(|e| ReadError::io(self.offset, e))?;
+                if n > 0 {
+                    return Err(ReadError::malformed(self.offset, "data after the trace-end batch"));
+                }
+            }
+            Some(Frame::End { .. }) => {}
+            // What the probe would have met.
+            Some(Frame::Failed { err, nothing_read: true, .. }) => return Err(err),
+            Some(frame) => {
+                return Err(ReadError::malformed(frame.offset(), "data after the trace-end batch"));
+            }
         }
         self.input_done = true;
         Ok(())
@@ -803,6 +822,34 @@ impl<R: Read> TraceReader<R> {
         gen.raw = std::mem::take(&mut self.spare_raw);
         self.open.push(gen);
         Ok(self.open.len() - 1)
+    }
+}
+
+/// A batch as read from the input, in file order, before its turn.
+enum Frame {
+    /// The input ended cleanly before a batch, at `offset`.
+    End { offset: u64 },
+    /// The input ended inside the batch at `offset`.
+    Cut { offset: u64 },
+    /// The batch at `offset` is malformed, or the input failed there
+    /// (`nothing_read`: before its first byte).
+    Failed { offset: u64, err: ReadError, nothing_read: bool },
+    /// A batch whose payload is still to be read.
+    Batch { kind: BatchKind, offset: u64, len: u32 },
+    /// A compressed batch queued in the unpacker as job `seq`.
+    Unpacking { offset: u64, seq: u64 },
+}
+
+impl Frame {
+    /// File offset of the frame's batch.
+    fn offset(&self) -> u64 {
+        match self {
+            Frame::End { offset }
+            | Frame::Cut { offset }
+            | Frame::Failed { offset, .. }
+            | Frame::Batch { offset, .. }
+            | Frame::Unpacking { offset, .. } => *offset,
+        }
     }
 }
 

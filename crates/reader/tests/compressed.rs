@@ -408,3 +408,120 @@ fn read_until_error(bytes: &[u8]) -> usize {
     }
     events
 }
+
+/// The batches of a trace, as they stand after its file header.
+fn split_batches(trace: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut pos = FILE_HEADER_LEN;
+    while pos < trace.len() {
+        let len = u32::from_le_bytes(trace[pos + 1..pos + 5].try_into().unwrap()) as usize;
+        out.push(&trace[pos..pos + 5 + len]);
+        pos += 5 + len;
+    }
+    out
+}
+
+/// Each batch in a compressed batch of its own, kinds 8 and 9 in turn;
+/// with the offset of each compressed batch. Batch `broken`, if any, gets
+/// a frame that does not decompress.
+fn packed_one_by_one(batches: &[&[u8]], broken: Option<usize>) -> (Vec<u8>, Vec<usize>) {
+    let mut out = TraceBuilder::new().finish();
+    let mut offsets = Vec::new();
+    for (i, batch) in batches.iter().enumerate() {
+        offsets.push(out.len());
+        let kind = if i % 2 == 0 { BatchKind::CompressedModeled } else { BatchKind::Compressed };
+        let frame = match kind {
+            _ if broken == Some(i) => b"not a zstd frame".to_vec(),
+            BatchKind::Compressed => zstd::bulk::compress(batch, 3).unwrap(),
+            _ => modeled_frame(batch),
+        };
+        out.extend(batch_of_kind(kind, batch.len() as u64, &frame));
+    }
+    (out, offsets)
+}
+
+/// Every event before the first error, and the error (or the cut).
+fn read_to_the_end(bytes: &[u8]) -> (Vec<Event>, Result<Option<u64>, ReadError>) {
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let mut events = Vec::new();
+    loop {
+        match reader.next_event() {
+            Ok(Some(e)) => events.push(e),
+            Ok(None) => return (events, Ok(reader.truncated())),
+            Err(err) => {
+                // Once failed, always the same error.
+                assert_eq!(reader.next_event().unwrap_err().to_string(), err.to_string());
+                return (events, Err(err));
+            }
+        }
+    }
+}
+
+/// Compressed batches are decompressed ahead of the reader, on another
+/// thread: what comes out, and when an error or a cut is reported, is as
+/// if each were decompressed in its turn. The reference is the plain
+/// trace, where a batch of unknown kind (reported when read, as a
+/// compressed batch's error is) stands for the broken compressed batch.
+#[test]
+fn batches_decompressed_ahead_come_out_in_their_turn() {
+    for plain in [sample_trace(), compact_trace()] {
+        let batches = split_batches(&plain);
+        assert!(batches.len() >= 8, "{} batches", batches.len());
+        let (packed, offsets) = packed_one_by_one(&batches, None);
+        assert_eq!(read_to_the_end(&packed).0, read_to_the_end(&plain).0);
+        assert_eq!(read_to_the_end(&packed).1.unwrap(), None);
+        for k in 0..batches.len() {
+            let mut reference = TraceBuilder::new().finish();
+            for b in &batches[..k] {
+                reference.extend_from_slice(b);
+            }
+            let plain_at = reference.len();
+            reference.extend_from_slice(&[0xee, 0, 0, 0, 0]);
+            let (want_events, want_err) = read_to_the_end(&reference);
+            let want_err = want_err.unwrap_err();
+            assert_eq!(want_err.offset(), plain_at as u64, "{want_err}");
+
+            // Batch k does not decompress.
+            let (broken, _) = packed_one_by_one(&batches, Some(k));
+            let (events, err) = read_to_the_end(&broken);
+            let err = err.unwrap_err();
+            assert_eq!(events, want_events, "batch {k}");
+            // At the frame, after the kind, length and raw_len.
+            assert!((offsets[k] as u64 + 6..offsets[k] as u64 + 10).contains(&err.offset()), "batch {k}: {err}");
+            assert!(err.to_string().contains("does not decompress"), "{err}");
+
+            // The file ends inside batch k's prefix or payload.
+            for cut in [offsets[k] + 3, offsets[k] + 9] {
+                let (events, truncated) = read_to_the_end(&packed[..cut]);
+                let plain_cut = read_to_the_end(&plain[..plain_at + 3]);
+                assert_eq!(events, plain_cut.0, "batch {k} cut at {cut}");
+                assert_eq!(truncated.unwrap(), Some(offsets[k] as u64));
+                assert_eq!(plain_cut.1.unwrap(), Some(plain_at as u64));
+            }
+        }
+    }
+}
+
+/// A trace-end batch inside a compressed batch: nothing may follow it in
+/// the file, batches read ahead or not.
+#[test]
+fn data_after_a_compressed_trace_end_is_reported_at_its_offset() {
+    let plain = sample_trace();
+    let batches = split_batches(&plain);
+    let (packed, offsets) = packed_one_by_one(&batches, None);
+    // Reported at the compressed batch holding the trace end.
+    let after = *offsets.last().unwrap() as u64;
+    let (_, end) = read_to_the_end(&packed);
+    assert_eq!(end.unwrap(), None);
+    let extra_compressed = batch_of_kind(BatchKind::Compressed, 3, &zstd::bulk::compress(b"abc", 3).unwrap());
+    let tails: [&[u8]; 5] = [&[0], &[5, 0], &[0xee, 1, 2, 3, 4, 5], &extra_compressed, batches[0]];
+    for tail in tails {
+        let mut bytes = packed.clone();
+        bytes.extend_from_slice(tail);
+        let (events, err) = read_to_the_end(&bytes);
+        let err = err.unwrap_err();
+        assert_eq!(err.offset(), after, "{err}");
+        assert!(err.to_string().contains("data after the trace-end batch"), "{err}");
+        assert_eq!(events, read_to_the_end(&packed).0);
+    }
+}
