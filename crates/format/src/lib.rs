@@ -43,6 +43,13 @@ pub const MAX_BATCH_PAYLOAD: u32 = 16 << 20;
 /// it before allocating.
 pub const MAX_DECOMPRESSED_LEN: u64 = 64 << 20;
 
+/// Largest zstd window (log2 of its bytes) a compressed batch's frame may
+/// use: 8 MiB. A decoder allocates the window a frame declares before any
+/// output, so readers refuse larger ones. The writer compresses about
+/// 1 MiB at a time at level 1 (kind 9) or 3 (kind 8), which zstd gives a
+/// window of at most 2 MiB.
+pub const MAX_WINDOW_LOG: u32 = 23;
+
 /// Most bytes a LEB128 varint of a u64 takes.
 pub const MAX_VARINT_LEN: usize = 10;
 

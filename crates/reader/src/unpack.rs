@@ -296,8 +296,14 @@ fn unpack(
     let data = if modeled { &mut scratch.modeled } else { &mut out };
     data.clear();
     data.reserve((frame_limit as usize).min(frame.len().saturating_mul(16).saturating_add(1 << 16)));
+    // The window a frame declares is allocated before anything comes out:
+    // capped (alloctrace_format::MAX_WINDOW_LOG), so a few bytes cannot ask
+    // for gigabytes.
     zstd::stream::read::Decoder::with_buffer(frame)
-        .and_then(|decoder| decoder.take(frame_limit.saturating_add(1)).read_to_end(data))
+        .and_then(|mut decoder| {
+            decoder.window_log_max(alloctrace_format::MAX_WINDOW_LOG)?;
+            decoder.take(frame_limit.saturating_add(1)).read_to_end(data)
+        })
         .map_err(|e| does_not_decompress(&e))?;
     if data.len() as u64 > frame_limit {
         return Err(does_not_decompress(&format_args!(

@@ -525,3 +525,43 @@ fn data_after_a_compressed_trace_end_is_reported_at_its_offset() {
         assert_eq!(events, read_to_the_end(&packed).0);
     }
 }
+
+/// The sample trace's batches in one zstd frame whose header declares a
+/// window of `2^window_log` bytes (streamed, so zstd does not shrink it to
+/// the content's size).
+fn frame_with_window(window_log: u32) -> (Vec<u8>, usize) {
+    use std::io::Write;
+    let plain = sample_trace();
+    let inside = &plain[FILE_HEADER_LEN..];
+    let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    encoder.window_log(window_log).unwrap();
+    encoder.include_contentsize(false).unwrap();
+    encoder.write_all(inside).unwrap();
+    (encoder.finish().unwrap(), inside.len())
+}
+
+/// A frame may declare a window far larger than its data: a decoder
+/// allocates it first, so readers refuse a window above 8 MiB
+/// (MAX_WINDOW_LOG) instead of allocating what a few bytes ask for.
+#[test]
+fn a_frame_that_declares_a_huge_window_is_refused() {
+    let plain = read(&sample_trace()).unwrap();
+    let head = &sample_trace()[..FILE_HEADER_LEN];
+    let (frame, raw_len) = frame_with_window(alloctrace_format::MAX_WINDOW_LOG);
+    let mut ok = head.to_vec();
+    ok.extend(compressed_batch(raw_len as u64, &frame));
+    assert_eq!(read(&ok).unwrap(), plain);
+
+    let (frame, raw_len) = frame_with_window(26);
+    for batch in [compressed_batch(raw_len as u64, &frame), modeled_batch(raw_len as u64, &frame)] {
+        let mut bytes = head.to_vec();
+        bytes.extend(batch);
+        let e = read(&bytes).expect_err("a 64 MiB window");
+        assert!(e.is_malformed(), "{e}");
+        // At the frame: after the batch prefix and the raw_len varint.
+        let mut raw_len_varint = Vec::new();
+        varint(&mut raw_len_varint, raw_len as u64);
+        assert_eq!(e.offset(), (FILE_HEADER_LEN + 5 + raw_len_varint.len()) as u64, "{e}");
+        assert!(e.to_string().contains("does not decompress"), "{e}");
+    }
+}
