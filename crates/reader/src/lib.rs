@@ -639,6 +639,13 @@ impl<R: Read> TraceReader<R> {
         };
         self.handle_batch(kind, at as u64, inner, Some(batch_offset)).map_err(inner_error)?;
         let next = start + len;
+        if kind == BatchKind::TraceEnd {
+            if next < raw.len() {
+                return Err(inner_error(ReadError::malformed(next as u64, "data after the trace-end batch")));
+            }
+            // Offsets in the file from here: not mapped.
+            return self.nothing_after_trace_end();
+        }
         if next < raw.len() {
             self.inner = Some((raw, next, batch_offset));
         } else if let Some(unpacker) = &mut self.unpacker {
@@ -672,7 +679,10 @@ impl<R: Read> TraceReader<R> {
         let header = decode::batch_header(&mut c)?;
         let number = header.generation;
         if kind == BatchKind::TraceEnd {
-            return self.trace_end(&c, batch_offset);
+            self.trace_end(&c, batch_offset)?;
+            // Inside a compressed batch, the caller looks for more data
+            // once it knows the trace end is the last batch inside.
+            return if inside.is_none() { self.nothing_after_trace_end() } else { Ok(()) };
         }
         let idx = self.open_generation(number, batch_offset)?;
         let max = self.max_generation_bytes;
@@ -761,8 +771,13 @@ impl<R: Read> TraceReader<R> {
                 ),
             ));
         }
-        // Nothing may follow a trace-end batch: not even a batch read
-        // ahead (after a compressed batch holding the trace end).
+        Ok(())
+    }
+
+    /// Checks that nothing follows a trace-end batch in the file, not even
+    /// a batch read ahead (after a compressed batch holding the trace
+    /// end), and ends the input.
+    fn nothing_after_trace_end(&mut self) -> Result<(), ReadError> {
         match self.ahead.pop_front() {
             None => {
                 let mut probe = [0u8; 1];

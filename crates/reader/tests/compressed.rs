@@ -508,9 +508,10 @@ fn batches_decompressed_ahead_come_out_in_their_turn() {
 fn data_after_a_compressed_trace_end_is_reported_at_its_offset() {
     let plain = sample_trace();
     let batches = split_batches(&plain);
-    let (packed, offsets) = packed_one_by_one(&batches, None);
-    // Reported at the compressed batch holding the trace end.
-    let after = *offsets.last().unwrap() as u64;
+    let (packed, _) = packed_one_by_one(&batches, None);
+    // Reported where the data after the compressed batch holding the trace
+    // end starts, as after a plain trace end.
+    let after = packed.len() as u64;
     let (_, end) = read_to_the_end(&packed);
     assert_eq!(end.unwrap(), None);
     let extra_compressed = batch_of_kind(BatchKind::Compressed, 3, &zstd::bulk::compress(b"abc", 3).unwrap());
@@ -564,4 +565,23 @@ fn a_frame_that_declares_a_huge_window_is_refused() {
         assert_eq!(e.offset(), (FILE_HEADER_LEN + 5 + raw_len_varint.len()) as u64, "{e}");
         assert!(e.to_string().contains("does not decompress"), "{e}");
     }
+}
+
+/// A batch after the trace end inside the same compressed batch is data
+/// after the trace end too (it was silently ignored).
+#[test]
+fn a_batch_after_the_trace_end_inside_a_compressed_batch_is_reported() {
+    let plain = sample_trace();
+    let (head, inside) = plain.split_at(FILE_HEADER_LEN);
+    let batches = split_batches(&plain);
+    let mut raw = inside.to_vec();
+    raw.extend_from_slice(batches[0]);
+    let mut bytes = head.to_vec();
+    bytes.extend(compressed_batch(raw.len() as u64, &zstd::bulk::compress(&raw, 3).unwrap()));
+    let (events, err) = read_to_the_end(&bytes);
+    let err = err.unwrap_err();
+    assert_eq!(err.offset(), FILE_HEADER_LEN as u64, "{err}");
+    let want = format!("at byte {} of its decompressed data: data after the trace-end batch", inside.len());
+    assert!(err.to_string().contains(&want), "{err} (wanted {want:?})");
+    assert_eq!(events, read(&plain).unwrap().0);
 }
