@@ -175,26 +175,37 @@ const WHAT_UNKNOWN_FREE: &str = "free of an address that is not live";
 /// trace order. Most of the work of an event is here (the live maps
 /// above all), on a thread of its own, while the reading thread decodes
 /// the next events.
-#[derive(Default)]
 struct Tally {
     /// Per event kind, indexed by [`kind_index`] (page events stay 0).
     counts: [u64; KINDS],
-    /// Events per thread ID, but for the current run of events of one
-    /// thread (threads write long runs, so most events just count up
-    /// `run_events`).
+    /// Events per thread ID, for IDs from `SMALL_THREADS` on.
     thread_counts: FxHashMap<u64, u64>,
-    /// The same for thread IDs below `SMALL_THREADS`, indexed by ID (trace
-    /// thread IDs count from 1): threads writing at once take turns every
-    /// few events, so a run often ends after one or two.
-    small_thread_counts: Vec<u64>,
-    run_thread: u64,
-    run_events: u64,
+    /// Events per thread ID below `SMALL_THREADS`, indexed by ID (trace
+    /// thread IDs count from 1): one increment per event, with no branch on
+    /// whether the thread changed (threads writing at once take turns every
+    /// few events).
+    small_thread_counts: Box<[u64; SMALL_THREADS]>,
     long_form_events: u64,
     entry_points: [u64; ENTRY_POINTS.len()],
     maps: Maps,
     first_anomaly: Option<String>,
     /// The time of the latest event.
     duration_ns: u64,
+}
+
+impl Default for Tally {
+    fn default() -> Tally {
+        Tally {
+            counts: [0; KINDS],
+            thread_counts: FxHashMap::default(),
+            small_thread_counts: Box::new([0; SMALL_THREADS]),
+            long_form_events: 0,
+            entry_points: [0; ENTRY_POINTS.len()],
+            maps: Maps::default(),
+            first_anomaly: None,
+            duration_ns: 0,
+        }
+    }
 }
 
 impl Tally {
@@ -214,11 +225,10 @@ impl Tally {
         if let Some(n) = self.counts.get_mut(usize::from(op.kind)) {
             *n += 1;
         }
-        if op.thread != self.run_thread {
-            self.end_thread_run();
-            self.run_thread = op.thread;
+        match usize::try_from(op.thread).ok().and_then(|i| self.small_thread_counts.get_mut(i)) {
+            Some(n) => *n += 1,
+            None => self.count_big_thread(op.thread),
         }
-        self.run_events += 1;
         self.long_form_events += u64::from(op.long_form);
         if let Some(n) = self.entry_points.get_mut(usize::from(op.entry).wrapping_sub(1)) {
             *n += 1;
@@ -287,29 +297,16 @@ impl Tally {
     }
 
     #[inline(never)]
-    fn end_thread_run(&mut self) {
-        if self.run_events > 0 {
-            let thread = self.run_thread;
-            match usize::try_from(thread) {
-                Ok(i) if i < SMALL_THREADS => {
-                    if self.small_thread_counts.len() <= i {
-                        self.small_thread_counts.resize(i + 1, 0);
-                    }
-                    self.small_thread_counts[i] += self.run_events;
-                }
-                _ => *self.thread_counts.entry(thread).or_insert(0) += self.run_events,
-            }
-            self.run_events = 0;
-        }
+    fn count_big_thread(&mut self, thread: u64) {
+        *self.thread_counts.entry(thread).or_insert(0) += 1;
     }
 
     /// Adds the counts into `stats`.
-    fn finish(mut self, stats: &mut Stats) {
-        self.end_thread_run();
+    fn finish(self, stats: &mut Stats) {
         for (total, n) in stats.counts.iter_mut().zip(self.counts) {
             *total += n;
         }
-        let small = std::mem::take(&mut self.small_thread_counts);
+        let small = self.small_thread_counts.into_iter();
         let threads = self.thread_counts.into_iter().chain((0u64..).zip(small));
         for (thread, n) in threads.filter(|&(_, n)| n > 0) {
             *stats.per_thread.entry(thread).or_insert(0) += n;
