@@ -510,3 +510,46 @@ pub fn sample_trace() -> Vec<u8> {
     t.trace_end(2);
     t.finish()
 }
+
+/// The fuzz target's checks (fuzz/fuzz_targets/reader.rs), for it and for
+/// the tests that replay its seeds and crashes: reads `data` to its end and
+/// panics, naming `name`, on a broken rule: an offset outside the input, a
+/// failed reader that fails differently the next time, more records than
+/// input bytes. (A panic inside the reader fails the caller all the same.)
+pub fn fuzz_check(name: &str, data: &[u8]) {
+    use crate::{Record, TraceReader};
+    let len = data.len() as u64;
+    let mut reader = match TraceReader::new(data) {
+        Ok(reader) => reader,
+        Err(err) => {
+            assert!(err.offset() <= len, "{name}: {err}");
+            return;
+        }
+    };
+    let mut records = 0u64;
+    loop {
+        match reader.next_record() {
+            Ok(Some(Record::GenerationStart { .. })) => {
+                // The accessors must hold up on whatever was read.
+                let _ = (reader.types().len(), reader.info(), reader.generation_end());
+            }
+            Ok(Some(Record::Event(event))) => {
+                let _ = event.data.name();
+            }
+            Ok(None) => {
+                assert!(reader.truncated().is_none_or(|cut| cut <= len), "{name}");
+                break;
+            }
+            Err(err) => {
+                assert!(err.offset() <= len, "{name}: {err}");
+                // A failed reader keeps failing the same way.
+                assert_eq!(reader.next_event().err().map(|e| e.offset()), Some(err.offset()), "{name}");
+                break;
+            }
+        }
+        records += 1;
+        // Every event takes at least 3 bytes and every generation a batch.
+        assert!(records <= len, "{name}: more records than input bytes");
+    }
+    assert!(reader.bytes_read() <= len, "{name}");
+}
