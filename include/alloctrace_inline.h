@@ -37,6 +37,12 @@
 
 #define ALLOCTRACE_INLINE_ABI 1 /* the _v1 of alloctrace_inline_v1 */
 
+#if defined(__GNUC__) || defined(__clang__)
+#define ALLOCTRACE_ALWAYS_INLINE_ __attribute__((always_inline))
+#else
+#define ALLOCTRACE_ALWAYS_INLINE_
+#endif
+
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(ALLOCTRACE_NO_INLINE)
 #define ALLOCTRACE_INLINE 1
@@ -118,7 +124,7 @@ static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uin
  * uses membarrier), the generation is loaded, the batch of its parity is
  * written, and seq is made even with release.
  */
-static inline __attribute__((always_inline)) int alloctrace_record_(struct trace_writer *w, uint8_t kind, unsigned cls,
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writer *w, uint8_t kind, unsigned cls,
                                                                     int nargs, int stack_size, uint64_t addr,
                                                                     uint64_t a1, uint64_t a2)
 {
@@ -195,6 +201,78 @@ static inline __attribute__((always_inline)) int alloctrace_record_(struct trace
 #endif /* ALLOCTRACE_INLINE */
 
 /*
+ * One function per event kind, the only place that spells the kind's shape
+ * (kind byte, address class, arguments): records the event inline through
+ * `w`, or calls the library's function (its name in parentheses is never
+ * the macro below). Returns 1 when it called the library. Tracing must be
+ * on: the callers check. Always inlined, so that each call site gets the
+ * kind's constants folded into the inline path.
+ */
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_exists_(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
+{
+    if (ALLOCTRACE_RECORD_(w, 1, 0, 3, 0, base, npages, kind_class))
+        return 0;
+    (trace_span_exists)(base, npages, kind_class);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_alloc_(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
+{
+    if (ALLOCTRACE_RECORD_(w, 2, 0, 3, 0, base, npages, kind_class))
+        return 0;
+    (trace_span_alloc)(base, npages, kind_class);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_free_(trace_writer *w, uintptr_t base)
+{
+    if (ALLOCTRACE_RECORD_(w, 3, 0, 1, 0, base, 0, 0))
+        return 0;
+    (trace_span_free)(base);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_exists_(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
+{
+    if (ALLOCTRACE_RECORD_(w, 4, 1, 3, 0, addr, size, type_id))
+        return 0;
+    (trace_heap_object_exists)(addr, size, type_id);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_alloc_(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
+{
+    if (ALLOCTRACE_RECORD_(w, 5, 1, 3, 0, addr, size, type_id))
+        return 0;
+    (trace_heap_object_alloc)(addr, size, type_id);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_free_(trace_writer *w, uintptr_t addr)
+{
+    if (ALLOCTRACE_RECORD_(w, 6, 1, 1, 0, addr, 0, 0))
+        return 0;
+    (trace_heap_object_free)(addr);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_exists_(trace_writer *w, uintptr_t base, uintptr_t size)
+{
+    if (ALLOCTRACE_RECORD_(w, 7, 2, 2, 1, base, size, 0))
+        return 0;
+    (trace_stack_exists)(base, size);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_alloc_(trace_writer *w, uintptr_t base, uintptr_t size)
+{
+    if (ALLOCTRACE_RECORD_(w, 8, 2, 2, 1, base, size, 0))
+        return 0;
+    (trace_stack_alloc)(base, size);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_free_(trace_writer *w, uintptr_t base)
+{
+    if (ALLOCTRACE_RECORD_(w, 9, 2, 1, 0, base, 0, 0))
+        return 0;
+    (trace_stack_free)(base);
+    return 1;
+}
+
+/*
  * The event calls through a writer handle. Arguments and meaning as the
  * trace_* call of the same name; `w` from trace_writer_get() on the calling
  * thread (NULL is allowed: the out-of-line call is used).
@@ -202,56 +280,56 @@ static inline __attribute__((always_inline)) int alloctrace_record_(struct trace
 
 static inline void trace_writer_span_exists(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 1, 0, 3, 0, base, npages, kind_class))
-        trace_span_exists(base, npages, kind_class);
+    if (trace_writer_enabled())
+        (void)alloctrace_span_exists_(w, base, npages, kind_class);
 }
 
 static inline void trace_writer_span_alloc(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 2, 0, 3, 0, base, npages, kind_class))
-        trace_span_alloc(base, npages, kind_class);
+    if (trace_writer_enabled())
+        (void)alloctrace_span_alloc_(w, base, npages, kind_class);
 }
 
 static inline void trace_writer_span_free(trace_writer *w, uintptr_t base)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 3, 0, 1, 0, base, 0, 0))
-        trace_span_free(base);
+    if (trace_writer_enabled())
+        (void)alloctrace_span_free_(w, base);
 }
 
 static inline void trace_writer_heap_object_exists(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 4, 1, 3, 0, addr, size, type_id))
-        trace_heap_object_exists(addr, size, type_id);
+    if (trace_writer_enabled())
+        (void)alloctrace_heap_object_exists_(w, addr, size, type_id);
 }
 
 static inline void trace_writer_heap_object_alloc(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 5, 1, 3, 0, addr, size, type_id))
-        trace_heap_object_alloc(addr, size, type_id);
+    if (trace_writer_enabled())
+        (void)alloctrace_heap_object_alloc_(w, addr, size, type_id);
 }
 
 static inline void trace_writer_heap_object_free(trace_writer *w, uintptr_t addr)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 6, 1, 1, 0, addr, 0, 0))
-        trace_heap_object_free(addr);
+    if (trace_writer_enabled())
+        (void)alloctrace_heap_object_free_(w, addr);
 }
 
 static inline void trace_writer_stack_exists(trace_writer *w, uintptr_t base, uintptr_t size)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 7, 2, 2, 1, base, size, 0))
-        trace_stack_exists(base, size);
+    if (trace_writer_enabled())
+        (void)alloctrace_stack_exists_(w, base, size);
 }
 
 static inline void trace_writer_stack_alloc(trace_writer *w, uintptr_t base, uintptr_t size)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 8, 2, 2, 1, base, size, 0))
-        trace_stack_alloc(base, size);
+    if (trace_writer_enabled())
+        (void)alloctrace_stack_alloc_(w, base, size);
 }
 
 static inline void trace_writer_stack_free(trace_writer *w, uintptr_t base)
 {
-    if (trace_writer_enabled() && !ALLOCTRACE_RECORD_(w, 9, 2, 1, 0, base, 0, 0))
-        trace_stack_free(base);
+    if (trace_writer_enabled())
+        (void)alloctrace_stack_free_(w, base);
 }
 
 /*
@@ -283,72 +361,69 @@ static inline __attribute__((always_inline)) trace_writer *alloctrace_writer_(vo
         *slot = trace_writer_get();
     return *slot;
 }
-/* After an out-of-line call: ask again next time (the writer may have been
- * given back by trace_thread_destroy; asking is cheap and rare). */
+/* After a call into the library: ask again next time (the writer may have
+ * been given back by trace_thread_destroy; asking is cheap and rare). */
 #define ALLOCTRACE_FORGET_WRITER_() (*alloctrace_writer_slot_() = NULL)
 #else
 #define alloctrace_writer_() ((trace_writer *)0)
 #define ALLOCTRACE_FORGET_WRITER_() ((void)0)
 #endif
 
-#define ALLOCTRACE_PLAIN_(name, kind, cls, nargs, stack_size, addr, a1, a2, call)          \
-    do {                                                                                    \
-        if (trace_writer_enabled() &&                                                       \
-            !ALLOCTRACE_RECORD_(alloctrace_writer_(), kind, cls, nargs, stack_size, addr, a1, a2)) { \
-            call;                                                                           \
-            ALLOCTRACE_FORGET_WRITER_();                                                    \
-        }                                                                                   \
-    } while (0)
-
-static inline void alloctrace_span_exists_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
+static inline void alloctrace_plain_span_exists_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
-    ALLOCTRACE_PLAIN_(span_exists, 1, 0, 3, 0, base, npages, kind_class,
-                      (trace_span_exists)(base, npages, kind_class));
+    if (trace_writer_enabled() && alloctrace_span_exists_(alloctrace_writer_(), base, npages, kind_class))
+        ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_span_alloc_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
+static inline void alloctrace_plain_span_alloc_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
-    ALLOCTRACE_PLAIN_(span_alloc, 2, 0, 3, 0, base, npages, kind_class, (trace_span_alloc)(base, npages, kind_class));
+    if (trace_writer_enabled() && alloctrace_span_alloc_(alloctrace_writer_(), base, npages, kind_class))
+        ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_span_free_(uintptr_t base)
+static inline void alloctrace_plain_span_free_(uintptr_t base)
 {
-    ALLOCTRACE_PLAIN_(span_free, 3, 0, 1, 0, base, 0, 0, (trace_span_free)(base));
+    if (trace_writer_enabled() && alloctrace_span_free_(alloctrace_writer_(), base))
+        ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_heap_object_exists_(uintptr_t addr, uint64_t size, uint64_t type_id)
+static inline void alloctrace_plain_heap_object_exists_(uintptr_t addr, uint64_t size, uint64_t type_id)
 {
-    ALLOCTRACE_PLAIN_(heap_object_exists, 4, 1, 3, 0, addr, size, type_id,
-                      (trace_heap_object_exists)(addr, size, type_id));
+    if (trace_writer_enabled() && alloctrace_heap_object_exists_(alloctrace_writer_(), addr, size, type_id))
+        ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_heap_object_alloc_(uintptr_t addr, uint64_t size, uint64_t type_id)
+static inline void alloctrace_plain_heap_object_alloc_(uintptr_t addr, uint64_t size, uint64_t type_id)
 {
-    ALLOCTRACE_PLAIN_(heap_object_alloc, 5, 1, 3, 0, addr, size, type_id,
-                      (trace_heap_object_alloc)(addr, size, type_id));
+    if (trace_writer_enabled() && alloctrace_heap_object_alloc_(alloctrace_writer_(), addr, size, type_id))
+        ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_heap_object_free_(uintptr_t addr)
+static inline void alloctrace_plain_heap_object_free_(uintptr_t addr)
 {
-    ALLOCTRACE_PLAIN_(heap_object_free, 6, 1, 1, 0, addr, 0, 0, (trace_heap_object_free)(addr));
+    if (trace_writer_enabled() && alloctrace_heap_object_free_(alloctrace_writer_(), addr))
+        ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_stack_exists_(uintptr_t base, uintptr_t size)
+static inline void alloctrace_plain_stack_exists_(uintptr_t base, uintptr_t size)
 {
-    ALLOCTRACE_PLAIN_(stack_exists, 7, 2, 2, 1, base, size, 0, (trace_stack_exists)(base, size));
+    if (trace_writer_enabled() && alloctrace_stack_exists_(alloctrace_writer_(), base, size))
+        ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_stack_alloc_(uintptr_t base, uintptr_t size)
+static inline void alloctrace_plain_stack_alloc_(uintptr_t base, uintptr_t size)
 {
-    ALLOCTRACE_PLAIN_(stack_alloc, 8, 2, 2, 1, base, size, 0, (trace_stack_alloc)(base, size));
+    if (trace_writer_enabled() && alloctrace_stack_alloc_(alloctrace_writer_(), base, size))
+        ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_stack_free_(uintptr_t base)
+static inline void alloctrace_plain_stack_free_(uintptr_t base)
 {
-    ALLOCTRACE_PLAIN_(stack_free, 9, 2, 1, 0, base, 0, 0, (trace_stack_free)(base));
+    if (trace_writer_enabled() && alloctrace_stack_free_(alloctrace_writer_(), base))
+        ALLOCTRACE_FORGET_WRITER_();
 }
 
-#define trace_span_exists(base, npages, kind_class) alloctrace_span_exists_((base), (npages), (kind_class))
-#define trace_span_alloc(base, npages, kind_class) alloctrace_span_alloc_((base), (npages), (kind_class))
-#define trace_span_free(base) alloctrace_span_free_((base))
-#define trace_heap_object_exists(addr, size, type_id) alloctrace_heap_object_exists_((addr), (size), (type_id))
-#define trace_heap_object_alloc(addr, size, type_id) alloctrace_heap_object_alloc_((addr), (size), (type_id))
-#define trace_heap_object_free(addr) alloctrace_heap_object_free_((addr))
-#define trace_stack_exists(base, size) alloctrace_stack_exists_((base), (size))
-#define trace_stack_alloc(base, size) alloctrace_stack_alloc_((base), (size))
-#define trace_stack_free(base) alloctrace_stack_free_((base))
+#define trace_span_exists(base, npages, kind_class) alloctrace_plain_span_exists_((base), (npages), (kind_class))
+#define trace_span_alloc(base, npages, kind_class) alloctrace_plain_span_alloc_((base), (npages), (kind_class))
+#define trace_span_free(base) alloctrace_plain_span_free_((base))
+#define trace_heap_object_exists(addr, size, type_id) alloctrace_plain_heap_object_exists_((addr), (size), (type_id))
+#define trace_heap_object_alloc(addr, size, type_id) alloctrace_plain_heap_object_alloc_((addr), (size), (type_id))
+#define trace_heap_object_free(addr) alloctrace_plain_heap_object_free_((addr))
+#define trace_stack_exists(base, size) alloctrace_plain_stack_exists_((base), (size))
+#define trace_stack_alloc(base, size) alloctrace_plain_stack_alloc_((base), (size))
+#define trace_stack_free(base) alloctrace_plain_stack_free_((base))
 
 #endif /* plain calls */
 
