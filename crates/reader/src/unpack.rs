@@ -113,8 +113,6 @@ pub(crate) struct Unpacker {
     /// The thread, if it could be spawned; joined when the reader goes
     /// away, so that it never outlives the reader.
     thread: Option<JoinHandle<()>>,
-    /// `thread.is_some()`, or false to test the reader's thread alone.
-    threaded: bool,
     next_seq: u64,
     /// For the jobs the reader runs itself.
     scratch: Scratch,
@@ -127,19 +125,23 @@ impl Unpacker {
     /// Starts the thread (or, if it cannot be spawned, an unpacker that
     /// runs every job on the reader's thread).
     pub fn start() -> Unpacker {
+        Unpacker::new(true)
+    }
+
+    /// With the thread when `spawn` (and it can be spawned), else without.
+    fn new(spawn: bool) -> Unpacker {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             queued: Condvar::new(),
             finished: Condvar::new(),
         });
         let theirs = Arc::clone(&shared);
-        let spawned = std::thread::Builder::new()
-            .name("alloctrace-unpack".into())
-            .spawn(move || work(&theirs));
+        let thread = spawn
+            .then(|| std::thread::Builder::new().name("alloctrace-unpack".into()).spawn(move || work(&theirs)).ok())
+            .flatten();
         Unpacker {
             shared,
-            threaded: spawned.is_ok(),
-            thread: spawned.ok(),
+            thread,
             next_seq: 0,
             scratch: Scratch::default(),
             payloads: Vec::new(),
@@ -150,7 +152,7 @@ impl Unpacker {
     /// How many compressed batches to queue ahead of the one being read:
     /// none without a thread.
     pub fn ahead(&self) -> usize {
-        if self.threaded {
+        if self.thread.is_some() {
             UNPACK_AHEAD
         } else {
             0
@@ -358,8 +360,7 @@ mod tests {
     #[test]
     fn results_come_out_in_order_with_or_without_the_thread() {
         for threaded in [true, false] {
-            let mut unpacker = Unpacker::start();
-            unpacker.threaded &= threaded;
+            let mut unpacker = Unpacker::new(threaded);
             let jobs = jobs(4);
             let mut seqs = Vec::new();
             for (offset, payload, _) in &jobs {
