@@ -1,10 +1,67 @@
 //! Where the trace goes: the output descriptor and the writer thread that
 //! drains the queue of full buffers into it.
+//!
+//! ## Design
+//!
+//! The descriptor is the program's neighbour, not the program's: it lives
+//! in the same descriptor table, and a program may close descriptors it
+//! did not open or reuse their numbers. So:
+//!
+//! - Every descriptor the core opens (`Output::create`, `create_new`, so
+//!   the C API's `trace_config.path` and the LD_PRELOAD shim's files) is
+//!   moved, close-on-exec, to a high number ([`high_fd_base`]): the lowest
+//!   free at or above 1024 when the `RLIMIT_NOFILE` soft limit is at least
+//!   2048 (above the `for (fd = 3; fd < 1024; fd++) close(fd)` loops of
+//!   daemons and test runners, and far from the numbers a program gets by
+//!   opening files one after the other); else the lowest free at or above
+//!   7/8 of the limit (896 for the common 1024); if nothing is free up
+//!   there, the lowest free at or above 3. It is never 0, 1 or 2, so a
+//!   program started with stdout closed (`exec >&-`) never prints into the
+//!   trace. The limit is read, never changed.
+//! - The output remembers the `st_dev`/`st_ino` of its descriptor when it
+//!   is opened, and the writer thread checks them with fstat before every
+//!   write (one syscall per batch written, on the writer thread, never on
+//!   the event path). A descriptor found closed or naming another file is
+//!   *gone*: nothing is written to it again, the writer keeps draining (so
+//!   producers never block), stderr gets one line saying so and where the
+//!   trace is cut, `trace_stop` does not close the number (it is the
+//!   program's now) and reports EBADF. The trace ends at its last complete
+//!   batch, which a reader reads as cut.
+//! - A descriptor the caller passed (`Output::borrowed_fd`, the C API's
+//!   `trace_config.fd`) keeps its number (the caller chose it) and stays
+//!   open after stop, but is checked the same way: writing into whatever
+//!   file took its number would be as wrong for the caller's descriptor as
+//!   for ours.
+//! - Files the core opens are mode 0600 whatever the umask (fchmod after
+//!   open, regular files only), so a trace, which holds addresses, is
+//!   readable by its owner alone, and a umask of 0777 does not produce a
+//!   trace nobody can read. An existing regular file that is truncated
+//!   gets 0600 too (when the caller owns it).
+//! - `Output::create` opens with O_NONBLOCK and clears it at once: on an
+//!   existing FIFO the open does not wait for a reader, it fails with
+//!   ENXIO when there is none ("No such device or address").
+//!
+//! In a version-2 trace (FORMAT.md section 2) every batch written to the
+//! file is followed by its CRC32C; the writer thread computes it and writes
+//! batch and trailer with one writev.
+//!
+//! ## Corner cases
+//!
+//! - The check and the write are two syscalls: a program that closes the
+//!   descriptor and opens another file on its number exactly between them
+//!   gets one batch; a write that then fails with EBADF still stops the
+//!   trace. With the descriptor far above the numbers programs use this
+//!   takes a program that closes and reopens descriptors at random.
+//! - A forked child keeps the parent's descriptor (the core forgets the
+//!   parent's session in the child, see tracer.rs) and never writes to it.
 
 use std::ffi::CStr;
-use std::sync::atomic::Ordering;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use alloctrace_format::{batch_checksum, BATCH_PREFIX_LEN, TRAILER_LEN};
 
 use crate::tracer::Session;
 
@@ -12,85 +69,382 @@ use crate::tracer::Session;
 /// for it unless the memory bound is reached, and then they wake it.
 const IDLE_SLEEP: Duration = Duration::from_millis(1);
 
+/// Where the trace's descriptor goes when the `RLIMIT_NOFILE` soft limit
+/// leaves room above it: just past the classic `FD_SETSIZE` range that
+/// programs close in a loop.
+const HIGH_FD_BASE: u64 = 1024;
+
+/// The lowest descriptor number the core moves its descriptors to (module
+/// docs): 1024 with a soft limit of at least 2048, else 7/8 of the limit
+/// (at least 3).
+pub fn high_fd_base() -> RawFd {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: lim is a valid rlimit to fill.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        HIGH_FD_BASE
+    };
+    let base = if soft == libc::RLIM_INFINITY || soft >= 2 * HIGH_FD_BASE {
+        HIGH_FD_BASE
+    } else {
+        soft - soft / 8
+    };
+    base.clamp(3, i32::MAX as u64) as RawFd
+}
+
+/// Moves `fd` to a high number, close-on-exec (module docs).
+fn move_high(fd: OwnedFd) -> Result<OwnedFd, i32> {
+    for base in [high_fd_base(), 3] {
+        // SAFETY: fd is open; F_DUPFD_CLOEXEC takes an int argument.
+        let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, base) };
+        if moved >= 0 {
+            // SAFETY: fcntl returned a new descriptor, ours alone. The old
+            // one is closed as `fd` drops.
+            return Ok(unsafe { OwnedFd::from_raw_fd(moved) });
+        }
+        let e = errno();
+        if e != libc::EMFILE && e != libc::EINVAL {
+            return Err(e);
+        }
+    }
+    // Nothing free at or above 3: keep the number open() gave, unless it
+    // is one of the standard three.
+    if fd.as_raw_fd() >= 3 {
+        Ok(fd)
+    } else {
+        Err(libc::EMFILE)
+    }
+}
+
+/// What a descriptor names: `st_dev`, `st_ino`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+}
+
+/// fstat of `fd`, or errno.
+fn fstat(fd: RawFd) -> Result<libc::stat, i32> {
+    // SAFETY: an all-zero stat is a valid value to overwrite.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: st is a valid stat to fill; a bad fd gives EBADF.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(errno());
+    }
+    Ok(st)
+}
+
+fn identity(fd: RawFd) -> Result<Identity, i32> {
+    fstat(fd).map(|st| Identity { dev: st.st_dev, ino: st.st_ino })
+}
+
 /// The trace's output descriptor.
 pub struct Output {
-    fd: libc::c_int,
-    /// Whether trace_stop closes the descriptor (it does for a path it
-    /// opened, not for a descriptor the caller passed).
-    owned: bool,
+    /// The descriptor written to.
+    fd: RawFd,
+    /// The same descriptor when the core opened it: closed at stop (or
+    /// when the output is dropped) if it is still ours. `None` for a
+    /// descriptor the caller passed.
+    owned: Option<OwnedFd>,
+    /// What the descriptor named when the output got it; `None` for a
+    /// caller's descriptor fstat could not look at (then its writes fail
+    /// as they would have).
+    identity: Option<Identity>,
+    /// Set once the descriptor was found closed or naming another file:
+    /// nothing is written to it again, and it is never closed.
+    gone: AtomicBool,
+    /// Bytes written to the file so far.
+    written: AtomicU64,
 }
 
 impl Output {
     /// Creates the file at `path`: mode 0600, truncating an existing regular
-    /// file, never following a symlink in the last component. Returns errno.
+    /// file, never following a symlink in the last component, at a high
+    /// descriptor number (module docs). On an existing FIFO without a
+    /// reader it fails at once with ENXIO rather than wait for one.
+    /// Returns errno.
     pub fn create(path: &CStr) -> Result<Output, i32> {
-        // SAFETY: path is a valid NUL-terminated string.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                0o600 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(errno());
-        }
-        Ok(Output { fd, owned: true })
+        Output::open(
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        )
     }
 
     /// Creates a new file at `path`, mode 0600, failing with EEXIST if
     /// anything (a file, a symlink) is there already: for output paths in
-    /// directories others can write to. Returns errno.
+    /// directories others can write to. At a high descriptor number, as
+    /// `create`. Returns errno.
     pub fn create_new(path: &CStr) -> Result<Output, i32> {
+        Output::open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+    }
+
+    fn open(path: &CStr, flags: libc::c_int) -> Result<Output, i32> {
         // SAFETY: path is a valid NUL-terminated string.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                0o600 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
+        let raw = unsafe { libc::open(path.as_ptr(), flags, 0o600 as libc::c_uint) };
+        if raw < 0 {
             return Err(errno());
         }
-        Ok(Output { fd, owned: true })
+        // SAFETY: open returned a new descriptor, ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = move_high(fd)?;
+        if flags & libc::O_NONBLOCK != 0 {
+            // The writer blocks on a full pipe like on a slow disk.
+            // SAFETY: fd is open; F_GETFL/F_SETFL take an int.
+            unsafe {
+                let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                if fl < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) != 0 {
+                    return Err(errno());
+                }
+            }
+        }
+        let st = fstat(fd.as_raw_fd())?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_mode & 0o7777 != 0o600 {
+            // Whatever the umask; an existing file of another owner keeps
+            // its mode (EPERM), as nothing else about it changes either.
+            // SAFETY: fd is open.
+            unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) };
+        }
+        Ok(Output {
+            fd: fd.as_raw_fd(),
+            owned: Some(fd),
+            identity: Some(Identity { dev: st.st_dev, ino: st.st_ino }),
+            gone: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+        })
     }
 
-    /// Writes to a descriptor the caller owns; it stays open after stop.
+    /// Writes to a descriptor the caller owns: it keeps its number and
+    /// stays open after stop, and is checked before every write like the
+    /// core's own (module docs).
     pub fn borrowed_fd(fd: libc::c_int) -> Output {
-        Output { fd, owned: false }
+        Output {
+            fd,
+            owned: None,
+            identity: identity(fd).ok(),
+            gone: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+        }
     }
 
-    /// Writes all of `bytes`, retrying on EINTR and short writes.
-    pub(crate) fn write_all(&self, mut bytes: &[u8]) -> Result<(), i32> {
+    /// The descriptor number (for tests and messages).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// Checks that the descriptor still names the file it named at open;
+    /// the first time it does not, says so on stderr. Err(EBADF) once gone.
+    fn check(&self) -> Result<(), i32> {
+        if self.gone.load(Ordering::Relaxed) {
+            return Err(libc::EBADF);
+        }
+        let Some(expected) = self.identity else {
+            return Ok(());
+        };
+        match identity(self.fd) {
+            Ok(now) if now == expected => Ok(()),
+            Ok(_) | Err(libc::EBADF) => {
+                self.lose();
+                Err(libc::EBADF)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Marks the descriptor gone and says so, once.
+    fn lose(&self) {
+        if self.gone.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let mut msg = Message::new();
+        msg.push(b"alloctrace: the trace file's descriptor ");
+        msg.number(self.fd as u64);
+        msg.push(b" was closed or replaced by the program; tracing stopped writing, the trace is cut at byte ");
+        msg.number(self.written.load(Ordering::Relaxed));
+        msg.push(b"\n");
+        // SAFETY: one write of a valid buffer to stderr; its result does
+        // not matter.
+        unsafe { libc::write(2, msg.buf.as_ptr().cast(), msg.len) };
+    }
+
+    /// Writes all of `bytes` (the file header: no trailer).
+    pub(crate) fn write_all(&self, bytes: &[u8]) -> Result<(), i32> {
+        self.write_parts(&[bytes], false)
+    }
+
+    /// Writes one batch (its parts one after the other) and its trailer,
+    /// in one writev.
+    pub(crate) fn write_batch(&self, parts: &[&[u8]]) -> Result<(), i32> {
+        self.write_parts(parts, true)
+    }
+
+    /// Writes whole batches laid one after the other (as the staged
+    /// batches of the compressor are), each followed by its trailer, up to
+    /// [`BATCHES_PER_WRITE`] per writev. Bytes that do not frame as a
+    /// batch (never written by the core) go out as one batch.
+    pub(crate) fn write_batches(&self, mut bytes: &[u8]) -> Result<(), i32> {
         while !bytes.is_empty() {
-            // SAFETY: bytes is a valid readable slice.
-            let n = unsafe { libc::write(self.fd, bytes.as_ptr().cast(), bytes.len()) };
+            let mut batches: [&[u8]; BATCHES_PER_WRITE] = [&[]; BATCHES_PER_WRITE];
+            let mut n = 0;
+            while n < BATCHES_PER_WRITE && !bytes.is_empty() {
+                let len = match bytes.get(1..BATCH_PREFIX_LEN) {
+                    Some(l) => BATCH_PREFIX_LEN + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize,
+                    None => bytes.len(),
+                };
+                let (batch, rest) = bytes.split_at(len.min(bytes.len()));
+                batches[n] = batch;
+                bytes = rest;
+                n += 1;
+            }
+            self.write_each(&batches[..n])?;
+        }
+        Ok(())
+    }
+
+    /// Writes `batches`, each with its trailer, in one writev.
+    fn write_each(&self, batches: &[&[u8]]) -> Result<(), i32> {
+        let mut trailers = [[0u8; TRAILER_LEN]; BATCHES_PER_WRITE];
+        let mut iov = [EMPTY_IOVEC; 2 * BATCHES_PER_WRITE];
+        for (i, batch) in batches.iter().enumerate().take(BATCHES_PER_WRITE) {
+            trailers[i] = batch_checksum(&[batch]).to_le_bytes();
+        }
+        for (i, batch) in batches.iter().enumerate().take(BATCHES_PER_WRITE) {
+            iov[2 * i] = iovec(batch);
+            iov[2 * i + 1] = iovec(&trailers[i]);
+        }
+        self.check()?;
+        self.writev_all(&mut iov[..2 * batches.len().min(BATCHES_PER_WRITE)])
+    }
+
+    fn write_parts(&self, parts: &[&[u8]], trailer: bool) -> Result<(), i32> {
+        const MAX_PARTS: usize = 4;
+        let crc = batch_checksum(parts).to_le_bytes();
+        let mut iov = [EMPTY_IOVEC; MAX_PARTS + 1];
+        let mut n = 0;
+        for part in parts.iter().take(MAX_PARTS) {
+            iov[n] = iovec(part);
+            n += 1;
+        }
+        debug_assert!(parts.len() <= MAX_PARTS);
+        if trailer {
+            iov[n] = iovec(&crc);
+            n += 1;
+        }
+        self.check()?;
+        self.writev_all(&mut iov[..n])
+    }
+
+    /// Writes every byte of `iov`, retrying on EINTR and short writes.
+    fn writev_all(&self, iov: &mut [libc::iovec]) -> Result<(), i32> {
+        let mut first = 0;
+        while first < iov.len() {
+            if iov[first].iov_len == 0 {
+                first += 1;
+                continue;
+            }
+            let rest = &iov[first..];
+            // SAFETY: every iovec points into a live slice of its length.
+            let n = unsafe { libc::writev(self.fd, rest.as_ptr(), rest.len() as libc::c_int) };
             if n < 0 {
                 let e = errno();
                 if e == libc::EINTR || e == libc::EAGAIN {
                     continue;
+                }
+                if e == libc::EBADF && self.identity.is_some() {
+                    // Closed between the check and the write.
+                    self.lose();
                 }
                 return Err(e);
             }
             if n == 0 {
                 return Err(libc::EIO);
             }
-            bytes = &bytes[n as usize..];
+            self.written.fetch_add(n as u64, Ordering::Relaxed);
+            let mut n = n as usize;
+            while n > 0 && first < iov.len() {
+                let len = iov[first].iov_len;
+                if n >= len {
+                    n -= len;
+                    first += 1;
+                } else {
+                    // SAFETY: n < len: still inside the same slice.
+                    iov[first].iov_base = unsafe { iov[first].iov_base.cast::<u8>().add(n) }.cast();
+                    iov[first].iov_len = len - n;
+                    n = 0;
+                }
+            }
         }
         Ok(())
     }
 
-    /// Closes the descriptor if it is ours.
-    pub(crate) fn close(&self) -> Result<(), i32> {
-        if !self.owned {
+    /// Closes the descriptor if it is ours and still names the trace; a
+    /// descriptor found gone is left alone (its number is the program's).
+    pub(crate) fn close(mut self) -> Result<(), i32> {
+        let Some(fd) = self.owned.take() else {
+            return Ok(());
+        };
+        if self.check().is_err() {
+            let _ = fd.into_raw_fd();
             return Ok(());
         }
         // SAFETY: the descriptor is ours and nothing writes to it any more.
-        if unsafe { libc::close(self.fd) } != 0 {
+        if unsafe { libc::close(fd.into_raw_fd()) } != 0 {
             return Err(errno());
         }
         Ok(())
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if let Some(fd) = self.owned.take() {
+            if self.check().is_err() {
+                // Not ours any more: never close the program's descriptor.
+                let _ = fd.into_raw_fd();
+            }
+        }
+    }
+}
+
+/// Batches per writev in [`Output::write_batches`]: two iovecs each, well
+/// under IOV_MAX (1024), on the stack.
+const BATCHES_PER_WRITE: usize = 64;
+
+const EMPTY_IOVEC: libc::iovec = libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 };
+
+fn iovec(bytes: &[u8]) -> libc::iovec {
+    libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: bytes.len() }
+}
+
+/// A line for stderr built without allocating (the writer thread must not).
+struct Message {
+    buf: [u8; 256],
+    len: usize,
+}
+
+impl Message {
+    fn new() -> Message {
+        Message { buf: [0; 256], len: 0 }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+    }
+
+    fn number(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
     }
 }
 
@@ -209,18 +563,18 @@ impl Compression {
             let n = put_uvarint(&mut head, BATCH_PREFIX_LEN, raw_len as u64);
             let payload = (n - BATCH_PREFIX_LEN + self.frame.len()) as u32;
             head[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
-            output.write_all(&head[..n]).and_then(|()| output.write_all(&self.frame))
+            output.write_batch(&[&head[..n], &self.frame])
         };
         self.staged.clear();
         result
     }
 
-    /// Writes the staged batches as they are.
+    /// Writes the staged batches as they are, each with its trailer.
     fn write_staged(&mut self, output: &Output) -> Result<(), i32> {
         if self.staged.is_empty() {
             return Ok(());
         }
-        let result = output.write_all(&self.staged);
+        let result = output.write_batches(&self.staged);
         self.staged.clear();
         result
     }
@@ -252,9 +606,9 @@ fn run_writer(session: &Session, mut compression: Option<Compression>) {
                         // Behind: the staged batches and this one go out
                         // as they are, in queue order.
                         record(c.write_staged(&session.output));
-                        record(session.output.write_all(bytes));
+                        record(session.output.write_batch(&[bytes]));
                     }
-                    None => record(session.output.write_all(bytes)),
+                    None => record(session.output.write_batch(&[bytes])),
                 }
             }
             session.count_written(bytes.len());

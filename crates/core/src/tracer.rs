@@ -250,6 +250,35 @@ pub enum Error {
     Busy,
 }
 
+/// Words for the user: `Io` as the system's text for its errno
+/// (strerror), e.g. "No space left on device".
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Error::BadConfig(what) => write!(f, "bad configuration: {what}"),
+            Error::AlreadyStarted => f.write_str("tracing is already started"),
+            Error::NotStarted => f.write_str("tracing is not started"),
+            Error::Io(errno) => {
+                let mut buf = [0 as libc::c_char; 256];
+                // SAFETY: buf is writable for its length; the XSI
+                // strerror_r NUL-terminates what it writes.
+                let ok = unsafe { libc::strerror_r(errno, buf.as_mut_ptr(), buf.len() - 1) } == 0;
+                // SAFETY: as above; buf ends with a NUL either way (zeroed).
+                let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+                if ok && !text.is_empty() {
+                    f.write_str(&text)
+                } else {
+                    write!(f, "error {errno}")
+                }
+            }
+            Error::OutOfMemory => f.write_str("out of memory (buffers or the tracer's threads)"),
+            Error::Busy => f.write_str("called from inside the snapshot callback"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
 /// A validated configuration (see `trace_config` in the C API).
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
@@ -570,8 +599,17 @@ pub fn stop() -> Result<(), Error> {
             advancer.join();
         }
         let errno = session.io_error.load(Ordering::Relaxed);
-        let close_result = session.output.close();
-        drop(session);
+        // The writer and advancer threads have dropped their references:
+        // the output is this thread's to close (Output::close leaves a
+        // descriptor the program closed or replaced alone).
+        let close_result = match Arc::try_unwrap(session) {
+            Ok(session) => session.output.close(),
+            // Not reached; dropping the last reference closes it then.
+            Err(session) => {
+                drop(session);
+                Ok(())
+            }
+        };
         match (errno, close_result) {
             (0, Ok(())) => Ok(()),
             (0, Err(e)) | (e, _) => Err(Error::Io(e)),

@@ -10,7 +10,9 @@
 //!
 //! # Layout in one paragraph
 //! A trace is a 16-byte [file header](FileHeader) followed by batches. A batch
-//! is `[kind u8][payload length u32 LE][payload]`; every payload opens with
+//! is `[kind u8][payload length u32 LE][payload]`, followed in a version-2
+//! file by a 4-byte [trailer](batch_checksum), the CRC32C of those bytes;
+//! every payload (but a compressed batch's) opens with
 //! `varint generation, varint thread, varint base timestamp`. Event batches
 //! then hold events `[kind u8][varint timestamp delta][varint args...]`.
 //! Addresses travel as compressed IDs, `(addr - min_heap_addr) / align`, with
@@ -25,12 +27,37 @@ pub mod model;
 /// The first eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"ALCTRACE";
 
-/// The format version this crate writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this crate writes: 2, batches with a checksum
+/// trailer.
+pub const VERSION: u16 = 2;
+
+/// The first version, without trailers: still read.
+pub const VERSION_1: u16 = 1;
+
+/// The versions readers accept, oldest first.
+pub const READABLE_VERSIONS: [u16; 2] = [VERSION_1, VERSION];
 
 /// Size of the file header in bytes: magic, version u16 LE, flags u16 LE,
-/// reserved u32 (zero).
+/// then a u32: zero in version 1, the header's CRC32C in version 2.
 pub const FILE_HEADER_LEN: usize = 16;
+
+/// Size of the checksum trailer after every batch of a version-2 file
+/// (FORMAT.md section 2): the batch's CRC32C, u32 LE. Batches inside a
+/// compressed batch have none.
+pub const TRAILER_LEN: usize = 4;
+
+/// Whether the batches of a file of `version` carry trailers.
+pub const fn has_trailers(version: u16) -> bool {
+    version >= 2
+}
+
+/// The CRC32C (Castagnoli) of `parts`, one after the other: a batch's
+/// checksum is that of its kind byte, payload length and payload
+/// (FORMAT.md section 2), a version-2 header's that of its first 12 bytes.
+/// Hardware-accelerated where the CPU has it (SSE 4.2, ARMv8 CRC).
+pub fn batch_checksum(parts: &[&[u8]]) -> u32 {
+    parts.iter().fold(0, |crc, part| crc32c::crc32c_append(crc, part))
+}
 
 /// Size of the fixed prefix of every batch: kind byte and payload length.
 pub const BATCH_PREFIX_LEN: usize = 5;
@@ -317,17 +344,23 @@ impl EntryPoint {
 pub struct FileHeader {
     /// Format version.
     pub version: u16,
-    /// Flags; none are defined in version 1, so writers write 0.
+    /// Flags; none are defined, so writers write 0 and readers ignore them.
     pub flags: u16,
 }
 
 impl FileHeader {
-    /// The header bytes for this version.
-    pub const fn encode(self) -> [u8; FILE_HEADER_LEN] {
+    /// The header bytes for this version: in version 2 its last four bytes
+    /// are the CRC32C of the first twelve, in version 1 zero.
+    pub fn encode(self) -> [u8; FILE_HEADER_LEN] {
         let v = self.version.to_le_bytes();
         let f = self.flags.to_le_bytes();
         let m = MAGIC;
-        [m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], v[0], v[1], f[0], f[1], 0, 0, 0, 0]
+        let mut h = [m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], v[0], v[1], f[0], f[1], 0, 0, 0, 0];
+        if has_trailers(self.version) {
+            let crc = batch_checksum(&[&h[..12]]);
+            h[12..].copy_from_slice(&crc.to_le_bytes());
+        }
+        h
     }
 
     /// Parses a header, saying what is wrong with a bad one.
@@ -336,8 +369,14 @@ impl FileHeader {
             return Err(HeaderError::BadMagic);
         }
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version != VERSION {
+        if !READABLE_VERSIONS.contains(&version) {
             return Err(HeaderError::UnsupportedVersion(version));
+        }
+        if has_trailers(version) {
+            let stored = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
+            if stored != batch_checksum(&[&bytes[..12]]) {
+                return Err(HeaderError::BadChecksum);
+            }
         }
         let flags = u16::from_le_bytes([bytes[10], bytes[11]]);
         Ok(FileHeader { version, flags })
@@ -351,6 +390,8 @@ pub enum HeaderError {
     BadMagic,
     /// A version this reader does not know.
     UnsupportedVersion(u16),
+    /// A version-2 header whose checksum does not match its first 12 bytes.
+    BadChecksum,
 }
 
 /// Writes `v` as a LEB128 varint at `buf[pos..]` and returns the position
@@ -554,9 +595,25 @@ mod tests {
         let mut bad = bytes;
         bad[0] = b'X';
         assert_eq!(FileHeader::decode(&bad), Err(HeaderError::BadMagic));
-        let mut v2 = bytes;
-        v2[8] = 2;
-        assert_eq!(FileHeader::decode(&v2), Err(HeaderError::UnsupportedVersion(2)));
+        let mut v3 = bytes;
+        v3[8] = 3;
+        assert_eq!(FileHeader::decode(&v3), Err(HeaderError::UnsupportedVersion(3)));
+        let v1 = FileHeader { version: VERSION_1, flags: 0 };
+        assert_eq!(&v1.encode()[12..], &[0; 4], "version 1 keeps its reserved bytes zero");
+        assert_eq!(FileHeader::decode(&v1.encode()), Ok(v1));
+        for bit in 0..FILE_HEADER_LEN * 8 {
+            let mut flipped = bytes;
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            assert!(FileHeader::decode(&flipped).is_err(), "bit {bit} of a version-2 header");
+        }
+    }
+
+    #[test]
+    fn checksum_is_crc32c() {
+        // The check value of CRC-32C (RFC 3720, B.4): "123456789".
+        assert_eq!(batch_checksum(&[b"123456789"]), 0xe306_9283);
+        assert_eq!(batch_checksum(&[b"1234", b"", b"56789"]), 0xe306_9283);
+        assert_eq!(batch_checksum(&[]), 0);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Streaming reader for alloctrace traces (docs/FORMAT.md, version 1).
+//! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1 and 2).
 //!
 //! ```no_run
 //! use std::{fs::File, io::BufReader};
@@ -66,7 +66,14 @@
 //! 4. A trace cut short (EOF inside a batch, or no trace-end batch) is not an
 //!    error: every complete batch's events come out, generations without a
 //!    generation-end included, and [`TraceReader::truncated`] says where the
-//!    cut is.
+//!    cut is. In a version-2 file a batch whose trailer is cut off is cut
+//!    too: it is not read.
+//! 5. In a version-2 file every batch's checksum (FORMAT.md section 2) is
+//!    verified right after the batch is read, before any of it is parsed
+//!    or decompressed: a damaged batch is reported as such ("checksum
+//!    mismatch in the batch at byte offset N ..."), never as whatever its
+//!    damaged bytes would parse as. Version-1 files, without checksums,
+//!    read as before.
 
 #![forbid(unsafe_code)]
 
@@ -82,7 +89,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Read};
 
 use alloctrace_format::{
-    BatchKind, FileHeader, HeaderError, BATCH_PREFIX_LEN, FILE_HEADER_LEN, MAGIC, MAX_BATCH_PAYLOAD,
+    batch_checksum, has_trailers, BatchKind, FileHeader, HeaderError, BATCH_PREFIX_LEN, FILE_HEADER_LEN, MAGIC,
+    MAX_BATCH_PAYLOAD, READABLE_VERSIONS, TRAILER_LEN,
 };
 
 use decode::{BatchContext, Cursor, PagesState};
@@ -103,6 +111,9 @@ pub struct TraceReader<R: Read> {
     input: R,
     /// Bytes consumed from the input so far.
     offset: u64,
+    /// Whether every batch in the file is followed by a checksum trailer
+    /// (version 2).
+    trailers: bool,
     /// Payload of the batch being parsed; reused to avoid an allocation per
     /// batch.
     scratch: Vec<u8>,
@@ -167,8 +178,8 @@ impl<R: Read> TraceReader<R> {
                 ),
             ));
         }
-        match FileHeader::decode(&header) {
-            Ok(_) => {}
+        let trailers = match FileHeader::decode(&header) {
+            Ok(h) => has_trailers(h.version),
             Err(HeaderError::BadMagic) => {
                 return Err(ReadError::malformed(
                     0,
@@ -176,18 +187,26 @@ impl<R: Read> TraceReader<R> {
                 ));
             }
             Err(HeaderError::UnsupportedVersion(v)) => {
+                let known: Vec<String> = READABLE_VERSIONS.iter().map(|v| v.to_string()).collect();
                 return Err(ReadError::malformed(
                     8,
                     format!(
-                        "unsupported format version {v} (this reader knows version {})",
-                        alloctrace_format::VERSION
+                        "unsupported format version {v}: this reader reads versions {} (a newer alloctrace wrote this trace?)",
+                        known.join(" and ")
                     ),
                 ));
             }
-        }
+            Err(HeaderError::BadChecksum) => {
+                return Err(ReadError::malformed(
+                    0,
+                    "checksum mismatch in the file header: the file is damaged",
+                ));
+            }
+        };
         Ok(TraceReader {
             input,
             offset: FILE_HEADER_LEN as u64,
+            trailers,
             scratch: Vec::new(),
             inner: None,
             open: Vec::new(),
@@ -432,7 +451,7 @@ impl<R: Read> TraceReader<R> {
                     return self.read_events_in_place(kind, offset, len);
                 }
                 let mut payload = std::mem::take(&mut self.scratch);
-                let result = match self.read_payload(&mut payload, len) {
+                let result = match self.read_payload(&mut payload, kind, offset, len) {
                     Err(err) => Err(err),
                     Ok(false) => {
                         self.cut_at(offset);
@@ -496,9 +515,16 @@ impl<R: Read> TraceReader<R> {
         Frame::Batch { kind, offset, len }
     }
 
-    /// Reads a payload of `len` bytes into `payload`: `false` if the input
-    /// ends first.
-    fn read_payload(&mut self, payload: &mut Vec<u8>, len: u32) -> Result<bool, ReadError> {
+    /// Reads the payload of `len` bytes of the batch at `batch_offset`
+    /// into `payload`, and its trailer, which it verifies: `false` if the
+    /// input ends first.
+    fn read_payload(
+        &mut self,
+        payload: &mut Vec<u8>,
+        kind: BatchKind,
+        batch_offset: u64,
+        len: u32,
+    ) -> Result<bool, ReadError> {
         // read_to_end grows the buffer with the bytes that really arrive, so
         // a cut-off file never costs the declared length.
         payload.clear();
@@ -507,7 +533,10 @@ impl<R: Read> TraceReader<R> {
             .read_to_end(payload)
             .map_err(|e| ReadError::io(self.offset, e))?;
         self.offset += got as u64;
-        Ok(got == len as usize)
+        if got != len as usize {
+            return Ok(false);
+        }
+        verify_trailer(&mut self.input, &mut self.offset, self.trailers, kind, batch_offset, payload)
     }
 
     /// For a compressed batch: reads its payload and queues it for
@@ -519,7 +548,7 @@ impl<R: Read> TraceReader<R> {
             return frame;
         };
         let mut payload = self.unpacker.as_mut().map(|u| u.payload_buffer()).unwrap_or_default();
-        match self.read_payload(&mut payload, len) {
+        match self.read_payload(&mut payload, kind, offset, len) {
             Err(err) => return Frame::Failed { offset, err, nothing_read: false },
             Ok(false) => return Frame::Cut { offset },
             Ok(true) => {}
@@ -547,7 +576,7 @@ impl<R: Read> TraceReader<R> {
     /// those of `handle_batch`.
     fn read_events_in_place(&mut self, kind: BatchKind, batch_offset: u64, len: u32) -> Result<(), ReadError> {
         let max = self.max_generation_bytes;
-        let TraceReader { input, offset, open, scratch, .. } = self;
+        let TraceReader { input, offset, open, scratch, trailers, .. } = self;
         let Some(newest) = open.last_mut() else {
             return Ok(());
         };
@@ -563,7 +592,17 @@ impl<R: Read> TraceReader<R> {
             }
         };
         *offset += got as u64;
-        if got < len as usize {
+        let complete = got == len as usize && {
+            let payload = newest.raw.get(start..).unwrap_or(&[]);
+            match verify_trailer(input, offset, *trailers, kind, batch_offset, payload) {
+                Ok(complete) => complete,
+                Err(err) => {
+                    newest.raw.truncate(start);
+                    return Err(err);
+                }
+            }
+        };
+        if !complete {
             newest.raw.truncate(start);
             self.cut_at(batch_offset);
             return Ok(());
@@ -881,6 +920,43 @@ fn charge(gen: &mut Generation, bytes: u64, max: u64, batch_offset: u64) -> Resu
         ));
     }
     Ok(())
+}
+
+/// In a file with trailers, reads the trailer after the batch at
+/// `batch_offset` and checks it against the batch's bytes: `false` when the
+/// input ends inside the trailer (the batch is cut), an error when it does
+/// not match. Without trailers, `true`.
+fn verify_trailer(
+    input: &mut impl Read,
+    offset: &mut u64,
+    trailers: bool,
+    kind: BatchKind,
+    batch_offset: u64,
+    payload: &[u8],
+) -> Result<bool, ReadError> {
+    if !trailers {
+        return Ok(true);
+    }
+    let mut trailer = [0u8; TRAILER_LEN];
+    let n = read_full(input, &mut trailer).map_err(|e| ReadError::io(*offset, e))?;
+    *offset += n as u64;
+    if n < TRAILER_LEN {
+        return Ok(false);
+    }
+    let mut prefix = [0u8; BATCH_PREFIX_LEN];
+    prefix[0] = kind as u8;
+    prefix[1..].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    if u32::from_le_bytes(trailer) != batch_checksum(&[&prefix, payload]) {
+        return Err(ReadError::malformed(
+            batch_offset,
+            format!(
+                "checksum mismatch in the batch at byte offset {batch_offset} (kind {}, {} bytes): the file is damaged",
+                kind as u8,
+                BATCH_PREFIX_LEN + payload.len()
+            ),
+        ));
+    }
+    Ok(true)
 }
 
 /// Fills `buf` as far as the input allows; returns how much was read (less

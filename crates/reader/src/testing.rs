@@ -5,8 +5,8 @@
 //! Not part of the stable API.
 
 use alloctrace_format::{
-    compress_address, pages, exact_log2, put_uvarint, BatchKind, EventKind, FileHeader, LONG_FORM,
-    MAX_VARINT_LEN, VERSION,
+    batch_checksum, compress_address, pages, exact_log2, put_uvarint, BatchKind, EventKind, FileHeader, LONG_FORM,
+    BATCH_PREFIX_LEN, FILE_HEADER_LEN, MAX_VARINT_LEN, VERSION, VERSION_1,
 };
 
 use crate::{EventData, GenerationInfo, TypeInfo};
@@ -36,9 +36,11 @@ pub fn info(generation: u64) -> GenerationInfo {
     }
 }
 
-/// A trace under construction.
+/// A trace under construction: version 2 (a checksum trailer after every
+/// batch) from [`TraceBuilder::new`], version 1 from [`TraceBuilder::v1`].
 pub struct TraceBuilder {
     bytes: Vec<u8>,
+    trailers: bool,
 }
 
 impl Default for TraceBuilder {
@@ -48,15 +50,21 @@ impl Default for TraceBuilder {
 }
 
 impl TraceBuilder {
-    /// A trace with its file header.
+    /// A version-2 trace with its file header.
     pub fn new() -> TraceBuilder {
-        let header = FileHeader {
-            version: VERSION,
-            flags: 0,
-        }
-        .encode();
+        TraceBuilder::with_version(VERSION)
+    }
+
+    /// A version-1 trace (no trailers) with its file header.
+    pub fn v1() -> TraceBuilder {
+        TraceBuilder::with_version(VERSION_1)
+    }
+
+    fn with_version(version: u16) -> TraceBuilder {
+        let header = FileHeader { version, flags: 0 }.encode();
         TraceBuilder {
             bytes: header.to_vec(),
+            trailers: alloctrace_format::has_trailers(version),
         }
     }
 
@@ -82,6 +90,16 @@ impl TraceBuilder {
         self
     }
 
+    /// Appends a whole batch as it is (`batch` starts with its kind byte
+    /// and payload length), then its trailer in a version-2 trace.
+    pub fn raw_batch(&mut self, batch: &[u8]) -> &mut Self {
+        self.bytes.extend_from_slice(batch);
+        if self.trailers {
+            self.bytes.extend_from_slice(&batch_checksum(&[batch]).to_le_bytes());
+        }
+        self
+    }
+
     /// A batch: kind byte, payload length, the batch header varints, `body`.
     pub fn batch(
         &mut self,
@@ -96,11 +114,10 @@ impl TraceBuilder {
         varint(&mut payload, thread);
         varint(&mut payload, base_ticks);
         payload.extend_from_slice(body);
-        self.bytes.push(kind);
-        self.bytes
-            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        self.bytes.extend_from_slice(&payload);
-        self
+        let mut batch = vec![kind];
+        batch.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        batch.extend_from_slice(&payload);
+        self.raw_batch(&batch)
     }
 
     pub fn info(&mut self, info: &GenerationInfo) -> &mut Self {
@@ -419,15 +436,62 @@ impl Rng {
     }
 }
 
+/// The version-2 form of a version-1 trace: the version-2 header, and a
+/// trailer after every batch (none inside compressed batches). A cut last
+/// batch stays cut, without a trailer.
+pub fn checksummed(v1: &[u8]) -> Vec<u8> {
+    let mut out = FileHeader { version: VERSION, flags: 0 }.encode().to_vec();
+    let mut batches = split_batches(v1);
+    let cut = match batches.last() {
+        Some(b) if b.len() != batch_len(b) => batches.pop(),
+        _ => None,
+    };
+    for batch in batches {
+        out.extend_from_slice(batch);
+        out.extend_from_slice(&batch_checksum(&[batch]).to_le_bytes());
+    }
+    if let Some(cut) = cut {
+        out.extend_from_slice(cut);
+    }
+    out
+}
+
+/// The batches of a trace without trailers (version 1, or the decompressed
+/// data of a compressed batch when `trace` has no file header), as framed
+/// by their lengths; the last may be cut short.
+pub fn split_batches(trace: &[u8]) -> Vec<&[u8]> {
+    let mut rest = trace.get(FILE_HEADER_LEN..).unwrap_or(&[]);
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let (batch, tail) = rest.split_at(batch_len(rest).min(rest.len()));
+        out.push(batch);
+        rest = tail;
+    }
+    out
+}
+
+/// The length of the batch `bytes` starts with, prefix included.
+fn batch_len(bytes: &[u8]) -> usize {
+    match bytes.get(1..BATCH_PREFIX_LEN) {
+        Some(l) => BATCH_PREFIX_LEN + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize,
+        None => bytes.len(),
+    }
+}
+
 /// A small valid trace touching every batch kind and every event kind, in
 /// short and long form, across two threads and two interleaved generations.
-/// Used by tests and as a fuzzing seed.
+/// Used by tests and as a fuzzing seed. Version 2.
 pub fn sample_trace() -> Vec<u8> {
+    checksummed(&sample_trace_v1())
+}
+
+/// [`sample_trace`] in version 1, without trailers.
+pub fn sample_trace_v1() -> Vec<u8> {
     let g1 = info(1);
     let mut g2 = info(2);
     g2.start_ticks = 5000;
     g2.start_mono_ns = 5_004_000;
-    let mut t = TraceBuilder::new();
+    let mut t = TraceBuilder::v1();
     t.info(&g1);
     let mut a = EventsBody::new(1100);
     a.event(

@@ -4,7 +4,7 @@
 
 use alloctrace_format::model::Encoder;
 use alloctrace_format::{zigzag, BatchKind, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_DECOMPRESSED_LEN};
-use alloctrace_reader::testing::{info, sample_trace, varint, EventsBody, PagesBody, Rng, TraceBuilder};
+use alloctrace_reader::testing::{info, sample_trace_v1, varint, EventsBody, PagesBody, Rng, TraceBuilder};
 use alloctrace_reader::{Event, EventData, ReadError, TraceReader};
 
 fn read(bytes: &[u8]) -> Result<(Vec<Event>, Option<u64>), ReadError> {
@@ -39,7 +39,7 @@ fn batch_of_kind(kind: BatchKind, raw_len: u64, frame: &[u8]) -> Vec<u8> {
 /// The sample trace with all its batches, or those in `range`, packed into
 /// one compressed batch.
 fn packed(split: Option<usize>) -> Vec<u8> {
-    let plain = sample_trace();
+    let plain = sample_trace_v1();
     let (head, batches) = plain.split_at(FILE_HEADER_LEN);
     let (inside, after) = match split {
         Some(n) => batches.split_at(n),
@@ -53,14 +53,14 @@ fn packed(split: Option<usize>) -> Vec<u8> {
 
 #[test]
 fn compressed_batches_read_like_plain_ones() {
-    let plain = read(&sample_trace()).unwrap();
+    let plain = read(&sample_trace_v1()).unwrap();
     assert!(!plain.0.is_empty());
     assert_eq!(read(&packed(None)).unwrap(), plain);
 }
 
 #[test]
 fn malformed_compressed_batches() {
-    let plain = sample_trace();
+    let plain = sample_trace_v1();
     let head = &plain[..FILE_HEADER_LEN];
     let body = &plain[FILE_HEADER_LEN..];
     let frame = zstd::bulk::compress(body, 3).unwrap();
@@ -131,7 +131,7 @@ fn compact_trace() -> Vec<u8> {
     g2.start_ticks = 900_000;
     g2.start_mono_ns = 5_900_000;
     let mut rng = Rng::new(5);
-    let mut t = TraceBuilder::new();
+    let mut t = TraceBuilder::v1();
     t.info(&g1);
     let mut ticks = [1000u64, 1000];
     let mut rings = [vec![0u64; 64], vec![0u64; 64]];
@@ -199,7 +199,7 @@ fn compact_trace() -> Vec<u8> {
 
 #[test]
 fn modeled_batches_read_like_plain_ones() {
-    for plain in [sample_trace(), compact_trace()] {
+    for plain in [sample_trace_v1(), compact_trace()] {
         let want = read(&plain).unwrap();
         assert!(!want.0.is_empty());
         let (head, batches) = plain.split_at(FILE_HEADER_LEN);
@@ -298,7 +298,7 @@ fn a_cut_inside_a_modeled_batch_is_a_truncation() {
 /// start in the file.
 fn trace_with_a_bad_event_late(lead: bool, tail: &[u8]) -> (Vec<u8>, u64) {
     let g = info(1);
-    let mut t = TraceBuilder::new();
+    let mut t = TraceBuilder::v1();
     t.info(&g);
     let mut many = EventsBody::new(1000);
     for i in 0..20_000u64 {
@@ -419,7 +419,7 @@ fn split_batches(trace: &[u8]) -> Vec<&[u8]> {
 /// with the offset of each compressed batch. Batch `broken`, if any, gets
 /// a frame that does not decompress.
 fn packed_one_by_one(batches: &[&[u8]], broken: Option<usize>) -> (Vec<u8>, Vec<usize>) {
-    let mut out = TraceBuilder::new().finish();
+    let mut out = TraceBuilder::v1().finish();
     let mut offsets = Vec::new();
     for (i, batch) in batches.iter().enumerate() {
         offsets.push(out.len());
@@ -458,14 +458,14 @@ fn read_to_the_end(bytes: &[u8]) -> (Vec<Event>, Result<Option<u64>, ReadError>)
 /// compressed batch's error is) stands for the broken compressed batch.
 #[test]
 fn batches_decompressed_ahead_come_out_in_their_turn() {
-    for plain in [sample_trace(), compact_trace()] {
+    for plain in [sample_trace_v1(), compact_trace()] {
         let batches = split_batches(&plain);
         assert!(batches.len() >= 8, "{} batches", batches.len());
         let (packed, offsets) = packed_one_by_one(&batches, None);
         assert_eq!(read_to_the_end(&packed).0, read_to_the_end(&plain).0);
         assert_eq!(read_to_the_end(&packed).1.unwrap(), None);
         for k in 0..batches.len() {
-            let mut reference = TraceBuilder::new().finish();
+            let mut reference = TraceBuilder::v1().finish();
             for b in &batches[..k] {
                 reference.extend_from_slice(b);
             }
@@ -500,7 +500,7 @@ fn batches_decompressed_ahead_come_out_in_their_turn() {
 /// the file, batches read ahead or not.
 #[test]
 fn data_after_a_compressed_trace_end_is_reported_at_its_offset() {
-    let plain = sample_trace();
+    let plain = sample_trace_v1();
     let batches = split_batches(&plain);
     let (packed, _) = packed_one_by_one(&batches, None);
     // Reported where the data after the compressed batch holding the trace
@@ -526,7 +526,7 @@ fn data_after_a_compressed_trace_end_is_reported_at_its_offset() {
 /// the content's size).
 fn frame_with_window(window_log: u32) -> (Vec<u8>, usize) {
     use std::io::Write;
-    let plain = sample_trace();
+    let plain = sample_trace_v1();
     let inside = &plain[FILE_HEADER_LEN..];
     let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
     encoder.window_log(window_log).unwrap();
@@ -540,8 +540,8 @@ fn frame_with_window(window_log: u32) -> (Vec<u8>, usize) {
 /// (MAX_WINDOW_LOG) instead of allocating what a few bytes ask for.
 #[test]
 fn a_frame_that_declares_a_huge_window_is_refused() {
-    let plain = read(&sample_trace()).unwrap();
-    let head = &sample_trace()[..FILE_HEADER_LEN];
+    let plain = read(&sample_trace_v1()).unwrap();
+    let head = &sample_trace_v1()[..FILE_HEADER_LEN];
     let (frame, raw_len) = frame_with_window(alloctrace_format::MAX_WINDOW_LOG);
     let mut ok = head.to_vec();
     ok.extend(compressed_batch(raw_len as u64, &frame));
@@ -565,7 +565,7 @@ fn a_frame_that_declares_a_huge_window_is_refused() {
 /// after the trace end too (it was silently ignored).
 #[test]
 fn a_batch_after_the_trace_end_inside_a_compressed_batch_is_reported() {
-    let plain = sample_trace();
+    let plain = sample_trace_v1();
     let (head, inside) = plain.split_at(FILE_HEADER_LEN);
     let batches = split_batches(&plain);
     let mut raw = inside.to_vec();

@@ -2,7 +2,7 @@
 //! was wrong; cut-off traces yield what is complete; random damage never
 //! panics or hangs.
 
-use alloctrace_reader::testing::{info, sample_trace, varint, EventsBody, Rng, TraceBuilder};
+use alloctrace_reader::testing::{info, sample_trace, sample_trace_v1, varint, EventsBody, Rng, TraceBuilder};
 use alloctrace_reader::{Event, EventData, ReadError, TraceReader};
 
 /// Reads everything; `Ok` carries the events and where the trace was cut.
@@ -64,19 +64,24 @@ fn file_header_errors() {
     assert!(e.to_string().contains("not an alloctrace trace"), "{e}");
     let e = TraceReader::new(&b"ALCTRA"[..]).err().unwrap();
     assert!(e.to_string().contains("ends after 6 bytes"), "{e}");
-    let mut v2 = TraceBuilder::new().finish();
-    v2[8] = 2;
-    let e = TraceReader::new(v2.as_slice()).err().unwrap();
+    let mut v3 = TraceBuilder::new().finish();
+    v3[8] = 3;
+    let e = TraceReader::new(v3.as_slice()).err().unwrap();
     assert_eq!(e.offset(), 8);
-    assert!(
-        e.to_string().contains("unsupported format version 2"),
-        "{e}"
+    assert_eq!(
+        e.to_string(),
+        "malformed trace at byte offset 8: unsupported format version 3: this reader reads versions 1 and 2 (a newer alloctrace wrote this trace?)"
     );
-    // Flags and reserved bytes are ignored.
-    let mut flagged = TraceBuilder::new().finish();
+    // Version 1: flags and reserved bytes are ignored.
+    let mut flagged = TraceBuilder::v1().finish();
     flagged[10] = 0xff;
     flagged[15] = 1;
     assert!(TraceReader::new(flagged.as_slice()).is_ok());
+    // Version 2: the header's checksum covers them.
+    let mut flagged = TraceBuilder::new().finish();
+    flagged[10] = 0xff;
+    let e = TraceReader::new(flagged.as_slice()).err().unwrap();
+    assert_eq!(e.to_string(), "malformed trace at byte offset 0: checksum mismatch in the file header: the file is damaged");
 }
 
 #[test]
@@ -257,9 +262,10 @@ fn varint_overflow_and_zero_generation() {
     let at = t.len() as u64;
     let mut payload = vec![0xffu8; 11];
     payload.extend_from_slice(&[0, 0]);
-    t.raw(&[1])
-        .raw(&(payload.len() as u32).to_le_bytes())
-        .raw(&payload);
+    let mut batch = vec![1];
+    batch.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    batch.extend_from_slice(&payload);
+    t.raw_batch(&batch);
     let e = error(t.bytes());
     assert_eq!(e.offset(), at + 5);
     assert!(e.what().contains("overflows 64 bits"), "{e}");
@@ -565,14 +571,16 @@ fn generation_memory_is_capped() {
     assert_eq!(reader.next_event().unwrap_err().to_string(), e.to_string());
 }
 
-/// Start offsets of the batches of a valid trace.
+/// Start offsets of the batches of a valid trace (with their trailers
+/// in version 2).
 fn batch_offsets(bytes: &[u8]) -> Vec<usize> {
+    let trailer = if bytes[8] >= 2 { 4 } else { 0 };
     let mut offsets = Vec::new();
     let mut at = 16;
     while at < bytes.len() {
         offsets.push(at);
         let len = u32::from_le_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
-        at += 5 + len;
+        at += 5 + len + trailer;
     }
     offsets
 }
@@ -585,8 +593,13 @@ fn is_subsequence(sub: &[Event], full: &[Event]) -> bool {
 
 #[test]
 fn truncation_at_every_byte_yields_complete_batches_and_the_cut() {
-    let bytes = sample_trace();
-    let (all, cut) = read(&bytes).unwrap();
+    // Version 2: a batch whose trailer is cut off is cut too.
+    truncation_at_every_byte(&sample_trace());
+    truncation_at_every_byte(&sample_trace_v1());
+}
+
+fn truncation_at_every_byte(bytes: &[u8]) {
+    let (all, cut) = read(bytes).unwrap();
     assert_eq!(cut, None);
     let batches = batch_offsets(&bytes);
     let trace_end_at = *batches.last().unwrap();

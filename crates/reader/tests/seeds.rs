@@ -1,16 +1,27 @@
 //! Writes the fuzzing seed corpus, fuzz/seeds/ (ignored by default):
-//! `cargo test -p alloctrace-reader --test seeds -- --ignored`.
+//! `cargo test -p alloctrace-reader --test seeds -- --ignored`. Each seed
+//! in version 2 (checksummed) and in version 1 (`v1-*.bin`).
 
-use alloctrace_reader::testing::{info, sample_trace, EventsBody, TraceBuilder};
+use alloctrace_reader::testing::{checksummed, info, sample_trace, sample_trace_v1, EventsBody, TraceBuilder};
 use alloctrace_reader::{EventData, TypeInfo};
 
-fn seeds() -> Vec<(&'static str, Vec<u8>)> {
-    let sample = sample_trace();
-    let mut empty = TraceBuilder::new();
+fn seeds() -> Vec<(String, Vec<u8>)> {
+    let mut all = Vec::new();
+    for v1 in [false, true] {
+        let prefix = if v1 { "v1-" } else { "" };
+        all.extend(seeds_of(v1).into_iter().map(|(name, bytes)| (format!("{prefix}{name}"), bytes)));
+    }
+    all
+}
+
+fn seeds_of(v1: bool) -> Vec<(&'static str, Vec<u8>)> {
+    let builder = || if v1 { TraceBuilder::v1() } else { TraceBuilder::new() };
+    let sample = if v1 { sample_trace_v1() } else { sample_trace() };
+    let mut empty = builder();
     empty.trace_end(1);
 
     let g = info(1);
-    let mut one = TraceBuilder::new();
+    let mut one = builder();
     let mut b = EventsBody::new(1000);
     b.event(
         &g,
@@ -34,7 +45,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         .generation_end(1, 2000, 5_001_000, 0)
         .trace_end(1);
 
-    let mut threads = TraceBuilder::new();
+    let mut threads = builder();
     threads.info(&g);
     for thread in 1..4u64 {
         let mut b = EventsBody::new(1000);
@@ -79,7 +90,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("sample.bin", sample.clone()),
         ("sample-cut.bin", sample[..sample.len() / 2].to_vec()),
         ("empty.bin", empty.finish()),
-        ("header-only.bin", TraceBuilder::new().finish()),
+        ("header-only.bin", builder().finish()),
         ("one-pair.bin", one.finish()),
         ("threads-no-end.bin", threads.finish()),
     ]
@@ -93,6 +104,10 @@ fn write_fuzz_seeds() {
     for (name, bytes) in seeds() {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
+    // The shim's modeled trace, kept as the shim wrote it in version 1,
+    // and in version 2.
+    let shim = std::fs::read(dir.join("v1-shim-modeled.bin")).unwrap();
+    std::fs::write(dir.join("shim-modeled.bin"), checksummed(&shim)).unwrap();
 }
 
 #[test]
