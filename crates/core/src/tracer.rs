@@ -268,7 +268,7 @@ impl core::fmt::Display for Error {
                 if ok && !text.is_empty() {
                     f.write_str(&text)
                 } else {
-                    write!(f, "error {errno}")
+                    write!(f, "unknown error {errno}")
                 }
             }
             Error::OutOfMemory => f.write_str("out of memory (buffers or the tracer's threads)"),

@@ -614,6 +614,10 @@ mod tests {
         assert_eq!(batch_checksum(&[b"123456789"]), 0xe306_9283);
         assert_eq!(batch_checksum(&[b"1234", b"", b"56789"]), 0xe306_9283);
         assert_eq!(batch_checksum(&[]), 0);
+        // FORMAT.md's examples.
+        let header = FileHeader { version: 2, flags: 0 }.encode();
+        assert_eq!(&header[8..], &[2, 0, 0, 0, 0xcb, 0xe9, 0x46, 0x9c]);
+        assert_eq!(batch_checksum(&[&[5, 3, 0, 0, 0, 1, 0, 0]]), 0xf94d_aae6);
     }
 
     #[test]
