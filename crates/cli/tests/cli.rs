@@ -64,7 +64,8 @@ const WARNING_PREFIX: &str = "warning: trace truncated at byte offset";
 /// length, and the generation, thread and base varints).
 fn sample_without_end() -> Vec<u8> {
     let mut bytes = sample_trace();
-    bytes.truncate(bytes.len() - 8);
+    // The trace-end batch: 8 bytes and its trailer.
+    bytes.truncate(bytes.len() - 8 - alloctrace_format::TRAILER_LEN);
     bytes
 }
 
@@ -298,7 +299,7 @@ fn check_truncated_exits_3() {
     let (code, _, err) = run("check", &full[..full.len() - 3], &[]);
     assert_eq!(code, 3);
     assert!(
-        err.contains(&format!("byte offset {}", full.len() - 8)),
+        err.contains(&format!("byte offset {}", full.len() - 8 - alloctrace_format::TRAILER_LEN)),
         "{err}"
     );
 }
@@ -426,7 +427,10 @@ fn type_names_stay_on_one_line() {
 /// 0x200000 (1024 pages, large form), frees the first, scavenges it; thread
 /// 2 allocates 2 pages off the page grid (long form) and frees them.
 fn pages_trace() -> Vec<u8> {
-    let mut t = TraceBuilder::new();
+    pages_trace_in(TraceBuilder::new())
+}
+
+fn pages_trace_in(mut t: TraceBuilder) -> Vec<u8> {
     t.info(&info(1));
     let mut p1 = PagesBody::new(12, 1, 1152);
     p1.event(1152, 0x100000, &EventData::PageAlloc { npages: 4 })
@@ -578,7 +582,8 @@ fn page_anomalies_are_counted_and_fail_the_check() {
 
 #[test]
 fn pages_on_a_malformed_or_truncated_trace() {
-    let mut bytes = pages_trace();
+    // Version 1, where no checksum catches the damage below first.
+    let mut bytes = pages_trace_in(TraceBuilder::v1());
     let (code, _, err) = run("pages", &bytes[..bytes.len() - 8], &[]);
     assert_eq!(code, 0);
     assert!(err.starts_with(WARNING_PREFIX), "{err}");
@@ -590,6 +595,15 @@ fn pages_on_a_malformed_or_truncated_trace() {
     let (code, _, err) = run("pages", &bytes, &["--json"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(&format!("malformed trace at byte offset {layout_at}: page event word before the layout word")), "{err}");
+    // Version 2: the batch's checksum reports the same damage.
+    let mut bytes = pages_trace();
+    let layout_at = (0..bytes.len() - 8)
+        .find(|&i| bytes[i..i + 8] == PagesBody::new(12, 1, 0).layout().word().to_le_bytes())
+        .unwrap();
+    bytes[layout_at..layout_at + 8].copy_from_slice(&3u64.to_le_bytes());
+    let (code, _, err) = run("pages", &bytes, &["--json"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("checksum mismatch in the batch at byte offset") && err.contains("(kind 6,"), "{err}");
 }
 
 #[test]

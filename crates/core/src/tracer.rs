@@ -562,7 +562,8 @@ pub fn advance() -> Result<(), Error> {
 
 /// Flushes everything, ends the trace and closes the output (a path it
 /// opened; a descriptor the caller passed stays open). Returns the first
-/// write error, if any.
+/// write error, if any: EBADF when the program closed or replaced the
+/// output's descriptor (output.rs), which is then not closed.
 pub fn stop() -> Result<(), Error> {
     // The advancer may be waiting for CONTROL inside advance(): ask it to
     // stop and wait for it without holding CONTROL. Wait on a flag, not by
