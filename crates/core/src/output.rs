@@ -18,10 +18,20 @@
 //!   there, the lowest free at or above 3. It is never 0, 1 or 2, so a
 //!   program started with stdout closed (`exec >&-`) never prints into the
 //!   trace. The limit is read, never changed.
-//! - The output remembers the `st_dev`/`st_ino` of its descriptor when it
-//!   is opened, and the writer thread checks them with fstat before every
-//!   write (one syscall per batch written, on the writer thread, never on
-//!   the event path). A descriptor found closed or naming another file is
+//! - The writer thread writes through a descriptor table of its own
+//!   ([`Output::make_private`]: `unshare(CLONE_FILES)` when it starts,
+//!   then every descriptor but the trace's closed in that table). Nothing
+//!   the program does to its own table (close every descriptor, dup2 a
+//!   file over the trace's number, close_range) reaches the descriptor the
+//!   writer writes through: the program's files never get trace bytes and
+//!   the trace goes on, complete. The trace's number stays open in the
+//!   program's table (that copy is the one `trace_stop` closes, and only
+//!   if it still names the trace).
+//! - Where unshare is refused (a seccomp filter), the writer writes
+//!   through the shared table and checks before every write, with fstat
+//!   (one syscall per batch written, on the writer thread, never on the
+//!   event path), that the descriptor still has the `st_dev`/`st_ino` it
+//!   had when opened. A descriptor found closed or naming another file is
 //!   *gone*: nothing is written to it again, the writer keeps draining (so
 //!   producers never block), stderr gets one line saying so and where the
 //!   trace is cut, `trace_stop` does not close the number (it is the
@@ -29,9 +39,8 @@
 //!   batch, which a reader reads as cut.
 //! - A descriptor the caller passed (`Output::borrowed_fd`, the C API's
 //!   `trace_config.fd`) keeps its number (the caller chose it) and stays
-//!   open after stop, but is checked the same way: writing into whatever
-//!   file took its number would be as wrong for the caller's descriptor as
-//!   for ours.
+//!   open after stop, and is protected the same way: the writer writes
+//!   through its private copy, or checks it before every write.
 //! - Files the core opens are mode 0600 whatever the umask (fchmod after
 //!   open, regular files only), so a trace, which holds addresses, is
 //!   readable by its owner alone, and a umask of 0777 does not produce a
@@ -47,18 +56,21 @@
 //!
 //! ## Corner cases
 //!
-//! - The check and the write are two syscalls: a program that closes the
-//!   descriptor and opens another file on its number exactly between them
-//!   gets one batch; a write that then fails with EBADF still stops the
-//!   trace. With the descriptor far above the numbers programs use this
-//!   takes a program that closes and reopens descriptors at random.
+//! - Without a private table, the check and the write are two syscalls: a
+//!   program that replaces the descriptor exactly between them gets one
+//!   batch (seen in a test that dup2's over the number while the writer is
+//!   busy, on a loaded machine: the reason for the private table); a write
+//!   that then fails with EBADF still stops the trace.
+//! - Between the unshare and the closing of the copies, the writer's table
+//!   holds the program's descriptors for a few microseconds, once, when
+//!   tracing starts.
 //! - A forked child keeps the parent's descriptor (the core forgets the
 //!   parent's session in the child, see tracer.rs) and never writes to it.
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use alloctrace_format::{batch_checksum, BATCH_PREFIX_LEN, TRAILER_LEN};
@@ -78,19 +90,24 @@ const HIGH_FD_BASE: u64 = 1024;
 /// docs): 1024 with a soft limit of at least 2048, else 7/8 of the limit
 /// (at least 3).
 pub fn high_fd_base() -> RawFd {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: lim is a valid rlimit to fill.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        lim.rlim_cur
-    } else {
-        HIGH_FD_BASE
-    };
+    let soft = soft_limit();
     let base = if soft == libc::RLIM_INFINITY || soft >= 2 * HIGH_FD_BASE {
         HIGH_FD_BASE
     } else {
         soft - soft / 8
     };
     base.clamp(3, i32::MAX as u64) as RawFd
+}
+
+/// The `RLIMIT_NOFILE` soft limit (1024 if it cannot be read).
+fn soft_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: lim is a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        HIGH_FD_BASE
+    }
 }
 
 /// Moves `fd` to a high number, close-on-exec (module docs).
@@ -145,8 +162,9 @@ pub struct Output {
     fd: RawFd,
     /// The same descriptor when the core opened it: closed at stop (or
     /// when the output is dropped) if it is still ours. `None` for a
-    /// descriptor the caller passed.
-    owned: Option<OwnedFd>,
+    /// descriptor the caller passed, and once closed. Only stop and drop
+    /// lock it, never the writer.
+    owned: Mutex<Option<OwnedFd>>,
     /// What the descriptor named when the output got it; `None` for a
     /// caller's descriptor fstat could not look at (then its writes fail
     /// as they would have).
@@ -156,6 +174,10 @@ pub struct Output {
     gone: AtomicBool,
     /// Bytes written to the file so far.
     written: AtomicU64,
+    /// Set once the writer thread writes through a descriptor table of its
+    /// own ([`Output::make_private`]): the program cannot close or replace
+    /// that descriptor, so writes need no check.
+    private: AtomicBool,
 }
 
 impl Output {
@@ -207,10 +229,11 @@ impl Output {
         }
         Ok(Output {
             fd: fd.as_raw_fd(),
-            owned: Some(fd),
+            owned: Mutex::new(Some(fd)),
             identity: Some(Identity { dev: st.st_dev, ino: st.st_ino }),
             gone: AtomicBool::new(false),
             written: AtomicU64::new(0),
+            private: AtomicBool::new(false),
         })
     }
 
@@ -220,10 +243,11 @@ impl Output {
     pub fn borrowed_fd(fd: libc::c_int) -> Output {
         Output {
             fd,
-            owned: None,
+            owned: Mutex::new(None),
             identity: identity(fd).ok(),
             gone: AtomicBool::new(false),
             written: AtomicU64::new(0),
+            private: AtomicBool::new(false),
         }
     }
 
@@ -232,8 +256,62 @@ impl Output {
         self.fd
     }
 
-    /// Checks that the descriptor still names the file it named at open;
-    /// the first time it does not, says so on stderr. Err(EBADF) once gone.
+    /// Writer thread, before tracing is on: gives the calling thread a
+    /// descriptor table of its own (`unshare(CLONE_FILES)`) holding the
+    /// trace's descriptor alone, so nothing the program does to its
+    /// descriptors (close, dup2, close_range) reaches the one the writer
+    /// writes through: the trace goes on, complete. The copies of the
+    /// program's other descriptors the unshare made are closed at once
+    /// (close_range; else those /proc/thread-self/fd lists; else every
+    /// number below the soft limit), so no pipe of the program stays open
+    /// because of us. Returns false, changing nothing, where unshare is
+    /// refused (a seccomp filter): then every write is checked instead.
+    pub(crate) fn make_private(&self) -> bool {
+        // SAFETY: unshare(CLONE_FILES) only copies this thread's table.
+        if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+            return false;
+        }
+        let keep = self.fd;
+        let close_range = |first: u32, last: u32| {
+            // SAFETY: closes descriptors of this thread's private table.
+            unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) == 0 }
+        };
+        let mut closed = (keep == 0 || close_range(0, keep as u32 - 1)) && close_range(keep as u32 + 1, u32::MAX);
+        if !closed {
+            // Kernels before 5.9. Allocating is fine: tracing is off.
+            if let Ok(dir) = std::fs::read_dir("/proc/thread-self/fd") {
+                let fds: Vec<RawFd> =
+                    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+                for fd in fds.into_iter().filter(|&fd| fd != keep) {
+                    // SAFETY: a descriptor of this thread's private table.
+                    unsafe { libc::close(fd) };
+                }
+                closed = true;
+            }
+        }
+        if !closed {
+            let limit = soft_limit().clamp(keep as u64 + 1, 1 << 20) as RawFd;
+            for fd in (0..limit).filter(|&fd| fd != keep) {
+                // SAFETY: as above.
+                unsafe { libc::close(fd) };
+            }
+        }
+        self.private.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether the descriptor, in the calling thread's table, still names
+    /// the file it named at open.
+    fn still_ours(&self) -> bool {
+        match self.identity {
+            Some(expected) => identity(self.fd) == Ok(expected),
+            None => false,
+        }
+    }
+
+    /// Checks, before a write, that the descriptor still names the file it
+    /// named at open (needless in a private table); the first time it does
+    /// not, says so on stderr. Err(EBADF) once gone.
     fn check(&self) -> Result<(), i32> {
         if self.gone.load(Ordering::Relaxed) {
             return Err(libc::EBADF);
@@ -241,6 +319,9 @@ impl Output {
         let Some(expected) = self.identity else {
             return Ok(());
         };
+        if self.private.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         match identity(self.fd) {
             Ok(now) if now == expected => Ok(()),
             Ok(_) | Err(libc::EBADF) => {
@@ -350,7 +431,7 @@ impl Output {
                 if e == libc::EINTR || e == libc::EAGAIN {
                     continue;
                 }
-                if e == libc::EBADF && self.identity.is_some() {
+                if e == libc::EBADF && self.identity.is_some() && !self.private.load(Ordering::Relaxed) {
                     // Closed between the check and the write.
                     self.lose();
                 }
@@ -379,11 +460,11 @@ impl Output {
 
     /// Closes the descriptor if it is ours and still names the trace; a
     /// descriptor found gone is left alone (its number is the program's).
-    pub(crate) fn close(mut self) -> Result<(), i32> {
-        let Some(fd) = self.owned.take() else {
+    pub(crate) fn close(&self) -> Result<(), i32> {
+        let Some(fd) = self.owned.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return Ok(());
         };
-        if self.check().is_err() {
+        if self.gone.load(Ordering::Relaxed) || !self.still_ours() {
             let _ = fd.into_raw_fd();
             return Ok(());
         }
@@ -397,8 +478,8 @@ impl Output {
 
 impl Drop for Output {
     fn drop(&mut self) {
-        if let Some(fd) = self.owned.take() {
-            if self.check().is_err() {
+        if let Some(fd) = self.owned.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            if self.gone.load(Ordering::Relaxed) || !self.still_ours() {
                 // Not ours any more: never close the program's descriptor.
                 let _ = fd.into_raw_fd();
             }
@@ -466,6 +547,7 @@ pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<crate::thre
         // Before the handshake, so while tracing is still off: all the
         // compression state is allocated here.
         let compression = if theirs.compress { Compression::new() } else { None };
+        theirs.output.make_private();
         let _ = theirs.writer_thread.set(std::thread::current());
         theirs.writer_ready.store(true, Ordering::Release);
         run_writer(&theirs, compression)
@@ -636,7 +718,45 @@ fn run_writer(session: &Session, mut compression: Option<Compression>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{compress_next, COMPRESS_BACKLOG};
+    use super::{compress_next, Output, COMPRESS_BACKLOG};
+    use std::os::fd::AsRawFd;
+
+    const TRACE_END: &[u8] = &[5, 3, 0, 0, 0, 1, 0, 0];
+
+    /// Without a private table (the writer's fallback, and any thread but
+    /// the writer): a descriptor the program closed or replaced is never
+    /// written to again, nor closed.
+    #[test]
+    fn a_closed_or_replaced_descriptor_is_never_written_nor_closed() {
+        let dir = std::env::temp_dir().join(format!("alloctrace-output-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = std::ffi::CString::new(dir.join("t.trace").to_str().unwrap()).unwrap();
+
+        let out = Output::create(&path).unwrap();
+        assert!(out.raw_fd() >= super::high_fd_base());
+        out.write_batch(&[TRACE_END]).unwrap();
+        let victim = std::fs::File::create(dir.join("victim")).unwrap();
+        // SAFETY: replaces the output's number with the victim, as a
+        // program could.
+        assert_eq!(unsafe { libc::dup2(victim.as_raw_fd(), out.raw_fd()) }, out.raw_fd());
+        assert_eq!(out.write_batch(&[TRACE_END]), Err(libc::EBADF));
+        assert_eq!(out.write_batch(&[TRACE_END]), Err(libc::EBADF), "gone for good");
+        assert_eq!(std::fs::metadata(dir.join("victim")).unwrap().len(), 0, "the victim got nothing");
+        assert_eq!(std::fs::metadata(dir.join("t.trace")).unwrap().len(), 12, "the batch and its trailer");
+        let fd = out.raw_fd();
+        out.close().unwrap();
+        // SAFETY: only asks whether the number is open.
+        assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0, "the program's descriptor was closed");
+        // SAFETY: the test's own dup.
+        unsafe { libc::close(fd) };
+
+        let out = Output::create(&path).unwrap();
+        // SAFETY: closes the output's number behind its back.
+        unsafe { libc::close(out.raw_fd()) };
+        assert_eq!(out.write_batch(&[TRACE_END]), Err(libc::EBADF));
+        drop(out);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn compresses_until_the_backlog_passes_its_bound() {

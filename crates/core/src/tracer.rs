@@ -600,17 +600,9 @@ pub fn stop() -> Result<(), Error> {
             advancer.join();
         }
         let errno = session.io_error.load(Ordering::Relaxed);
-        // The writer and advancer threads have dropped their references:
-        // the output is this thread's to close (Output::close leaves a
-        // descriptor the program closed or replaced alone).
-        let close_result = match Arc::try_unwrap(session) {
-            Ok(session) => session.output.close(),
-            // Not reached; dropping the last reference closes it then.
-            Err(session) => {
-                drop(session);
-                Ok(())
-            }
-        };
+        // Leaves a descriptor the program closed or replaced alone.
+        let close_result = session.output.close();
+        drop(session);
         match (errno, close_result) {
             (0, Ok(())) => Ok(()),
             (0, Err(e)) | (e, _) => Err(Error::Io(e)),
