@@ -174,10 +174,18 @@ pub struct Output {
     gone: AtomicBool,
     /// Bytes written to the file so far.
     written: AtomicU64,
-    /// Set once the writer thread writes through a descriptor table of its
-    /// own ([`Output::make_private`]): the program cannot close or replace
-    /// that descriptor, so writes need no check.
-    private: AtomicBool,
+}
+
+thread_local! {
+    /// Set on the writer thread once it has a descriptor table of its own
+    /// ([`Output::make_private`]): the program cannot close or replace the
+    /// descriptor there, so its writes need no check. Any other thread
+    /// that writes (none today) shares the program's table and checks.
+    static PRIVATE_TABLE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+fn in_private_table() -> bool {
+    PRIVATE_TABLE.with(|p| p.get())
 }
 
 impl Output {
@@ -233,7 +241,6 @@ impl Output {
             identity: Some(Identity { dev: st.st_dev, ino: st.st_ino }),
             gone: AtomicBool::new(false),
             written: AtomicU64::new(0),
-            private: AtomicBool::new(false),
         })
     }
 
@@ -247,7 +254,6 @@ impl Output {
             identity: identity(fd).ok(),
             gone: AtomicBool::new(false),
             written: AtomicU64::new(0),
-            private: AtomicBool::new(false),
         }
     }
 
@@ -296,7 +302,7 @@ impl Output {
                 unsafe { libc::close(fd) };
             }
         }
-        self.private.store(true, Ordering::Relaxed);
+        PRIVATE_TABLE.with(|p| p.set(true));
         true
     }
 
@@ -319,7 +325,7 @@ impl Output {
         let Some(expected) = self.identity else {
             return Ok(());
         };
-        if self.private.load(Ordering::Relaxed) {
+        if in_private_table() {
             return Ok(());
         }
         match identity(self.fd) {
@@ -431,7 +437,7 @@ impl Output {
                 if e == libc::EINTR || e == libc::EAGAIN {
                     continue;
                 }
-                if e == libc::EBADF && self.identity.is_some() && !self.private.load(Ordering::Relaxed) {
+                if e == libc::EBADF && self.identity.is_some() && !in_private_table() {
                     // Closed between the check and the write.
                     self.lose();
                 }
