@@ -336,6 +336,109 @@ else
     bad "rc $r1 listed $listed summaries $summaries; exit 7 -> $r2; existing -o -> $r3; SIGTERM -> $r4; missing -> $r5: $(head -5 "$D/err")"
 fi
 
+# --- shim ---------------------------------------------------------------------
+
+# The biggest trace file in $D matching $1 (a glob): the program's, when a
+# shell or timeout(1) ran it.
+biggest() {
+    # shellcheck disable=SC2012,SC2086
+    ls -S $1 2>/dev/null | head -1
+}
+
+# Runs `alloctrace record -o $D/r.%p.trace -- "$@"` (with the shim under
+# test) and the NAME=VALUE
+# settings before a "--" (as limited), stdout in $D/rout, stderr in $D/rerr.
+recorded() {
+    local vars=()
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done
+    shift
+    limited ALLOCTRACE_PRELOAD="$SHIM" "${vars[@]}" -- "$CLI" record -o "$D/r.%p.trace" -- "$@" >"$D/rout" 2>"$D/rerr"
+}
+
+# The program keeps its own allocator: prog_allocator linked against (or run
+# with a preloaded) jemalloc, tcmalloc or mimalloc checks with the
+# allocator's own API that every block is the allocator's; under the shim
+# and under `record`, each trace checks ok and holds every allocation.
+shim_allocator() {
+    local a=$1 mode=$2 how=$3 prog lib t problems="" allocs n out err
+    fresh "allocator_${a}_${mode}_$how"
+    prog=$BIN/linked_$a
+    if [ ! -x "$prog" ]; then skipped "lib$a is not installed (CI installs it): linked_$a was not built"; return; fi
+    lib=$(ldd "$prog" | awk -v a="$a" '$1 ~ a {print $3}')
+    local env=()
+    if [ "$mode" = preloaded ]; then
+        prog=$BIN/prog_allocator
+        env=("LD_PRELOAD=$SHIM:$lib")
+        [ "$how" = record ] && env=("LD_PRELOAD=$lib")
+    fi
+    if [ "$how" = shim ]; then
+        EXTRA=${env[*]:-} traced "$prog" "$a"
+        t=$(traces | head -1)
+        out=$D/out err=$D/err
+    else
+        recorded "${env[@]}" -- "$prog" "$a"
+        t=$(biggest "$D/r.*.trace")
+        out=$D/rout err=$D/rerr
+    fi
+    allocs=$(awk '$1 == "ALLOCS" {print $2}' "$out")
+    n=$(num "$t" heap_object_alloc)
+    "$CLI" check "$t" >"$D/check" 2>&1 || problems="check: $(head -2 "$D/check" | tr '\n' ' ')"
+    if [ $RC -ne 0 ] || ! grep -q '^ok$' "$out" || [ -z "$t" ] || [ -n "$problems" ] || [ -z "$allocs" ] ||
+        [ "$n" -lt "$allocs" ]; then
+        bad "rc=$RC, trace [$t], $problems allocs: program ${allocs:-?}, trace $n; $(head -3 "$err")"
+        return
+    fi
+    local extra=""
+    if [ "$a" = jemalloc ]; then
+        if [ "$how" = shim ]; then
+            EXTRA=${env[*]:-} traced "$prog" "$a" mallocx
+        else
+            recorded "${env[@]}" -- "$prog" "$a" mallocx
+        fi
+        if [ $RC -ne 0 ] || ! grep -q '^ok$' "$out"; then
+            bad "free(mallocx(64)): rc=$RC; $(head -3 "$err")"
+            return
+        fi
+        extra="; free(mallocx(64)) works"
+    fi
+    ok "$lib $mode, under $how: every block is ${a}'s (its own size query agrees with malloc_usable_size)$extra; trace checks ok with $n allocs (program made $allocs)"
+}
+
+for a in jemalloc tcmalloc mimalloc; do
+    for mode in linked preloaded; do
+        for how in shim record; do shim_allocator $a $mode $how; done
+    done
+done
+
+# A second interposer preloaded after the shim (libcounter.so) sees exactly
+# the heap calls the trace holds. (mmap, munmap and mremap go to the kernel
+# directly: an interposer after the shim never sees them.)
+shim_counter_after() {
+    local how=$1 t diffs="" summary="" e want got
+    fresh "second_interposer_$how"
+    if [ "$how" = shim ]; then
+        EXTRA="LD_PRELOAD=$SHIM:$BIN/libcounter.so COUNT_OUTPUT=$D/counts" traced "$BIN/prog_entry_points"
+        t=$(traces | head -1)
+    else
+        # COUNT_OUTPUT only for the program (record itself has the counter too).
+        recorded "LD_PRELOAD=$BIN/libcounter.so" -- sh -c "COUNT_OUTPUT='$D/counts' exec '$BIN/prog_entry_points'"
+        t=$(biggest "$D/r.*.trace")
+    fi
+    if [ $RC -ne 0 ] || [ -z "$t" ] || [ ! -s "$D/counts" ] || ! "$CLI" check "$t" >/dev/null 2>&1; then
+        bad "rc=$RC, trace [$t], counts: $(tr '\n' ' ' <"$D/counts" 2>/dev/null) $(head -3 "$D/err" "$D/rerr" 2>/dev/null)"
+        return
+    fi
+    for e in malloc calloc realloc free posix_memalign aligned_alloc memalign valloc pvalloc reallocarray; do
+        want=$(awk -v e="$e" '$1 == e {print $2}' "$D/counts")
+        got=$(stats_of "$t" | grep -o "\"entry_points\":{[^}]*}" | grep -o "\"$e\":[0-9]*" | cut -d: -f2)
+        [ "$want" = "$got" ] && [ "$want" -gt 0 ] || diffs="$diffs $e: counter $want, trace ${got:-none};"
+        summary="$summary $e=$want"
+    done
+    if [ -z "$diffs" ]; then ok "under $how, the counting interposer after the shim counts what the trace holds:$summary"; else bad "$diffs"; fi
+}
+shim_counter_after shim
+shim_counter_after record
+
 # --- real programs -----------------------------------------------------------
 
 # Runs a real program under the shim; every trace must check ok. Prints the
