@@ -96,7 +96,7 @@ check_all() {
 # --- the library -----------------------------------------------------------
 
 T=exports
-EXPECTED="_Exit _exit aligned_alloc calloc execv execve execvp execvpe fexecve free malloc memalign mmap mmap64 mremap munmap posix_memalign pthread_create pvalloc realloc reallocarray valloc"
+EXPECTED="_Exit _exit aligned_alloc calloc execl execle execlp execv execve execvp execvpe fexecve free malloc memalign mmap mmap64 mremap munmap posix_memalign posix_spawn posix_spawnp pthread_create pvalloc realloc reallocarray valloc"
 GOT=$(nm -D --defined-only "$SHIM" | awk '{print $3}' | sort | tr '\n' ' ' | sed 's/ $//')
 if [ "$GOT" = "$EXPECTED" ]; then
     ok "exports exactly the interposed functions: $GOT"
@@ -438,6 +438,53 @@ shim_counter_after() {
 }
 shim_counter_after shim
 shim_counter_after record
+
+# The run follows every exec and spawn (exec.rs): prog_follow starts a
+# child with its own LD_PRELOAD, a custom environment (posix_spawn(p),
+# execve, execle; with a wrong ALLOCTRACE_OUTPUT and ALLOCTRACE_OVERWRITE=1
+# in it), execl and execlp; `env -i` and `env -u LD_PRELOAD` start one with
+# none. Each child is traced (listed in the index, into the run's
+# directory), the shim first in its LD_PRELOAD (the program's own entries
+# kept), without ALLOCTRACE_OVERWRITE; the parent's trace is complete.
+shim_follow() {
+    local mode=$1 desc=$2 bad_checks n child_t parent_t line
+    shift 2
+    fresh "follow_$mode"
+    traced "$@"
+    bad_checks=$(check_all)
+    n=$(traces | wc -l)
+    parent_t=$(traces | head -1)
+    child_t=$(traces | sed -n 2p)
+    line=$(grep '^child ' "$D/out")
+    if [ $RC -ne 0 ] || [ "$n" != 2 ] || [ -n "$bad_checks" ] || [ -z "$line" ] ||
+        [[ $line != "child LD_PRELOAD=$SHIM"* ]] || [[ $line == *OVERWRITE* ]]; then
+        bad "$desc: rc=$RC, $n traces (want 2): $(traces | tr '\n' ' ') $bad_checks; child said '$line'; $(head -3 "$D/err")"
+    elif [ "$(num "$child_t" heap_object_alloc)" -lt 100 ] || [[ $child_t != "$D"/* ]]; then
+        bad "$desc: child trace $child_t has $(num "$child_t" heap_object_alloc) allocs"
+    elif [ "$mode" = preload ] && [[ $line != *":$BIN/libcounter.so" ]]; then
+        bad "$desc: the child's own preload was dropped: '$line'"
+    else
+        ok "$desc: child traced into $(basename "$child_t") ($(num "$child_t" heap_object_alloc) allocs), '${line#child }'; parent's trace complete ($(num "$parent_t" heap_object_alloc) allocs); both check ok"
+    fi
+}
+shim_follow preload "execve with the child's own LD_PRELOAD" "$BIN/prog_follow" preload "$BIN/libcounter.so"
+shim_follow execve "execve with a custom environment" "$BIN/prog_follow" execve
+shim_follow spawn "posix_spawn with a custom environment" "$BIN/prog_follow" spawn
+shim_follow spawnp "posix_spawnp with a custom environment" "$BIN/prog_follow" spawnp
+shim_follow execl "execl" "$BIN/prog_follow" execl
+shim_follow execlp "execlp" "$BIN/prog_follow" execlp
+shim_follow execle "execle with a custom environment" "$BIN/prog_follow" execle
+shim_follow env_i "env -i" env -i "$BIN/prog_follow" child
+shim_follow env_u "env -u LD_PRELOAD (the shim is added back)" env -u LD_PRELOAD "$BIN/prog_follow" child
+
+fresh follow_disable
+traced "$BIN/prog_follow" disable
+n=$(traces | wc -l)
+if [ $RC -eq 0 ] && [ "$n" = 1 ] && grep -q '^child ' "$D/out" && [ -z "$(check_all)" ]; then
+    ok "a child environment with ALLOCTRACE_DISABLE=1 opts that program out: it ran untraced; the parent's trace checks ok"
+else
+    bad "rc=$RC, $n traces (want 1): $(traces | tr '\n' ' '); out: $(head -2 "$D/out")"
+fi
 
 # --- real programs -----------------------------------------------------------
 

@@ -10,10 +10,11 @@
 //! - **Interposition.** The library defines malloc, calloc, realloc, free,
 //!   posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
 //!   reallocarray, mmap, mmap64, munmap, mremap, pthread_create, execve,
-//!   execv, execvp, execvpe, fexecve, _exit and _Exit, and exports nothing
-//!   else (a Rust
-//!   cdylib exports only `#[no_mangle]` items; `make preload-test` checks
-//!   the list with `nm -D`). Exporting a `trace_*` function would hijack any
+//!   execv, execvp, execvpe, fexecve, execl, execlp, execle, posix_spawn,
+//!   posix_spawnp, _exit and _Exit, and exports nothing else (a Rust
+//!   cdylib exports only `#[no_mangle]` items; execl.c's functions are
+//!   hidden and reached through exec.rs's naked exports; `make
+//!   preload-test` checks the list with `nm -D`). Exporting a `trace_*` function would hijack any
 //!   same-named symbol of the traced program, so the shim links the core
 //!   (alloctrace-core, which has no C symbols), not the C API.
 //! - **Real functions** without recursion (real.rs): the allocator entry
@@ -43,6 +44,10 @@
 //!   stops in an atexit handler (whichever thread calls exit), before exec,
 //!   and restarts in a forked child and after a failed exec, each time into
 //!   a file of its own.
+//! - **The run follows every exec and spawn** (exec.rs): the new program's
+//!   environment gets the shim in LD_PRELOAD and the run's configuration,
+//!   whatever environment the program built, unless it sets
+//!   ALLOCTRACE_DISABLE.
 //!
 //! ## Invariants
 //!
@@ -91,7 +96,8 @@
 //!   thread's stack as "exists", frees filtered through the live set).
 //! - vfork and posix_spawn children run no fork handlers: their events (if
 //!   any) go to the parent's session, and the exec wrappers leave the
-//!   parent's session alone (the pid differs).
+//!   parent's session alone (the pid differs). The exec wrappers build the
+//!   new environment on the stack (no allocation in a vfork child).
 //! - exec: the session stops first (complete trace); the new program starts
 //!   its own (same pid: the file name gets a `.N` suffix).
 //! - `_exit` and `_Exit` run no atexit handler: their wrappers stop the
@@ -171,6 +177,7 @@ extern "C" fn init(_argc: core::ffi::c_int, _argv: *const *const u8, _envp: *con
     if page.is_power_of_two() {
         PAGE_SIZE.store(page, core::sync::atomic::Ordering::Relaxed);
     }
+    exec::init_execl();
     // A panic must not unwind into ld.so: catch it and run untraced.
     if std::panic::catch_unwind(session::init).is_err() {
         real::write_stderr(b"alloctrace: internal error while starting; running untraced\n");
