@@ -14,7 +14,9 @@
  * Each custom environment also sets ALLOCTRACE_OUTPUT to a directory that
  * does not exist and ALLOCTRACE_OVERWRITE=1: the run's values must win
  * (and overwrite must not reach a child). The child makes 100 allocations
- * and prints "child LD_PRELOAD=<its LD_PRELOAD>". */
+ * and prints "child LD_PRELOAD=<its LD_PRELOAD>" and "argc N last A" (the
+ * execl* modes pass 8 more arguments, "1" to "8": some of them, and
+ * execle's envp, are passed on the stack). */
 #include "common.h"
 
 #include <errno.h>
@@ -29,6 +31,8 @@ int main(int argc, char **argv) {
         const char *p = getenv("LD_PRELOAD");
         const char *o = getenv("ALLOCTRACE_OVERWRITE");
         printf("child LD_PRELOAD=%s%s\n", p ? p : "(unset)", o ? " ALLOCTRACE_OVERWRITE is set" : "");
+        /* execl* pass 8 more arguments, so some go on the stack. */
+        printf("argc %d last %s\n", argc, argv[argc - 1]);
         return 0;
     }
     if (argc < 2) {
@@ -56,11 +60,11 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
     if (strcmp(mode, "execl") == 0) {
-        execl("/proc/self/exe", argv[0], "child", (char *)NULL);
+        execl("/proc/self/exe", argv[0], "child", "1", "2", "3", "4", "5", "6", "7", "8", (char *)NULL);
     } else if (strcmp(mode, "execlp") == 0) {
-        execlp(argv[0], argv[0], "child", (char *)NULL);
+        execlp(argv[0], argv[0], "child", "1", "2", "3", "4", "5", "6", "7", "8", (char *)NULL);
     } else if (strcmp(mode, "execle") == 0) {
-        execle("/proc/self/exe", argv[0], "child", (char *)NULL, env);
+        execle("/proc/self/exe", argv[0], "child", "1", "2", "3", "4", "5", "6", "7", "8", (char *)NULL, env);
     } else {
         execve("/proc/self/exe", child_argv, env);
     }

@@ -463,6 +463,8 @@ shim_follow() {
         bad "$desc: child trace $child_t has $(num "$child_t" heap_object_alloc) allocs"
     elif [ "$mode" = preload ] && [[ $line != *":$BIN/libcounter.so" ]]; then
         bad "$desc: the child's own preload was dropped: '$line'"
+    elif [[ $mode == execl* ]] && ! grep -q '^argc 10 last 8$' "$D/out"; then
+        bad "$desc: the child got other arguments: $(grep '^argc' "$D/out")"
     else
         ok "$desc: child traced into $(basename "$child_t") ($(num "$child_t" heap_object_alloc) allocs), '${line#child }'; parent's trace complete ($(num "$parent_t" heap_object_alloc) allocs); both check ok"
     fi

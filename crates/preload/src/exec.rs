@@ -36,7 +36,8 @@
 //!
 //! execl, execlp and execle are variadic, which Rust cannot define: they
 //! are C (execl.c), which collects the arguments in an array on the stack
-//! (at most `EXECL_MAX_ARGS`) and calls [`execl_target`], that is, the
+//! of exactly their number (at most 65536; more is E2BIG) and calls
+//! [`execl_target`], that is, the
 //! execv, execvp and execve wrappers below. Rust exports them as naked
 //! functions that jump to the C ones, leaving the variadic call's
 //! registers and stack as they are.

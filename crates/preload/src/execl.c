@@ -11,8 +11,9 @@
 #include <stddef.h>
 #include <unistd.h>
 
-/* Most arguments (argv[0] included) an execl call may pass; more is E2BIG. */
-#define EXECL_MAX_ARGS 4096
+/* Most arguments (argv[0] included) an execl call may pass; more is E2BIG.
+ * (Each call uses a stack array of exactly its own number.) */
+#define EXECL_MAX_ARGS 65536
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
@@ -23,21 +24,32 @@ static exec_target target;
 
 HIDDEN void alloctrace_execl_init(exec_target t) { __atomic_store_n(&target, t, __ATOMIC_RELEASE); }
 
-/* Collects arg, then the va_list up to its NULL, into argv; with `envp`,
- * reads the environment after the NULL. Returns the argument count, or -1
- * (errno E2BIG) if there are more than EXECL_MAX_ARGS. */
-static int collect(char *argv[EXECL_MAX_ARGS + 1], const char *arg, va_list ap, char *const **envp) {
+/* The number of arguments from arg to the NULL that ends the list
+ * (argv[0] included, the NULL not), or -1 (errno E2BIG) if there are more
+ * than EXECL_MAX_ARGS. Reads a copy of the caller's list. */
+static int count(const char *arg, va_list *ap) {
     int n = 0;
-    argv[n] = (char *)arg;
-    while (argv[n] != NULL) {
-        if (++n == EXECL_MAX_ARGS) {
+    va_list copy;
+    va_copy(copy, *ap);
+    for (const char *a = arg; a != NULL; a = va_arg(copy, const char *)) {
+        if (++n > EXECL_MAX_ARGS) {
+            n = -1;
             errno = E2BIG;
-            return -1;
+            break;
         }
-        argv[n] = va_arg(ap, char *);
     }
-    if (envp) *envp = va_arg(ap, char *const *);
+    va_end(copy);
     return n;
+}
+
+/* Stores arg and the next n - 1 arguments, then NULL, into argv[0..n],
+ * and reads the NULL that ends the list (a pointer to the caller's list,
+ * so the caller may go on reading it: execle's envp comes next). */
+static void collect(char **argv, int n, const char *arg, va_list *ap) {
+    argv[0] = (char *)arg;
+    for (int i = 1; i < n; i++) argv[i] = va_arg(*ap, char *);
+    argv[n] = NULL;
+    if (n > 0) (void)va_arg(*ap, char *);
 }
 
 static int run(int how, const char *file, char *const argv[], char *const envp[]) {
@@ -51,30 +63,47 @@ static int run(int how, const char *file, char *const argv[], char *const envp[]
     }
 }
 
+/* Each collects its arguments into an array on its own stack of exactly
+ * their number (as glibc's do), then execs through the shim. */
 HIDDEN int alloctrace_execl(const char *path, const char *arg, ...) {
-    char *argv[EXECL_MAX_ARGS + 1];
     va_list ap;
     va_start(ap, arg);
-    int n = collect(argv, arg, ap, NULL);
+    int n = count(arg, &ap);
+    if (n < 0) {
+        va_end(ap);
+        return -1;
+    }
+    char *argv[n + 1];
+    collect(argv, n, arg, &ap);
     va_end(ap);
-    return n < 0 ? -1 : run(0, path, argv, NULL);
+    return run(0, path, argv, NULL);
 }
 
 HIDDEN int alloctrace_execlp(const char *file, const char *arg, ...) {
-    char *argv[EXECL_MAX_ARGS + 1];
     va_list ap;
     va_start(ap, arg);
-    int n = collect(argv, arg, ap, NULL);
+    int n = count(arg, &ap);
+    if (n < 0) {
+        va_end(ap);
+        return -1;
+    }
+    char *argv[n + 1];
+    collect(argv, n, arg, &ap);
     va_end(ap);
-    return n < 0 ? -1 : run(1, file, argv, NULL);
+    return run(1, file, argv, NULL);
 }
 
 HIDDEN int alloctrace_execle(const char *path, const char *arg, ...) {
-    char *argv[EXECL_MAX_ARGS + 1];
-    char *const *envp = NULL;
     va_list ap;
     va_start(ap, arg);
-    int n = collect(argv, arg, ap, &envp);
+    int n = count(arg, &ap);
+    if (n < 0) {
+        va_end(ap);
+        return -1;
+    }
+    char *argv[n + 1];
+    collect(argv, n, arg, &ap);
+    char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
-    return n < 0 ? -1 : run(2, path, argv, envp);
+    return run(2, path, argv, envp);
 }
