@@ -127,7 +127,13 @@ PRELOAD_DIR    := c_tests/preload
 PRELOAD_BIN    := $(BUILD)/preload
 PRELOAD_CFLAGS := $(CWARN) $(CFLAGS) -fno-builtin -I$(PRELOAD_DIR)
 PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildcard $(PRELOAD_DIR)/prog_*.c))) \
-                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so
+                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so \
+                  $(foreach a,$(PRELOAD_ALLOCATORS),$(PRELOAD_BIN)/linked_$(firstword $(subst :, ,$(a))))
+# Allocators prog_allocator is linked against, as name:library (Debian's
+# libjemalloc2, libtcmalloc-minimal4, libmimalloc2.0). One that is not
+# installed is not built, and run_tests.sh skips its test.
+PRELOAD_ALLOCATORS := jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 mimalloc:libmimalloc.so.2
+preload_alloc_lib = $(patsubst $(1):%,%,$(filter $(1):%,$(PRELOAD_ALLOCATORS)))
 
 preload-test: preload cli $(PRELOAD_PROGS)
 	$(PRELOAD_DIR)/run_tests.sh $(abspath $(CLI)) $(abspath $(PRELOAD_SO)) $(abspath $(PRELOAD_BIN))
@@ -139,6 +145,14 @@ $(PRELOAD_BIN)/lib%.so: $(PRELOAD_DIR)/lib%.c
 # prog_early links libearly.so, whose constructor allocates before the shim's.
 $(PRELOAD_BIN)/prog_early: $(PRELOAD_DIR)/prog_early.c $(PRELOAD_DIR)/common.h $(PRELOAD_BIN)/libearly.so
 	$(CC) $(PRELOAD_CFLAGS) $< -L$(PRELOAD_BIN) -learly -Wl,-rpath,$(abspath $(PRELOAD_BIN)) -o $@
+
+# linked_NAME: prog_allocator linked against the allocator NAME.
+$(PRELOAD_BIN)/linked_%: $(PRELOAD_DIR)/prog_allocator.c $(PRELOAD_DIR)/common.h
+	@mkdir -p $(dir $@)
+	@if [ -e "$$($(CC) -print-file-name=$(call preload_alloc_lib,$*))" ]; then \
+	  echo "$(CC) $(PRELOAD_CFLAGS) $< -Wl,--no-as-needed -l:$(call preload_alloc_lib,$*) -o $@"; \
+	  $(CC) $(PRELOAD_CFLAGS) $< -Wl,--no-as-needed -l:$(call preload_alloc_lib,$*) -o $@; \
+	else echo "$(call preload_alloc_lib,$*) is not installed: $@ not built (its test is skipped)"; fi
 
 $(PRELOAD_BIN)/prog_%: $(PRELOAD_DIR)/prog_%.c $(PRELOAD_DIR)/common.h
 	@mkdir -p $(dir $@)

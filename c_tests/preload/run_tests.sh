@@ -96,7 +96,7 @@ check_all() {
 # --- the library -----------------------------------------------------------
 
 T=exports
-EXPECTED="_Exit _exit aligned_alloc calloc execv execve execvp execvpe fexecve free malloc memalign mmap mmap64 mremap munmap posix_memalign pthread_create pvalloc realloc reallocarray valloc"
+EXPECTED="_Exit _exit aligned_alloc calloc execl execle execlp execv execve execvp execvpe fexecve free malloc memalign mmap mmap64 mremap munmap posix_memalign posix_spawn posix_spawnp pthread_create pvalloc realloc reallocarray valloc"
 GOT=$(nm -D --defined-only "$SHIM" | awk '{print $3}' | sort | tr '\n' ' ' | sed 's/ $//')
 if [ "$GOT" = "$EXPECTED" ]; then
     ok "exports exactly the interposed functions: $GOT"
@@ -334,6 +334,207 @@ if [ $r1 -eq 0 ] && [ "$listed" = 3 ] && [ "$summaries" = 3 ] && grep -q "^alloc
     ok "lists the 3 traces of a forking program with a summary each; exit status passed through (7, 143 for SIGTERM, 127 not found); refuses an existing -o"
 else
     bad "rc $r1 listed $listed summaries $summaries; exit 7 -> $r2; existing -o -> $r3; SIGTERM -> $r4; missing -> $r5: $(head -5 "$D/err")"
+fi
+
+# --- shim ---------------------------------------------------------------------
+
+# The biggest trace file in $D matching $1 (a glob): the program's, when a
+# shell or timeout(1) ran it.
+biggest() {
+    # shellcheck disable=SC2012,SC2086
+    ls -S $1 2>/dev/null | head -1
+}
+
+# Runs `alloctrace record -o $D/r.%p.trace -- "$@"` (with the shim under
+# test) and the NAME=VALUE
+# settings before a "--" (as limited), stdout in $D/rout, stderr in $D/rerr.
+recorded() {
+    local vars=()
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done
+    shift
+    limited ALLOCTRACE_PRELOAD="$SHIM" "${vars[@]}" -- "$CLI" record -o "$D/r.%p.trace" -- "$@" >"$D/rout" 2>"$D/rerr"
+}
+
+# The program keeps its own allocator: prog_allocator linked against (or run
+# with a preloaded) jemalloc, tcmalloc or mimalloc checks with the
+# allocator's own API that every block is the allocator's; under the shim
+# and under `record`, each trace checks ok and holds every allocation.
+shim_allocator() {
+    local a=$1 mode=$2 how=$3 prog lib t problems="" allocs n out err
+    fresh "allocator_${a}_${mode}_$how"
+    prog=$BIN/linked_$a
+    if [ ! -x "$prog" ]; then skipped "lib$a is not installed (CI installs it): linked_$a was not built"; return; fi
+    lib=$(ldd "$prog" | awk -v a="$a" '$1 ~ a {print $3}')
+    local env=()
+    if [ "$mode" = preloaded ]; then
+        prog=$BIN/prog_allocator
+        env=("LD_PRELOAD=$SHIM:$lib")
+        [ "$how" = record ] && env=("LD_PRELOAD=$lib")
+    fi
+    if [ "$how" = shim ]; then
+        EXTRA=${env[*]:-} traced "$prog" "$a"
+        t=$(traces | head -1)
+        out=$D/out err=$D/err
+    else
+        recorded "${env[@]}" -- "$prog" "$a"
+        t=$(biggest "$D/r.*.trace")
+        out=$D/rout err=$D/rerr
+    fi
+    allocs=$(awk '$1 == "ALLOCS" {print $2}' "$out")
+    n=$(num "$t" heap_object_alloc)
+    "$CLI" check "$t" >"$D/check" 2>&1 || problems="check: $(head -2 "$D/check" | tr '\n' ' ')"
+    if [ $RC -ne 0 ] || ! grep -q '^ok$' "$out" || [ -z "$t" ] || [ -n "$problems" ] || [ -z "$allocs" ] ||
+        [ "$n" -lt "$allocs" ]; then
+        bad "rc=$RC, trace [$t], $problems allocs: program ${allocs:-?}, trace $n; $(head -3 "$err")"
+        return
+    fi
+    local extra=""
+    if [ "$a" = jemalloc ]; then
+        if [ "$how" = shim ]; then
+            EXTRA=${env[*]:-} traced "$prog" "$a" mallocx
+        else
+            recorded "${env[@]}" -- "$prog" "$a" mallocx
+        fi
+        if [ $RC -ne 0 ] || ! grep -q '^ok$' "$out"; then
+            bad "free(mallocx(64)): rc=$RC; $(head -3 "$err")"
+            return
+        fi
+        extra="; free(mallocx(64)) works"
+    fi
+    ok "$lib $mode, under $how: every block is ${a}'s (its own size query agrees with malloc_usable_size)$extra; trace checks ok with $n allocs (program made $allocs)"
+}
+
+for a in jemalloc tcmalloc mimalloc; do
+    for mode in linked preloaded; do
+        for how in shim record; do shim_allocator $a $mode $how; done
+    done
+done
+
+# A second interposer preloaded after the shim (libcounter.so) sees exactly
+# the heap calls the trace holds. (mmap, munmap and mremap go to the kernel
+# directly: an interposer after the shim never sees them.)
+shim_counter_after() {
+    local how=$1 t diffs="" summary="" e want got
+    fresh "second_interposer_$how"
+    if [ "$how" = shim ]; then
+        EXTRA="LD_PRELOAD=$SHIM:$BIN/libcounter.so COUNT_OUTPUT=$D/counts" traced "$BIN/prog_entry_points"
+        t=$(traces | head -1)
+    else
+        # COUNT_OUTPUT only for the program (record itself has the counter too).
+        recorded "LD_PRELOAD=$BIN/libcounter.so" -- sh -c "COUNT_OUTPUT='$D/counts' exec '$BIN/prog_entry_points'"
+        t=$(biggest "$D/r.*.trace")
+    fi
+    if [ $RC -ne 0 ] || [ -z "$t" ] || [ ! -s "$D/counts" ] || ! "$CLI" check "$t" >/dev/null 2>&1; then
+        bad "rc=$RC, trace [$t], counts: $(tr '\n' ' ' <"$D/counts" 2>/dev/null) $(head -3 "$D/err" "$D/rerr" 2>/dev/null)"
+        return
+    fi
+    for e in malloc calloc realloc free posix_memalign aligned_alloc memalign valloc pvalloc reallocarray; do
+        want=$(awk -v e="$e" '$1 == e {print $2}' "$D/counts")
+        got=$(stats_of "$t" | grep -o "\"entry_points\":{[^}]*}" | grep -o "\"$e\":[0-9]*" | cut -d: -f2)
+        [ "$want" = "$got" ] && [ "$want" -gt 0 ] || diffs="$diffs $e: counter $want, trace ${got:-none};"
+        summary="$summary $e=$want"
+    done
+    if [ -z "$diffs" ]; then ok "under $how, the counting interposer after the shim counts what the trace holds:$summary"; else bad "$diffs"; fi
+}
+shim_counter_after shim
+shim_counter_after record
+
+# The run follows every exec and spawn (exec.rs): prog_follow starts a
+# child with its own LD_PRELOAD, a custom environment (posix_spawn(p),
+# execve, execle; with a wrong ALLOCTRACE_OUTPUT and ALLOCTRACE_OVERWRITE=1
+# in it), execl and execlp; `env -i` and `env -u LD_PRELOAD` start one with
+# none. Each child is traced (listed in the index, into the run's
+# directory), the shim first in its LD_PRELOAD (the program's own entries
+# kept), without ALLOCTRACE_OVERWRITE; the parent's trace is complete.
+shim_follow() {
+    local mode=$1 desc=$2 bad_checks n child_t parent_t line
+    shift 2
+    fresh "follow_$mode"
+    traced "$@"
+    bad_checks=$(check_all)
+    n=$(traces | wc -l)
+    parent_t=$(traces | head -1)
+    child_t=$(traces | sed -n 2p)
+    line=$(grep '^child ' "$D/out")
+    if [ $RC -ne 0 ] || [ "$n" != 2 ] || [ -n "$bad_checks" ] || [ -z "$line" ] ||
+        [[ $line != "child LD_PRELOAD=$SHIM"* ]] || [[ $line == *OVERWRITE* ]]; then
+        bad "$desc: rc=$RC, $n traces (want 2): $(traces | tr '\n' ' ') $bad_checks; child said '$line'; $(head -3 "$D/err")"
+    elif [ "$(num "$child_t" heap_object_alloc)" -lt 100 ] || [[ $child_t != "$D"/* ]]; then
+        bad "$desc: child trace $child_t has $(num "$child_t" heap_object_alloc) allocs"
+    elif [ "$mode" = preload ] && [[ $line != *":$BIN/libcounter.so" ]]; then
+        bad "$desc: the child's own preload was dropped: '$line'"
+    elif [[ $mode == execl* ]] && ! grep -q '^argc 10 last 8$' "$D/out"; then
+        bad "$desc: the child got other arguments: $(grep '^argc' "$D/out")"
+    else
+        ok "$desc: child traced into $(basename "$child_t") ($(num "$child_t" heap_object_alloc) allocs), '${line#child }'; parent's trace complete ($(num "$parent_t" heap_object_alloc) allocs); both check ok"
+    fi
+}
+shim_follow preload "execve with the child's own LD_PRELOAD" "$BIN/prog_follow" preload "$BIN/libcounter.so"
+shim_follow execve "execve with a custom environment" "$BIN/prog_follow" execve
+shim_follow spawn "posix_spawn with a custom environment" "$BIN/prog_follow" spawn
+shim_follow spawnp "posix_spawnp with a custom environment" "$BIN/prog_follow" spawnp
+shim_follow execl "execl" "$BIN/prog_follow" execl
+shim_follow execlp "execlp" "$BIN/prog_follow" execlp
+shim_follow execle "execle with a custom environment" "$BIN/prog_follow" execle
+shim_follow env_i "env -i" env -i "$BIN/prog_follow" child
+shim_follow env_u "env -u LD_PRELOAD (the shim is added back)" env -u LD_PRELOAD "$BIN/prog_follow" child
+
+fresh follow_disable
+traced "$BIN/prog_follow" disable
+n=$(traces | wc -l)
+if [ $RC -eq 0 ] && [ "$n" = 1 ] && grep -q '^child ' "$D/out" && [ -z "$(check_all)" ]; then
+    ok "a child environment with ALLOCTRACE_DISABLE=1 opts that program out: it ran untraced; the parent's trace checks ok"
+else
+    bad "rc=$RC, $n traces (want 1): $(traces | tr '\n' ' '); out: $(head -2 "$D/out")"
+fi
+
+# --overwrite with several processes: only the run's first process replaces
+# the file (unlink, then a new 0600 file); every other process, exec'd by
+# bash (which builds each program's environment from its own variables) or
+# running concurrently, gets a file of its own; every trace checks ok.
+shim_overwrite_run() {
+    local how=$1 t problems="" big=0 n first
+    fresh "overwrite_run_$how"
+    printf '%s\n' "'$BIN/prog_churn' 0 20000" "'$BIN/prog_churn' 0 20000" "'$BIN/prog_churn' 2 20000 &" \
+        "'$BIN/prog_churn' 2 20000 &" wait >"$D/script.sh"
+    echo old >"$D/out.trace"
+    chmod 644 "$D/out.trace"
+    if [ "$how" = record ]; then
+        limited ALLOCTRACE_PRELOAD="$SHIM" -- "$CLI" record --overwrite -o "$D/out.trace" -- bash "$D/script.sh" \
+            >"$D/out" 2>"$D/err"
+    else
+        EXTRA=ALLOCTRACE_OVERWRITE=1 OUTPUT=$D/out.trace traced bash "$D/script.sh"
+        first=$(head -1 "$D/index" | cut -f2,3)
+        [ "$first" = "bash	$D/out.trace" ] || problems="first index line '$first';"
+    fi
+    n=$(find "$D" -name 'out*.trace' | wc -l)
+    for t in "$D"/out*.trace; do
+        "$CLI" check "$t" >"$D/check" 2>&1 || problems="$problems $(basename "$t"): $(head -1 "$D/check");"
+        [ "$(num "$t" heap_object_alloc)" -ge 10000 ] && big=$((big + 1))
+    done
+    if [ $RC -ne 0 ] || [ "$n" -lt 5 ] || [ "$big" != 4 ] || [ -n "$problems" ] ||
+        [ "$(stat -c %a "$D/out.trace")" != 600 ] || [ "$(num "$D/out.trace" heap_object_alloc)" -ge 10000 ]; then
+        bad "rc=$RC, $n traces, $big of the 4 programs' traces found, out.trace mode $(stat -c %a "$D/out.trace"), $(num "$D/out.trace" heap_object_alloc) allocs in it; $problems $(head -3 "$D/err")"
+    else
+        ok "under $how: out.trace (0644 before) is bash's trace, mode 600; the 4 programs (2 concurrent) and bash's children wrote $((n - 1)) files of their own; all $n check ok"
+    fi
+}
+shim_overwrite_run shim
+shim_overwrite_run record
+
+# An existing FIFO named by -o with overwrite: refused with the reason,
+# never opened (opening it would block the program until a reader came).
+fresh overwrite_fifo
+mkfifo "$D/f.trace"
+EXTRA=ALLOCTRACE_OVERWRITE=1 OUTPUT=$D/f.trace traced "$BIN/prog_churn" 0 10
+r1=$RC
+cp "$D/err" "$D/err1"
+limited ALLOCTRACE_PRELOAD="$SHIM" -- "$CLI" record --overwrite -o "$D/f.trace" -- "$BIN/prog_churn" 0 10 >"$D/out" 2>"$D/err"
+r2=$RC
+if [ $r1 -eq 0 ] && [ -p "$D/f.trace" ] && grep -q "f.trace.*FIFO" "$D/err1" && grep -q "f.trace.*FIFO" "$D/err"; then
+    ok "ALLOCTRACE_OVERWRITE=1 and record --overwrite (exit $r2) with a FIFO: no hang, the FIFO left alone, the reason given: $(grep -m1 FIFO "$D/err1")"
+else
+    bad "rc $r1/$r2, FIFO still there: $([ -p "$D/f.trace" ] && echo yes || echo no); $(head -2 "$D/err1" "$D/err")"
 fi
 
 # --- real programs -----------------------------------------------------------

@@ -1,5 +1,7 @@
-//! The malloc family. Each wrapper is: the real call (glibc's `__libc_*`),
-//! then, when tracing, one tagged event (FORMAT.md section 3):
+//! The malloc family. Each wrapper is: the real call (the *next*
+//! allocator's: glibc's, or the jemalloc, tcmalloc or mimalloc the program
+//! links or preloads, or a second interposer; real.rs), then, when tracing,
+//! one tagged event (FORMAT.md section 3):
 //!
 //! | call | events (T = tagged with the entry point) |
 //! |---|---|
@@ -7,12 +9,12 @@
 //! | allocation that fails, `free(NULL)` | T call |
 //! | `free(p)` | T heap free, recorded *before* the real free |
 //! | `realloc(NULL, n)` | as malloc |
-//! | `realloc(p, 0)` (glibc frees p) | T heap free |
+//! | `realloc(p, 0)` (glibc frees p) | T heap free (then a heap alloc if the allocator returns a block) |
 //! | `realloc(p, n)` | heap free of p (before the call), then T heap alloc of the result |
 //! | `realloc(p, n)` that fails | heap free of p, heap alloc of p again (its usable size), T call |
 //! | `reallocarray` | as realloc; an overflow is a T call (errno ENOMEM) |
 //!
-//! A free is recorded before the block goes back to glibc: once it is back,
+//! A free is recorded before the block goes back to the allocator: once it is back,
 //! another thread may get the same address from malloc and record its
 //! allocation, which must come after the free in the trace.
 //!
@@ -20,8 +22,16 @@
 //! object's free is recorded only if the object is in the live set; the
 //! free of an inherited object is a T call.
 //!
-//! Hot path: a relaxed load (tracing on?), the real call, a thread-local
-//! state check and the event; no allocation, no lock, no system call.
+//! The arguments go to the next allocator unchanged and its answer (result,
+//! errno, posix_memalign's code) comes back unchanged: the shim checks
+//! nothing the allocator checks, so the program behaves as without it.
+//! Blocks of the shim's own heap (own.rs) never reach the allocator: free
+//! and realloc recognise them by address; calls in state OWN are served
+//! from that heap.
+//!
+//! Hot path: a relaxed load (tracing on?), the real call (a relaxed load of
+//! a cached function pointer and an indirect call), a thread-local state
+//! check and the event; no allocation, no lock, no system call.
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering;
@@ -80,7 +90,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         return own::alloc(size, 16);
     }
     // SAFETY: forwarded.
-    let p = unsafe { real::__libc_malloc(size) };
+    let p = unsafe { real::malloc(size) };
     if recording() {
         allocated(EntryPoint::Malloc, p, size);
     } else if early::active() {
@@ -98,8 +108,8 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     if guard::get() == guard::OWN {
         return own::calloc(n, size);
     }
-    // SAFETY: forwarded (glibc checks n * size for overflow).
-    let p = unsafe { real::__libc_calloc(n, size) };
+    // SAFETY: forwarded (the allocator checks n * size for overflow).
+    let p = unsafe { real::calloc(n, size) };
     if recording() {
         allocated(EntryPoint::Calloc, p, n.wrapping_mul(size));
     } else if early::active() {
@@ -118,18 +128,25 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         // SAFETY: a block of the shim's own heap.
         return unsafe { own::free(p) };
     }
+    if p.is_null() && guard::get() == guard::OWN {
+        // The shim's own free(NULL) (glibc makes two when one of the
+        // tracer's threads exits): a no-op, kept from the next allocator
+        // (an interposer after the shim counts only the program's calls).
+        return;
+    }
     if recording() {
         guard::event(|| freed(EntryPoint::Free, p));
     } else if early::active() {
         early::free(p as usize);
     }
     // SAFETY: forwarded.
-    unsafe { real::__libc_free(p) }
+    unsafe { real::free(p) }
 }
 
-/// realloc and reallocarray once the size is known.
+/// realloc and reallocarray once the size is known: `call(p)` is the next
+/// allocator's realloc(p, size) or reallocarray(p, n, m).
 #[inline]
-unsafe fn reallocate(entry: EntryPoint, p: *mut c_void, size: usize) -> *mut c_void {
+unsafe fn reallocate(entry: EntryPoint, p: *mut c_void, size: usize, call: impl Fn(*mut c_void) -> *mut c_void) -> *mut c_void {
     if own::contains(p) {
         // SAFETY: a block of the shim's own heap.
         return unsafe { own::realloc(p, size) };
@@ -139,8 +156,7 @@ unsafe fn reallocate(entry: EntryPoint, p: *mut c_void, size: usize) -> *mut c_v
     }
     if !recording() || guard::get() == guard::OWN {
         let log = early::active();
-        // SAFETY: forwarded.
-        let r = unsafe { real::__libc_realloc(p, size) };
+        let r = call(p);
         if log && (!r.is_null() || size == 0) {
             early::free(p as usize);
             early::alloc(r as usize, size);
@@ -148,16 +164,14 @@ unsafe fn reallocate(entry: EntryPoint, p: *mut c_void, size: usize) -> *mut c_v
         return r;
     }
     if p.is_null() {
-        // SAFETY: forwarded.
-        let r = unsafe { real::__libc_realloc(p, size) };
+        let r = call(p);
         allocated(entry, r, size);
         return r;
     }
     if size == 0 {
         // glibc frees p and returns NULL.
         guard::event(|| freed(entry, p));
-        // SAFETY: forwarded.
-        let r = unsafe { real::__libc_realloc(p, 0) };
+        let r = call(p);
         if !r.is_null() {
             // Another allocator's realloc(p, 0) may return a new block.
             guard::event(|| {
@@ -176,14 +190,13 @@ unsafe fn reallocate(entry: EntryPoint, p: *mut c_void, size: usize) -> *mut c_v
             events::heap_object_free(p as usize);
         }
     });
-    // SAFETY: forwarded.
-    let r = unsafe { real::__libc_realloc(p, size) };
+    let r = call(p);
     guard::event(|| {
         if r.is_null() {
             // p is still allocated: live again in the trace.
             if tracked {
-                // SAFETY: p is a live block of glibc's.
-                let usable = unsafe { libc::malloc_usable_size(p) };
+                // SAFETY: p is a live block of the next allocator's.
+                let usable = unsafe { real::malloc_usable_size(p) };
                 if filtering() {
                     liveset::insert(p as usize);
                 }
@@ -207,11 +220,12 @@ unsafe fn reallocate(entry: EntryPoint, p: *mut c_void, size: usize) -> *mut c_v
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: forwarded.
-    unsafe { reallocate(EntryPoint::Realloc, p, size) }
+    unsafe { reallocate(EntryPoint::Realloc, p, size, |p| real::realloc(p, size)) }
 }
 
-/// Interposed reallocarray(3): realloc of n * size bytes; ENOMEM if that
-/// overflows, as glibc.
+/// Interposed reallocarray(3): the next reallocarray (when that is
+/// glibc's, its overflow check and the next realloc: real.rs). Its events
+/// are realloc's of n * size bytes; an overflow (ENOMEM) is a T call.
 ///
 /// # Safety
 /// As reallocarray(3).
@@ -219,41 +233,48 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
     match n.checked_mul(size) {
         // SAFETY: forwarded.
-        Some(bytes) => unsafe { reallocate(EntryPoint::Reallocarray, p, bytes) },
-        None => {
+        Some(bytes) => unsafe { reallocate(EntryPoint::Reallocarray, p, bytes, |p| real::reallocarray(p, n, size)) },
+        None if own::contains(p) || guard::get() == guard::OWN => {
             real::set_errno(libc::ENOMEM);
-            if recording() {
-                guard::event(|| tagged::call(EntryPoint::Reallocarray));
-            }
             core::ptr::null_mut()
+        }
+        None => {
+            // SAFETY: forwarded: the allocator's answer and errno.
+            let r = unsafe { real::reallocarray(p, n, size) };
+            if recording() {
+                allocated(EntryPoint::Reallocarray, r, n.wrapping_mul(size));
+            }
+            r
         }
     }
 }
 
-/// Interposed posix_memalign(3): EINVAL unless `align` is a power of two
-/// multiple of sizeof(void *), ENOMEM when memory runs out; `*out` is
-/// written only on success. As glibc.
+/// Interposed posix_memalign(3): the next posix_memalign, which checks the
+/// alignment (EINVAL) and writes `*out` only on success. The shim's own
+/// heap (state OWN) applies glibc's rule: a power of two multiple of
+/// sizeof(void *).
 ///
 /// # Safety
 /// As posix_memalign(3).
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    let word = core::mem::size_of::<*mut c_void>();
-    let (rc, p) = if !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
-        (libc::EINVAL, core::ptr::null_mut())
-    } else {
-        let p = if guard::get() == guard::OWN {
-            own::alloc(size, align)
-        } else {
-            // SAFETY: forwarded.
-            unsafe { real::__libc_memalign(align, size) }
-        };
-        (if p.is_null() { libc::ENOMEM } else { 0 }, p)
-    };
-    if rc == 0 {
+    if guard::get() == guard::OWN {
+        let word = core::mem::size_of::<*mut c_void>();
+        if !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
+            return libc::EINVAL;
+        }
+        let p = own::alloc(size, align);
+        if p.is_null() {
+            return libc::ENOMEM;
+        }
         // SAFETY: the caller passes a valid out-pointer.
         unsafe { *out = p };
+        return 0;
     }
+    // SAFETY: forwarded.
+    let rc = unsafe { real::posix_memalign(out, align, size) };
+    // SAFETY: the allocator wrote *out if it succeeded.
+    let p = if rc == 0 { unsafe { *out } } else { core::ptr::null_mut() };
     if recording() {
         allocated(EntryPoint::PosixMemalign, p, size);
     } else if early::active() {
@@ -262,9 +283,9 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     rc
 }
 
-/// Interposed aligned_alloc(3). glibc 2.36 and earlier implement it as
-/// memalign (an alignment that is not a power of two is rounded up); so
-/// does the shim, so a program behaves as without it.
+/// Interposed aligned_alloc(3): the next aligned_alloc, whatever it does
+/// with an odd alignment (glibc 2.36 rounds it up, as memalign; 2.38
+/// refuses it). The shim's own heap rounds it up.
 ///
 /// # Safety
 /// As aligned_alloc(3).
@@ -274,7 +295,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
         return own::alloc(size, own_align(align));
     }
     // SAFETY: forwarded.
-    let p = unsafe { real::__libc_memalign(align, size) };
+    let p = unsafe { real::aligned_alloc(align, size) };
     if recording() {
         allocated(EntryPoint::AlignedAlloc, p, size);
     } else if early::active() {
@@ -293,7 +314,7 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
         return own::alloc(size, own_align(align));
     }
     // SAFETY: forwarded.
-    let p = unsafe { real::__libc_memalign(align, size) };
+    let p = unsafe { real::memalign(align, size) };
     if recording() {
         allocated(EntryPoint::Memalign, p, size);
     } else if early::active() {
@@ -312,7 +333,7 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
         return own::alloc(size, crate::page_size());
     }
     // SAFETY: forwarded.
-    let p = unsafe { real::__libc_valloc(size) };
+    let p = unsafe { real::valloc(size) };
     if recording() {
         allocated(EntryPoint::Valloc, p, size);
     } else if early::active() {
@@ -332,7 +353,7 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
         return own::alloc(size.div_ceil(crate::page_size()).max(1) * crate::page_size(), crate::page_size());
     }
     // SAFETY: forwarded.
-    let p = unsafe { real::__libc_pvalloc(size) };
+    let p = unsafe { real::pvalloc(size) };
     if recording() {
         allocated(EntryPoint::Pvalloc, p, size);
     } else if early::active() {

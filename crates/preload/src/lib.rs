@@ -10,15 +10,21 @@
 //! - **Interposition.** The library defines malloc, calloc, realloc, free,
 //!   posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
 //!   reallocarray, mmap, mmap64, munmap, mremap, pthread_create, execve,
-//!   execv, execvp, execvpe, fexecve, _exit and _Exit, and exports nothing
-//!   else (a Rust
-//!   cdylib exports only `#[no_mangle]` items; `make preload-test` checks
-//!   the list with `nm -D`). Exporting a `trace_*` function would hijack any
+//!   execv, execvp, execvpe, fexecve, execl, execlp, execle, posix_spawn,
+//!   posix_spawnp, _exit and _Exit, and exports nothing else (a Rust
+//!   cdylib exports only `#[no_mangle]` items; execl.c's functions are
+//!   hidden and reached through exec.rs's naked exports; `make
+//!   preload-test` checks the list with `nm -D`). Exporting a `trace_*` function would hijack any
 //!   same-named symbol of the traced program, so the shim links the core
 //!   (alloctrace-core, which has no C symbols), not the C API.
-//! - **Real functions** without recursion (real.rs): glibc's `__libc_*`
-//!   allocator entry points, raw system calls for mmap/munmap/mremap/execve,
-//!   `dlsym(RTLD_NEXT)` for pthread_create, execvpe and fexecve.
+//! - **Real functions** without recursion (real.rs): the allocator entry
+//!   points are the *next* definitions in the lookup order
+//!   (`dlsym(RTLD_NEXT)`: glibc's, or the jemalloc, tcmalloc or mimalloc
+//!   the program links or preloads, or another interposer preloaded after
+//!   the shim), resolved once, before tracing starts, and called through
+//!   cached pointers; raw system calls for mmap/munmap/mremap/execve;
+//!   `dlsym(RTLD_NEXT)` for pthread_create, execvpe, fexecve and
+//!   posix_spawn(p).
 //! - **Reentrancy** (guard.rs): a const-initialised thread-local state,
 //!   OWN while the shim runs its own code (configuration, start, stop,
 //!   dlsym, pthread_getattr_np) and on the tracer's own threads, so their
@@ -38,6 +44,10 @@
 //!   stops in an atexit handler (whichever thread calls exit), before exec,
 //!   and restarts in a forked child and after a failed exec, each time into
 //!   a file of its own.
+//! - **The run follows every exec and spawn** (exec.rs): the new program's
+//!   environment gets the shim in LD_PRELOAD and the run's configuration,
+//!   whatever environment the program built, unless it sets
+//!   ALLOCTRACE_DISABLE.
 //!
 //! ## Invariants
 //!
@@ -49,18 +59,32 @@
 //! 3. Each interposed call MUST produce exactly one tagged event while
 //!    tracing is on and the calling thread is in state NORMAL or IN_EVENT.
 //!    Otherwise the entry-point counts would not count calls.
-//! 4. A heap free MUST be recorded before the block goes back to glibc, and
-//!    a span change under the span table lock together with its system
-//!    call. Otherwise another thread could record the reuse of the address
+//! 4. A heap free MUST be recorded before the block goes back to the
+//!    allocator, and a span change under the span table lock together with
+//!    its system call. Otherwise another thread could record the reuse of the address
 //!    before its release, and the trace would show a double allocation.
 //! 5. A span free MUST name a span in the span table, and a heap free in a
 //!    session with an inherited heap an object of the live set. Otherwise
 //!    the trace would hold unknown frees.
+//! 6. An allocator call MUST go to the next allocator with its arguments
+//!    unchanged, and its answer (result, errno, return code) MUST reach the
+//!    program unchanged; a block of the shim's own heap MUST never reach
+//!    it. Otherwise a program that links or preloads its own allocator
+//!    would get blocks from two allocators (and crash freeing one with the
+//!    other), or behave differently under the shim.
 //!
 //! ## Corner cases
 //!
 //! - Calls before the constructor (ld.so, other constructors) and after the
-//!   atexit handler pass through untraced: the core's events are off.
+//!   atexit handler pass through untraced: the core's events are off. The
+//!   first heap call made before the constructor resolves the next
+//!   allocator's entry points (as the shim's own code: dlsym's allocations
+//!   come from the shim's own heap); otherwise the constructor does.
+//! - glibc's reallocarray calls realloc through the PLT, which would reach
+//!   the shim's realloc: when the next reallocarray is glibc's, the shim
+//!   does what it does (overflow check, next realloc), so the call is one
+//!   reallocarray event. Another allocator whose entry points call each
+//!   other through the PLT would show both calls.
 //! - Heap calls before the constructor (other libraries' constructors) are
 //!   logged in a fixed table and replayed as "exists" events by the first
 //!   session (early.rs), so their later frees pair up. Only memory
@@ -72,7 +96,8 @@
 //!   thread's stack as "exists", frees filtered through the live set).
 //! - vfork and posix_spawn children run no fork handlers: their events (if
 //!   any) go to the parent's session, and the exec wrappers leave the
-//!   parent's session alone (the pid differs).
+//!   parent's session alone (the pid differs). The exec wrappers build the
+//!   new environment on the stack (no allocation in a vfork child).
 //! - exec: the session stops first (complete trace); the new program starts
 //!   its own (same pid: the file name gets a `.N` suffix).
 //! - `_exit` and `_Exit` run no atexit handler: their wrappers stop the
@@ -128,7 +153,7 @@ mod real {
     }
     /// # Safety
     /// As memalign(3).
-    pub unsafe fn __libc_memalign(align: usize, size: usize) -> *mut core::ffi::c_void {
+    pub unsafe fn memalign(align: usize, size: usize) -> *mut core::ffi::c_void {
         // SAFETY: as the caller's.
         unsafe { libc::memalign(align, size) }
     }
@@ -152,6 +177,7 @@ extern "C" fn init(_argc: core::ffi::c_int, _argv: *const *const u8, _envp: *con
     if page.is_power_of_two() {
         PAGE_SIZE.store(page, core::sync::atomic::Ordering::Relaxed);
     }
+    exec::init_execl();
     // A panic must not unwind into ld.so: catch it and run untraced.
     if std::panic::catch_unwind(session::init).is_err() {
         real::write_stderr(b"alloctrace: internal error while starting; running untraced\n");

@@ -18,7 +18,7 @@
 //! Lock-free, so neither fork (a lock held by a thread the child does not
 //! have) nor a signal handler can deadlock it. Memory is reused, never
 //! returned to the system. When the reservation is used up, allocations
-//! fall back to glibc.
+//! fall back to the next allocator (real.rs).
 //!
 //! Each block starts with a 16-byte header: size class (u32), offset of the
 //! user pointer from the block start (u32), requested size (u64); the user
@@ -164,11 +164,11 @@ pub fn alloc(size: usize, align: usize) -> *mut c_void {
     user as *mut c_void
 }
 
-/// When the reservation is used up: glibc's heap (such a block is then an
-/// ordinary untraced block).
+/// When the reservation is used up: the next allocator's heap (real.rs;
+/// such a block is then an ordinary untraced block, freed there).
 fn fallback(size: usize, align: usize) -> *mut c_void {
-    // SAFETY: plain glibc allocation.
-    unsafe { crate::real::__libc_memalign(align, size) }
+    // SAFETY: plain allocation.
+    unsafe { crate::real::memalign(align, size) }
 }
 
 /// (class, offset of the user pointer in its block, requested size).

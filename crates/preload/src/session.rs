@@ -128,14 +128,55 @@ pub fn init() {
 /// Opens the trace file of a session: the pattern expanded for this pid; if
 /// that exists, the first free of NAME.1.EXT, NAME.2.EXT, ... (a fork child
 /// of a pattern without %p, a program exec'd by a traced process with the
-/// same pid). Only the root session with ALLOCTRACE_OVERWRITE=1 replaces an
-/// existing file. Never follows a symlink; files are created 0600.
+/// same pid). Never follows a symlink; files are created 0600 with O_EXCL.
+///
+/// Only the root session with ALLOCTRACE_OVERWRITE=1 replaces an existing
+/// file (the exec wrappers remove the variable from every new program's
+/// environment, so that is the run's first process): it unlinks the file
+/// and creates a new one, so the new file is 0600 whatever the old one's
+/// mode, and a process still writing the old file writes into the unlinked
+/// one, never into the new trace. Only a regular file is replaced: anything
+/// else (a FIFO, a device, a directory, a socket, a symlink) is refused,
+/// never opened, so a FIFO cannot block the program. Errors carry the name
+/// (with the reason, for a refusal) and errno.
 fn open_output(s: &Settings, kind: Kind, pid: u32) -> Result<(Output, CString), (Vec<u8>, i32)> {
     let name = config::expand(&s.pattern, pid);
     let cname = |n: &[u8]| CString::new(n.to_vec()).map_err(|_| (n.to_vec(), libc::EINVAL));
     if kind == Kind::Root && s.overwrite {
         let c = cname(&name)?;
-        return Output::create(&c).map(|o| (o, c)).map_err(|e| (name, e));
+        // SAFETY: an all-zero stat is a valid out-buffer.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: c is NUL-terminated; st is a valid out-pointer.
+        if unsafe { libc::lstat(c.as_ptr(), &mut st) } == 0 {
+            let what = match st.st_mode & libc::S_IFMT {
+                libc::S_IFREG => None,
+                libc::S_IFIFO => Some("a FIFO"),
+                libc::S_IFDIR => Some("a directory"),
+                libc::S_IFSOCK => Some("a socket"),
+                libc::S_IFLNK => Some("a symlink"),
+                libc::S_IFCHR | libc::S_IFBLK => Some("a device"),
+                _ => Some("not a regular file"),
+            };
+            if let Some(what) = what {
+                let mut shown = name.clone();
+                shown.extend_from_slice(format!(" (it is {what}: ALLOCTRACE_OVERWRITE replaces only a regular file)").as_bytes());
+                return Err((shown, libc::EPERM));
+            }
+            // SAFETY: c is NUL-terminated.
+            if unsafe { libc::unlink(c.as_ptr()) } != 0 {
+                let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+                if e != libc::ENOENT {
+                    return Err((name, e));
+                }
+            }
+        }
+        match Output::create_new(&c) {
+            Ok(o) => return Ok((o, c)),
+            // Created meanwhile by another process: take a name of its own,
+            // as without overwrite.
+            Err(libc::EEXIST) => {}
+            Err(e) => return Err((name, e)),
+        }
     }
     for k in 0..1000 {
         let candidate = if k == 0 { name.clone() } else { config::with_suffix(&name, k) };
