@@ -20,7 +20,10 @@
 //!      An events buffer's length grows once per complete event, so it holds
 //!      complete events only; a pages buffer grows word by word, so it is
 //!      first cut back to its last complete event. The interrupted event is
-//!      counted lost, and the seqlock made even, so that an advance or stop
+//!      counted lost (it may have written its last byte just before the
+//!      signal: then it is in the trace and counted lost too; nothing can
+//!      tell the two apart, and a count one too high is better than a loss
+//!      not counted), and the seqlock made even, so that an advance or stop
 //!      waiting for it goes on. The interrupted code must then never resume
 //!      ([`FatalFlush::mid_event`]): it holds a buffer that is no longer its.
 //! 2. **Then the whole session**, as stop does, if [`CONTROL`] can be taken
@@ -31,10 +34,12 @@
 //!    then the writer drains the queue and returns, waited for up to
 //!    [`DRAIN_WAIT`] (a flag, not a join: a join frees memory). The trace is
 //!    then complete.
-//! 3. **Otherwise** (CONTROL held all that time, or by this very thread: a
-//!    signal in the middle of start, advance or stop), the thread's own
-//!    batches are queued and nothing more is done: the trace is cut where
-//!    the writer stops, and readers say so.
+//! 3. **Otherwise** the thread's own batches are queued and the trace is
+//!    cut where the writer stops (readers say so): CONTROL was held by this
+//!    very thread (a signal in the middle of start, advance or stop: the
+//!    writer is given up to [`DRAIN_WAIT`] to take what is queued), or by
+//!    another thread for all of [`CONTROL_WAIT`] (then the session may be
+//!    ending under that thread and is not touched at all).
 //!
 //! ## Invariants
 //!
@@ -97,9 +102,12 @@ thread_local! {
 pub struct FatalFlush {
     /// The calling thread's buffers were queued for the writer.
     pub own_flushed: bool,
-    /// The session was ended and the writer wrote everything out: the trace
-    /// is complete (its trace-end batch is written).
+    /// The session was ended: tracing is off, and the trace-end batch was
+    /// queued after every batch that could be collected.
     pub ended: bool,
+    /// The writer wrote everything queued and returned: with `ended`, the
+    /// trace is complete.
+    pub drained: bool,
     /// The signal interrupted the calling thread inside an event: the code
     /// it interrupted must not resume (deliver the signal again instead of
     /// returning into a repeating fault).
@@ -157,8 +165,10 @@ pub fn flush_for_fatal_signal() -> FatalFlush {
         result.mid_event = flush_own(slot);
         result.own_flushed = true;
     }
-    if !IN_CONTROL.with(|c| c.get()) {
-        result.ended = end_session();
+    if IN_CONTROL.with(|c| c.get()) {
+        drain_queue();
+    } else {
+        (result.ended, result.drained) = end_session();
     }
     STATE.store(IDLE, Ordering::Release);
     result
@@ -235,9 +245,23 @@ fn cut_to_complete_page_events(b: &mut Buffer) {
     b.len = complete;
 }
 
+/// Design step 3, when this thread runs start, advance or stop (it holds
+/// CONTROL, so the session cannot go away under it): waits, bounded, for
+/// the writer to take every queued batch.
+fn drain_queue() {
+    // SAFETY: the session is alive while this thread holds CONTROL (only
+    // stop drops it, after clearing SESSION).
+    let Some(session) = (unsafe { SESSION.load(Ordering::SeqCst).as_ref() }) else { return };
+    session.wake_writer();
+    let until = after(DRAIN_WAIT);
+    while !session.pool.full_is_empty() && now_ns() < until {
+        pause();
+    }
+}
+
 /// Design step 2: ends the session as stop does, with every wait bounded.
-/// Returns whether the trace is complete.
-fn end_session() -> bool {
+/// Returns whether the session was ended and whether the writer drained.
+fn end_session() -> (bool, bool) {
     let until = after(CONTROL_WAIT);
     let mut control = loop {
         match CONTROL.try_lock() {
@@ -245,7 +269,7 @@ fn end_session() -> bool {
             Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => {
                 if now_ns() >= until {
-                    return false;
+                    return (false, false);
                 }
                 pause();
             }
@@ -253,9 +277,9 @@ fn end_session() -> bool {
     };
     let Some(session) = control.session.take() else {
         // Not tracing, or stop has ended the session already.
-        return false;
+        return (false, false);
     };
-    let ended = end_locked(&session);
+    let drained = end_locked(&session);
     // Invariant 2: never drop the session or join a thread here. The
     // writer and the advancer exit on their own (the advancer once it gets
     // CONTROL and finds no session).
@@ -263,11 +287,11 @@ fn end_session() -> bool {
     core::mem::forget(control.writer.take());
     core::mem::forget(control.advancer.take());
     drop(control);
-    ended
+    (true, drained)
 }
 
 /// Ends `session` (CONTROL held): the last generation, the trace end, the
-/// writer's drain.
+/// writer's drain. Returns whether the writer drained.
 fn end_locked(session: &Session) -> bool {
     session.advancer_exit.store(true, Ordering::Release);
     let last = SHARED.generation.load(Ordering::Relaxed);
@@ -311,4 +335,54 @@ fn end_locked(session: &Session) -> bool {
         pause();
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_to_complete_page_events;
+    use crate::buffer::BufferPool;
+    use alloctrace_format::pages::{self, Layout, KIND_ALLOC, SYNC_LONG_EVENT, SYNC_THREAD, SYNC_TIME};
+    use alloctrace_format::BatchKind;
+
+    #[test]
+    fn cuts_a_pages_batch_back_to_its_last_complete_event() {
+        let pool = BufferPool::new(4096, 4);
+        let buf = pool.take(|| {}).unwrap();
+        // SAFETY: take gave us the buffer.
+        let b = unsafe { &mut *buf.as_ptr() };
+        let layout = Layout { page_shift: 12, lost_bits: pages::TIME_LOST_BITS };
+        b.begin(BatchKind::Pages, 1, 1, 300);
+        b.put_word(layout.word());
+        b.put_word(pages::sync_word(SYNC_THREAD, 1));
+        b.put_word(pages::sync_word(SYNC_TIME, 2));
+        let header = b.len;
+        cut_to_complete_page_events(b);
+        assert_eq!(b.len, header, "sync words are complete entries");
+        let short = layout.event_word(KIND_ALLOC, 0x1000, 1, 0);
+        let large = layout.event_word(KIND_ALLOC, 0x2000, 1 << 40, 0);
+        let long = pages::sync_word(SYNC_LONG_EVENT, KIND_ALLOC);
+        // Each event written whole, then each cut after 1..n-1 of its words.
+        for words in [vec![short], vec![large, 1 << 40], vec![long, 0x3001, 2]] {
+            let before = b.len;
+            for &w in &words {
+                b.put_word(w);
+            }
+            let whole = b.len;
+            cut_to_complete_page_events(b);
+            assert_eq!(b.len, whole, "a complete event stays");
+            for k in 1..words.len() {
+                b.len = before;
+                for &w in &words[..k] {
+                    b.put_word(w);
+                }
+                cut_to_complete_page_events(b);
+                assert_eq!(b.len, before, "{k} of {} words are cut", words.len());
+            }
+            b.len = before;
+            for &w in &words {
+                b.put_word(w);
+            }
+        }
+        pool.recycle(buf);
+    }
 }

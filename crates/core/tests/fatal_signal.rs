@@ -11,12 +11,13 @@ use std::sync::{Arc, Barrier};
 use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
 
-/// Bit 0: ended, bit 1: own buffers flushed, bit 2: mid event, bit 3: ran.
+/// Bit 0: ended and drained, bit 1: own buffers flushed, bit 2: mid event,
+/// bit 3: ran.
 static RESULT: AtomicU8 = AtomicU8::new(0);
 
 extern "C" fn on_usr1(_: libc::c_int) {
     let r = alloctrace_core::flush_for_fatal_signal();
-    RESULT.store(r.ended as u8 | (r.own_flushed as u8) << 1 | (r.mid_event as u8) << 2 | 8, Ordering::SeqCst);
+    RESULT.store((r.ended && r.drained) as u8 | (r.own_flushed as u8) << 1 | (r.mid_event as u8) << 2 | 8, Ordering::SeqCst);
 }
 
 fn read_allocs(path: &std::path::Path) -> (u64, Option<u64>) {
