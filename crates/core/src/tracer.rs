@@ -60,6 +60,10 @@
 //!   both parities and frees its slot (thread.rs). A later event on the same
 //!   thread (another destructor freeing memory) claims a new slot.
 //! - Calls before start or after stop see generation 0 and return.
+//! - A signal about to kill the process: its handler may call
+//!   `flush_for_fatal_signal` (crash.rs), which ends the session as stop
+//!   does but with every wait bounded, and with the signalled thread's own
+//!   buffers handed over directly (it may be inside an event).
 //! - A signal handler emitting while its thread is inside the event path
 //!   finds the slot's seqlock odd; that event is counted as lost.
 //! - Calls from the snapshot callback to start/advance/stop return
