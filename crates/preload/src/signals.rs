@@ -119,6 +119,10 @@ pub const HANDLED: [c_int; 22] = [
 
 const NSIG: usize = 32;
 
+/// si_code of a SIGBUS for memory found corrupt in the background, not at
+/// an access (not in the libc crate).
+const BUS_MCEERR_AO: c_int = 5;
+
 /// The kernel flag glibc sets with its own restorer (not in the libc
 /// crate); glibc sets it again on every sigaction.
 const SA_RESTORER: c_int = 0x0400_0000;
@@ -398,7 +402,11 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     }
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let code = unsafe { (*info).si_code };
-    let fault = matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL) && code > 0;
+    // A hardware fault repeats when its instruction runs again; a machine
+    // check the kernel reports ahead of any access (BUS_MCEERR_AO) does not.
+    let fault = matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL)
+        && code > 0
+        && !(sig == libc::SIGBUS && code == BUS_MCEERR_AO);
     if !(fault && may_resume) {
         requeue(sig, info);
     }
