@@ -284,8 +284,9 @@ fn end_session() -> (bool, bool) {
     // writer and the advancer exit on their own (the advancer once it gets
     // CONTROL and finds no session).
     core::mem::forget(session);
-    core::mem::forget(control.writer.take());
-    core::mem::forget(control.advancer.take());
+    // Handles without a Drop: taking them leaves the threads unjoined.
+    let _ = control.writer.take();
+    let _ = control.advancer.take();
     drop(control);
     (true, drained)
 }

@@ -175,10 +175,16 @@ fn lock() -> Locked {
 }
 
 impl Locked {
-    fn view(&self, sig: c_int) -> &mut libc::sigaction {
+    /// The kept view of `sig` (a handled signal).
+    fn view(&self, sig: c_int) -> libc::sigaction {
         // SAFETY: LOCK is held (self exists) and sig is a handled signal,
         // below NSIG.
-        unsafe { &mut (*VIEWS.0.get())[sig as usize] }
+        unsafe { (*VIEWS.0.get())[sig as usize] }
+    }
+
+    fn set_view(&mut self, sig: c_int, view: libc::sigaction) {
+        // SAFETY: as in view.
+        unsafe { (*VIEWS.0.get())[sig as usize] = view };
     }
 }
 
@@ -254,7 +260,7 @@ fn is_ours(handler: libc::sighandler_t) -> bool {
 /// What the program sees for `sig`, given the kernel's disposition `k`.
 fn view_of(l: &Locked, sig: c_int, k: &libc::sigaction) -> libc::sigaction {
     if is_ours(k.sa_sigaction) {
-        *l.view(sig)
+        l.view(sig)
     } else {
         *k
     }
@@ -269,7 +275,7 @@ fn owner() -> bool {
 /// After the program (or the constructor) set `sig`: where the kernel now
 /// holds SIG_DFL or a handler with SA_RESETHAND, keep that as the view and
 /// install the shim's handler (invariant 1).
-fn adopt(l: &Locked, real: Sigaction, sig: c_int) {
+fn adopt(l: &mut Locked, real: Sigaction, sig: c_int) {
     if !ACTIVE.load(Ordering::Acquire) || !owner() {
         return;
     }
@@ -300,7 +306,7 @@ fn adopt(l: &Locked, real: Sigaction, sig: c_int) {
     } else {
         return;
     }
-    *l.view(sig) = k;
+    l.set_view(sig, k);
     // SAFETY: a valid action for a catchable signal.
     unsafe { real(sig, &ours, core::ptr::null_mut()) };
 }
@@ -330,8 +336,8 @@ pub fn init() {
         }
         ACTIVE.store(true, Ordering::Release);
         for sig in HANDLED {
-            let l = lock();
-            adopt(&l, real, sig);
+            let mut l = lock();
+            adopt(&mut l, real, sig);
         }
     });
 }
@@ -394,7 +400,7 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     if let Some(real) = real_sigaction() {
         let l = lock();
         // SIG_DFL, with the flags and mask the program set with it.
-        let mut dfl = *l.view(sig);
+        let mut dfl = l.view(sig);
         dfl.sa_sigaction = libc::SIG_DFL;
         // SAFETY: a valid action.
         unsafe { real(sig, &dfl, core::ptr::null_mut()) };
@@ -436,15 +442,15 @@ extern "C" fn on_reset(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     let saved_errno = errno();
     let Some(real) = real_sigaction() else { return };
     let program = {
-        let l = lock();
+        let mut l = lock();
         let k = kernel(real, sig);
         if k.sa_sigaction == on_reset as *const () as usize {
-            let program = *l.view(sig);
+            let program = l.view(sig);
             let mut dfl = program;
             dfl.sa_sigaction = libc::SIG_DFL;
             // SAFETY: a valid action (SIG_DFL); adopt then installs on_fatal.
             unsafe { real(sig, &dfl, core::ptr::null_mut()) };
-            adopt(&l, real, sig);
+            adopt(&mut l, real, sig);
             Some(program)
         } else {
             // Another delivery reset it first: this one meets SIG_DFL.
@@ -491,7 +497,7 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
         // SAFETY: forwarded.
         return unsafe { real(sig, act, old) };
     }
-    let l = lock();
+    let mut l = lock();
     // SAFETY: a zeroed sigaction is valid; real fills it.
     let mut k: libc::sigaction = unsafe { core::mem::zeroed() };
     // SAFETY: forwarded, with a valid out-pointer.
@@ -503,7 +509,7 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
             unsafe { *old = view_of(&l, sig, &k) };
         }
         if !act.is_null() {
-            adopt(&l, real, sig);
+            adopt(&mut l, real, sig);
         }
     }
     drop(l);
@@ -541,8 +547,8 @@ fn via(sig: c_int, call: impl FnOnce() -> libc::sighandler_t) -> libc::sighandle
     let e = errno();
     let r = if is_ours(r) { before.sa_sigaction } else { r };
     if r != libc::SIG_ERR {
-        let l = lock();
-        adopt(&l, real, sig);
+        let mut l = lock();
+        adopt(&mut l, real, sig);
     }
     set_errno(e);
     r
