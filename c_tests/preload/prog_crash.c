@@ -1,6 +1,6 @@
 /* Records COUNT allocations (argv[2]) on the main thread and on THREADS
- * more threads (argv[3], default 0; they then block), and then ends as
- * argv[1] says:
+ * more threads (argv[3], default 0; they then block, or with argv[4]
+ * "busy" go on allocating and freeing), and then ends as argv[1] says:
  *   segv         writes through a null pointer (SIGSEGV)
  *   abort        abort() (SIGABRT)
  *   double_free  frees a block twice: glibc aborts (SIGABRT)
@@ -45,10 +45,14 @@ static void allocate(void) {
 
 static volatile int threads_done;
 
+static int busy;
+
 static void *worker(void *arg) {
     (void)arg;
     allocate();
     __atomic_add_fetch(&threads_done, 1, __ATOMIC_SEQ_CST);
+    if (busy)
+        for (;;) free(malloc(48)); /* still allocating when main crashes */
     for (;;) pause();
     return NULL;
 }
@@ -173,6 +177,7 @@ int main(int argc, char **argv) {
     const char *mode = argv[1];
     count = atol(argv[2]);
     int threads = argc > 3 ? atoi(argv[3]) : 0;
+    busy = argc > 4 && strcmp(argv[4], "busy") == 0;
     if (strcmp(mode, "views") == 0) {
         views_mode();
         return 0;

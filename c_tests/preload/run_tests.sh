@@ -413,15 +413,15 @@ untraced_crash() {
     URC=$RC
 }
 
-# crash_case NAME WANT_RC MODE COUNT [THREADS]: the traced run dies as the
-# untraced one (exit status WANT_RC, 128 + the signal), its trace is
+# crash_case NAME WANT_RC MODE COUNT [THREADS [busy]]: the traced run dies
+# as the untraced one (exit status WANT_RC, 128 + the signal), its trace is
 # complete (trace end present: check ok, not truncated) and holds at least
 # COUNT * (THREADS + 1) allocations.
 crash_case() {
-    local name=$1 want=$2 mode=$3 count=$4 threads=${5:-0}
+    local name=$1 want=$2 mode=$3 count=$4 threads=${5:-0} busy=${6:-}
     fresh "signal_$name"
-    untraced_crash "$mode" "$count" "$threads"
-    traced "$BIN/prog_crash" "$mode" "$count" "$threads"
+    untraced_crash "$mode" "$count" "$threads" $busy
+    traced "$BIN/prog_crash" "$mode" "$count" "$threads" $busy
     local t allocs need check_out
     t=$(traces)
     allocs=$(num "$t" heap_object_alloc)
@@ -441,6 +441,8 @@ crash_case() {
 crash_case segv_1500 139 segv 1500
 crash_case segv_150000 139 segv 150000
 crash_case segv_threads 139 segv 20000 3
+crash_case segv_busy_threads 139 segv 20000 3 busy
+crash_case raise_term_busy_threads 143 raise_term 20000 3 busy
 crash_case abort_1500 134 abort 1500
 crash_case abort_150000 134 abort 150000
 crash_case double_free 134 double_free 1500
