@@ -416,7 +416,8 @@ untraced_crash() {
 # crash_case NAME WANT_RC MODE COUNT [THREADS [busy]]: the traced run dies
 # as the untraced one (exit status WANT_RC, 128 + the signal), its trace is
 # complete (trace end present: check ok, not truncated) and holds at least
-# COUNT * (THREADS + 1) allocations.
+# COUNT * (THREADS + 1) allocations. For the double free, check shows the
+# crash's cause: exactly one free of an address that is not live.
 crash_case() {
     local name=$1 want=$2 mode=$3 count=$4 threads=${5:-0} busy=${6:-}
     fresh "signal_$name"
@@ -433,6 +434,8 @@ crash_case() {
         bad "$allocs of $need allocations in the trace; $(stats_of "$t" | grep -o '"truncated":[a-z]*'); check: $check_out"
     elif [ "$mode" != double_free ] && [[ $check_out != ok:* ]]; then
         bad "check: $check_out"
+    elif [ "$mode" = double_free ] && [[ $check_out != *"1 anomalies (1 frees of addresses that are not live"* ]]; then
+        bad "check should show the double free, the crash's cause: $check_out"
     else
         ok "dies with status $RC as untraced; complete trace with $allocs allocations (>= $need)"
     fi
