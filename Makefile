@@ -127,7 +127,7 @@ PRELOAD_DIR    := c_tests/preload
 PRELOAD_BIN    := $(BUILD)/preload
 PRELOAD_CFLAGS := $(CWARN) $(CFLAGS) -fno-builtin -I$(PRELOAD_DIR)
 PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildcard $(PRELOAD_DIR)/prog_*.c))) \
-                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so
+                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so $(PRELOAD_BIN)/libsigearly.so
 
 preload-test: preload cli $(PRELOAD_PROGS)
 	$(PRELOAD_DIR)/run_tests.sh $(abspath $(CLI)) $(abspath $(PRELOAD_SO)) $(abspath $(PRELOAD_BIN))

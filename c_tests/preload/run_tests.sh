@@ -500,6 +500,19 @@ else
     ok "a SIGSEGV handler that fixes the fault and returns ran 100 times, as untraced; complete trace"
 fi
 
+fresh signal_earlier_handler
+# A SIGTERM handler another library installed before the shim's constructor
+# stays the program's: it runs, and nothing is flushed before it.
+limited LD_PRELOAD="$BIN/libsigearly.so" -- "$BIN/prog_crash" raise_term 1500 >"$D/uout" 2>"$D/uerr"
+URC=$RC
+limited ALLOCTRACE_INDEX="$D/index" ALLOCTRACE_OUTPUT="$D/t.%p.trace" LD_PRELOAD="$SHIM $BIN/libsigearly.so" \
+    -- "$BIN/prog_crash" raise_term 1500 >"$D/out" 2>"$D/err"
+if [ $URC -ne 7 ] || [ $RC -ne 7 ] || ! grep -q "early handler ran" "$D/out" || [ -z "$(traces)" ]; then
+    bad "exit status $RC traced, $URC untraced (want 7); out: $(cat "$D/out")"
+else
+    ok "a handler installed by another library's constructor before the shim's runs as untraced (exit 7)"
+fi
+
 fresh signal_ignored_pipe
 traced "$BIN/prog_crash" ignore_pipe 10
 r1=$RC o1=$(cat "$D/out")
