@@ -127,7 +127,7 @@ PRELOAD_DIR    := c_tests/preload
 PRELOAD_BIN    := $(BUILD)/preload
 PRELOAD_CFLAGS := $(CWARN) $(CFLAGS) -fno-builtin -I$(PRELOAD_DIR)
 PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildcard $(PRELOAD_DIR)/prog_*.c))) \
-                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so \
+                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so $(PRELOAD_BIN)/libsigearly.so \
                   $(foreach a,$(PRELOAD_ALLOCATORS),$(PRELOAD_BIN)/linked_$(firstword $(subst :, ,$(a))))
 # Allocators prog_allocator is linked against, as name:library (Debian's
 # libjemalloc2, libtcmalloc-minimal4, libmimalloc2.0). One that is not

@@ -96,7 +96,7 @@ check_all() {
 # --- the library -----------------------------------------------------------
 
 T=exports
-EXPECTED="_Exit _exit aligned_alloc calloc execl execle execlp execv execve execvp execvpe fexecve free malloc memalign mmap mmap64 mremap munmap posix_memalign posix_spawn posix_spawnp pthread_create pvalloc realloc reallocarray valloc"
+EXPECTED="_Exit __sigaction __sysv_signal _exit aligned_alloc bsd_signal calloc execl execle execlp execv execve execvp execvpe fexecve free malloc memalign mmap mmap64 mremap munmap posix_memalign posix_spawn posix_spawnp pthread_create pvalloc realloc reallocarray sigaction signal sigset ssignal sysv_signal valloc"
 GOT=$(nm -D --defined-only "$SHIM" | awk '{print $3}' | sort | tr '\n' ' ' | sed 's/ $//')
 if [ "$GOT" = "$EXPECTED" ]; then
     ok "exports exactly the interposed functions: $GOT"
@@ -602,6 +602,175 @@ if ! command -v xz >/dev/null; then skipped "xz not installed (xz-utils)"; else
     if [ "$(traces | head -1)" ] && [ "$(num "$(traces | head -1)" stack_alloc)" -lt 2 ]; then
         bad "xz ran fewer than 2 threads: $(num "$(traces | head -1)" stack_alloc) stack allocs"
     fi
+fi
+
+# --- signals ------------------------------------------------------------------
+# A program that dies of a signal leaves a complete trace holding every
+# event recorded before the crash, and dies exactly as it would untraced.
+
+# Runs prog_crash untraced with the same arguments; sets URC and $D/uout.
+untraced_crash() {
+    limited -- "$BIN/prog_crash" "$@" >"$D/uout" 2>"$D/uerr"
+    URC=$RC
+}
+
+# crash_case NAME WANT_RC MODE COUNT [THREADS [busy]]: the traced run dies
+# as the untraced one (exit status WANT_RC, 128 + the signal), its trace is
+# complete (trace end present: check ok, not truncated) and holds at least
+# COUNT * (THREADS + 1) allocations. For the double free, check shows the
+# crash's cause: exactly one free of an address that is not live.
+crash_case() {
+    local name=$1 want=$2 mode=$3 count=$4 threads=${5:-0} busy=${6:-}
+    fresh "signal_$name"
+    untraced_crash "$mode" "$count" "$threads" $busy
+    traced "$BIN/prog_crash" "$mode" "$count" "$threads" $busy
+    local t allocs need check_out
+    t=$(traces)
+    allocs=$(num "$t" heap_object_alloc)
+    need=$((count * (threads + 1)))
+    check_out=$("$CLI" check "$t" 2>&1 | head -2 | tr '\n' ' ')
+    if [ $RC -ne "$want" ] || [ $URC -ne "$want" ] || [ -z "$t" ]; then
+        bad "exit status $RC traced, $URC untraced (want $want); traces [$t]; $(head -3 "$D/err")"
+    elif [ "$allocs" -lt "$need" ] || stats_of "$t" | grep -q '"truncated":true'; then
+        bad "$allocs of $need allocations in the trace; $(stats_of "$t" | grep -o '"truncated":[a-z]*'); check: $check_out"
+    elif [ "$mode" != double_free ] && [[ $check_out != ok:* ]]; then
+        bad "check: $check_out"
+    elif [ "$mode" = double_free ] && [[ $check_out != *"1 anomalies (1 frees of addresses that are not live"* ]]; then
+        bad "check should show the double free, the crash's cause: $check_out"
+    else
+        ok "dies with status $RC as untraced; complete trace with $allocs allocations (>= $need)"
+    fi
+}
+
+crash_case segv_1500 139 segv 1500
+crash_case segv_150000 139 segv 150000
+crash_case segv_threads 139 segv 20000 3
+crash_case segv_busy_threads 139 segv 20000 3 busy
+crash_case raise_term_busy_threads 143 raise_term 20000 3 busy
+crash_case abort_1500 134 abort 1500
+crash_case abort_150000 134 abort 150000
+crash_case double_free 134 double_free 1500
+crash_case raise_term_1500 143 raise_term 1500
+crash_case raise_term_150000 143 raise_term 150000
+crash_case sigpipe_1500 141 pipe 1500
+crash_case sigpipe_150000 141 pipe 150000
+crash_case reporter 139 reporter 1500
+crash_case resethand 139 resethand 1500
+
+# Killed by another process while it waits: SIGTERM, SIGINT (reset to
+# SIG_DFL by the program: a background job inherits it ignored), SIGQUIT.
+for sig in TERM INT QUIT; do
+    fresh "signal_kill_$sig"
+    ( export ALLOCTRACE_INDEX="$D/index" ALLOCTRACE_OUTPUT="$D/t.%p.trace" LD_PRELOAD="$SHIM"
+      exec "$BIN/prog_crash" wait 150000 ) >"$D/out" 2>"$D/err" &
+    pid=$!
+    for _ in $(seq $((LIMIT * 20))); do grep -q ready "$D/out" 2>/dev/null && break; sleep 0.05; done
+    kill -"$sig" "$pid"
+    wait "$pid" 2>/dev/null
+    RC=$?
+    want=$((128 + $(kill -l "$sig")))
+    t=$(traces)
+    allocs=$(num "$t" heap_object_alloc)
+    if [ $RC -ne $want ] || [ -z "$t" ] || [ "$allocs" -lt 150000 ] || ! "$CLI" check "$t" >/dev/null 2>&1; then
+        bad "exit status $RC (want $want), $allocs allocations, check: $("$CLI" check "$t" 2>&1 | head -1)"
+    else
+        ok "killed by SIG$sig from another process: status $RC; complete trace with $allocs allocations"
+    fi
+done
+
+fresh signal_quick_exit
+untraced_crash quick_exit 1500
+traced "$BIN/prog_crash" quick_exit 1500
+t=$(traces)
+allocs=$(num "$t" heap_object_alloc)
+if [ $RC -ne 3 ] || [ $URC -ne 3 ] || [ -z "$t" ] || [ "$allocs" -lt 1501 ] || ! "$CLI" check "$t" >/dev/null 2>&1 ||
+    ! grep -q "at_quick_exit handler ran" "$D/out"; then
+    bad "exit status $RC/$URC (want 3), $allocs allocations, check: $("$CLI" check "$t" 2>&1 | head -1)"
+else
+    ok "quick_exit(3): status 3; complete trace with $allocs allocations, the at_quick_exit handler's included"
+fi
+
+fresh signal_program_handler
+untraced_crash handler 1500
+traced "$BIN/prog_crash" handler 1500
+t=$(traces)
+if [ $RC -ne 0 ] || [ $URC -ne 0 ] || ! grep -q "^handled 100 faults$" "$D/out" || ! cmp -s "$D/out" "$D/uout" ||
+    ! "$CLI" check "$t" >/dev/null 2>&1; then
+    bad "exit status $RC/$URC, out '$(cat "$D/out")' vs '$(cat "$D/uout")', check: $("$CLI" check "$t" 2>&1 | head -1)"
+else
+    ok "a SIGSEGV handler that fixes the fault and returns ran 100 times, as untraced; complete trace"
+fi
+
+fresh signal_earlier_handler
+# A SIGTERM handler another library installed before the shim's constructor
+# stays the program's: it runs, and nothing is flushed before it.
+limited LD_PRELOAD="$BIN/libsigearly.so" -- "$BIN/prog_crash" raise_term 1500 >"$D/uout" 2>"$D/uerr"
+URC=$RC
+limited ALLOCTRACE_INDEX="$D/index" ALLOCTRACE_OUTPUT="$D/t.%p.trace" LD_PRELOAD="$SHIM $BIN/libsigearly.so" \
+    -- "$BIN/prog_crash" raise_term 1500 >"$D/out" 2>"$D/err"
+if [ $URC -ne 7 ] || [ $RC -ne 7 ] || ! grep -q "early handler ran" "$D/out" || [ -z "$(traces)" ]; then
+    bad "exit status $RC traced, $URC untraced (want 7); out: $(cat "$D/out")"
+else
+    ok "a handler installed by another library's constructor before the shim's runs as untraced (exit 7)"
+fi
+
+fresh signal_ignored_pipe
+traced "$BIN/prog_crash" ignore_pipe 10
+r1=$RC o1=$(cat "$D/out")
+traced sh -c "trap '' PIPE; exec '$BIN/prog_crash' inherited_ignore 10"
+r2=$RC o2=$(cat "$D/out")
+if [ $r1 -ne 0 ] || [ $r2 -ne 0 ] || [ "$o1" != "write returned -1, errno EPIPE" ] || [ "$o2" != "$o1" ]; then
+    bad "ignored: rc $r1 '$o1'; inherited ignored: rc $r2 '$o2'"
+else
+    ok "SIGPIPE ignored by the program, or inherited ignored: write fails with EPIPE, the program goes on"
+fi
+
+fresh signal_views
+untraced_crash views 0
+traced "$BIN/prog_crash" views 0
+if [ $RC -ne 0 ] || ! cmp -s "$D/out" "$D/uout"; then
+    bad "rc=$RC; sigaction reports differ from untraced: $(diff "$D/uout" "$D/out" | head -6 | tr '\n' ' ')"
+else
+    ok "sigaction, signal, sysv_signal, bsd_signal and sigset report exactly what they do untraced ($(wc -l <"$D/out") lines)"
+fi
+
+fresh signal_core_dump
+# With core dumps on, the traced program dumps core as the untraced one
+# does (the shim's handler lets the fault repeat under SIG_DFL, or sends the
+# signal again), for a fault and for abort.
+pattern=$(cat /proc/sys/kernel/core_pattern 2>/dev/null)
+if [[ $pattern != core* ]] || ! (ulimit -c unlimited) 2>/dev/null; then
+    skipped "core dumps go to '$pattern', not to a file in the current directory"
+else
+    problems=""
+    for mode in segv abort; do
+        mkdir -p "$D/u_$mode" "$D/t_$mode"
+        (ulimit -c unlimited; cd "$D/u_$mode" && untraced_crash "$mode" 1500; echo $URC >rc)
+        (ulimit -c unlimited; cd "$D/t_$mode" && traced "$BIN/prog_crash" "$mode" 1500; echo $RC >rc)
+        ucores=$(find "$D/u_$mode" -name 'core*' | wc -l)
+        tcores=$(find "$D/t_$mode" -name 'core*' | wc -l)
+        if [ "$ucores" != 1 ] || [ "$tcores" != 1 ] || [ "$(cat "$D/u_$mode/rc")" != "$(cat "$D/t_$mode/rc")" ]; then
+            problems="$problems $mode: $ucores core files untraced, $tcores traced, status $(cat "$D/u_$mode/rc") / $(cat "$D/t_$mode/rc");"
+        fi
+    done
+    rm -f "$D"/*/core*
+    if [ -z "$problems" ]; then
+        ok "SIGSEGV and abort dump core as untraced (one core file each, same status)"
+    else
+        bad "$problems"
+    fi
+fi
+
+fresh signal_pipeline
+# `producer | head -1`: the producer dies of SIGPIPE once head has gone.
+(ALLOCTRACE_INDEX="$D/index" ALLOCTRACE_OUTPUT="$D/t.%p.trace" LD_PRELOAD="$SHIM" "$BIN/prog_crash" spew 150000 2>"$D/err" |
+    head -1 >"$D/out"; echo "${PIPESTATUS[0]}" >"$D/status")
+t=$(traces)
+allocs=$(num "$t" heap_object_alloc)
+if [ "$(cat "$D/status")" != 141 ] || [ -z "$t" ] || [ "$allocs" -lt 150000 ] || ! "$CLI" check "$t" >/dev/null 2>&1; then
+    bad "producer status $(cat "$D/status") (want 141), $allocs allocations, check: $("$CLI" check "$t" 2>&1 | head -1)"
+else
+    ok "producer | head -1: the producer dies of SIGPIPE (141); complete trace with $allocs allocations"
 fi
 
 echo "preload-tests: $pass passed, $fail failed, $skip skipped"

@@ -261,6 +261,10 @@ impl BufferPool {
                 }
                 continue;
             }
+            if crate::crash::past_deadline() {
+                // A fatal-signal flush whose time is up (crash.rs).
+                return None;
+            }
             if !waited {
                 waited = true;
                 self.waits.fetch_add(1, Ordering::Relaxed);

@@ -171,6 +171,31 @@ impl SeqLock {
         self.seq.store(0, Ordering::Relaxed);
     }
 
+    /// [`SeqLock::wait_quiescent`] that gives up once `expired` says so:
+    /// returns whether the owner is outside any event that began before
+    /// this call. For a fatal-signal flush (crash.rs), which must not wait
+    /// for a thread that never leaves its event.
+    #[cfg(not(loom))]
+    pub fn wait_quiescent_bounded(&self, mut expired: impl FnMut() -> bool) -> bool {
+        let seen = self.seq.load(Ordering::Acquire);
+        if seen & 1 == 0 {
+            return true;
+        }
+        while self.seq.load(Ordering::Acquire) == seen {
+            if expired() {
+                return false;
+            }
+            spin_yield();
+        }
+        true
+    }
+
+    /// Whether the owner is inside an event now.
+    #[cfg(not(loom))]
+    pub fn is_odd(&self) -> bool {
+        self.seq.load(Ordering::Relaxed) & 1 != 0
+    }
+
     /// Advancer: returns once the owner is outside any event that began
     /// before this call. Spins, then yields: an event is a few ns unless the
     /// owner is waiting for a free buffer.

@@ -10,7 +10,9 @@
 //! - `tracer`: the session lifecycle and the event path (start, advance,
 //!   stop; its module docs state the design and invariants);
 //! - `thread`, `handshake`, `buffer`, `output`, `clock`, `types`: the
-//!   machinery under it.
+//!   machinery under it;
+//! - `crash`: [`flush_for_fatal_signal`], saving the trace from the handler
+//!   of a signal that is about to kill the process.
 //!
 //! The wire format is specified in docs/FORMAT.md and coded in the
 //! `alloctrace-format` crate, which the reader shares.
@@ -23,6 +25,8 @@ mod handshake;
 mod buffer;
 #[cfg(not(loom))]
 mod clock;
+#[cfg(not(loom))]
+mod crash;
 #[cfg(not(loom))]
 pub mod events;
 #[cfg(not(loom))]
@@ -40,6 +44,8 @@ mod types;
 
 #[cfg(not(loom))]
 pub use clock::{ClockKind, COARSE_PERIOD};
+#[cfg(not(loom))]
+pub use crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
 pub use output::Output;
 #[cfg(not(loom))]

@@ -556,7 +556,8 @@ pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<crate::thre
         theirs.output.make_private();
         let _ = theirs.writer_thread.set(std::thread::current());
         theirs.writer_ready.store(true, Ordering::Release);
-        run_writer(&theirs, compression)
+        run_writer(&theirs, compression);
+        theirs.writer_done.store(true, Ordering::Release);
     })?;
     while !session.writer_ready.load(Ordering::Acquire) {
         std::thread::yield_now();

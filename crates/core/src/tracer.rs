@@ -60,6 +60,10 @@
 //!   both parities and frees its slot (thread.rs). A later event on the same
 //!   thread (another destructor freeing memory) claims a new slot.
 //! - Calls before start or after stop see generation 0 and return.
+//! - A signal about to kill the process: its handler may call
+//!   `flush_for_fatal_signal` (crash.rs), which ends the session as stop
+//!   does but with every wait bounded, and with the signalled thread's own
+//!   buffers handed over directly (it may be inside an event).
 //! - A signal handler emitting while its thread is inside the event path
 //!   finds the slot's seqlock odd; that event is counted as lost.
 //! - Calls from the snapshot callback to start/advance/stop return
@@ -93,13 +97,13 @@ use crate::types;
 /// The running session, or null. Published by start before the first
 /// generation, cleared by stop after the last handshake; events read it only
 /// inside their seqlock section with a non-zero generation.
-static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+pub(crate) static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Events lost by threads without a slot, per generation parity.
-static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+pub(crate) static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Serialises start, advance and stop (invariant 4).
-static CONTROL: Mutex<Control> = Mutex::new(Control {
+pub(crate) static CONTROL: Mutex<Control> = Mutex::new(Control {
     session: None,
     writer: None,
     advancer: None,
@@ -108,7 +112,7 @@ static CONTROL: Mutex<Control> = Mutex::new(Control {
 thread_local! {
     /// Set while this thread runs start/advance/stop, so a snapshot callback
     /// calling them gets an error instead of a self-deadlock.
-    static IN_CONTROL: Cell<bool> = const { Cell::new(false) };
+    pub(crate) static IN_CONTROL: Cell<bool> = const { Cell::new(false) };
 }
 
 /// [`CONTROL`]'s guard, held by the forking thread from the atfork prepare
@@ -173,11 +177,11 @@ extern "C" fn fork_child() {
     drop(guard);
 }
 
-struct Control {
-    session: Option<Arc<Session>>,
-    writer: Option<thread::InternalThread>,
+pub(crate) struct Control {
+    pub(crate) session: Option<Arc<Session>>,
+    pub(crate) writer: Option<thread::InternalThread>,
     /// The thread that ends over-budget generations.
-    advancer: Option<thread::InternalThread>,
+    pub(crate) advancer: Option<thread::InternalThread>,
 }
 
 /// One tracing session: its buffers and its output.
@@ -191,6 +195,9 @@ pub(crate) struct Session {
     /// Set by the writer thread once it is marked internal.
     pub(crate) writer_ready: AtomicBool,
     pub(crate) writer_thread: std::sync::OnceLock<std::thread::Thread>,
+    /// Set by the writer thread when it has written everything and returns
+    /// (a fatal-signal flush waits for it instead of joining: crash.rs).
+    pub(crate) writer_done: AtomicBool,
     /// First write error (errno), 0 if none.
     pub(crate) io_error: AtomicI32,
     /// Whether the writer thread compresses batches.
@@ -227,7 +234,7 @@ struct SessionInfo {
 impl Session {
     /// Wakes the writer thread if it sleeps. A syscall: call only when a
     /// producer has to wait for a buffer.
-    fn wake_writer(&self) {
+    pub(crate) fn wake_writer(&self) {
         if self.writer_sleeping.load(Ordering::Relaxed) {
             if let Some(t) = self.writer_thread.get() {
                 t.unpark();
@@ -403,6 +410,7 @@ pub fn start_with(
             writer_sleeping: AtomicBool::new(false),
             writer_ready: AtomicBool::new(false),
             writer_thread: std::sync::OnceLock::new(),
+            writer_done: AtomicBool::new(false),
             io_error: AtomicI32::new(0),
             compress: config.compress,
             bytes_written: AtomicU64::new(0),
@@ -652,6 +660,12 @@ fn end_generation(session: &Session, old: u64, new: u64) {
         }
         lost += slot.lost[parity].swap(0, Ordering::Relaxed);
     }
+    finish_generation(session, old, lost);
+}
+
+/// Writes the type table and the generation-end batch of `old`, whose
+/// batches are all queued, with `lost` events lost in it.
+pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     write_types(session, old);
     let end = ClockPair::now();
     let mut batch = MetaWriter::new(session, BatchKind::GenerationEnd, old);
@@ -666,7 +680,7 @@ fn end_generation(session: &Session, old: u64, new: u64) {
 /// holds only a batch header.
 ///
 /// Must not allocate: runs on the event path when a buffer fills.
-fn hand_over(session: &Session, buf: NonNull<Buffer>) {
+pub(crate) fn hand_over(session: &Session, buf: NonNull<Buffer>) {
     // SAFETY: the caller took the buffer out of its slot, so it holds it.
     let b = unsafe { &mut *buf.as_ptr() };
     if b.len == 0 {
@@ -706,7 +720,7 @@ pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
 
 /// A tracer batch (info, types, generation end, trace end) under
 /// construction, spilling into further batches of the same kind when full.
-struct MetaWriter<'a> {
+pub(crate) struct MetaWriter<'a> {
     session: &'a Session,
     kind: BatchKind,
     generation: u64,
@@ -716,7 +730,7 @@ struct MetaWriter<'a> {
 }
 
 impl<'a> MetaWriter<'a> {
-    fn new(session: &'a Session, kind: BatchKind, generation: u64) -> MetaWriter<'a> {
+    pub(crate) fn new(session: &'a Session, kind: BatchKind, generation: u64) -> MetaWriter<'a> {
         MetaWriter {
             session,
             kind,
@@ -775,7 +789,7 @@ impl<'a> MetaWriter<'a> {
     }
 
     /// Queues the batch, writing an empty one if nothing was written.
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.buf.is_none() {
             let _ = self.room(0);
         }

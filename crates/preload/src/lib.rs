@@ -11,10 +11,12 @@
 //!   posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
 //!   reallocarray, mmap, mmap64, munmap, mremap, pthread_create, execve,
 //!   execv, execvp, execvpe, fexecve, execl, execlp, execle, posix_spawn,
-//!   posix_spawnp, _exit and _Exit, and exports nothing else (a Rust
-//!   cdylib exports only `#[no_mangle]` items; execl.c's functions are
-//!   hidden and reached through exec.rs's naked exports; `make
-//!   preload-test` checks the list with `nm -D`). Exporting a `trace_*` function would hijack any
+//!   posix_spawnp, _exit and _Exit, sigaction, __sigaction, signal,
+//!   bsd_signal, ssignal, sysv_signal, __sysv_signal and sigset, and
+//!   exports nothing else (a Rust cdylib exports only `#[no_mangle]`
+//!   items; execl.c's functions are hidden and reached through exec.rs's
+//!   naked exports; `make preload-test` checks the list with `nm -D`).
+//!   Exporting a `trace_*` function would hijack any
 //!   same-named symbol of the traced program, so the shim links the core
 //!   (alloctrace-core, which has no C symbols), not the C API.
 //! - **Real functions** without recursion (real.rs): the allocator entry
@@ -48,6 +50,15 @@
 //!   environment gets the shim in LD_PRELOAD and the run's configuration,
 //!   whatever environment the program built, unless it sets
 //!   ALLOCTRACE_DISABLE.
+//! - **Fatal signals** (signals.rs): where the program's disposition of a
+//!   signal that kills (SIGSEGV, SIGABRT, SIGTERM, SIGPIPE, ...) is SIG_DFL,
+//!   the kernel holds the shim's handler, which saves the trace (the
+//!   crashing thread's buffers, then the whole session, every wait bounded:
+//!   the core's crash.rs) and lets the signal kill the process as it would
+//!   have. sigaction, signal and their relatives are interposed so the
+//!   program sees, and the kernel applies, exactly its own dispositions
+//!   otherwise. quick_exit ends the session through an at_quick_exit
+//!   handler.
 //!
 //! ## Invariants
 //!
@@ -103,10 +114,12 @@
 //! - `_exit` and `_Exit` run no atexit handler: their wrappers stop the
 //!   session first when the thread is in the program's code (not inside the
 //!   shim, e.g. a signal handler that interrupted an event) and the session
-//!   is this process's (not a vfork child's parent's). A process that ends
-//!   otherwise (a signal, a raw exit_group, _exit from inside the shim)
-//!   leaves a trace cut at the last batch the writer wrote: readable, and
-//!   reported truncated.
+//!   is this process's (not a vfork child's parent's). A process killed by
+//!   a catchable signal it left at SIG_DFL gets a complete trace from the
+//!   fatal-signal handler (signals.rs); so does quick_exit. A process that
+//!   ends otherwise (SIGKILL, a raw exit_group, _exit from inside the shim,
+//!   a stack overflow without an alternate signal stack) leaves a trace cut
+//!   at the last batch the writer wrote: readable, and reported truncated.
 //! - Bad configuration: one message on stderr, the program runs untraced,
 //!   and ALLOCTRACE_DISABLE=1 is set so its children stay quiet.
 #![warn(unsafe_op_in_unsafe_fn)]
@@ -132,6 +145,8 @@ mod maps;
 mod real;
 #[cfg(not(test))]
 mod session;
+#[cfg(not(test))]
+mod signals;
 #[cfg(not(test))]
 mod stacks;
 
@@ -179,7 +194,12 @@ extern "C" fn init(_argc: core::ffi::c_int, _argv: *const *const u8, _envp: *con
     }
     exec::init_execl();
     // A panic must not unwind into ld.so: catch it and run untraced.
-    if std::panic::catch_unwind(session::init).is_err() {
+    if std::panic::catch_unwind(|| {
+        session::init();
+        signals::init();
+    })
+    .is_err()
+    {
         real::write_stderr(b"alloctrace: internal error while starting; running untraced\n");
     }
 }
