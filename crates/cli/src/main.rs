@@ -1,8 +1,9 @@
 //! `alloctrace`: reads alloctrace traces. See docs/CLI.md.
 //!
-//! Exit codes (all commands): 0 success, 1 usage or I/O error (the file
-//! cannot be opened or read), 2 malformed trace. `check` adds 3 (truncated)
-//! and 4 (inconsistent).
+//! Exit codes of the reading commands: 0 success, 1 usage or I/O error (the
+//! file cannot be opened or read), 2 malformed trace. `check` adds 3
+//! (truncated) and 4 (inconsistent). `record` has its own (record.rs,
+//! docs/CLI.md): 2 is its usage error.
 
 #![forbid(unsafe_code)]
 
@@ -131,9 +132,16 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
-            // --help and --version are not errors; clap's own usage-error
-            // exit code (2) would collide with "malformed".
-            let code = if err.use_stderr() { 1 } else { 0 };
+            // --help and --version are not errors. A reading command's
+            // usage error exits 1 (2 means "malformed trace"); `record`'s
+            // exits 2, as usage errors do elsewhere, and never runs the
+            // program.
+            let record = std::env::args_os().nth(1).is_some_and(|a| a == "record");
+            let code = match (err.use_stderr(), record) {
+                (false, _) => 0,
+                (true, false) => 1,
+                (true, true) => 2,
+            };
             let _ = err.print();
             return ExitCode::from(code);
         }
