@@ -320,7 +320,7 @@ fn summary(trace: &Trace, read: bool) -> String {
             ),
         };
     }
-    let stats = match crate::stats::collect(&trace.path) {
+    let stats = match crate::stats::collect(&crate::Input::file(&trace.path)) {
         Ok(stats) => stats,
         Err(Failure::Malformed(err)) => return format!("{head}\n    malformed: {err}"),
         Err(Failure::Io(msg)) => return format!("{head}\n    cannot read it: {msg}"),
