@@ -93,7 +93,7 @@ pub struct Args {
     #[arg(long)]
     no_report: bool,
     /// The command to run and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
