@@ -7,13 +7,29 @@
 //! ```text
 //! UNINIT --constructor--> RUNNING --exit, exec--> STOPPED
 //!    |                       ^  \--fork (child)--> RUNNING (new file)
+//!    |                       |   \-fork, FOLLOW=0-> DISABLED
 //!    |                       \--- failed exec ---- STOPPED
-//!    \--disabled, bad value--> DISABLED     (open failed: FAILED)
+//!    \--disabled, bad value, not in ONLY, not the FOLLOW=0 root--> DISABLED
+//!                                                (open failed: FAILED)
 //! ```
 //!
 //! Every transition runs as the shim's own code (guard OWN), so the
 //! allocations of start and stop (threads, file names, the index line) are
 //! never traced.
+//!
+//! Which processes are traced (the constructor decides, per process image):
+//! all, unless ALLOCTRACE_ONLY names programs (then those whose name
+//! matches, `not_traced_here`) or ALLOCTRACE_FOLLOW=0 (then the first
+//! process, whose pid the shim writes into ALLOCTRACE_ROOT_PID for the
+//! images after it, and the programs it execs; its fork children are
+//! DISABLED). An untraced image still captures the configuration, so the
+//! exec wrappers carry it into the programs it starts.
+//!
+//! The run's index (ALLOCTRACE_INDEX, [`append_index`]) gets a line when a
+//! session starts, one when it ends (with the totals `alloctrace record`
+//! reports without reading the trace), one when a process could not be
+//! traced (with the reason in words) and one when ALLOCTRACE_ONLY leaves a
+//! process out.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::cell::Cell;
