@@ -64,8 +64,11 @@ traced() {
         -- "$@" >"$D/out" 2>"$D/err"
 }
 
-# The trace files the run listed, one per line.
-traces() { cut -f3 "$D/index"; }
+# The trace files the run listed, one per line (the index's session-start
+# lines: PID<TAB>PROGRAM<TAB>PATH; session.rs, append_index).
+traces() { awk -F'\t' '$1 ~ /^[0-9]+$/ {print $3}' "$D/index"; }
+# The pids of those lines, one per line.
+trace_pids() { awk -F'\t' '$1 ~ /^[0-9]+$/ {print $1}' "$D/index"; }
 
 # stats --json of a trace, cached next to it.
 stats_of() {
@@ -157,12 +160,12 @@ fresh fork
 traced "$BIN/prog_fork" 5
 bad_checks=$(check_all)
 n=$(traces | wc -l)
-pids=$(cut -f1 "$D/index" | sort -u | wc -l)
+pids=$(trace_pids | sort -u | wc -l)
 if [ $RC -ne 0 ] || [ "$n" != 6 ] || [ "$pids" != 6 ] || [ -n "$bad_checks" ]; then
     bad "rc=$RC, $n traces of $pids processes (want 6 of 6): $bad_checks $(head -3 "$D/err")"
 else
     problems=""
-    parent=$(head -1 "$D/index" | cut -f3)
+    parent=$(traces | head -1)
     for t in $(traces); do
         [ "$t" = "$parent" ] && continue
         frees=$(num "$t" heap_object_free)
@@ -233,7 +236,7 @@ fresh exec
 traced "$BIN/prog_exec"
 bad_checks=$(check_all)
 n=$(traces | wc -l)
-pids=$(cut -f1 "$D/index" | sort -u | wc -l)
+pids=$(trace_pids | sort -u | wc -l)
 if [ $RC -ne 0 ] || [ "$n" != 3 ] || [ "$pids" != 1 ] || [ -n "$bad_checks" ] || ! grep -q "child traced" "$D/out"; then
     bad "rc=$RC, $n traces of $pids pids (want 3 of 1), out: $(cat "$D/out") $bad_checks $(head -3 "$D/err")"
 else
@@ -535,6 +538,121 @@ if [ $r1 -eq 0 ] && [ -p "$D/f.trace" ] && grep -q "f.trace.*FIFO" "$D/err1" && 
     ok "ALLOCTRACE_OVERWRITE=1 and record --overwrite (exit $r2) with a FIFO: no hang, the FIFO left alone, the reason given: $(grep -m1 FIFO "$D/err1")"
 else
     bad "rc $r1/$r2, FIFO still there: $([ -p "$D/f.trace" ] && echo yes || echo no); $(head -2 "$D/err1" "$D/err")"
+fi
+
+# --- record ---------------------------------------------------------------
+# (issue 10, items 3, 6, 12, 13: what `record` does when the shim cannot
+# trace, signals, where traces go, --only, --no-follow, the report.)
+
+# Waits (up to $LIMIT seconds) until file $1 exists; no timing is asserted.
+wait_for() {
+    local i
+    for i in $(seq $((LIMIT * 10))); do [ -s "$1" ] && return 0; sleep 0.1; done
+    return 1
+}
+
+fresh record_untraced
+(cd "$D" && timeout "$LIMIT" "$CLI" record -o /proc/nope.%p.trace -- "$BIN/prog_churn" 0 10 >out 2>err)
+r=$?
+if [ $r -eq 125 ] && grep -q "^alloctrace: pid [0-9]* (prog_churn) was not traced: cannot create the trace file /proc/nope\.[0-9]*\.trace: No such file or directory$" "$D/err" &&
+    grep -q "^alloctrace: no trace was written; .*prog_churn exited with status 0$" "$D/err" && ! grep -q "os error\|did not load\|setuid" "$D/err" &&
+    grep -q threads "$D/out"; then
+    ok "a trace file the shim cannot create: exit 125, the report says which process and why, in words"
+else
+    bad "rc $r: $(head -5 "$D/err")"
+fi
+
+# SIGTERM, SIGINT and SIGHUP sent to record reach the program (which exits
+# 10 + N from its handler, or 3), record passes its status through, reports,
+# and leaves no index file.
+for case in TERM:15:25 INT:2:12 HUP:1:11 TERM:15:3; do
+    sig=${case%%:*} rest=${case#*:} num=${rest%%:*} want=${case##*:}
+    fresh "record_sig${sig}_$want"
+    mkdir -p "$D/tmp"
+    extra=""; [ "$want" = 3 ] && extra=3
+    (cd "$D" && TMPDIR=$D/tmp exec "$CLI" record -o s.%p.trace -- "$BIN/prog_wait" "$D/ready" $extra >out 2>err) &
+    rec=$!
+    if wait_for "$D/ready"; then kill "-$sig" $rec; fi
+    wait $rec
+    r=$?
+    prog=$(cat "$D/ready" 2>/dev/null)
+    left=$(find "$D/tmp" -type f | wc -l)
+    if [ -n "$prog" ] && kill -0 "$prog" 2>/dev/null; then kill -9 "$prog"; running=yes; else running=no; fi
+    if [ $r -eq "$want" ] && [ "$left" = 0 ] && [ $running = no ] && grep -q "^alloctrace: 1 trace written$" "$D/err" &&
+        grep -q "events in 1 generation.*complete\.$" "$D/err"; then
+        ok "SIG$sig ($num) to record: the program got it and exited $want, record exited $want, report printed, no index left"
+    else
+        bad "SIG$sig: rc $r (want $want), $left files in TMPDIR, program still running: $running; $(head -4 "$D/err")"
+    fi
+done
+
+fresh record_background
+(cd "$D" && timeout "$LIMIT" "$CLI" record -o b.%p.trace -- sh -c "'$BIN/prog_wait' '$D/ready' >/dev/null 2>&1 & while [ ! -s '$D/ready' ]; do sleep 0.05; done" >out 2>err)
+r=$?
+bg=$(cat "$D/ready" 2>/dev/null)
+[ -n "$bg" ] && kill -TERM "$bg" 2>/dev/null
+if [ $r -eq 0 ] && grep -q "^  $D/b\.$bg\(\.[0-9]*\)\?\.trace (pid $bg, prog_wait)$" "$D/err" &&
+    grep -A1 "(pid $bg, prog_wait)" "$D/err" | grep -q "still running"; then
+    ok "a background process that outlives the command is reported still running"
+else
+    bad "rc $r, background pid '$bg': $(head -6 "$D/err")"
+fi
+
+fresh record_directory
+(cd "$D" && timeout "$LIMIT" "$CLI" record -- sh -c "'$BIN/prog_churn' 0 10; '$BIN/prog_churn' 0 10" >out 2>err)
+r=$?
+dirs=$(find "$D" -maxdepth 1 -type d -name 'alloctrace-sh-*' | wc -l)
+dir=$(find "$D" -maxdepth 1 -type d -name 'alloctrace-sh-*' | head -1)
+here=$(find "$D" -maxdepth 1 -name '*.trace' | wc -l)
+inside=$(find "$dir" -name '*.trace' 2>/dev/null | wc -l)
+(cd "$D" && timeout "$LIMIT" "$CLI" record --only no-such-program -- true >/dev/null 2>err2)
+r2=$?
+empty=$(find "$D" -maxdepth 1 -type d -name 'alloctrace-true-*' | wc -l)
+if [ $r -eq 0 ] && [ "$dirs" = 1 ] && [ "$here" = 0 ] && [ "$inside" = 3 ] && grep -q "^  $dir/[0-9]*\.trace (pid" "$D/err" &&
+    [ "$("$CLI" check "$dir" 2>&1 | grep -c ': ok: ')" = 3 ] && [ $r2 -eq 125 ] && [ "$empty" = 0 ]; then
+    ok "without -o: the 3 traces in $(basename "$dir")/, none in the current directory, check reads the directory; no trace: no directory left"
+else
+    bad "rc $r, $dirs dirs, $here traces here, $inside inside; nothing traced: rc $r2, $empty dirs left; $(head -3 "$D/err")"
+fi
+
+fresh record_only
+(cd "$D" && timeout "$LIMIT" "$CLI" record --only prog_churn,nothing --only other -o o.%p.trace -- sh -c "'$BIN/prog_churn' 0 10; sh -c '$BIN/prog_churn 0 10'" >out 2>err)
+r=$?
+listed=$(grep -c "^  $D/o\.[0-9]*\.trace (pid [0-9]*, prog_churn)$" "$D/err")
+if [ $r -eq 0 ] && [ "$listed" = 2 ] && grep -q "^alloctrace: 2 traces written$" "$D/err" &&
+    grep -q "^alloctrace: 2 processes ran untraced, not named by --only prog_churn,nothing,other: sh" "$D/err" &&
+    [ "$(find "$D" -name '*.trace' | wc -l)" = 2 ]; then
+    ok "--only prog_churn: the two prog_churn traced (one a grandchild through an untraced sh), the 2 sh untraced and listed"
+else
+    bad "rc $r, $listed prog_churn traces: $(head -6 "$D/err")"
+fi
+
+fresh record_no_follow
+(cd "$D" && timeout "$LIMIT" "$CLI" record --no-follow -o n.%p.trace -- sh -c "'$BIN/prog_churn' 0 10; exec '$BIN/prog_churn' 0 10" >out 2>err)
+r=$?
+root=$(grep -o "^  $D/n\.[0-9]*\.trace (pid [0-9]*, sh)$" "$D/err" | grep -o "pid [0-9]*" | cut -d' ' -f2)
+if [ $r -eq 0 ] && [ -n "$root" ] && grep -q "^alloctrace: 2 traces written$" "$D/err" &&
+    grep -q "^  $D/n\.$root\.1\.trace (pid $root, prog_churn)$" "$D/err" && [ "$(grep -c threads "$D/out")" = 2 ]; then
+    ok "--no-follow: the command's process traced (sh, then the prog_churn it exec'd), its child prog_churn ran untraced"
+else
+    bad "rc $r, root '$root': $(head -6 "$D/err")"
+fi
+
+fresh record_report
+(cd "$D" && timeout "$LIMIT" "$CLI" record -o big.trace -- "$BIN/prog_churn" 0 300000 >/dev/null 2>err)
+r1=$?
+(cd "$D" && timeout "$LIMIT" "$CLI" record --compression none -o plain.trace -- "$BIN/prog_churn" 0 300000 >/dev/null 2>err2)
+r2=$?
+(cd "$D" && timeout "$LIMIT" "$CLI" record --no-report -o quiet.trace -- "$BIN/prog_churn" 0 10 >/dev/null 2>err3)
+r3=$?
+big=$(stat -c %s "$D/big.trace" 2>/dev/null || echo 0)
+plain=$(stat -c %s "$D/plain.trace" 2>/dev/null || echo 0)
+if [ $r1 -eq 0 ] && [ "$big" -gt $((1 << 20)) ] && grep -q "^    [0-9.]* MiB in 1 generation over [0-9.]* m\?s; complete (not read for this report: .alloctrace stats. counts its events)\.$" "$D/err" &&
+    [ $r2 -eq 0 ] && [ "$plain" -gt $((big * 3 / 2)) ] && grep -q "events in 1 generation from 1 thread; .*complete\.$" "$D/err2" &&
+    [ $r3 -eq 0 ] && [ "$(cat "$D/err3")" = "$(printf 'alloctrace: 1 trace written\n  %s (pid %s, prog_churn)' "$D/quiet.trace" "$(grep -o 'pid [0-9]*' "$D/err3" | cut -d' ' -f2)")" ]; then
+    ok "zstd by default ($big bytes vs $plain with --compression none); a trace over the report's bound summed up from the index; a small one read; --no-report lists paths only"
+else
+    bad "rc $r1/$r2/$r3, zstd $big bytes, none $plain bytes: $(head -3 "$D/err") / $(head -3 "$D/err2") / $(cat "$D/err3")"
 fi
 
 # --- real programs -----------------------------------------------------------

@@ -3,12 +3,10 @@
 //! When several apply, the first in that order wins: a malformed file says
 //! nothing reliable about the rest, and a cut-off trace explains anomalies.
 
-use std::path::Path;
-
 use serde_json::json;
 
 use crate::stats::{self, Stats};
-use crate::{print_stdout, Failure};
+use crate::{prefix, print_stdout, Failure, Input};
 
 struct Verdict {
     status: &'static str,
@@ -18,8 +16,10 @@ struct Verdict {
     offset: Option<u64>,
 }
 
-pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
-    let (verdict, stats) = match stats::collect(path) {
+/// Checks one trace; a labelled one (one of several) has its name before
+/// each message, or a `"file"` key in its JSON object.
+pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure> {
+    let (verdict, stats) = match stats::collect(input) {
         Ok(stats) => (judge(&stats), Some(stats)),
         Err(Failure::Malformed(err)) => {
             let message = format!(
@@ -63,15 +63,19 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
         {
             map.extend(summary);
         }
+        if let (Some(name), Some(map)) = (label, obj.as_object_mut()) {
+            map.insert("file".into(), serde_json::Value::from(name));
+        }
         print_stdout(&format!("{obj}\n"))?;
     } else if verdict.code == 0 {
-        print_stdout(&format!("{}\n", verdict.message))?;
+        print_stdout(&format!("{}{}\n", prefix(label), verdict.message))?;
     } else {
-        eprintln!("{}", verdict.message);
+        eprintln!("{}{}", prefix(label), verdict.message);
     }
     if let Some(s) = stats.as_ref().filter(|s| s.lost_events > 0) {
         eprintln!(
-            "warning: the writer could not record {} events (counted in generation-end batches); see lost_events in `alloctrace stats`",
+            "{}warning: the writer could not record {} events (counted in generation-end batches); see lost_events in `alloctrace stats`",
+            prefix(label),
             s.lost_events
         );
     }

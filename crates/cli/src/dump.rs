@@ -2,16 +2,24 @@
 //! tests with sscanf, so its fields and spacing are fixed (docs/CLI.md).
 
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
 
 use alloctrace_reader::{Event, EventData, Record, TypeInfo};
 
-use crate::{open, output_error, truncation_warning, Failure};
+use crate::{open, output_error, prefix, truncation_warning, Failure, Input};
 
-pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
-    let mut reader = open(path)?;
+/// Dumps one trace; a labelled one (one of several) gets a `==> NAME <==`
+/// line before its text, or a `"file"` key first in each JSON object.
+pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure> {
+    let mut reader = open(input)?;
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(256 * 1024, stdout.lock());
+    let file_key = match label {
+        Some(name) if json => format!("\"file\":{},", serde_json::Value::from(name)),
+        _ => String::new(),
+    };
+    if let (Some(name), false) = (label, json) {
+        writeln!(out, "==> {name} <==").map_err(output_error)?;
+    }
     // Print what was read before an error, then the error.
     let result = loop {
         match reader.next_record() {
@@ -24,7 +32,7 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
             }
             Ok(Some(Record::Event(event))) => {
                 let written = if json {
-                    write_json(&mut out, &event)
+                    write_json(&mut out, &file_key, &event)
                 } else {
                     write_text(&mut out, &event)
                 };
@@ -37,7 +45,7 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
     out.flush().map_err(output_error)?;
     if result.is_ok() {
         if let Some(offset) = reader.truncated() {
-            eprintln!("{}", truncation_warning(offset));
+            eprintln!("{}{}", prefix(label), truncation_warning(offset));
         }
     }
     result
@@ -93,10 +101,10 @@ fn write_text(out: &mut impl Write, e: &Event) -> io::Result<()> {
 
 /// One JSON object; written by hand because every value is a number or a
 /// fixed identifier, and dumps can have millions of lines.
-fn write_json(out: &mut impl Write, e: &Event) -> io::Result<()> {
+fn write_json(out: &mut impl Write, file_key: &str, e: &Event) -> io::Result<()> {
     write!(
         out,
-        "{{\"time_ns\":{},\"gen\":{},\"thread\":{},\"kind\":\"{}\",\"addr\":{},\"long_form\":{}",
+        "{{{file_key}\"time_ns\":{},\"gen\":{},\"thread\":{},\"kind\":\"{}\",\"addr\":{},\"long_form\":{}",
         e.time_ns,
         e.generation,
         e.thread,

@@ -1,8 +1,9 @@
 //! `alloctrace`: reads alloctrace traces. See docs/CLI.md.
 //!
-//! Exit codes (all commands): 0 success, 1 usage or I/O error (the file
-//! cannot be opened or read), 2 malformed trace. `check` adds 3 (truncated)
-//! and 4 (inconsistent).
+//! Exit codes of the reading commands: 0 success, 1 usage or I/O error (the
+//! file cannot be opened or read), 2 malformed trace. `check` adds 3
+//! (truncated) and 4 (inconsistent). `record` has its own (record.rs,
+//! docs/CLI.md): 2 is its usage error.
 
 #![forbid(unsafe_code)]
 
@@ -14,7 +15,7 @@ mod record;
 mod stats;
 
 use std::fs::File;
-use std::io::{self, BufReader, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -36,30 +37,37 @@ struct Cli {
 enum Command {
     /// Prints every event in time order, one per line, each generation's type table before its events.
     Dump {
-        /// The trace file.
-        file: PathBuf,
+        /// Trace files, directories of traces (their *.trace files), or - for standard input.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
         /// One JSON object per event instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Counts events, threads, types, live and peak heap, lost events and anomalies.
     Stats {
-        file: PathBuf,
-        /// One JSON object instead of a table.
+        /// Trace files, directories of traces (their *.trace files), or - for standard input.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// One JSON object (per trace) instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Page-tracer events: pages allocated, freed, scavenged, in use, peak, anomalies.
     Pages {
-        file: PathBuf,
-        /// One JSON object instead of a table.
+        /// Trace files, directories of traces (their *.trace files), or - for standard input.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// One JSON object (per trace) instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Checks that the trace is well formed, complete and consistent (exit 0, 2, 3 or 4).
     Check {
-        file: PathBuf,
-        /// The verdict as one JSON object.
+        /// Trace files, directories of traces (their *.trace files), or - for standard input.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// The verdict as one JSON object (per trace).
         #[arg(long)]
         json: bool,
     },
@@ -87,20 +95,159 @@ impl From<ReadError> for Failure {
     }
 }
 
-pub type Reader = TraceReader<BufReader<File>>;
+/// One trace to read: a file, or standard input (`-`).
+pub struct Input {
+    /// `None`: standard input.
+    path: Option<PathBuf>,
+}
+
+impl Input {
+    pub fn file(path: &Path) -> Input {
+        Input { path: Some(path.to_path_buf()) }
+    }
+
+    /// As the user gave it: the path, or `-`.
+    pub fn name(&self) -> String {
+        match &self.path {
+            Some(path) => path.display().to_string(),
+            None => "-".to_string(),
+        }
+    }
+
+    /// The file's size (0 for standard input or when unknown).
+    pub fn size(&self) -> u64 {
+        self.path.as_ref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len())
+    }
+}
+
+pub type Reader = TraceReader<BufReader<Box<dyn Read + Send>>>;
 
 /// Opens a trace and reads its header.
-pub fn open(path: &Path) -> Result<Reader, Failure> {
-    let file = File::open(path)
-        .map_err(|e| Failure::Io(format!("cannot open {}: {e}", path.display())))?;
-    let reader = TraceReader::new(BufReader::with_capacity(8 * 1024, file)).map_err(|e| {
+pub fn open(input: &Input) -> Result<Reader, Failure> {
+    let (source, name): (Box<dyn Read + Send>, String) = match &input.path {
+        Some(path) => (
+            Box::new(File::open(path).map_err(|e| Failure::Io(format!("cannot open {}: {e}", path.display())))?),
+            path.display().to_string(),
+        ),
+        None => (Box::new(io::stdin()), "standard input".to_string()),
+    };
+    let reader = TraceReader::new(BufReader::with_capacity(8 * 1024, source)).map_err(|e| {
         if e.is_malformed() {
             Failure::Malformed(e)
         } else {
-            Failure::Io(format!("cannot read {}: {e}", path.display()))
+            Failure::Io(format!("cannot read {name}: {e}"))
         }
     })?;
     Ok(reader)
+}
+
+/// `a` before `b` in name order, digit runs compared as numbers (`9.trace`
+/// before `10.trace`).
+fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    for (x, y) in chunks(a).iter().zip(chunks(b).iter()) {
+        let order = match (x, y) {
+            ((true, x), (true, y)) => {
+                let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+            }
+            ((_, x), (_, y)) => x.cmp(y),
+        };
+        if order.is_ne() {
+            return order;
+        }
+    }
+    chunks(a).len().cmp(&chunks(b).len()).then_with(|| a.cmp(b))
+}
+
+/// The traces named on the command line: files as given, `-` for
+/// standard input (once), a directory for its `*.trace` files in name
+/// order. The flag says whether outputs are labelled with the file's name
+/// (several traces, or any directory).
+fn expand_inputs(args: &[PathBuf]) -> Result<(Vec<Input>, bool), Failure> {
+    let mut inputs = Vec::new();
+    let mut labelled = args.len() > 1;
+    let mut stdin = false;
+    for arg in args {
+        if arg.as_os_str() == "-" {
+            if stdin {
+                return Err(Failure::Io("- (standard input) given twice".to_string()));
+            }
+            stdin = true;
+            inputs.push(Input { path: None });
+        } else if arg.is_dir() {
+            labelled = true;
+            let entries = std::fs::read_dir(arg).map_err(|e| Failure::Io(format!("cannot read {}: {e}", arg.display())))?;
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().is_file())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".trace"))
+                .collect();
+            if names.is_empty() {
+                return Err(Failure::Io(format!("{}: a directory without .trace files", arg.display())));
+            }
+            names.sort_by(|a, b| natural_order(a, b));
+            inputs.extend(names.iter().map(|n| Input::file(&arg.join(n))));
+        } else {
+            inputs.push(Input::file(arg));
+        }
+    }
+    Ok((inputs, labelled))
+}
+
+/// Runs a reading command on every input. One unlabelled input: as before,
+/// its failure is the command's. Several (or a directory): each trace in
+/// turn, labelled with its name (`label`); a trace that cannot be read
+/// says so and the others are still read; the exit code is the lowest
+/// non-zero code of any trace (1 unreadable, 2 malformed, 3 truncated, 4
+/// inconsistent), 0 if all succeeded.
+fn run_each(args: &[PathBuf], mut f: impl FnMut(&Input, Option<&str>) -> Result<(), Failure>) -> Result<(), Failure> {
+    let (inputs, labelled) = expand_inputs(args)?;
+    if !labelled {
+        return f(&inputs[0], None);
+    }
+    let mut worst: Option<u8> = None;
+    for input in &inputs {
+        let name = input.name();
+        let code = match f(input, Some(&name)) {
+            Ok(()) => 0,
+            // stdout was closed (`| head`): stop quietly.
+            Err(Failure::Verdict(0)) => return Err(Failure::Verdict(0)),
+            Err(Failure::Verdict(code)) => code,
+            Err(Failure::Io(msg)) => {
+                eprintln!("error: {msg}");
+                1
+            }
+            Err(Failure::Malformed(err)) => {
+                eprintln!("error: {name}: {err}");
+                2
+            }
+        };
+        if code != 0 {
+            worst = Some(worst.map_or(code, |w| w.min(code)));
+        }
+    }
+    match worst {
+        None => Ok(()),
+        Some(code) => Err(Failure::Verdict(code)),
+    }
+}
+
+/// `label: ` before a message about a labelled trace.
+pub fn prefix(label: Option<&str>) -> String {
+    label.map(|l| format!("{l}: ")).unwrap_or_default()
 }
 
 /// The warning every command prints for a cut-off trace.
@@ -131,18 +278,25 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
-            // --help and --version are not errors; clap's own usage-error
-            // exit code (2) would collide with "malformed".
-            let code = if err.use_stderr() { 1 } else { 0 };
+            // --help and --version are not errors. A reading command's
+            // usage error exits 1 (2 means "malformed trace"); `record`'s
+            // exits 2, as usage errors do elsewhere, and never runs the
+            // program.
+            let record = std::env::args_os().nth(1).is_some_and(|a| a == "record");
+            let code = match (err.use_stderr(), record) {
+                (false, _) => 0,
+                (true, false) => 1,
+                (true, true) => 2,
+            };
             let _ = err.print();
             return ExitCode::from(code);
         }
     };
     let result = match &cli.command {
-        Command::Dump { file, json } => dump::run(file, *json),
-        Command::Stats { file, json } => stats::run(file, *json),
-        Command::Pages { file, json } => pages::run(file, *json),
-        Command::Check { file, json } => check::run(file, *json),
+        Command::Dump { files, json } => run_each(files, |input, label| dump::run(input, *json, label)),
+        Command::Stats { files, json } => run_each(files, |input, label| stats::run(input, *json, label)),
+        Command::Pages { files, json } => run_each(files, |input, label| pages::run(input, *json, label)),
+        Command::Check { files, json } => run_each(files, |input, label| check::run(input, *json, label)),
         Command::Record(args) => record::run(args),
     };
     match result {

@@ -4,14 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 use alloctrace_format::exact_log2;
 use alloctrace_reader::{Event, EventData, GenerationInfo, Record};
 use serde_json::{json, Value};
 
 use crate::progress::Progress;
-use crate::{open, print_stdout, truncation_warning, Failure};
+use crate::{open, prefix, print_stdout, truncation_warning, Failure, Input};
 
 /// Pages in use as disjoint, non-adjacent runs of page numbers: start to
 /// end (exclusive). u128 so that a run near the top of the address space
@@ -262,8 +261,8 @@ impl PageStats {
         })
     }
 
-    pub fn to_text(&self, path: &Path, file_bytes: u64, truncated_at: Option<u64>) -> String {
-        let mut s = format!("{:<30}{} ({file_bytes} bytes)\n", "file", path.display());
+    pub fn to_text(&self, name: &str, file_bytes: u64, truncated_at: Option<u64>) -> String {
+        let mut s = format!("{:<30}{} ({file_bytes} bytes)\n", "file", name);
         let mut row = |name: &str, value: &dyn std::fmt::Display, note: &str| {
             let _ = writeln!(s, "{name:<30}{value:>14}{note}");
         };
@@ -314,9 +313,11 @@ fn saturate(v: u128) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
 }
 
-pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
-    let mut reader = open(path)?;
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+/// Prints one trace's page stats; a labelled one (one of several) gets a
+/// `"file"` key in its JSON object, or a blank line after its table.
+pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure> {
+    let mut reader = open(input)?;
+    let size = input.size();
     let mut stats = PageStats::default();
     let mut progress = Progress::new(size);
     let mut records = 0u64;
@@ -336,13 +337,21 @@ pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
     result?;
     let truncated_at = reader.truncated();
     let text = if json {
-        format!("{}\n", stats.to_json(truncated_at))
+        let mut v = stats.to_json(truncated_at);
+        if let (Some(name), Some(map)) = (label, v.as_object_mut()) {
+            map.insert("file".into(), serde_json::Value::from(name));
+        }
+        format!("{v}\n")
     } else {
-        stats.to_text(path, size.max(reader.bytes_read()), truncated_at)
+        let mut text = stats.to_text(&input.name(), size.max(reader.bytes_read()), truncated_at);
+        if label.is_some() {
+            text.push('\n');
+        }
+        text
     };
     print_stdout(&text)?;
     if let Some(offset) = truncated_at {
-        eprintln!("{}", truncation_warning(offset));
+        eprintln!("{}{}", prefix(label), truncation_warning(offset));
     }
     Ok(())
 }

@@ -1,53 +1,132 @@
-//! `alloctrace record [-o FILE] [options] -- CMD [ARGS...]`: runs CMD under
-//! the LD_PRELOAD shim (liballoctrace_preload.so), passes its exit status
-//! through, and then says on stderr where each trace went, with a
-//! one-paragraph summary per trace. See docs/CLI.md.
+//! `alloctrace record [OPTIONS] -- CMD [ARGS...]`: runs CMD under the
+//! LD_PRELOAD shim (liballoctrace_preload.so), passes its exit status
+//! through, and then says on stderr where each trace went, with a short
+//! summary per trace. See docs/CLI.md.
 //!
 //! The shim is configured through environment variables (README.md,
-//! "Tracing any program: LD_PRELOAD"); this command sets them. Every
-//! traced process (the command, its forked children, the programs they
-//! exec) appends a line `pid<TAB>program<TAB>trace path` to an index file
-//! that this command creates (ALLOCTRACE_INDEX) and reads at the end, so
-//! it reports exactly the traces of this run.
+//! "Tracing any program: LD_PRELOAD"); this command checks every option
+//! with the grammar the shim uses (the alloctrace-options crate) before
+//! anything runs, and sets the variables. Every process of the run appends
+//! lines to an index file that this command creates (ALLOCTRACE_INDEX; the
+//! line formats are documented at the shim's `append_index`): a line when
+//! a session starts, one when it ends (with the totals the report shows
+//! for traces too large to read), one for a process that could not be
+//! traced (with the reason) or that `--only` leaves untraced.
+//!
+//! Signals: SIGINT, SIGTERM and SIGHUP sent to this command by a process
+//! (`kill`) are forwarded to CMD; the same signals sent by the kernel (a
+//! terminal's Ctrl-C, a hangup) reach CMD directly, as they reach every
+//! process of the terminal's foreground group, and are not sent twice.
+//! Either way this command waits for CMD, reports and cleans up.
 
-use std::ffi::OsString;
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use alloctrace_options::{env, Clock, Compression, Families};
 
 use crate::Failure;
 
 /// The shim's file name.
 pub const SHIM: &str = "liballoctrace_preload.so";
 
+/// Exit status when no process of the run was traced (as `timeout` and
+/// `env`, a code of the tool itself; the report says why and gives CMD's
+/// own status).
+pub const NOTHING_TRACED: u8 = 125;
+
+/// How much trace the report reads to count events and heap bytes: traces
+/// are read in the order they started while their sizes add up to at most
+/// this (1 MiB for compressed traces, which hold many more events per
+/// byte); the others are summed up from the totals their shim wrote into
+/// the index. About a tenth of a second of reading at most.
+pub const REPORT_READ_BYTES: u64 = 16 << 20;
+pub const REPORT_READ_BYTES_COMPRESSED: u64 = 1 << 20;
+
 #[derive(clap::Args)]
+#[command(after_help = "\
+Where traces go: without -o, into a new directory alloctrace-CMD-N/ in the current \
+directory (CMD the command's file name, N this command's process ID), one file PID.trace per \
+traced process (PID.1.trace, ... for the programs a process execs). The directory is removed \
+again when no trace was written.
+
+Exit status: CMD's (128 + N when signal N ended it); 2 for a bad option (nothing runs); 1 when \
+the shim cannot be found or -o exists; 125 when no process of the run could be traced; 126/127 \
+when CMD cannot be run or found.")]
 pub struct Args {
     /// Trace file; %p stands for the process ID (each traced process writes
-    /// its own file), %% for a %. Default: alloctrace.%p.trace
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    /// its own file), %% for a %. Default: alloctrace-CMD-N/%p.trace (see below)
+    #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = clap::builder::TypedValueParser::try_map(clap::builder::OsStringValueParser::new(), parse_output))]
     output: Option<PathBuf>,
     /// Bytes per thread buffer, 4096 to 16M (k and m suffixes allowed).
-    #[arg(long, value_name = "N")]
-    buffer_size: Option<String>,
+    #[arg(long, value_name = "N", value_parser = |v: &str| alloctrace_options::parse_buffer_size(v.as_bytes()))]
+    buffer_size: Option<usize>,
     /// What to record: a comma-separated list of heap, mmap, stacks, all.
-    #[arg(long, value_name = "LIST")]
-    record: Option<String>,
-    /// Event clock: precise (a clock read per event) or coarse (cheaper).
-    #[arg(long, value_name = "KIND")]
-    clock: Option<String>,
-    /// Batch compression: none or zstd.
-    #[arg(long, value_name = "KIND")]
-    compression: Option<String>,
+    #[arg(long, value_name = "LIST", value_parser = |v: &str| Families::parse(v.as_bytes()))]
+    record: Option<Families>,
+    /// Event clock.
+    #[arg(long, value_name = "KIND", value_enum, default_value_t = Clock::Precise)]
+    clock: Clock,
+    /// Batch compression (zstd: about 3 to 20 times smaller traces; see README.md, "Tracing any program").
+    #[arg(long, value_name = "KIND", value_enum, default_value_t = Compression::Zstd)]
+    compression: Compression,
     /// Replace FILE if it exists (only the first process's trace; others
     /// never overwrite).
     #[arg(long)]
     overwrite: bool,
+    /// Trace only programs of this name (the file name they were started as,
+    /// or their executable's); may be repeated or comma-separated. The others
+    /// run untraced, but the programs they start are still traced if they match.
+    #[arg(long, value_name = "NAME", value_delimiter = ',', value_parser = parse_program_name)]
+    only: Vec<String>,
+    /// Trace only CMD's own process, and the programs it execs (the same
+    /// process), not its children.
+    #[arg(long)]
+    no_follow: bool,
+    /// No summary of each trace: only where the traces are, and what could not be traced.
+    #[arg(long)]
+    no_report: bool,
     /// The command to run and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+/// `-o`: the pattern's grammar (the shim's), made absolute (so a process
+/// that changes directory still writes there), not a directory, in a
+/// directory that exists.
+fn parse_output(value: OsString) -> Result<PathBuf, String> {
+    alloctrace_options::check_pattern(value.as_bytes()).map_err(str::to_string)?;
+    let plain = !value.as_bytes().contains(&b'%');
+    let path = PathBuf::from(value);
+    let path = if path.is_absolute() {
+        path
+    } else {
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?.join(path)
+    };
+    if plain && path.is_dir() {
+        return Err(format!(
+            "{} is a directory: give a file name, such as {}",
+            path.display(),
+            path.join("%p.trace").display()
+        ));
+    }
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().as_bytes().contains(&b'%') && !parent.is_dir() => {
+            Err(format!("{}: no such directory", parent.display()))
+        }
+        _ => Ok(path),
+    }
+}
+
+fn parse_program_name(value: &str) -> Result<String, String> {
+    alloctrace_options::check_program_name(value.trim().as_bytes()).map_err(str::to_string)?;
+    Ok(value.trim().to_string())
 }
 
 /// Where the shim is: $ALLOCTRACE_PRELOAD, else next to this executable,
@@ -90,25 +169,6 @@ fn create_index() -> Result<(PathBuf, File), Failure> {
     Err(Failure::Io(format!("cannot create an index file in {}", dir.display())))
 }
 
-/// One traced process, as the shim listed it.
-struct Trace {
-    pid: String,
-    program: String,
-    path: PathBuf,
-}
-
-fn read_index(file: &mut File) -> Vec<Trace> {
-    let mut text = String::new();
-    let _ = file.read_to_string(&mut text);
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.splitn(3, '\t');
-            let (pid, program, path) = (fields.next()?, fields.next()?, fields.next()?);
-            Some(Trace { pid: pid.to_string(), program: program.to_string(), path: PathBuf::from(path) })
-        })
-        .collect()
-}
-
 /// 1234567 -> "1,234,567".
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -141,10 +201,126 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", thousands(n), if n == 1 { one } else { many })
 }
 
-/// The paragraph about one trace.
-fn summary(trace: &Trace) -> String {
+/// What the index says about the run (see the shim's `append_index`).
+#[derive(Default)]
+struct Index {
+    /// Sessions in the order they started.
+    traces: Vec<Trace>,
+    /// Processes that could not be traced: pid, program, reason.
+    untraced: Vec<(String, String, String)>,
+    /// Programs `--only` left untraced: name -> processes.
+    skipped: BTreeMap<String, u64>,
+}
+
+/// One session, as the shim listed it.
+struct Trace {
+    pid: String,
+    program: String,
+    path: PathBuf,
+    end: Option<End>,
+}
+
+/// A session's `end` line.
+struct End {
+    status: String,
+    generations: u64,
+    lost: u64,
+    bytes: u64,
+    duration_ns: u64,
+}
+
+fn read_index(file: &mut File) -> Index {
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let mut index = Index::default();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.splitn(8, '\t').collect();
+        match fields[..] {
+            ["end", pid, status, generations, lost, bytes, duration, path] => {
+                let number = |s: &str| s.parse::<u64>().unwrap_or(0);
+                let path = PathBuf::from(path);
+                if let Some(t) = index.traces.iter_mut().rev().find(|t| t.pid == pid && t.path == path) {
+                    t.end = Some(End {
+                        status: status.to_string(),
+                        generations: number(generations),
+                        lost: number(lost),
+                        bytes: number(bytes),
+                        duration_ns: number(duration),
+                    });
+                }
+            }
+            ["untraced", pid, program, ref why @ ..] if !why.is_empty() => {
+                index.untraced.push((pid.to_string(), program.to_string(), why.join("\t")));
+            }
+            ["skipped", _, ref program @ ..] if !program.is_empty() => {
+                *index.skipped.entry(program.join("\t")).or_insert(0) += 1;
+            }
+            [pid, program, ref path @ ..] if !path.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) => {
+                index.traces.push(Trace {
+                    pid: pid.to_string(),
+                    program: program.to_string(),
+                    path: PathBuf::from(path.join("\t")),
+                    end: None,
+                });
+            }
+            _ => {}
+        }
+    }
+    index
+}
+
+/// Whether process `pid` still exists.
+fn alive(pid: &str) -> bool {
+    pid.parse::<i32>()
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+}
+
+/// "1.25 s", "830 ms".
+fn human_duration(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else {
+        format!("{} ms", ns / 1_000_000)
+    }
+}
+
+/// The paragraph about one trace: read whole when `read` (counts of
+/// events and heap bytes), else from the index's totals.
+fn summary(trace: &Trace, read: bool) -> String {
     let head = format!("  {} (pid {}, {})", trace.path.display(), trace.pid, trace.program);
-    let stats = match crate::stats::collect(&trace.path) {
+    let running = trace.end.is_none() && alive(&trace.pid);
+    if running {
+        return format!(
+            "{head}\n    still running: a process of the run that outlived the command; its trace is complete once it exits."
+        );
+    }
+    if let Some(end) = trace.end.as_ref().filter(|e| e.status != "ok") {
+        return format!("{head}\n    {}: the trace is cut there (`alloctrace check` says where).", end.status);
+    }
+    if !read {
+        return match &trace.end {
+            Some(end) => {
+                let mut text = format!(
+                    "{head}\n    {} in {} over {}",
+                    human_bytes(end.bytes),
+                    plural(end.generations, "generation", "generations"),
+                    human_duration(end.duration_ns)
+                );
+                if end.lost > 0 {
+                    text.push_str(&format!("; {} lost", plural(end.lost, "event", "events")));
+                }
+                text.push_str("; complete (not read for this report: `alloctrace stats` counts its events).");
+                text
+            }
+            None => format!(
+                "{head}\n    cut short: the process ended without completing its trace (killed, or it ended without running exit handlers); every complete batch is readable, `alloctrace check` says where it was cut."
+            ),
+        };
+    }
+    let stats = match crate::stats::collect(&crate::Input::file(&trace.path)) {
         Ok(stats) => stats,
         Err(Failure::Malformed(err)) => return format!("{head}\n    malformed: {err}"),
         Err(Failure::Io(msg)) => return format!("{head}\n    cannot read it: {msg}"),
@@ -175,91 +351,219 @@ fn summary(trace: &Trace) -> String {
     text
 }
 
+/// The report: where the traces are, what was not traced and why, and
+/// (unless `brief`) a summary of each trace.
+fn report(index: &Index, name: &str, status_text: &str, args: &Args, brief: bool) -> String {
+    let mut out = String::new();
+    let budget_limit =
+        if args.compression == Compression::None { REPORT_READ_BYTES } else { REPORT_READ_BYTES_COMPRESSED };
+    let mut budget = budget_limit;
+    if index.traces.is_empty() {
+        out.push_str(&format!("alloctrace: no trace was written; {name} {status_text}\n"));
+    } else {
+        out.push_str(&format!("alloctrace: {} written\n", plural(index.traces.len() as u64, "trace", "traces")));
+        for trace in &index.traces {
+            if brief {
+                out.push_str(&format!("  {} (pid {}, {})\n", trace.path.display(), trace.pid, trace.program));
+                continue;
+            }
+            let size = std::fs::metadata(&trace.path).map_or(u64::MAX, |m| m.len());
+            let read = size <= budget;
+            if read {
+                budget -= size;
+            }
+            out.push_str(&summary(trace, read));
+            out.push('\n');
+        }
+    }
+    for (pid, program, why) in &index.untraced {
+        out.push_str(&format!("alloctrace: pid {pid} ({program}) was not traced: {why}\n"));
+    }
+    if !index.skipped.is_empty() {
+        let n: u64 = index.skipped.values().sum();
+        let names: Vec<String> = index
+            .skipped
+            .iter()
+            .map(|(p, k)| if *k > 1 { format!("{p} ({k})") } else { p.clone() })
+            .collect();
+        out.push_str(&format!(
+            "alloctrace: {} untraced, not named by --only {}: {}\n",
+            plural(n, "process ran", "processes ran"),
+            args.only.join(","),
+            names.join(", ")
+        ));
+    }
+    if index.traces.is_empty() && index.untraced.is_empty() && index.skipped.is_empty() {
+        out.push_str(&format!(
+            "alloctrace: {name} did not load {SHIM}: a statically linked or setuid program ignores LD_PRELOAD\n"
+        ));
+    }
+    out
+}
+
+/// A directory of its own for the run's traces: alloctrace-CMD-PID in the
+/// current directory (-2, -3, ... if that exists), created 0700.
+fn create_run_dir(cwd: &Path, command: &OsStr) -> Result<PathBuf, Failure> {
+    let name: String = String::from_utf8_lossy(alloctrace_options::file_name(command.as_bytes()))
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._+-".contains(c) { c } else { '_' })
+        .collect();
+    let base = format!("alloctrace-{name}-{}", std::process::id());
+    for k in 1..1000 {
+        let dir = cwd.join(if k == 1 { base.clone() } else { format!("{base}-{k}") });
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Failure::Io(format!("cannot create {}: {e}", dir.display()))),
+        }
+    }
+    Err(Failure::Io(format!("cannot create a directory {base} in {}", cwd.display())))
+}
+
+/// Forwards SIGINT, SIGTERM and SIGHUP that a process sent to this command
+/// to `pid`, until `handle` is closed. Those the kernel sent (a terminal's
+/// Ctrl-C or hangup, which the whole foreground process group gets) are
+/// not forwarded: the program has its own.
+fn forward_signals(
+    mut signals: signal_hook::iterator::SignalsInfo<signal_hook::iterator::exfiltrator::WithOrigin>,
+    pid: u32,
+) {
+    use rustix::process::{kill_process, Pid, Signal};
+    use signal_hook::low_level::siginfo::Cause;
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else { return };
+    for origin in signals.forever() {
+        if origin.cause == Cause::Kernel {
+            continue;
+        }
+        let signal = match origin.signal {
+            signal_hook::consts::SIGINT => Signal::INT,
+            signal_hook::consts::SIGTERM => Signal::TERM,
+            signal_hook::consts::SIGHUP => Signal::HUP,
+            _ => continue,
+        };
+        let _ = kill_process(pid, signal);
+    }
+}
+
 pub fn run(args: &Args) -> Result<(), Failure> {
     let shim = find_shim()?;
     let cwd = std::env::current_dir().map_err(|e| Failure::Io(format!("cannot read the current directory: {e}")))?;
-    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("alloctrace.%p.trace"));
-    // Absolute, so a process that changes directory still writes here.
-    let output = if output.is_absolute() { output } else { cwd.join(output) };
-    let pattern = output.as_os_str().to_string_lossy().into_owned();
-    if !pattern.contains("%p") && output.exists() && !args.overwrite {
-        return Err(Failure::Io(format!(
-            "{} exists: choose another -o, or add --overwrite to replace it",
-            output.display()
-        )));
-    }
-    if let Some(parent) = output.parent() {
-        if !parent.is_dir() {
-            return Err(Failure::Io(format!("{}: no such directory", parent.display())));
+    let (output, run_dir) = match &args.output {
+        Some(output) => {
+            let pattern = output.as_os_str().as_bytes();
+            if !pattern.windows(2).any(|w| w == b"%p") && output.exists() && !args.overwrite {
+                return Err(Failure::Io(format!(
+                    "{} exists: choose another -o, or add --overwrite to replace it",
+                    output.display()
+                )));
+            }
+            (output.clone(), None)
         }
-    }
+        None => {
+            let dir = create_run_dir(&cwd, &args.command[0])?;
+            (dir.join("%p.trace"), Some(dir))
+        }
+    };
+    let cleanup_dir = |dir: &Option<PathBuf>| {
+        if let Some(dir) = dir {
+            // Only when empty: nothing was written.
+            let _ = std::fs::remove_dir(dir);
+        }
+    };
 
-    let (index_path, mut index) = create_index()?;
+    let (index_path, mut index) = match create_index() {
+        Ok(x) => x,
+        Err(e) => {
+            cleanup_dir(&run_dir);
+            return Err(e);
+        }
+    };
     let mut preload = shim.as_os_str().to_owned();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
         preload.push(":");
         preload.push(existing);
     }
     let mut command = Command::new(&args.command[0]);
+    command.args(&args.command[1..]).env("LD_PRELOAD", preload);
+    // Every variable the shim reads is this command's: none is inherited.
+    for name in env::ALL {
+        command.env_remove(name);
+    }
     command
-        .args(&args.command[1..])
-        .env("LD_PRELOAD", preload)
-        .env("ALLOCTRACE_OUTPUT", &output)
-        .env("ALLOCTRACE_INDEX", &index_path)
-        .env_remove("ALLOCTRACE_DISABLE");
-    match &args.buffer_size {
-        Some(size) => command.env("ALLOCTRACE_BUFFER_SIZE", size),
-        None => command.env_remove("ALLOCTRACE_BUFFER_SIZE"),
-    };
-    match &args.record {
-        Some(list) => command.env("ALLOCTRACE_RECORD", list),
-        None => command.env_remove("ALLOCTRACE_RECORD"),
-    };
-    for (name, value) in [("ALLOCTRACE_CLOCK", &args.clock), ("ALLOCTRACE_COMPRESSION", &args.compression)] {
-        match value {
-            Some(v) => command.env(name, v),
-            None => command.env_remove(name),
-        };
+        .env(env::OUTPUT, &output)
+        .env(env::INDEX, &index_path)
+        .env(env::CLOCK, args.clock.name())
+        .env(env::COMPRESSION, args.compression.name());
+    if let Some(size) = args.buffer_size {
+        command.env(env::BUFFER_SIZE, size.to_string());
+    }
+    if let Some(families) = args.record {
+        command.env(env::RECORD, families.value());
     }
     if args.overwrite {
-        command.env("ALLOCTRACE_OVERWRITE", "1");
-    } else {
-        command.env_remove("ALLOCTRACE_OVERWRITE");
+        command.env(env::OVERWRITE, "1");
+    }
+    if !args.only.is_empty() {
+        command.env(env::ONLY, args.only.join(","));
+    }
+    if args.no_follow {
+        command.env(env::FOLLOW, "0");
     }
 
     let name = args.command[0].to_string_lossy().into_owned();
-    let status = match command.status() {
-        Ok(status) => status,
+    // Registered before the program starts, so no signal sent meanwhile
+    // ends this command without its report.
+    let signals = signal_hook::iterator::SignalsInfo::<signal_hook::iterator::exfiltrator::WithOrigin>::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| Failure::Io(format!("cannot handle signals: {e}")));
+    let signals = match signals {
+        Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_file(&index_path);
+            cleanup_dir(&run_dir);
+            return Err(e);
+        }
+    };
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = std::fs::remove_file(&index_path);
+            cleanup_dir(&run_dir);
             eprintln!("error: cannot run {name}: {e}");
             // As env(1) and the shells: 127 not found, 126 not runnable.
             let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
             return Err(Failure::Verdict(code));
         }
     };
-    let traces = read_index(&mut index);
+    let handle = signals.handle();
+    let pid = child.id();
+    let forwarder = std::thread::spawn(move || forward_signals(signals, pid));
+    let status = child.wait();
+    handle.close();
+    let _ = forwarder.join();
+    let status = status.map_err(|e| Failure::Io(format!("cannot wait for {name}: {e}")));
+
+    let found = read_index(&mut index);
     let _ = std::fs::remove_file(&index_path);
-
-    let mut report = String::new();
-    if traces.is_empty() {
-        report.push_str(&format!(
-            "alloctrace: no trace was written: {name} did not load {SHIM} (a statically linked or setuid program ignores LD_PRELOAD), or the shim said why on stderr\n"
-        ));
-    } else {
-        report.push_str(&format!("alloctrace: {} written\n", plural(traces.len() as u64, "trace", "traces")));
-        for trace in &traces {
-            report.push_str(&summary(trace));
-            report.push('\n');
-        }
-    }
-    eprint!("{report}");
-
+    let status = status?;
     let code = match (status.code(), status.signal()) {
         (Some(code), _) => code,
         (None, Some(signal)) => 128 + signal,
         (None, None) => 1,
     };
+    let status_text = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was ended by signal {signal}"),
+        (None, None) => "ended".to_string(),
+    };
+    eprint!("{}", report(&found, &name, &status_text, args, args.no_report));
+    if found.traces.is_empty() {
+        cleanup_dir(&run_dir);
+        return Err(Failure::Verdict(NOTHING_TRACED));
+    }
     match code {
         0 => Ok(()),
         code => Err(Failure::Verdict(u8::try_from(code).unwrap_or(255))),
@@ -286,12 +590,25 @@ mod tests {
     #[test]
     fn index_lines() {
         let (path, mut file) = create_index().map_err(|_| "index").unwrap();
-        std::fs::write(&path, "12\tsh\t/tmp/a.12.trace\n13\tmy prog\t/tmp/dir with\ttab/b.trace\nbad line\n").unwrap();
-        let traces = read_index(&mut file);
+        std::fs::write(
+            &path,
+            "12\tsh\t/tmp/a.12.trace\n13\tmy prog\t/tmp/dir with\ttab/b.trace\nbad line\n\
+             end\t12\tok\t2\t5\t4096\t1500000\t/tmp/a.12.trace\n\
+             untraced\t14\tcat\tcannot create the trace file /proc/x: No such file or directory\n\
+             skipped\t15\tbash\nskipped\t16\tbash\nskipped\t17\tenv\n",
+        )
+        .unwrap();
+        let index = read_index(&mut file);
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(traces.len(), 2);
-        assert_eq!(traces[0].pid, "12");
-        assert_eq!(traces[1].program, "my prog");
-        assert_eq!(traces[1].path, PathBuf::from("/tmp/dir with\ttab/b.trace"));
+        assert_eq!(index.traces.len(), 2);
+        assert_eq!(index.traces[0].pid, "12");
+        let end = index.traces[0].end.as_ref().unwrap();
+        assert_eq!((end.status.as_str(), end.generations, end.lost, end.bytes, end.duration_ns), ("ok", 2, 5, 4096, 1500000));
+        assert!(index.traces[1].end.is_none());
+        assert_eq!(index.traces[1].program, "my prog");
+        assert_eq!(index.traces[1].path, PathBuf::from("/tmp/dir with\ttab/b.trace"));
+        assert_eq!(index.untraced, vec![("14".to_string(), "cat".to_string(), "cannot create the trace file /proc/x: No such file or directory".to_string())]);
+        assert_eq!(index.skipped.get("bash"), Some(&2));
+        assert_eq!(index.skipped.get("env"), Some(&1));
     }
 }

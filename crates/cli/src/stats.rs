@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::hash::BuildHasher as _;
-use std::path::Path;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::{self, JoinHandle};
 
@@ -22,7 +21,7 @@ use serde_json::{json, Value};
 
 use crate::pages::PageStats;
 use crate::progress::Progress;
-use crate::{open, print_stdout, truncation_warning, Failure, Reader};
+use crate::{open, prefix, print_stdout, truncation_warning, Failure, Input, Reader};
 
 /// Live map of one address space (heap objects, spans or stacks): address
 /// to the size recorded at allocation. FxHash: one lookup per event, and
@@ -630,8 +629,8 @@ impl Stats {
     }
 
     /// A two-column table: names left, numbers right-aligned.
-    pub fn to_text(&self, path: &Path) -> String {
-        let mut s = format!("{:<22}{} ({} bytes)\n", "file", path.display(), self.bytes);
+    pub fn to_text(&self, name: &str) -> String {
+        let mut s = format!("{:<22}{} ({} bytes)\n", "file", name, self.bytes);
         let mut row = |name: &str, value: &dyn std::fmt::Display, note: &str| {
             let _ = writeln!(s, "{name:<22}{value:>14}{note}");
         };
@@ -687,9 +686,9 @@ fn timed(e: &Event, clock: &Clock) -> Event {
 
 /// Reads the whole trace into a [`Stats`]. Fails on a malformed trace or an
 /// I/O error.
-pub fn collect(path: &Path) -> Result<Stats, Failure> {
-    let mut reader = open(path)?;
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+pub fn collect(input: &Input) -> Result<Stats, Failure> {
+    let mut reader = open(input)?;
+    let size = input.size();
     let mut stats = Stats::new(size);
     let mut reading = Reading {
         feed: Feed::start()?,
@@ -753,16 +752,26 @@ pub fn collect(path: &Path) -> Result<Stats, Failure> {
     Ok(stats)
 }
 
-pub fn run(path: &Path, json: bool) -> Result<(), Failure> {
-    let stats = collect(path)?;
+/// Prints one trace's stats; a labelled one (one of several) gets a
+/// `"file"` key in its JSON object, or a blank line after its table.
+pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure> {
+    let stats = collect(input)?;
     let text = if json {
-        format!("{}\n", stats.to_json())
+        let mut v = stats.to_json();
+        if let (Some(name), Some(map)) = (label, v.as_object_mut()) {
+            map.insert("file".into(), Value::from(name));
+        }
+        format!("{v}\n")
     } else {
-        stats.to_text(path)
+        let mut text = stats.to_text(&input.name());
+        if label.is_some() {
+            text.push('\n');
+        }
+        text
     };
     print_stdout(&text)?;
     if let Some(offset) = stats.truncated_at {
-        eprintln!("{}", truncation_warning(offset));
+        eprintln!("{}{}", prefix(label), truncation_warning(offset));
     }
     Ok(())
 }

@@ -774,3 +774,140 @@ fn stats_counts_what_dump_hands_out() {
     assert_eq!(code, 4, "{err}");
     assert!(err.contains(&format!("first anomaly: {first}")), "{err}\nwant {first}");
 }
+
+/// Every bad `record` option is refused by the CLI with exit 2 and a usage
+/// message, and the program never starts (it would create the marker).
+#[test]
+fn record_refuses_bad_options_before_running_anything() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("record-options-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("marker");
+    let dir_arg = dir.to_str().unwrap().to_string();
+    let missing = format!("{dir_arg}/no-such-dir/x.trace");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--clock", "x"], "invalid value 'x' for '--clock <KIND>'"),
+        (vec!["--compression", "lz4"], "invalid value 'lz4' for '--compression <KIND>'"),
+        (vec!["--record", "bogus"], "unknown family"),
+        (vec!["--buffer-size", "1"], "not a buffer size"),
+        (vec!["--buffer-size", "17m"], "not a buffer size"),
+        (vec!["-o", "x.%d.trace"], "unknown % escape"),
+        (vec!["-o", "out/"], "names a directory"),
+        (vec!["-o", &dir_arg], "is a directory"),
+        (vec!["-o", &missing], "no such directory"),
+        (vec!["--only", "/usr/bin/python3"], "a program name has no '/'"),
+        (vec!["--only", "a,,b"], "empty program name"),
+        (vec!["--no-such-option"], "unexpected argument"),
+    ];
+    for (opts, needle) in cases {
+        let mut args = vec!["record"];
+        args.extend(&opts);
+        args.extend(["--", "touch", marker.to_str().unwrap()]);
+        let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+            .args(&args)
+            .current_dir(&dir)
+            // A shim that exists, so only the option can stop the run.
+            .env("ALLOCTRACE_PRELOAD", "/dev/null")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opts:?}: {err}");
+        assert!(err.contains(needle), "{opts:?}: {err}");
+        assert!(err.contains("Usage: alloctrace record") || err.contains("--help"), "{opts:?}: {err}");
+        assert!(!marker.exists(), "{opts:?} ran the program");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn output_of(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or(b"")).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `-` reads the trace from standard input, with the same results.
+#[test]
+fn reading_commands_read_standard_input() {
+    let bytes = sample_trace();
+    let path = trace_file(&bytes);
+    for cmd in ["dump", "stats", "pages", "check"] {
+        let from_file = output_of(&[cmd, "--json", path.to_str().unwrap()], None);
+        let from_stdin = output_of(&[cmd, "--json", "-"], Some(&bytes));
+        assert_eq!(from_file, from_stdin, "{cmd}");
+        assert_eq!(from_file.0, 0, "{cmd}: {}", from_file.2);
+    }
+    let (code, _, err) = output_of(&["check", "-", "-"], Some(&bytes));
+    assert_eq!(code, 1, "{err}");
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Several traces and directories: one section or JSON object per trace,
+/// labelled with its name; the exit code is the lowest non-zero one.
+#[test]
+fn reading_commands_take_several_traces_and_directories() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("run-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // 10.trace sorts after 9.trace; other files are left out.
+    std::fs::write(dir.join("10.trace"), sample_without_end()).unwrap();
+    std::fs::write(dir.join("9.trace"), sample_trace()).unwrap();
+    std::fs::write(dir.join("notes.txt"), b"not a trace").unwrap();
+    let d = dir.to_str().unwrap();
+    let (nine, ten) = (format!("{d}/9.trace"), format!("{d}/10.trace"));
+
+    let (code, out, err) = output_of(&["stats", "--json", d], None);
+    assert_eq!(code, 0, "{err}");
+    let objects: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(objects.len(), 2);
+    assert_eq!(objects[0]["file"], json!(nine));
+    assert_eq!(objects[1]["file"], json!(ten));
+    assert_eq!(objects[0]["truncated"], json!(false));
+    assert_eq!(objects[1]["truncated"], json!(true));
+    assert!(err.starts_with(&format!("{ten}: {WARNING_PREFIX}")), "{err}");
+
+    let (code, out, _) = output_of(&["dump", &nine, &nine], None);
+    assert_eq!(code, 0);
+    assert_eq!(out, format!("==> {nine} <==\n{SAMPLE_DUMP}==> {nine} <==\n{SAMPLE_DUMP}"));
+    let (code, out, _) = output_of(&["dump", "--json", &nine], None);
+    assert_eq!(code, 0);
+    assert!(!out.contains("\"file\""), "one file: unlabelled");
+    let (_, out, _) = output_of(&["dump", "--json", d], None);
+    let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["file"], json!(nine));
+
+    let (code, out, err) = output_of(&["check", d], None);
+    assert_eq!(code, 3, "{err}");
+    assert!(out.starts_with(&format!("{nine}: ok: 13 events")), "{out}");
+    assert!(err.contains(&format!("{ten}: truncated:")), "{err}");
+    let (code, out, _) = output_of(&["check", "--json", &nine, &ten], None);
+    assert_eq!(code, 3);
+    let verdicts: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((verdicts[0]["status"].clone(), verdicts[1]["status"].clone()), (json!("ok"), json!("truncated")));
+    // A missing file (1) comes before a truncated one (3).
+    let (code, _, err) = output_of(&["check", d, &format!("{d}/missing.trace")], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot open"), "{err}");
+    let (code, out, _) = output_of(&["pages", "--json", d], None);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 2);
+
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, _, err) = output_of(&["stats", empty.to_str().unwrap()], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("without .trace files"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -54,5 +54,8 @@ pub use tracer::{
     DEFAULT_GENERATION_BYTES, MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
 };
 
+#[cfg(not(loom))]
+pub use tracer::{written_totals, WrittenTotals};
+
 #[cfg(loom)]
 pub use handshake::{heavy_barrier, SeqLock};

@@ -674,6 +674,7 @@ pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     batch.varint(end.mono_ns);
     batch.varint(lost);
     batch.finish();
+    count_generation_end(lost);
 }
 
 /// Seals a buffer and queues it for the writer, or recycles it when it
@@ -1245,6 +1246,37 @@ impl Drop for KeepErrno {
 pub struct SessionStats {
     pub buffers_mapped: usize,
     pub producer_waits: usize,
+}
+
+/// Generation-end batches this process has written, over all its
+/// sessions, and the events they counted as lost (see [`written_totals`]).
+static WRITTEN_GENERATIONS: AtomicU64 = AtomicU64::new(0);
+static WRITTEN_LOST: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one generation-end batch (end_generation, under CONTROL).
+fn count_generation_end(lost: u64) {
+    WRITTEN_GENERATIONS.fetch_add(1, Ordering::Relaxed);
+    WRITTEN_LOST.fetch_add(lost, Ordering::Relaxed);
+}
+
+/// What this process's sessions have written so far: generations
+/// completed and the events their generation-end batches count as lost.
+/// Monotonic over the process's life (a forked child starts from its
+/// parent's counts): take it when a session starts and when `stop`
+/// returns, and subtract, to get the session's totals without reading its
+/// trace (the LD_PRELOAD shim reports them this way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WrittenTotals {
+    pub generations: u64,
+    pub lost_events: u64,
+}
+
+/// See [`WrittenTotals`].
+pub fn written_totals() -> WrittenTotals {
+    WrittenTotals {
+        generations: WRITTEN_GENERATIONS.load(Ordering::Relaxed),
+        lost_events: WRITTEN_LOST.load(Ordering::Relaxed),
+    }
 }
 
 /// Statistics of the running session, if any.

@@ -10,25 +10,35 @@
 //! | `ALLOCTRACE_COMPRESSION` | `none` | `none` or `zstd` (batches compressed by the writer thread) |
 //! | `ALLOCTRACE_OVERWRITE` | `0` | `1`: the first process may replace an existing file |
 //! | `ALLOCTRACE_DISABLE` | unset | set (not `0`): the shim does nothing |
-//! | `ALLOCTRACE_INDEX` | unset | a file to append `pid<TAB>name<TAB>trace path` lines to (`alloctrace record` sets it) |
+//! | `ALLOCTRACE_INDEX` | unset | a file to append a line to per process (traced, untraced and why, session totals; session.rs, `write_index`); `alloctrace record` sets it |
+//! | `ALLOCTRACE_ONLY` | unset | comma-separated program names: only processes started as one of them (or whose executable has that file name) are traced; the others run untraced, their children are still followed |
+//! | `ALLOCTRACE_FOLLOW` | `1` | `0`: trace only the first process and the programs it execs (same pid), not its children |
+//! | `ALLOCTRACE_ROOT_PID` | unset | with FOLLOW=0, set by the first process's shim to its pid (leave it unset) |
+//!
+//! The grammar of every value is the alloctrace-options crate's, which
+//! `alloctrace record` checks its options with.
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 
-pub const OUTPUT: &str = "ALLOCTRACE_OUTPUT";
-pub const BUFFER_SIZE: &str = "ALLOCTRACE_BUFFER_SIZE";
-pub const RECORD: &str = "ALLOCTRACE_RECORD";
-pub const CLOCK: &str = "ALLOCTRACE_CLOCK";
-pub const COMPRESSION: &str = "ALLOCTRACE_COMPRESSION";
-pub const OVERWRITE: &str = "ALLOCTRACE_OVERWRITE";
-pub const DISABLE: &str = "ALLOCTRACE_DISABLE";
-pub const INDEX: &str = "ALLOCTRACE_INDEX";
+pub use alloctrace_options::env::{
+    BUFFER_SIZE, CLOCK, COMPRESSION, DISABLE, FOLLOW, INDEX, ONLY, OUTPUT, OVERWRITE, RECORD, ROOT_PID,
+};
+pub use alloctrace_options::{expand, with_suffix, DEFAULT_PATTERN};
+#[cfg(test)]
+use alloctrace_options::parse_size;
+use alloctrace_options::{Clock, Compression, Families};
+
+// The options crate states the core's limits for the CLI, which does not
+// link the core: they must be the core's.
+const _: () = assert!(alloctrace_options::MIN_BUFFER_SIZE == alloctrace_core::MIN_BUFFER_SIZE);
+const _: () = assert!(alloctrace_options::MAX_BUFFER_SIZE == alloctrace_core::MAX_BUFFER_SIZE);
+const _: () = assert!(alloctrace_options::DEFAULT_BUFFER_SIZE == alloctrace_core::DEFAULT_BUFFER_SIZE);
 
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
-pub const CARRIED: [&str; 8] = ["LD_PRELOAD", OUTPUT, BUFFER_SIZE, RECORD, CLOCK, COMPRESSION, INDEX, DISABLE];
-
-pub const DEFAULT_PATTERN: &str = "alloctrace.%p.trace";
+pub const CARRIED: [&str; 11] =
+    ["LD_PRELOAD", OUTPUT, BUFFER_SIZE, RECORD, CLOCK, COMPRESSION, INDEX, DISABLE, ONLY, FOLLOW, ROOT_PID];
 
 /// What the environment asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +55,13 @@ pub struct Settings {
     pub compress: bool,
     pub overwrite: bool,
     pub index: Option<CString>,
+    /// Trace only programs of these names (empty: all).
+    pub only: Vec<Vec<u8>>,
+    /// Trace forked children (ALLOCTRACE_FOLLOW unset or 1).
+    pub follow: bool,
+    /// With `follow` off: the process whose images are traced (unset: this
+    /// one, the first).
+    pub root_pid: Option<i32>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -63,6 +80,7 @@ pub fn from_env() -> Parsed {
 }
 
 /// Parses the configuration from `get` (the environment, or a test's map).
+/// The grammar of each value is alloctrace-options' (the CLI's too).
 pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
     let value = |name: &str| get(name).map(|v| v.as_bytes().to_vec());
     if let Some(v) = value(DISABLE) {
@@ -70,152 +88,65 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
             return Parsed::Disabled;
         }
     }
-    let pattern = match value(OUTPUT) {
-        None => DEFAULT_PATTERN.as_bytes().to_vec(),
-        Some(p) => match check_pattern(&p) {
-            Ok(()) => p,
-            Err(why) => return bad(OUTPUT, &p, why),
-        },
-    };
-    let buffer_size = match value(BUFFER_SIZE) {
-        None => alloctrace_core::DEFAULT_BUFFER_SIZE,
-        Some(v) => match parse_size(&v) {
-            Some(n) if (alloctrace_core::MIN_BUFFER_SIZE..=alloctrace_core::MAX_BUFFER_SIZE).contains(&n) => n,
-            _ => {
-                return bad(
-                    BUFFER_SIZE,
-                    &v,
-                    "not a buffer size: use bytes from 4096 to 16777216, with an optional k (KiB) or m (MiB) suffix",
-                )
+    macro_rules! field {
+        ($name:expr, $default:expr, $parse:expr) => {
+            match value($name) {
+                None => $default,
+                Some(v) => match $parse(&v) {
+                    Ok(x) => x,
+                    Err(why) => return bad($name, &v, why),
+                },
             }
-        },
-    };
-    let (mut heap, mut mmap, mut stacks) = (true, true, true);
-    if let Some(v) = value(RECORD) {
-        (heap, mmap, stacks) = (false, false, false);
-        let list = String::from_utf8_lossy(&v).to_string();
-        if list.trim().is_empty() {
-            return bad(RECORD, &v, "empty: name one or more of heap, mmap, stacks, all (comma-separated)");
-        }
-        for family in list.split(',').map(str::trim) {
-            match family {
-                "heap" => heap = true,
-                "mmap" => mmap = true,
-                "stacks" => stacks = true,
-                "all" => (heap, mmap, stacks) = (true, true, true),
-                _ => {
-                    return bad(
-                        RECORD,
-                        &v,
-                        "unknown family: name one or more of heap, mmap, stacks, all (comma-separated)",
-                    )
-                }
-            }
-        }
+        };
     }
-    let coarse_clock = match value(CLOCK).as_deref() {
-        None | Some(b"precise") => false,
-        Some(b"coarse") => true,
-        Some(v) => return bad(CLOCK, v, "use precise (a clock read per event) or coarse"),
+    let pattern = field!(OUTPUT, DEFAULT_PATTERN.as_bytes().to_vec(), |p: &Vec<u8>| {
+        alloctrace_options::check_pattern(p).map(|()| p.clone())
+    });
+    let buffer_size = field!(BUFFER_SIZE, alloctrace_core::DEFAULT_BUFFER_SIZE, |v: &Vec<u8>| {
+        alloctrace_options::parse_buffer_size(v)
+    });
+    let families = field!(RECORD, Families::ALL, |v: &Vec<u8>| Families::parse(v));
+    let clock = field!(CLOCK, Clock::Precise, |v: &Vec<u8>| Clock::parse(v));
+    let compression = field!(COMPRESSION, Compression::None, |v: &Vec<u8>| Compression::parse(v));
+    let overwrite = field!(OVERWRITE, false, |v: &Vec<u8>| alloctrace_options::parse_flag(v)
+        .map_err(|_| "use 1 (replace an existing trace file) or 0"));
+    let only = match value(ONLY) {
+        None => Vec::new(),
+        Some(v) if v.is_empty() => Vec::new(),
+        Some(v) => match alloctrace_options::parse_only(&v) {
+            Ok(names) => names,
+            Err(why) => return bad(ONLY, &v, why),
+        },
     };
-    let compress = match value(COMPRESSION).as_deref() {
-        None | Some(b"none") => false,
-        Some(b"zstd") => true,
-        Some(v) => return bad(COMPRESSION, v, "use none or zstd"),
-    };
-    let overwrite = match value(OVERWRITE).as_deref() {
-        None | Some(b"") | Some(b"0") => false,
-        Some(b"1") => true,
-        Some(v) => return bad(OVERWRITE, v, "use 1 (replace an existing trace file) or 0"),
-    };
+    let follow = field!(FOLLOW, true, |v: &Vec<u8>| match &v[..] {
+        b"" => Ok(true),
+        _ => alloctrace_options::parse_flag(v).map_err(|_| "use 0 (trace only the first process, not its children) or 1"),
+    });
+    let root_pid = field!(ROOT_PID, None, |v: &Vec<u8>| std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse::<i32>().ok())
+        .filter(|&p| p > 0)
+        .map(Some)
+        .ok_or("not a process ID (the shim sets it; leave it unset)"));
     let index = value(INDEX).filter(|v| !v.is_empty()).and_then(|v| CString::new(v).ok());
-    Parsed::Ok(Settings { pattern, buffer_size, heap, mmap, stacks, coarse_clock, compress, overwrite, index })
+    Parsed::Ok(Settings {
+        pattern,
+        buffer_size,
+        heap: families.heap,
+        mmap: families.mmap,
+        stacks: families.stacks,
+        coarse_clock: clock == Clock::Coarse,
+        compress: compression == Compression::Zstd,
+        overwrite,
+        index,
+        only,
+        follow,
+        root_pid,
+    })
 }
 
 fn bad(name: &str, value: &[u8], why: &str) -> Parsed {
     Parsed::Bad(format!("{name}=\"{}\": {why}", String::from_utf8_lossy(value).escape_debug()))
-}
-
-fn check_pattern(p: &[u8]) -> Result<(), &'static str> {
-    if p.is_empty() {
-        return Err("empty: give a file name; %p stands for the process ID");
-    }
-    if p.contains(&0) || p.contains(&b'\n') {
-        return Err("contains a NUL or a line break");
-    }
-    let mut i = 0;
-    while i < p.len() {
-        if p[i] == b'%' {
-            match p.get(i + 1) {
-                Some(b'p') | Some(b'%') => i += 1,
-                _ => return Err("unknown % escape: use %p for the process ID and %% for a %"),
-            }
-        }
-        i += 1;
-    }
-    if p.ends_with(b"/") {
-        return Err("names a directory: give a file name; %p stands for the process ID");
-    }
-    Ok(())
-}
-
-/// Bytes, with an optional k (KiB) or m (MiB) suffix.
-pub fn parse_size(v: &[u8]) -> Option<usize> {
-    let s = std::str::from_utf8(v).ok()?.trim();
-    let (digits, unit) = match s.as_bytes().last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
-        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
-        _ => (s, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<usize>().ok()?.checked_mul(unit)
-}
-
-/// The pattern with `%p` replaced by `pid` and `%%` by `%`.
-pub fn expand(pattern: &[u8], pid: u32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(pattern.len() + 10);
-    let mut i = 0;
-    while i < pattern.len() {
-        match (pattern[i], pattern.get(i + 1)) {
-            (b'%', Some(b'p')) => {
-                out.extend_from_slice(pid.to_string().as_bytes());
-                i += 2;
-            }
-            (b'%', Some(b'%')) => {
-                out.push(b'%');
-                i += 2;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// The `k`-th alternative to `name` when it exists already: `.k` before the
-/// extension of the last path component (`out.trace` -> `out.1.trace`), or
-/// at the end when it has none.
-pub fn with_suffix(name: &[u8], k: u32) -> Vec<u8> {
-    let file_start = name.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
-    let dot = name[file_start..].iter().rposition(|&c| c == b'.').filter(|&d| d > 0).map(|d| file_start + d);
-    let suffix = format!(".{k}");
-    let mut out = Vec::with_capacity(name.len() + suffix.len());
-    match dot {
-        Some(d) => {
-            out.extend_from_slice(&name[..d]);
-            out.extend_from_slice(suffix.as_bytes());
-            out.extend_from_slice(&name[d..]);
-        }
-        None => {
-            out.extend_from_slice(name);
-            out.extend_from_slice(suffix.as_bytes());
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -290,10 +221,25 @@ mod tests {
             (vec![(OVERWRITE, "yes")], "ALLOCTRACE_OVERWRITE"),
             (vec![(CLOCK, "fast")], "ALLOCTRACE_CLOCK=\"fast\": use precise"),
             (vec![(COMPRESSION, "gzip")], "ALLOCTRACE_COMPRESSION"),
+            (vec![(ONLY, "/usr/bin/python3")], "ALLOCTRACE_ONLY=\"/usr/bin/python3\": a program name has no '/'"),
+            (vec![(ONLY, "a,,b")], "ALLOCTRACE_ONLY"),
+            (vec![(FOLLOW, "no")], "ALLOCTRACE_FOLLOW"),
+            (vec![(ROOT_PID, "x")], "ALLOCTRACE_ROOT_PID"),
         ] {
             let msg = bad_message(&vars);
             assert!(msg.contains(needle), "{vars:?}: {msg}");
         }
+    }
+
+    #[test]
+    fn only_and_follow() {
+        let s = ok(&[]);
+        assert!(s.only.is_empty() && s.follow && s.root_pid.is_none());
+        let s = ok(&[(ONLY, "python3,sh"), (FOLLOW, "0"), (ROOT_PID, "42")]);
+        assert_eq!(s.only, vec![b"python3".to_vec(), b"sh".to_vec()]);
+        assert!(!s.follow);
+        assert_eq!(s.root_pid, Some(42));
+        assert!(ok(&[(FOLLOW, "1"), (ONLY, "")]).follow);
     }
 
     #[test]

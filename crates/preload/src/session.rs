@@ -7,13 +7,29 @@
 //! ```text
 //! UNINIT --constructor--> RUNNING --exit, exec--> STOPPED
 //!    |                       ^  \--fork (child)--> RUNNING (new file)
+//!    |                       |   \-fork, FOLLOW=0-> DISABLED
 //!    |                       \--- failed exec ---- STOPPED
-//!    \--disabled, bad value--> DISABLED     (open failed: FAILED)
+//!    \--disabled, bad value, not in ONLY, not the FOLLOW=0 root--> DISABLED
+//!                                                (open failed: FAILED)
 //! ```
 //!
 //! Every transition runs as the shim's own code (guard OWN), so the
 //! allocations of start and stop (threads, file names, the index line) are
 //! never traced.
+//!
+//! Which processes are traced (the constructor decides, per process image):
+//! all, unless ALLOCTRACE_ONLY names programs (then those whose name
+//! matches, `not_traced_here`) or ALLOCTRACE_FOLLOW=0 (then the first
+//! process, whose pid the shim writes into ALLOCTRACE_ROOT_PID for the
+//! images after it, and the programs it execs; its fork children are
+//! DISABLED). An untraced image still captures the configuration, so the
+//! exec wrappers carry it into the programs it starts.
+//!
+//! The run's index (ALLOCTRACE_INDEX, [`append_index`]) gets a line when a
+//! session starts, one when it ends (with the totals `alloctrace record`
+//! reports without reading the trace), one when a process could not be
+//! traced (with the reason in words) and one when ALLOCTRACE_ONLY leaves a
+//! process out.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::cell::Cell;
@@ -88,13 +104,18 @@ pub fn init() {
             return;
         }
         crate::real::resolve_all();
-        let settings = match config::from_env() {
+        let mut settings = match config::from_env() {
             Parsed::Disabled => {
                 LIFECYCLE.store(DISABLED, Ordering::Release);
                 return;
             }
             Parsed::Bad(why) => {
                 message(&format!("{why}; running untraced"));
+                if let Some(index) = std::env::var_os(config::INDEX).and_then(|v| CString::new(v.as_bytes()).ok()) {
+                    // SAFETY: getpid has no preconditions.
+                    let pid = unsafe { libc::getpid() };
+                    untraced_line(&index, pid, &why);
+                }
                 LIFECYCLE.store(DISABLED, Ordering::Release);
                 // Children inherit the environment, bad value included:
                 // they stay untraced and silent, so the message shows once.
@@ -108,7 +129,24 @@ pub fn init() {
             // exec'd program must never truncate a trace of this run.
             std::env::remove_var(config::OVERWRITE);
         }
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        if !settings.follow && settings.root_pid.is_none() {
+            // The first process of a run that follows no children: its pid
+            // marks the images to trace (this one and what it execs).
+            std::env::set_var(config::ROOT_PID, pid.to_string());
+            settings.root_pid = Some(pid);
+        }
         crate::exec::capture_environment();
+        if let Some(why) = not_traced_here(&settings, pid) {
+            // Untraced, but the exec wrappers still carry the configuration,
+            // so the programs this one starts are traced if they match.
+            if let (Some(index), Some(program)) = (&settings.index, why) {
+                append_index(index, &[b"skipped\t", pid.to_string().as_bytes(), b"\t", &clean(&program)].concat());
+            }
+            LIFECYCLE.store(DISABLED, Ordering::Release);
+            return;
+        }
         HEAP.store(settings.heap, Ordering::Relaxed);
         MMAP.store(settings.mmap, Ordering::Relaxed);
         STACKS.store(settings.stacks, Ordering::Relaxed);
@@ -123,6 +161,39 @@ pub fn init() {
             unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
         }
     });
+}
+
+/// Whether this process image is left untraced by ALLOCTRACE_ONLY or
+/// ALLOCTRACE_FOLLOW=0: `None` to trace it; `Some(Some(name))` when its
+/// name is not in ALLOCTRACE_ONLY (it gets a `skipped` index line);
+/// `Some(None)` when it is not the first process of a run that follows no
+/// children.
+///
+/// The names ALLOCTRACE_ONLY is matched against: the name the program was
+/// started as (the file name of its argv\[0\]) and its executable's file
+/// name (/proc/self/exe), so `python3` matches a python3 started through
+/// a symbolic link to python3.12, and a script matches by its
+/// interpreter's name (a `#!/bin/sh` script is `sh`).
+fn not_traced_here(s: &Settings, pid: i32) -> Option<Option<Vec<u8>>> {
+    if !s.follow && s.root_pid != Some(pid) {
+        return Some(None);
+    }
+    if s.only.is_empty() {
+        return None;
+    }
+    let started_as = program_name();
+    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default();
+    let exe_name = alloctrace_options::file_name(&exe);
+    if alloctrace_options::only_matches(&s.only, &[&started_as, exe_name]) {
+        return None;
+    }
+    let mut name = started_as.clone();
+    if exe_name != &started_as[..] && !exe_name.is_empty() {
+        name.extend_from_slice(b" (");
+        name.extend_from_slice(exe_name);
+        name.push(b')');
+    }
+    Some(Some(name))
 }
 
 /// Opens the trace file of a session: the pattern expanded for this pid; if
@@ -190,8 +261,14 @@ fn open_output(s: &Settings, kind: Kind, pid: u32) -> Result<(Output, CString), 
     Err((name, libc::EEXIST))
 }
 
+/// errno in words ("No space left on device"), without std's
+/// " (os error 28)".
 fn strerror(e: i32) -> String {
-    std::io::Error::from_raw_os_error(e).to_string()
+    let text = std::io::Error::from_raw_os_error(e).to_string();
+    match text.find(" (os error ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
 }
 
 /// Starts a session. Runs as the shim's own code. Returns whether tracing
@@ -217,7 +294,11 @@ fn start_session(kind: Kind) -> bool {
     };
     let filter = kind != Kind::Root && s.heap;
     if filter && !liveset::reset(kind == Kind::ForkChild) {
-        message("cannot map the live-object set of a new session (out of memory); running untraced");
+        let why = "cannot map the live-object set of a new session (out of memory)";
+        message(&format!("{why}; running untraced"));
+        if let Some(index) = &s.index {
+            untraced_line(index, pid, why);
+        }
         LIFECYCLE.store(FAILED, Ordering::Release);
         return false;
     }
@@ -267,7 +348,18 @@ fn start_session(kind: Kind) -> bool {
     match result {
         Ok(()) => {
             let path = opened.unwrap_or_default();
-            write_index(s, pid, &path);
+            let full = absolute(&path);
+            if let Some(index) = &s.index {
+                let program = clean(&program_name());
+                append_index(index, &[pid.to_string().as_bytes(), b"\t", &program, b"\t", &full].concat());
+            }
+            let record = SessionRecord {
+                path: CString::new(full).unwrap_or_default(),
+                start_ns: monotonic_ns(),
+                base: alloctrace_core::written_totals(),
+            };
+            // The old record is leaked on purpose, as TRACE_PATH's.
+            let _ = RECORD.swap(Box::into_raw(Box::new(record)), Ordering::AcqRel);
             let old = TRACE_PATH.swap(Box::into_raw(Box::new(path)), Ordering::AcqRel);
             // The old path's box is leaked on purpose: a message may be
             // reading it on another thread.
@@ -282,36 +374,98 @@ fn start_session(kind: Kind) -> bool {
                     String::from_utf8_lossy(&name),
                     if e == libc::EEXIST { "it exists, and so do its 999 alternatives".to_string() } else { strerror(e) }
                 ),
-                (None, e) => format!("cannot start tracing: {e:?}"),
+                (None, e) => format!("cannot start tracing: {}", error_words(e)),
             };
             message(&format!("{what}; running untraced"));
+            if let Some(index) = &s.index {
+                untraced_line(index, pid, &what);
+            }
             LIFECYCLE.store(FAILED, Ordering::Release);
             false
         }
     }
 }
 
+/// A core error in words (errno as strerror's text).
+#[allow(unreachable_patterns)]
+fn error_words(e: Error) -> String {
+    match e {
+        Error::Io(errno) => strerror(errno),
+        Error::BadConfig(why) => format!("bad configuration: {why}"),
+        Error::OutOfMemory => "out of memory".to_string(),
+        Error::AlreadyStarted => "a session is running already".to_string(),
+        Error::NotStarted => "no session is running".to_string(),
+        Error::Busy => "called from inside the snapshot".to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// What the index's `end` line of a session needs: its trace's absolute
+/// path, when it started, and the core's totals then.
+struct SessionRecord {
+    path: CString,
+    start_ns: u64,
+    base: alloctrace_core::WrittenTotals,
+}
+
+/// The running session's record (leaked per session, as TRACE_PATH).
+static RECORD: AtomicPtr<SessionRecord> = AtomicPtr::new(core::ptr::null_mut());
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
 /// Stops the running session: flushes every thread and closes the file.
-/// Runs as the shim's own code.
+/// Then appends the session's `end` line to the index. Runs as the shim's
+/// own code.
 fn stop_session() {
     if LIFECYCLE.compare_exchange(RUNNING, STOPPED, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return;
     }
-    if let Err(e) = alloctrace_core::stop() {
+    let result = alloctrace_core::stop();
+    if let Err(e) = result {
         // SAFETY: TRACE_PATH holds null or a leaked box.
         let path = unsafe { TRACE_PATH.load(Ordering::Acquire).as_ref() };
         let path = path.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
-        let why = match e {
-            Error::Io(errno) => strerror(errno),
-            other => format!("{other:?}"),
+        message(&format!("writing the trace {path} failed: {}", error_words(e)));
+    }
+    // SAFETY: RECORD holds null or a leaked box.
+    let record = unsafe { RECORD.load(Ordering::Acquire).as_ref() };
+    if let (Some(index), Some(record)) = (settings().and_then(|s| s.index.as_ref()), record) {
+        let now = alloctrace_core::written_totals();
+        let status = match result {
+            Ok(()) => "ok".to_string(),
+            Err(e) => format!("writing failed: {}", error_words(e)),
         };
-        message(&format!("writing the trace {path} failed: {why}"));
+        // SAFETY: a zeroed stat is a valid out-parameter; the path is
+        // NUL-terminated.
+        let bytes = unsafe {
+            let mut st: libc::stat = core::mem::zeroed();
+            if libc::stat(record.path.as_ptr(), &mut st) == 0 { st.st_size as u64 } else { 0 }
+        };
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let line = format!(
+            "end\t{pid}\t{}\t{}\t{}\t{bytes}\t{}\t",
+            String::from_utf8_lossy(&clean(status.as_bytes())),
+            now.generations.wrapping_sub(record.base.generations),
+            now.lost_events.wrapping_sub(record.base.lost_events),
+            monotonic_ns().saturating_sub(record.start_ns),
+        );
+        append_index(index, &[line.as_bytes(), record.path.as_bytes()].concat());
     }
 }
 
-/// Appends `pid<TAB>program<TAB>absolute path` to ALLOCTRACE_INDEX.
-fn write_index(s: &Settings, pid: i32, path: &CString) {
-    let Some(index) = &s.index else { return };
+/// `bytes` with tabs and line breaks replaced, for one index field.
+fn clean(bytes: &[u8]) -> Vec<u8> {
+    bytes.iter().map(|&c| if c == b'\t' || c == b'\n' { b'?' } else { c }).collect()
+}
+
+/// `path` made absolute with the current directory.
+fn absolute(path: &CString) -> Vec<u8> {
     let mut full = Vec::new();
     if !path.as_bytes().starts_with(b"/") {
         if let Ok(cwd) = std::env::current_dir() {
@@ -320,11 +474,33 @@ fn write_index(s: &Settings, pid: i32, path: &CString) {
         }
     }
     full.extend_from_slice(path.as_bytes());
-    let program: Vec<u8> = program_name().into_iter().map(|c| if c == b'\t' || c == b'\n' { b'?' } else { c }).collect();
-    let mut line = format!("{pid}\t").into_bytes();
-    line.extend_from_slice(&program);
-    line.push(b'\t');
-    line.extend_from_slice(&full);
+    full
+}
+
+/// Appends an `untraced` line: this process could not be traced, and why.
+fn untraced_line(index: &CString, pid: i32, why: &str) {
+    let program = clean(&program_name());
+    append_index(index, &[b"untraced\t", pid.to_string().as_bytes(), b"\t", &program, b"\t", &clean(why.as_bytes())].concat());
+}
+
+/// Appends one line (`line` and a line break) to ALLOCTRACE_INDEX, the
+/// run's index that `alloctrace record` reads. Its lines, fields separated
+/// by tabs (the last field may hold tabs; the others never do):
+///
+/// - `PID  PROGRAM  PATH`: a session started tracing into PATH (absolute);
+/// - `end  PID  STATUS  GENERATIONS  LOST  BYTES  DURATION_NS  PATH`: the
+///   session tracing into PATH ended; STATUS is `ok` (the trace is
+///   complete) or `writing failed: REASON`; GENERATIONS and LOST are the
+///   core's counts ([`alloctrace_core::written_totals`]), BYTES the file's
+///   size after the stop, DURATION_NS the session's length;
+/// - `untraced  PID  PROGRAM  REASON`: the process could not be traced
+///   (REASON in words: a bad setting, a trace file that cannot be created);
+/// - `skipped  PID  PROGRAM`: the process runs untraced because
+///   ALLOCTRACE_ONLY does not name it.
+///
+/// A process killed by a signal has a start line and no `end` line.
+fn append_index(index: &CString, line: &[u8]) {
+    let mut line = line.to_vec();
     line.push(b'\n');
     // SAFETY: index is NUL-terminated; the descriptor is ours and closed
     // below. O_APPEND makes the one write atomic with respect to other
@@ -401,8 +577,13 @@ extern "C" fn fork_child() {
     FORK_HOLDS_SPANS.with(|f| f.set(false));
     spans::SPANS.reset_after_fork();
     if LIFECYCLE.load(Ordering::Acquire) == RUNNING {
-        LIFECYCLE.store(STOPPED, Ordering::Release);
-        guard::own(|| start_session(Kind::ForkChild));
+        if settings().is_some_and(|s| !s.follow) {
+            // ALLOCTRACE_FOLLOW=0: children run untraced.
+            LIFECYCLE.store(DISABLED, Ordering::Release);
+        } else {
+            LIFECYCLE.store(STOPPED, Ordering::Release);
+            guard::own(|| start_session(Kind::ForkChild));
+        }
     }
     guard::replace(FORK_PREV_STATE.with(|s| s.get()));
 }

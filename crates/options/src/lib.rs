@@ -1,0 +1,362 @@
+//! The grammar of alloctrace's tracing options, defined once for the two
+//! places that read them: `alloctrace record` (command-line options,
+//! checked by clap before the program starts) and the LD_PRELOAD shim
+//! (`ALLOCTRACE_*` environment variables, read by its constructor).
+//! `record` turns each checked option into the variable's value with the
+//! `*_value`/`name` functions here, so whatever `record` accepts, the shim
+//! accepts too.
+//!
+//! Each parse function takes the raw bytes of a value and returns the typed
+//! value or a short reason in words ("use precise or coarse"), which the
+//! caller prefixes with the option's or the variable's name.
+//!
+//! No dependency but the format crate (for the largest batch); with the
+//! `clap` feature, the enums derive `clap::ValueEnum` (the CLI turns it on;
+//! the shim, a small cdylib, does not). Nothing here is meant for the
+//! shim's event path: parsing allocates.
+
+/// The environment variables the shim reads (README.md, "Tracing any
+/// program").
+pub mod env {
+    pub const OUTPUT: &str = "ALLOCTRACE_OUTPUT";
+    pub const BUFFER_SIZE: &str = "ALLOCTRACE_BUFFER_SIZE";
+    pub const RECORD: &str = "ALLOCTRACE_RECORD";
+    pub const CLOCK: &str = "ALLOCTRACE_CLOCK";
+    pub const COMPRESSION: &str = "ALLOCTRACE_COMPRESSION";
+    pub const OVERWRITE: &str = "ALLOCTRACE_OVERWRITE";
+    pub const DISABLE: &str = "ALLOCTRACE_DISABLE";
+    pub const INDEX: &str = "ALLOCTRACE_INDEX";
+    /// Comma-separated program names: only these are traced.
+    pub const ONLY: &str = "ALLOCTRACE_ONLY";
+    /// `0`: trace only the first process (and what it execs), no children.
+    pub const FOLLOW: &str = "ALLOCTRACE_FOLLOW";
+    /// Set by the shim of the first process when ALLOCTRACE_FOLLOW=0: the
+    /// pid whose images are traced.
+    pub const ROOT_PID: &str = "ALLOCTRACE_ROOT_PID";
+    /// Every variable above, for a caller that must clear them all.
+    pub const ALL: [&str; 11] =
+        [OUTPUT, BUFFER_SIZE, RECORD, CLOCK, COMPRESSION, OVERWRITE, DISABLE, INDEX, ONLY, FOLLOW, ROOT_PID];
+}
+
+/// The smallest thread buffer.
+pub const MIN_BUFFER_SIZE: usize = 4096;
+/// The largest thread buffer: one batch's largest payload.
+pub const MAX_BUFFER_SIZE: usize = alloctrace_format::MAX_BATCH_PAYLOAD as usize;
+/// The shim's default thread buffer.
+pub const DEFAULT_BUFFER_SIZE: usize = 64 << 10;
+/// The shim's default output pattern.
+pub const DEFAULT_PATTERN: &str = "alloctrace.%p.trace";
+
+/// Checks a trace file name pattern: not empty, no NUL or line break, only
+/// the escapes `%p` (the process ID) and `%%` (a `%`), not ending in `/`.
+pub fn check_pattern(p: &[u8]) -> Result<(), &'static str> {
+    if p.is_empty() {
+        return Err("empty: give a file name; %p stands for the process ID");
+    }
+    if p.contains(&0) || p.contains(&b'\n') {
+        return Err("contains a NUL or a line break");
+    }
+    let mut i = 0;
+    while i < p.len() {
+        if p[i] == b'%' {
+            match p.get(i + 1) {
+                Some(b'p') | Some(b'%') => i += 1,
+                _ => return Err("unknown % escape: use %p for the process ID and %% for a %"),
+            }
+        }
+        i += 1;
+    }
+    if p.ends_with(b"/") {
+        return Err("names a directory: give a file name; %p stands for the process ID");
+    }
+    Ok(())
+}
+
+/// The pattern with `%p` replaced by `pid` and `%%` by `%`.
+pub fn expand(pattern: &[u8], pid: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pattern.len() + 10);
+    let mut i = 0;
+    while i < pattern.len() {
+        match (pattern[i], pattern.get(i + 1)) {
+            (b'%', Some(b'p')) => {
+                out.extend_from_slice(pid.to_string().as_bytes());
+                i += 2;
+            }
+            (b'%', Some(b'%')) => {
+                out.push(b'%');
+                i += 2;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The `k`-th alternative to `name` when it exists already: `.k` before the
+/// extension of the last path component (`out.trace` -> `out.1.trace`), or
+/// at the end when it has none.
+pub fn with_suffix(name: &[u8], k: u32) -> Vec<u8> {
+    let file_start = name.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
+    let dot = name[file_start..].iter().rposition(|&c| c == b'.').filter(|&d| d > 0).map(|d| file_start + d);
+    let suffix = format!(".{k}");
+    let mut out = Vec::with_capacity(name.len() + suffix.len());
+    match dot {
+        Some(d) => {
+            out.extend_from_slice(&name[..d]);
+            out.extend_from_slice(suffix.as_bytes());
+            out.extend_from_slice(&name[d..]);
+        }
+        None => {
+            out.extend_from_slice(name);
+            out.extend_from_slice(suffix.as_bytes());
+        }
+    }
+    out
+}
+
+/// Bytes, with an optional k (KiB) or m (MiB) suffix.
+pub fn parse_size(v: &[u8]) -> Option<usize> {
+    let s = std::str::from_utf8(v).ok()?.trim();
+    let (digits, unit) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<usize>().ok()?.checked_mul(unit)
+}
+
+/// A thread buffer size: [`parse_size`] within
+/// [`MIN_BUFFER_SIZE`]..=[`MAX_BUFFER_SIZE`].
+pub fn parse_buffer_size(v: &[u8]) -> Result<usize, &'static str> {
+    match parse_size(v) {
+        Some(n) if (MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&n) => Ok(n),
+        _ => Err("not a buffer size: use bytes from 4096 to 16777216, with an optional k (KiB) or m (MiB) suffix"),
+    }
+}
+
+/// Which families of calls to record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Families {
+    pub heap: bool,
+    pub mmap: bool,
+    pub stacks: bool,
+}
+
+impl Families {
+    pub const ALL: Families = Families { heap: true, mmap: true, stacks: true };
+
+    /// A comma-separated list of `heap`, `mmap`, `stacks`, `all` (spaces
+    /// around names allowed).
+    pub fn parse(v: &[u8]) -> Result<Families, &'static str> {
+        let list = std::str::from_utf8(v).map_err(|_| "not UTF-8: name one or more of heap, mmap, stacks, all (comma-separated)")?;
+        if list.trim().is_empty() {
+            return Err("empty: name one or more of heap, mmap, stacks, all (comma-separated)");
+        }
+        let mut f = Families { heap: false, mmap: false, stacks: false };
+        for family in list.split(',').map(str::trim) {
+            match family {
+                "heap" => f.heap = true,
+                "mmap" => f.mmap = true,
+                "stacks" => f.stacks = true,
+                "all" => f = Families::ALL,
+                _ => return Err("unknown family: name one or more of heap, mmap, stacks, all (comma-separated)"),
+            }
+        }
+        Ok(f)
+    }
+
+    /// The list [`Families::parse`] reads back as `self`.
+    pub fn value(&self) -> String {
+        let names = [(self.heap, "heap"), (self.mmap, "mmap"), (self.stacks, "stacks")];
+        names.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// Which clock stamps events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Clock {
+    /// A clock read per event.
+    Precise,
+    /// A time the tracer publishes every few microseconds: cheaper, coarser.
+    Coarse,
+}
+
+impl Clock {
+    pub const ALL: [Clock; 2] = [Clock::Precise, Clock::Coarse];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::Precise => "precise",
+            Clock::Coarse => "coarse",
+        }
+    }
+
+    pub fn parse(v: &[u8]) -> Result<Clock, &'static str> {
+        Clock::ALL.into_iter().find(|c| c.name().as_bytes() == v).ok_or("use precise (a clock read per event) or coarse")
+    }
+}
+
+/// How batches are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Compression {
+    /// As the writer builds them.
+    None,
+    /// Compressed with zstd by the writer thread.
+    Zstd,
+}
+
+impl Compression {
+    pub const ALL: [Compression; 2] = [Compression::None, Compression::Zstd];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Zstd => "zstd",
+        }
+    }
+
+    pub fn parse(v: &[u8]) -> Result<Compression, &'static str> {
+        Compression::ALL.into_iter().find(|c| c.name().as_bytes() == v).ok_or("use none or zstd")
+    }
+}
+
+/// A yes/no variable: `1` or `0` (or empty, for no).
+pub fn parse_flag(v: &[u8]) -> Result<bool, &'static str> {
+    match v {
+        b"" | b"0" => Ok(false),
+        b"1" => Ok(true),
+        _ => Err("use 1 or 0"),
+    }
+}
+
+/// One name of `--only` / ALLOCTRACE_ONLY: a program's file name, without
+/// a directory.
+pub fn check_program_name(name: &[u8]) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("empty program name: give names such as python3 (comma-separated)");
+    }
+    if name.contains(&b'/') {
+        return Err("a program name has no '/': give the file name (python3, not /usr/bin/python3)");
+    }
+    if name.iter().any(|&c| c == 0 || c == b'\n' || c == b'\t') {
+        return Err("contains a NUL, a tab or a line break");
+    }
+    Ok(())
+}
+
+/// A comma-separated list of program names (spaces around names allowed).
+pub fn parse_only(v: &[u8]) -> Result<Vec<Vec<u8>>, &'static str> {
+    let mut names = Vec::new();
+    for name in v.split(|&c| c == b',') {
+        let name = name.trim_ascii();
+        check_program_name(name)?;
+        names.push(name.to_vec());
+    }
+    Ok(names)
+}
+
+/// Whether a process is traced under `only` (empty: every process): one of
+/// its `names` (the name it was started as, its executable's file name) is
+/// in the list.
+pub fn only_matches(only: &[Vec<u8>], names: &[&[u8]]) -> bool {
+    only.is_empty() || names.iter().any(|n| !n.is_empty() && only.iter().any(|o| o == n))
+}
+
+/// The last component of a path.
+pub fn file_name(path: &[u8]) -> &[u8] {
+    path.rsplit(|&c| c == b'/').next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns() {
+        assert_eq!(check_pattern(b"/tmp/x.%p.%%.trace"), Ok(()));
+        for bad in [&b""[..], b"x.%d", b"x%", b"dir/", b"a\nb"] {
+            assert!(check_pattern(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(expand(b"/tmp/x.%p.%%.trace", 42), b"/tmp/x.42.%.trace");
+        assert_eq!(expand(b"%%p%p", 7), b"%p7");
+    }
+
+    #[test]
+    fn suffixes() {
+        assert_eq!(with_suffix(b"out.trace", 1), b"out.1.trace");
+        assert_eq!(with_suffix(b"/a.b/alloctrace.12.trace", 2), b"/a.b/alloctrace.12.2.trace");
+        assert_eq!(with_suffix(b"/a.b/out", 3), b"/a.b/out.3");
+        assert_eq!(with_suffix(b".hidden", 1), b".hidden.1");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size(b"64k"), Some(65536));
+        assert_eq!(parse_size(b"k"), None);
+        assert_eq!(parse_size(b"-1"), None);
+        assert_eq!(parse_size(b"99999999999999999999m"), None);
+        assert_eq!(parse_buffer_size(b"4096"), Ok(4096));
+        assert_eq!(parse_buffer_size(b"16M"), Ok(16 << 20));
+        for bad in [&b"1"[..], b"4095", b"17m", b"", b"12x"] {
+            assert!(parse_buffer_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn families() {
+        assert_eq!(Families::parse(b"heap, stacks"), Ok(Families { heap: true, mmap: false, stacks: true }));
+        assert_eq!(Families::parse(b"mmap,all"), Ok(Families::ALL));
+        assert!(Families::parse(b"heap,pages").is_err());
+        assert!(Families::parse(b" ").is_err());
+        for f in [Families::ALL, Families { heap: false, mmap: true, stacks: false }] {
+            assert_eq!(Families::parse(f.value().as_bytes()), Ok(f));
+        }
+    }
+
+    #[test]
+    fn enums_read_back_their_names() {
+        for c in Clock::ALL {
+            assert_eq!(Clock::parse(c.name().as_bytes()), Ok(c));
+        }
+        for c in Compression::ALL {
+            assert_eq!(Compression::parse(c.name().as_bytes()), Ok(c));
+        }
+        assert!(Clock::parse(b"fast").is_err());
+        assert!(Compression::parse(b"lz4").is_err());
+    }
+
+    /// The CLI's spelling (clap's ValueEnum) is the shim's.
+    #[cfg(feature = "clap")]
+    #[test]
+    fn value_enum_names_are_the_shims() {
+        use clap::ValueEnum;
+        for c in Clock::value_variants() {
+            assert_eq!(c.to_possible_value().unwrap().get_name(), c.name());
+        }
+        for c in Compression::value_variants() {
+            assert_eq!(c.to_possible_value().unwrap().get_name(), c.name());
+        }
+    }
+
+    #[test]
+    fn only() {
+        assert_eq!(parse_only(b"python3, sh"), Ok(vec![b"python3".to_vec(), b"sh".to_vec()]));
+        assert!(parse_only(b"").is_err());
+        assert!(parse_only(b"a,,b").is_err());
+        assert!(parse_only(b"/usr/bin/python3").is_err());
+        let only = parse_only(b"python3").unwrap();
+        assert!(only_matches(&only, &[b"bash", b"python3"]));
+        assert!(!only_matches(&only, &[b"bash", b"bash"]));
+        assert!(only_matches(&[], &[b"x"]));
+        assert_eq!(file_name(b"/usr/bin/python3.11"), b"python3.11");
+        assert_eq!(file_name(b"sh"), b"sh");
+    }
+}
