@@ -48,10 +48,16 @@
 //! 4. start, advance and stop MUST hold [`CONTROL`]. Otherwise two advances
 //!    could interleave and a third generation could open before the first
 //!    one ends (FORMAT.md allows at most two open).
-//! 5. The event path MUST NOT allocate, lock or panic, and makes syscalls
-//!    only when it needs a new buffer. Otherwise it could deadlock or recurse
+//! 5. A session's advancer thread MUST advance only its own session, and
+//!    stop's second phase MUST end only the session whose advancer its first
+//!    phase told to exit. Stop releases [`CONTROL`] between its phases, so
+//!    another thread may stop that session and start a new one meanwhile:
+//!    ending (and joining the advancer of) a session that never got its exit
+//!    signal would wait forever with [`CONTROL`] held.
+//! 6. The event path MUST NOT allocate, lock or panic, and makes syscalls
+//!    only when it needs a new buffer (or a slot, thread.rs). Otherwise it could deadlock or recurse
 //!    inside the host's malloc.
-//! 6. An event that cannot be recorded MUST be counted in its generation's
+//! 7. An event that cannot be recorded MUST be counted in its generation's
 //!    `lost_events`. Otherwise the trace would lie about what happened.
 //!
 //! ## Corner cases
@@ -64,6 +70,10 @@
 //!   finds the slot's seqlock odd; that event is counted as lost.
 //! - Calls from the snapshot callback to start/advance/stop return
 //!   TRACE_ERR_BUSY instead of deadlocking on [`CONTROL`].
+//! - start, stop and advance from several threads at once: each call is
+//!   whole under [`CONTROL`]; two stops of one session give one `Ok` and
+//!   one `NotStarted`, also when a start slipped in between (invariant 5;
+//!   tests/lifecycle_stress.rs).
 //! - More threads than slots: events of slotless threads are counted lost.
 //! - fork: the first start registers pthread_atfork handlers. Prepare takes
 //!   [`CONTROL`] so no start/advance/stop is half done at the fork; the
@@ -486,7 +496,9 @@ fn spawn_advancer(session: Arc<Session>) -> std::io::Result<thread::InternalThre
                 && theirs.advance_wanted.swap(false, Ordering::AcqRel)
                 && !theirs.advancer_exit.load(Ordering::Acquire)
             {
-                let _ = advance();
+                // This session's generation only: never one of a session
+                // started after this one was stopped.
+                let _ = advance_session(Some(&theirs));
             }
         }
         theirs.advancer_done.store(true, Ordering::Release);
@@ -516,8 +528,17 @@ impl Session {
 
 /// Ends the current generation and starts the next.
 pub fn advance() -> Result<(), Error> {
+    advance_session(None)
+}
+
+/// [`advance`], of `only` if given: `NotStarted` when the running session
+/// is another one (the advancer thread of a session that has stopped).
+fn advance_session(only: Option<&Arc<Session>>) -> Result<(), Error> {
     with_control(|control| {
         let session = control.session.as_ref().ok_or(Error::NotStarted)?;
+        if only.is_some_and(|only| !Arc::ptr_eq(only, session)) {
+            return Err(Error::NotStarted);
+        }
         let old = SHARED.generation.load(Ordering::Relaxed);
         let new = old + 1;
         write_info(session, new);
@@ -553,6 +574,14 @@ pub fn stop() -> Result<(), Error> {
         }
     }
     with_control(|control| {
+        // Between the two phases another thread may have stopped this
+        // session and started a new one: that one is not ours to end (its
+        // advancer was never told to exit, so joining it would never
+        // return), and ours is already stopped.
+        if !control.session.as_ref().is_some_and(|s| Arc::ptr_eq(s, &session)) {
+            return Err(Error::NotStarted);
+        }
+        drop(session);
         let session = control.session.take().ok_or(Error::NotStarted)?;
         let last = SHARED.generation.load(Ordering::Relaxed);
         end_generation(&session, last, 0);
