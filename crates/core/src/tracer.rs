@@ -62,9 +62,13 @@
 //!
 //! ## Corner cases
 //!
-//! - Thread exit: a pthread key destructor flushes the thread's buffers of
-//!   both parities and frees its slot (thread.rs). A later event on the same
-//!   thread (another destructor freeing memory) claims a new slot.
+//! - Thread exit: a pthread key destructor flushes the thread's buffers
+//!   and marks its slot exiting; the thread keeps the slot and its thread
+//!   ID for the events it still records (other destructors, glibc's
+//!   `free(NULL)` calls after them), which advance and stop take as any idle
+//!   thread's. The slot is reclaimed, and what it holds flushed, only once
+//!   the thread is gone (thread.rs). The reclaimer owns the slot's seqlock
+//!   from then on, so the handshake is unchanged.
 //! - Calls before start or after stop see generation 0 and return.
 //! - A signal handler emitting while its thread is inside the event path
 //!   finds the slot's seqlock odd; that event is counted as lost.
@@ -373,6 +377,7 @@ pub fn start_with(
             .map_err(Error::Io)?;
         debug_assert_eq!(FILE_HEADER_LEN, 16);
         thread::ensure_exit_key();
+        thread::note_process();
         install_fork_handlers();
         let asymmetric = crate::handshake::enable_asymmetric_fences();
 
@@ -675,8 +680,15 @@ fn hand_over(session: &Session, buf: NonNull<Buffer>) {
     session.pool.push_full(buf);
 }
 
-/// Flushes the buffers of an exiting thread (or one calling
-/// trace_thread_destroy), and folds its lost counts into the global ones.
+/// Flushes the current generation's buffers of `slot` and folds its lost
+/// count into the global one. The caller is the slot's owner: the thread
+/// itself at its exit or in trace_thread_destroy, or a thread reclaiming the
+/// slot of a thread that is gone (thread.rs).
+///
+/// Only the current generation's parity: the other parity is empty unless
+/// an advance is between its generation store and its take, and then that
+/// advance takes it (taking it here could push a batch of the old
+/// generation after its generation-end batch, invariant 3).
 pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
     if !slot.seq.try_begin() {
         return;
@@ -685,20 +697,17 @@ pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
     // SAFETY: a non-zero generation read inside the seqlock section keeps
     // the session alive until seq.end() (stop waits for it).
     let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
-    for parity in 0..2 {
+    if let (1.., Some(session)) = (generation, session) {
+        let parity = (generation & 1) as usize;
         for stream in 0..STREAMS {
             if let Some(buf) = slot.take_buffer(parity, stream) {
-                match (generation, session) {
-                    (1.., Some(session)) => hand_over(session, buf),
-                    // Unreachable: stop takes every buffer before clearing
-                    // the generation. Keep the memory rather than guess.
-                    _ => {}
-                }
+                hand_over(session, buf);
             }
         }
         let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
         LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
     }
+    // With tracing off every buffer is empty: stop took them all.
     slot.seq.end();
 }
 
