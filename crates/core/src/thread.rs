@@ -272,14 +272,13 @@ fn claim_slot() -> Option<&'static ThreadSlot> {
     let mut checks = 0;
     for (index, slot) in SLOTS.iter().enumerate() {
         match slot.state.load(Ordering::Relaxed) {
-            SLOT_FREE => {
+            SLOT_FREE
                 if slot
                     .state
                     .compare_exchange(SLOT_FREE, SLOT_OWNED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Some(take(index, slot));
-                }
+                    .is_ok() =>
+            {
+                return Some(take(index, slot));
             }
             SLOT_EXITING if reclaim && checks < EXIT_CHECKS_PER_CLAIM => {
                 checks += 1;
