@@ -10,7 +10,6 @@
 //!   indexing, no unwrap, wrapping arithmetic only.
 
 use core::ffi::{c_char, c_int, c_void, CStr};
-use std::cell::Cell;
 
 use alloctrace_core::{self as tracer, events, ClockKind, Config, Error, Output};
 
