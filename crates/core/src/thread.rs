@@ -48,7 +48,9 @@
 //!   thread that never allocated until glibc's `free(NULL)` at its exit)
 //!   registers a key nobody will run: its slot stays *owned* after it is
 //!   gone. Such slots are reclaimed (by the same check) when a claim finds
-//!   no free or exiting slot.
+//!   no free or exiting slot; such a claim checks 32 slots, taking turns
+//!   over the table, so a thread without a slot (whose every event claims
+//!   again, and is counted lost) makes at most 32 syscalls per event.
 //! - fork: the child keeps only the forking thread's slot, with the
 //!   child's thread ID; a slot mid-reclaim in another thread is freed.
 //! - A signal handler's first event while its thread is inside `claim`
@@ -92,6 +94,12 @@ const SLOT_RECLAIMING: u32 = 3;
 /// Exiting slots a claim checks (one tgkill each) before it takes a free
 /// slot: enough to find the slots of the threads that just ended.
 const EXIT_CHECKS_PER_CLAIM: usize = 8;
+
+/// Slots a claim that found none free checks, from [`FULL_CURSOR`] on.
+const FULL_CHECKS_PER_CLAIM: usize = 32;
+
+/// Where the next full-table check starts (modulo MAX_THREADS).
+static FULL_CURSOR: AtomicUsize = AtomicUsize::new(0);
 
 /// One thread's writer state.
 ///
@@ -289,10 +297,15 @@ fn claim_slot() -> Option<&'static ThreadSlot> {
             _ => {}
         }
     }
-    // No free slot: reclaim any whose thread is gone, owned ones too (see
-    // the corner cases).
+    // No free slot: reclaim one whose thread is gone, owned ones too (see
+    // the corner cases). A few slots per claim, taking turns: a thread
+    // without a slot claims again at every event, and must not make
+    // thousands of syscalls each time.
     if reclaim {
-        for (index, slot) in SLOTS.iter().enumerate() {
+        let start = FULL_CURSOR.fetch_add(FULL_CHECKS_PER_CLAIM, Ordering::Relaxed);
+        for k in 0..FULL_CHECKS_PER_CLAIM {
+            let index = start.wrapping_add(k) % MAX_THREADS;
+            let slot = &SLOTS[index];
             let state = slot.state.load(Ordering::Relaxed);
             if (state == SLOT_EXITING || state == SLOT_OWNED) && try_reclaim(slot, state) {
                 return Some(take(index, slot));
