@@ -408,12 +408,12 @@ fi
 # A thread keeps one slot and one thread ID for its whole life, including
 # glibc's free(NULL) calls after its exit flush; its slot is reused once it
 # is gone, so nothing is lost and memory stays flat (issue 10, item 8).
-# prog_threads TOTAL AT_ONCE; the trace must count exactly TOTAL + 1
-# threads (the main thread too).
+# prog_threads TOTAL AT_ONCE [idle]; the trace must count exactly
+# TOTAL + 1 threads (the main thread too).
 threads_short_lived() {
-    local total=$1 at_once=$2 t rss_2000 rss_end growth
-    fresh "threads_${total}_by_${at_once}"
-    traced "$BIN/prog_threads" "$total" "$at_once"
+    local total=$1 at_once=$2 mode=${3:-work} t rss_2000 rss_end growth
+    fresh "threads_${total}_by_${at_once}_$mode"
+    traced "$BIN/prog_threads" "$total" "$at_once" "$mode"
     t=$(traces)
     local bad_checks
     bad_checks=$(check_all)
@@ -449,6 +449,7 @@ threads_short_lived() {
 threads_short_lived 20000 1
 threads_short_lived 64 64
 threads_short_lived 5000 8
+threads_short_lived 6000 1 idle
 
 echo "preload-tests: $pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
