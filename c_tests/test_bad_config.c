@@ -3,11 +3,14 @@
  * off and does not call the snapshot; boundary values are accepted; a second
  * start while running is refused without disturbing the running trace;
  * lifecycle calls from inside the snapshot callback get TRACE_ERR_BUSY;
- * trace_result_str names every code distinctly; after all the failures a
- * valid start still works.
+ * trace_result_str names every code distinctly and any other int
+ * "TRACE_ERR_UNKNOWN"; clock and compression values outside their enums are
+ * refused with a detail naming the field and the value; a refused second
+ * start has a detail too; after all the failures a valid start still works.
  */
 #include "common.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -122,6 +125,35 @@ int main(void)
     cfg = good_config(); cfg.buffer_size = (16u << 20) + 1;
     expect_rejected(&cfg, TRACE_ERR_BAD_CONFIG, "buffer_size 16 MiB + 1");
 
+    /* clock and compression are ints in the struct: any value C stores is
+     * checked, and the detail names the field and the value. */
+    const int bad_enum_values[] = {-1, 2, 999, INT_MAX, INT_MIN};
+    for (size_t i = 0; i < sizeof bad_enum_values / sizeof bad_enum_values[0]; i++) {
+        int v = bad_enum_values[i];
+        char what[64], want[64];
+        cfg = good_config(); cfg.clock = v;
+        snprintf(what, sizeof what, "clock %d", v);
+        expect_rejected(&cfg, TRACE_ERR_BAD_CONFIG, what);
+        snprintf(want, sizeof want, "trace_config.clock is %d:", v);
+        CHECK_MSG(strstr(trace_last_error_detail(), want) != NULL &&
+                      strstr(trace_last_error_detail(), "TRACE_CLOCK_COARSE") != NULL,
+                  "%s: detail \"%s\" does not say \"%s\" and name the constants", what,
+                  trace_last_error_detail(), want);
+        cfg = good_config(); cfg.compression = v;
+        snprintf(what, sizeof what, "compression %d", v);
+        expect_rejected(&cfg, TRACE_ERR_BAD_CONFIG, what);
+        snprintf(want, sizeof want, "trace_config.compression is %d:", v);
+        CHECK_MSG(strstr(trace_last_error_detail(), want) != NULL &&
+                      strstr(trace_last_error_detail(), "TRACE_COMPRESSION_ZSTD") != NULL,
+                  "%s: detail \"%s\" does not say \"%s\" and name the constants", what,
+                  trace_last_error_detail(), want);
+    }
+    /* The validation messages reach the detail. */
+    cfg = good_config(); cfg.page_size = 3000;
+    expect_rejected(&cfg, TRACE_ERR_BAD_CONFIG, "page_size 3000 (detail)");
+    CHECK_MSG(strstr(trace_last_error_detail(), "page_size") != NULL, "page_size detail: \"%s\"",
+              trace_last_error_detail());
+
     /* Files that cannot be created. */
     char missing_dir[PATH_BUF_LEN];
     test_path(missing_dir, "no-such-dir/x.trace");
@@ -153,6 +185,9 @@ int main(void)
     trace_config second = good_config();
     second.path = other_path;
     CHECK_RESULT(trace_start(&second), TRACE_ERR_ALREADY_STARTED);
+    CHECK_MSG(strstr(trace_last_error_detail(), "already on") != NULL &&
+                  strstr(trace_last_error_detail(), "trace_stop") != NULL,
+              "TRACE_ERR_ALREADY_STARTED has no detail: \"%s\"", trace_last_error_detail());
     CHECK_MSG(access(other_path, F_OK) != 0,
               "a refused trace_start (already started) created or truncated its path %s", other_path);
     CHECK_RESULT(trace_start(&cfg), TRACE_ERR_ALREADY_STARTED);
@@ -205,6 +240,15 @@ int main(void)
         for (size_t j = 0; j < i; j++)
             CHECK_MSG(strcmp(name, trace_result_str(codes[j])) != 0,
                       "codes %d and %d share the name \"%s\"", (int)codes[i], (int)codes[j], name);
+    }
+
+    /* Any other int is unknown, never garbage or a crash. */
+    const int unknown[] = {-1, 9, 10, 999, 1 << 20, INT_MAX, INT_MIN};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        const char *name = trace_result_str(unknown[i]);
+        CHECK_MSG(name != NULL && strcmp(name, "TRACE_ERR_UNKNOWN") == 0,
+                  "trace_result_str(%d) is \"%s\", want TRACE_ERR_UNKNOWN", unknown[i],
+                  name ? name : "(null)");
     }
 
     /* After everything, a valid start with a snapshot works. */

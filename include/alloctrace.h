@@ -20,40 +20,6 @@
 #include <stdint.h>
 
 /**
- * Which clock stamps events (`trace_config.clock`).
- */
-typedef enum trace_clock {
-  /**
-   * Read the CPU's time-stamp counter at every event (default).
-   */
-  TRACE_CLOCK_PRECISE = 0,
-  /**
-   * Never read the clock on the event path: stamp events with a time the
-   * tracer publishes every 250 µs (and at every advance). Much cheaper per
-   * event; each thread's events keep their exact order (equal times stay
-   * in the order they were made), but times may lag by up to 250 µs, so
-   * events of different threads that close together may be misordered.
-   */
-  TRACE_CLOCK_COARSE = 1,
-} trace_clock;
-
-/**
- * Whether the writer thread compresses the trace
- * (`trace_config.compression`).
- */
-typedef enum trace_compression {
-  /**
-   * Batches as they are (default).
-   */
-  TRACE_COMPRESSION_NONE = 0,
-  /**
-   * Whole batches compressed with zstd by the writer thread, never by the
-   * threads that emit events; readers decompress transparently.
-   */
-  TRACE_COMPRESSION_ZSTD = 1,
-} trace_compression;
-
-/**
  * The result of a lifecycle call.
  */
 typedef enum trace_result {
@@ -96,6 +62,40 @@ typedef enum trace_result {
    */
   TRACE_ERR_BUSY = 8,
 } trace_result;
+
+/**
+ * Which clock stamps events (`trace_config.clock`).
+ */
+typedef enum trace_clock {
+  /**
+   * Read the CPU's time-stamp counter at every event (default).
+   */
+  TRACE_CLOCK_PRECISE = 0,
+  /**
+   * Never read the clock on the event path: stamp events with a time the
+   * tracer publishes every 250 µs (and at every advance). Much cheaper per
+   * event; each thread's events keep their exact order (equal times stay
+   * in the order they were made), but times may lag by up to 250 µs, so
+   * events of different threads that close together may be misordered.
+   */
+  TRACE_CLOCK_COARSE = 1,
+} trace_clock;
+
+/**
+ * Whether the writer thread compresses the trace
+ * (`trace_config.compression`).
+ */
+typedef enum trace_compression {
+  /**
+   * Batches as they are (default).
+   */
+  TRACE_COMPRESSION_NONE = 0,
+  /**
+   * Whole batches compressed with zstd by the writer thread, never by the
+   * threads that emit events; readers decompress transparently.
+   */
+  TRACE_COMPRESSION_ZSTD = 1,
+} trace_compression;
 
 /**
  * A thread's writer: the handle of the inline event calls
@@ -160,16 +160,21 @@ typedef struct trace_config {
    */
   void *snapshot_ctx;
   /**
-   * Which clock stamps events; default TRACE_CLOCK_PRECISE. (Added after
-   * the first version: a caller whose `struct_size` ends before this
-   * field gets the default.)
+   * Which clock stamps events: a `trace_clock` value, default
+   * TRACE_CLOCK_PRECISE; any other value makes `trace_start` return
+   * TRACE_ERR_BAD_CONFIG. An int, not the enum, so that any value C
+   * stores is well defined on both sides. (Added after the first
+   * version: a caller whose `struct_size` ends before this field gets
+   * the default.)
    */
-  enum trace_clock clock;
+  int clock;
   /**
-   * Whether the writer compresses the trace; default
-   * TRACE_COMPRESSION_NONE. (Added after the first version, like `clock`.)
+   * Whether the writer compresses the trace: a `trace_compression`
+   * value, default TRACE_COMPRESSION_NONE; any other value makes
+   * `trace_start` return TRACE_ERR_BAD_CONFIG. (An int and added after
+   * the first version, like `clock`.)
    */
-  enum trace_compression compression;
+  int compression;
 } trace_config;
 
 #ifdef __cplusplus
@@ -249,14 +254,17 @@ uint64_t trace_thread_id(void);
 
 /**
  * A static, NUL-terminated name for a result code, such as "TRACE_OK".
- * Never NULL; unknown codes give "TRACE_ERR_UNKNOWN".
+ * Never NULL; any other int (a code from a newer version, a stray value)
+ * gives "TRACE_ERR_UNKNOWN". Takes an int, not the enum, so that every
+ * value C can pass is well defined.
  */
-const char *trace_result_str(enum trace_result result);
+const char *trace_result_str(int result);
 
 /**
- * A static, NUL-terminated sentence about the calling thread's last failed
- * lifecycle call (which field of the config was bad, which I/O error), or
- * "" if none. Never NULL.
+ * A NUL-terminated sentence about the calling thread's last failed
+ * lifecycle call (which field of the config was bad and its value, which
+ * I/O error, that tracing was already on), or "" if none. Never NULL; the
+ * text stays valid until the calling thread's next failed lifecycle call.
  */
 const char *trace_last_error_detail(void);
 

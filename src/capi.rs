@@ -10,7 +10,6 @@
 //!   indexing, no unwrap, wrapping arithmetic only.
 
 use core::ffi::{c_char, c_int, c_void, CStr};
-use std::cell::Cell;
 
 use alloctrace_core::{self as tracer, events, ClockKind, Config, Error, Output};
 
@@ -100,13 +99,18 @@ pub struct trace_config {
     pub snapshot: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
     /// Passed to `snapshot`.
     pub snapshot_ctx: *mut c_void,
-    /// Which clock stamps events; default TRACE_CLOCK_PRECISE. (Added after
-    /// the first version: a caller whose `struct_size` ends before this
-    /// field gets the default.)
-    pub clock: trace_clock,
-    /// Whether the writer compresses the trace; default
-    /// TRACE_COMPRESSION_NONE. (Added after the first version, like `clock`.)
-    pub compression: trace_compression,
+    /// Which clock stamps events: a `trace_clock` value, default
+    /// TRACE_CLOCK_PRECISE; any other value makes `trace_start` return
+    /// TRACE_ERR_BAD_CONFIG. An int, not the enum, so that any value C
+    /// stores is well defined on both sides. (Added after the first
+    /// version: a caller whose `struct_size` ends before this field gets
+    /// the default.)
+    pub clock: c_int,
+    /// Whether the writer compresses the trace: a `trace_compression`
+    /// value, default TRACE_COMPRESSION_NONE; any other value makes
+    /// `trace_start` return TRACE_ERR_BAD_CONFIG. (An int and added after
+    /// the first version, like `clock`.)
+    pub compression: c_int,
 }
 
 /// `struct_size` of the first version of trace_config, which ended at
@@ -114,26 +118,66 @@ pub struct trace_config {
 /// them.
 const CONFIG_V1_SIZE: usize = core::mem::offset_of!(trace_config, clock);
 
+/// Longest detail sentence kept, with its NUL.
+const DETAIL_LEN: usize = 160;
+
 thread_local! {
-    /// Detail of the calling thread's last failed lifecycle call.
-    static LAST_ERROR: Cell<&'static CStr> = const { Cell::new(c"") };
+    /// Detail of the calling thread's last failed lifecycle call, a
+    /// NUL-terminated sentence (empty if none). A fixed array: no
+    /// allocation and no destructor on the thread.
+    static LAST_ERROR: core::cell::UnsafeCell<[u8; DETAIL_LEN]> = const { core::cell::UnsafeCell::new([0; DETAIL_LEN]) };
 }
 
-fn set_detail(detail: &'static CStr) {
-    LAST_ERROR.with(|e| e.set(detail));
+/// Formats into a byte array, cutting what does not fit (keeping room for
+/// the NUL).
+struct DetailWriter<'a> {
+    buf: &'a mut [u8; DETAIL_LEN],
+    len: usize,
+}
+
+impl core::fmt::Write for DetailWriter<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        for &b in s.as_bytes() {
+            if self.len + 1 < DETAIL_LEN && b != 0 {
+                self.buf[self.len] = b;
+                self.len += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sets the calling thread's detail sentence.
+fn set_detail(detail: core::fmt::Arguments<'_>) {
+    use core::fmt::Write;
+    LAST_ERROR.with(|cell| {
+        // SAFETY: the array is this thread's; the only other access is
+        // trace_last_error_detail handing out a pointer to it, documented
+        // as valid until this thread's next failed lifecycle call.
+        let buf = unsafe { &mut *cell.get() };
+        let mut w = DetailWriter { buf, len: 0 };
+        let _ = w.write_fmt(detail);
+        let len = w.len;
+        buf[len] = 0;
+    });
 }
 
 fn to_result(r: Result<(), Error>) -> trace_result {
     match r {
         Ok(()) => trace_result::TRACE_OK,
         Err(Error::BadConfig(what)) => {
-            set_detail(bad_config_detail(what));
+            set_detail(format_args!("{what}"));
             trace_result::TRACE_ERR_BAD_CONFIG
         }
-        Err(Error::AlreadyStarted) => trace_result::TRACE_ERR_ALREADY_STARTED,
+        Err(Error::AlreadyStarted) => {
+            set_detail(format_args!(
+                "tracing is already on (a trace is being written): call trace_stop first"
+            ));
+            trace_result::TRACE_ERR_ALREADY_STARTED
+        }
         Err(Error::NotStarted) => trace_result::TRACE_ERR_NOT_STARTED,
         Err(Error::Io(errno)) => {
-            set_detail(errno_detail(errno));
+            set_detail(format_args!("{}", errno_detail(errno)));
             trace_result::TRACE_ERR_IO
         }
         Err(Error::OutOfMemory) => trace_result::TRACE_ERR_OUT_OF_MEMORY,
@@ -141,36 +185,42 @@ fn to_result(r: Result<(), Error>) -> trace_result {
     }
 }
 
-/// The static C string for a Config::validate message.
-fn bad_config_detail(what: &str) -> &'static CStr {
-    const DETAILS: [&CStr; 9] = [
-        c"page_size must be a power of two from 16 to 2^40",
-        c"min_heap_align must be a power of two",
-        c"min_stack_align must be a power of two",
-        c"buffer_size must be 0 (default) or 4096..16777216",
-        c"struct_size is smaller than sizeof(trace_config): call trace_config_init",
-        c"path is NULL and fd is negative: set one of them",
-        c"clock must be TRACE_CLOCK_PRECISE or TRACE_CLOCK_COARSE",
-        c"compression must be TRACE_COMPRESSION_NONE or TRACE_COMPRESSION_ZSTD",
-        c"bad configuration",
-    ];
-    DETAILS
-        .iter()
-        .copied()
-        .find(|d| d.to_bytes() == what.as_bytes())
-        .unwrap_or(DETAILS[8])
+/// A `trace_config` field that C passes as an int and Rust models as an
+/// enum: the value if it is one of the field's constants, else
+/// TRACE_ERR_BAD_CONFIG with a detail naming the field, its value and the
+/// accepted constants.
+fn config_enum<T: Copy>(field: &str, raw: c_int, known: &[(c_int, &str, T)]) -> Result<T, trace_result> {
+    if let Some(&(_, _, value)) = known.iter().find(|(v, _, _)| *v == raw) {
+        return Ok(value);
+    }
+    struct Choices<'a, T>(&'a [(c_int, &'a str, T)]);
+    impl<T> core::fmt::Display for Choices<'_, T> {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            for (i, (v, name, _)) in self.0.iter().enumerate() {
+                let sep = match i {
+                    0 => "",
+                    _ if i + 1 == self.0.len() => " or ",
+                    _ => ", ",
+                };
+                write!(f, "{sep}{name} ({v})")?;
+            }
+            Ok(())
+        }
+    }
+    set_detail(format_args!("{field} is {raw}: it must be {}", Choices(known)));
+    Err(trace_result::TRACE_ERR_BAD_CONFIG)
 }
 
-fn errno_detail(errno: i32) -> &'static CStr {
+fn errno_detail(errno: i32) -> &'static str {
     match errno {
-        libc::ENOENT => c"the output's directory does not exist (ENOENT)",
-        libc::EACCES | libc::EPERM => c"permission denied creating the output (EACCES)",
-        libc::ELOOP => c"the output path is a symlink, which alloctrace refuses to follow (ELOOP)",
-        libc::EISDIR => c"the output path is a directory (EISDIR)",
-        libc::ENOSPC => c"no space left on the output device (ENOSPC)",
-        libc::EBADF => c"the output descriptor is not open for writing (EBADF)",
-        libc::EPIPE => c"the output pipe was closed by its reader (EPIPE)",
-        _ => c"an I/O error on the output",
+        libc::ENOENT => "the output's directory does not exist (ENOENT)",
+        libc::EACCES | libc::EPERM => "permission denied creating the output (EACCES)",
+        libc::ELOOP => "the output path is a symlink, which alloctrace refuses to follow (ELOOP)",
+        libc::EISDIR => "the output path is a directory (EISDIR)",
+        libc::ENOSPC => "no space left on the output device (ENOSPC)",
+        libc::EBADF => "the output descriptor is not open for writing (EBADF)",
+        libc::EPIPE => "the output pipe was closed by its reader (EPIPE)",
+        _ => "an I/O error on the output",
     }
 }
 
@@ -209,8 +259,8 @@ pub extern "C" fn trace_config_init(cfg: *mut trace_config) {
             buffer_size: 0,
             snapshot: None,
             snapshot_ctx: core::ptr::null_mut(),
-            clock: trace_clock::TRACE_CLOCK_PRECISE,
-            compression: trace_compression::TRACE_COMPRESSION_NONE,
+            clock: trace_clock::TRACE_CLOCK_PRECISE as c_int,
+            compression: trace_compression::TRACE_COMPRESSION_NONE as c_int,
         });
     }
 }
@@ -241,33 +291,27 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
                 "path is NULL and fd is negative: set one of them",
             )));
         }
-        let covers = |offset: usize| size >= offset + core::mem::size_of::<u32>();
+        let covers = |offset: usize| size >= offset + core::mem::size_of::<c_int>();
         let compress = if covers(core::mem::offset_of!(trace_config, compression)) {
-            // SAFETY: as for clock below.
-            match unsafe { core::ptr::addr_of!(cfg.compression).cast::<u32>().read() } {
-                0 => false,
-                1 => true,
-                _ => {
-                    return to_result(Err(Error::BadConfig(
-                        "compression must be TRACE_COMPRESSION_NONE or TRACE_COMPRESSION_ZSTD",
-                    )))
-                }
+            let known = [
+                (trace_compression::TRACE_COMPRESSION_NONE as c_int, "TRACE_COMPRESSION_NONE", false),
+                (trace_compression::TRACE_COMPRESSION_ZSTD as c_int, "TRACE_COMPRESSION_ZSTD", true),
+            ];
+            match config_enum("trace_config.compression", cfg.compression, &known) {
+                Ok(v) => v,
+                Err(r) => return r,
             }
         } else {
             false
         };
         let clock = if covers(core::mem::offset_of!(trace_config, clock)) {
-            // Read as an int: C may pass any value.
-            // SAFETY: the field is inside the caller's struct (struct_size
-            // covers it) and trace_clock is an int-sized repr(C) enum.
-            match unsafe { core::ptr::addr_of!(cfg.clock).cast::<u32>().read() } {
-                0 => ClockKind::Precise,
-                1 => ClockKind::Coarse,
-                _ => {
-                    return to_result(Err(Error::BadConfig(
-                        "clock must be TRACE_CLOCK_PRECISE or TRACE_CLOCK_COARSE",
-                    )))
-                }
+            let known = [
+                (trace_clock::TRACE_CLOCK_PRECISE as c_int, "TRACE_CLOCK_PRECISE", ClockKind::Precise),
+                (trace_clock::TRACE_CLOCK_COARSE as c_int, "TRACE_CLOCK_COARSE", ClockKind::Coarse),
+            ];
+            match config_enum("trace_config.clock", cfg.clock, &known) {
+                Ok(v) => v,
+                Err(r) => return r,
             }
         } else {
             ClockKind::Precise
@@ -387,34 +431,38 @@ pub extern "C" fn trace_thread_id() -> u64 {
 }
 
 /// A static, NUL-terminated name for a result code, such as "TRACE_OK".
-/// Never NULL; unknown codes give "TRACE_ERR_UNKNOWN".
+/// Never NULL; any other int (a code from a newer version, a stray value)
+/// gives "TRACE_ERR_UNKNOWN". Takes an int, not the enum, so that every
+/// value C can pass is well defined.
 #[no_mangle]
-pub extern "C" fn trace_result_str(result: trace_result) -> *const c_char {
-    // Read the raw value: C may pass any int.
-    // SAFETY: trace_result is repr(C), an int-sized enum; reading it as u32
-    // does not depend on the value being a declared variant.
-    let raw: u32 = unsafe { core::mem::transmute::<trace_result, u32>(result) };
-    let name: &'static CStr = match raw {
-        0 => c"TRACE_OK",
-        1 => c"TRACE_ERR_NULL_ARGUMENT",
-        2 => c"TRACE_ERR_BAD_CONFIG",
-        3 => c"TRACE_ERR_ALREADY_STARTED",
-        4 => c"TRACE_ERR_NOT_STARTED",
-        5 => c"TRACE_ERR_IO",
-        6 => c"TRACE_ERR_OUT_OF_MEMORY",
-        7 => c"TRACE_ERR_PANIC",
-        8 => c"TRACE_ERR_BUSY",
-        _ => c"TRACE_ERR_UNKNOWN",
-    };
+pub extern "C" fn trace_result_str(result: c_int) -> *const c_char {
+    const NAMES: [(trace_result, &CStr); 9] = [
+        (trace_result::TRACE_OK, c"TRACE_OK"),
+        (trace_result::TRACE_ERR_NULL_ARGUMENT, c"TRACE_ERR_NULL_ARGUMENT"),
+        (trace_result::TRACE_ERR_BAD_CONFIG, c"TRACE_ERR_BAD_CONFIG"),
+        (trace_result::TRACE_ERR_ALREADY_STARTED, c"TRACE_ERR_ALREADY_STARTED"),
+        (trace_result::TRACE_ERR_NOT_STARTED, c"TRACE_ERR_NOT_STARTED"),
+        (trace_result::TRACE_ERR_IO, c"TRACE_ERR_IO"),
+        (trace_result::TRACE_ERR_OUT_OF_MEMORY, c"TRACE_ERR_OUT_OF_MEMORY"),
+        (trace_result::TRACE_ERR_PANIC, c"TRACE_ERR_PANIC"),
+        (trace_result::TRACE_ERR_BUSY, c"TRACE_ERR_BUSY"),
+    ];
+    let name = NAMES
+        .iter()
+        .find(|(code, _)| *code as c_int == result)
+        .map_or(c"TRACE_ERR_UNKNOWN", |&(_, name)| name);
     name.as_ptr()
 }
 
-/// A static, NUL-terminated sentence about the calling thread's last failed
-/// lifecycle call (which field of the config was bad, which I/O error), or
-/// "" if none. Never NULL.
+/// A NUL-terminated sentence about the calling thread's last failed
+/// lifecycle call (which field of the config was bad and its value, which
+/// I/O error, that tracing was already on), or "" if none. Never NULL; the
+/// text stays valid until the calling thread's next failed lifecycle call.
 #[no_mangle]
 pub extern "C" fn trace_last_error_detail() -> *const c_char {
-    LAST_ERROR.with(|e| e.get()).as_ptr()
+    // The array lives as long as the thread; a pointer into it is handed
+    // out without reading it.
+    LAST_ERROR.with(|cell| cell.get().cast::<c_char>().cast_const())
 }
 
 /// Registers a type for heap object events and returns its ID (at least 1),

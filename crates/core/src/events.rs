@@ -100,8 +100,9 @@ pub fn writer() -> *mut core::ffi::c_void {
     }
 }
 
-/// Flushes the calling thread's buffers now and frees its slot, as thread
-/// exit does. Its next event starts a new slot with a new thread ID.
+/// Flushes the calling thread's buffers now and frees its slot. Its next
+/// event starts a new slot with a new thread ID. (Thread exit flushes too,
+/// but keeps the slot and ID until the thread is gone: thread.rs.)
 pub fn thread_destroy() {
     crate::thread::release_current();
 }

@@ -1,15 +1,66 @@
 //! Per-thread writer state: the thread slots, how a thread finds its slot,
 //! and what happens when it exits.
 //!
+//! ## Design
+//!
 //! Slots live in one static table, so a slot's address stays valid for the
 //! life of the process: a thread-local pointer to it can never dangle, even
 //! across trace_stop and a later trace_start. A thread claims a free slot on
-//! its first event and gives it back when it exits (or calls
-//! `trace_thread_destroy`).
+//! its first event and keeps it, with its one trace thread ID, until it is
+//! gone:
+//!
+//! - *free* -> *owned*: the thread's first event (or `trace_writer_get`,
+//!   `trace_thread_id`) claims the slot, records the thread's kernel thread
+//!   ID and registers a pthread key whose destructor runs at its exit.
+//! - *owned* -> *exiting*: the key destructor flushes the thread's buffers
+//!   but leaves it the slot (and its thread-local pointer to it): glibc
+//!   still runs code on the thread afterwards (other keys' destructors,
+//!   `__libc_thread_freeres`, which calls `free(NULL)` twice), and those
+//!   events land in the same slot, under the same thread ID. Advance and
+//!   stop take them as any idle thread's.
+//! - *exiting* -> *free*: once the thread no longer exists
+//!   (`tgkill(pid, tid, 0)` fails with ESRCH), a thread that claims a slot
+//!   reclaims it: it flushes what the dead thread left, as the slot's owner
+//!   now, and takes the slot with a new thread ID. A claim checks a few
+//!   exiting slots before it takes a free one, so the slot of a thread that
+//!   just ended is the next one used and memory stays flat however many
+//!   threads come and go.
+//! - `trace_thread_destroy` (explicit): flushes and frees the slot at once;
+//!   the thread's next event claims a new one, with a new thread ID.
+//!
+//! ## Invariants
+//!
+//! 1. Only a slot's owner writes its seqlock, its buffers of the parity it
+//!    read, `last_ticks` and `lost`; a reclaimer becomes the owner only
+//!    after it has seen the previous owner's thread gone and moved the slot
+//!    to *reclaiming* by compare-exchange (so two claimers never both own
+//!    it). Otherwise two threads would write one buffer.
+//! 2. A reclaim never reads the dead thread's memory (its stack and TLS may
+//!    be reused): only the slot, and the kernel's answer for its thread ID.
+//! 3. A live thread never loses its slot: a thread ID that the kernel
+//!    reused for a new thread of this process only delays the reclaim, and
+//!    a process whose PID is not the one tracing started in (a vfork child,
+//!    which shares this table with its parent) reclaims nothing.
+//!
+//! ## Corner cases
+//!
+//! - A thread whose first event comes after its key destructors ran (a
+//!   thread that never allocated until glibc's `free(NULL)` at its exit)
+//!   registers a key nobody will run: its slot stays *owned* after it is
+//!   gone. Such slots are reclaimed (by the same check) when a claim finds
+//!   no free or exiting slot; such a claim checks 32 slots, taking turns
+//!   over the table, so a thread without a slot (whose every event claims
+//!   again, and is counted lost) makes at most 32 syscalls per event.
+//! - fork: the child keeps only the forking thread's slot, with the
+//!   child's thread ID; a slot mid-reclaim in another thread is freed.
+//! - A signal handler's first event while its thread is inside `claim`
+//!   claims a slot of its own; the interrupted claim then overwrites the
+//!   thread-local pointer, and the handler's slot is reclaimed as above
+//!   once the thread is gone.
 
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
 
 use crate::buffer::Buffer;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +86,20 @@ pub(crate) const STREAMS: usize = 2;
 
 const SLOT_FREE: u32 = 0;
 const SLOT_OWNED: u32 = 1;
+/// The owner's exit flush ran; it may still record events until it is gone.
+const SLOT_EXITING: u32 = 2;
+/// A claiming thread found the owner gone and is taking the slot over.
+const SLOT_RECLAIMING: u32 = 3;
+
+/// Exiting slots a claim checks (one tgkill each) before it takes a free
+/// slot: enough to find the slots of the threads that just ended.
+const EXIT_CHECKS_PER_CLAIM: usize = 8;
+
+/// Slots a claim that found none free checks, from [`FULL_CURSOR`] on.
+const FULL_CHECKS_PER_CLAIM: usize = 32;
+
+/// Where the next full-table check starts (modulo MAX_THREADS).
+static FULL_CURSOR: AtomicUsize = AtomicUsize::new(0);
 
 /// One thread's writer state.
 ///
@@ -56,8 +121,9 @@ pub(crate) struct ThreadSlot {
     /// Unused, always 0: keeps the layout the header mirrors (it was the
     /// coarse clock's countdown to its next real clock read).
     reserved: AtomicU32,
-    /// SLOT_FREE or SLOT_OWNED. Claimed by compare-exchange from free;
-    /// released by the owner.
+    /// SLOT_FREE, SLOT_OWNED, SLOT_EXITING or SLOT_RECLAIMING (see the
+    /// module doc). Claimed by compare-exchange from free, or from exiting
+    /// or owned once the owner is gone; released by the owner.
     state: AtomicU32,
     /// The owner's thread pointer (`%fs:0` on x86-64, 0 elsewhere) while
     /// owned, else 0. The inline path checks it against its own, so a
@@ -74,6 +140,8 @@ pub(crate) struct ThreadSlot {
     /// Events the owner could not record, per generation parity. The owner
     /// adds; advance takes the previous generation's count.
     pub(crate) lost: [AtomicU64; 2],
+    /// The owner's kernel thread ID (gettid), set at claim; 0 when free.
+    tid: AtomicI32,
 }
 
 // The layout the header's `struct trace_writer` mirrors.
@@ -114,6 +182,7 @@ impl ThreadSlot {
         bufs: [const { [const { AtomicPtr::new(ptr::null_mut()) }; STREAMS] }; 2],
         id: AtomicU64::new(0),
         lost: [AtomicU64::new(0), AtomicU64::new(0)],
+        tid: AtomicI32::new(0),
     };
 
     /// Takes the buffer of one parity and stream, leaving null.
@@ -130,6 +199,10 @@ static SLOTS_USED: AtomicUsize = AtomicUsize::new(0);
 
 /// Source of trace thread IDs.
 static NEXT_THREAD_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The process ID the slots' thread IDs belong to (set by trace_start and
+/// in a fork child), 0 before: reclaims happen only in this process.
+static PID: AtomicI32 = AtomicI32::new(0);
 
 /// The pthread key whose destructor flushes a thread's buffers at exit;
 /// `KEY_STATE` is 0 (not created), 1 (being created), 2 (ready), 3 (failed).
@@ -191,32 +264,125 @@ fn claim() -> Option<&'static ThreadSlot> {
     if INTERNAL.with(|f| f.get()) {
         return None;
     }
+    // tgkill sets errno when the thread is gone; the program's errno must
+    // come out of an event call as it went in.
+    // SAFETY: __errno_location always returns this thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    let slot = claim_slot();
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    slot
+}
+
+fn claim_slot() -> Option<&'static ThreadSlot> {
+    // SAFETY: getpid has no preconditions.
+    let reclaim = PID.load(Ordering::Relaxed) == unsafe { libc::getpid() };
+    let mut checks = 0;
     for (index, slot) in SLOTS.iter().enumerate() {
-        if slot.state.load(Ordering::Relaxed) != SLOT_FREE {
-            continue;
+        match slot.state.load(Ordering::Relaxed) {
+            SLOT_FREE
+                if slot
+                    .state
+                    .compare_exchange(SLOT_FREE, SLOT_OWNED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok() =>
+            {
+                return Some(take(index, slot));
+            }
+            SLOT_EXITING if reclaim && checks < EXIT_CHECKS_PER_CLAIM => {
+                checks += 1;
+                if try_reclaim(slot, SLOT_EXITING) {
+                    return Some(take(index, slot));
+                }
+            }
+            _ => {}
         }
-        if slot
-            .state
-            .compare_exchange(SLOT_FREE, SLOT_OWNED, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            continue;
-        }
-        slot.id
-            .store(NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-        SLOTS_USED.fetch_max(index + 1, Ordering::AcqRel);
-        slot.owner.store(thread_pointer(), Ordering::Relaxed);
-        set_current(slot);
-        if KEY_STATE.load(Ordering::Acquire) == 2 {
-            // SAFETY: the key was created by ensure_exit_key; the value is a
-            // pointer into the static SLOTS table.
-            unsafe {
-                libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), (slot as *const ThreadSlot).cast());
+    }
+    // No free slot: reclaim one whose thread is gone, owned ones too (see
+    // the corner cases). A few slots per claim, taking turns: a thread
+    // without a slot claims again at every event, and must not make
+    // thousands of syscalls each time.
+    if reclaim {
+        let start = FULL_CURSOR.fetch_add(FULL_CHECKS_PER_CLAIM, Ordering::Relaxed);
+        for k in 0..FULL_CHECKS_PER_CLAIM {
+            let index = start.wrapping_add(k) % MAX_THREADS;
+            let slot = &SLOTS[index];
+            let state = slot.state.load(Ordering::Relaxed);
+            if (state == SLOT_EXITING || state == SLOT_OWNED) && try_reclaim(slot, state) {
+                return Some(take(index, slot));
             }
         }
-        return Some(slot);
     }
     None
+}
+
+/// Whether the thread with kernel ID `tid` no longer exists in this
+/// process. Asks the kernel only: never touches the thread's memory.
+fn thread_gone(tid: i32) -> bool {
+    if tid <= 0 {
+        return false;
+    }
+    // SAFETY: tgkill with signal 0 sends nothing; it only checks that the
+    // thread exists in the thread group.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, PID.load(Ordering::Relaxed), tid, 0) };
+    // SAFETY: __errno_location always returns this thread's errno.
+    rc == -1 && unsafe { *libc::__errno_location() } == libc::ESRCH
+}
+
+/// Takes over a slot in state `from` (exiting, or owned) whose thread is
+/// gone: flushes what it left and leaves it SLOT_RECLAIMING for [`take`].
+/// False, changing nothing, if its thread may still run.
+fn try_reclaim(slot: &ThreadSlot, from: u32) -> bool {
+    let tid = slot.tid.load(Ordering::Relaxed);
+    if !thread_gone(tid) {
+        return false;
+    }
+    if slot
+        .state
+        .compare_exchange(from, SLOT_RECLAIMING, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    // Between the check and the exchange another claimer may have
+    // reclaimed the slot and its new owner reached the same state: check
+    // the owner we now hold.
+    let now = slot.tid.load(Ordering::Relaxed);
+    if now != tid && !thread_gone(now) {
+        slot.state.store(from, Ordering::Release);
+        return false;
+    }
+    // We are the slot's owner now (invariant 1): flush the dead thread's
+    // current-generation buffers as it would have.
+    crate::tracer::flush_exiting_thread(slot);
+    true
+}
+
+/// Makes the calling thread the owner of `slot`, claimed from free or
+/// reclaimed, with a new trace thread ID.
+fn take(index: usize, slot: &'static ThreadSlot) -> &'static ThreadSlot {
+    slot.id
+        .store(NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    // SAFETY: gettid has no preconditions and never fails.
+    slot.tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+    SLOTS_USED.fetch_max(index + 1, Ordering::AcqRel);
+    slot.owner.store(thread_pointer(), Ordering::Relaxed);
+    slot.state.store(SLOT_OWNED, Ordering::Release);
+    set_current(slot);
+    if KEY_STATE.load(Ordering::Acquire) == 2 {
+        // SAFETY: the key was created by ensure_exit_key; the value is a
+        // pointer into the static SLOTS table.
+        unsafe {
+            libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), (slot as *const ThreadSlot).cast());
+        }
+    }
+    slot
+}
+
+/// Records the process the slots' thread IDs belong to. Called by
+/// trace_start.
+pub(crate) fn note_process() {
+    // SAFETY: getpid has no preconditions.
+    PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
 }
 
 /// Creates the pthread key whose destructor flushes an exiting thread.
@@ -243,21 +409,28 @@ pub(crate) fn ensure_exit_key() {
     }
 }
 
-/// pthread key destructor: the thread is exiting; flush and free its slot.
+/// pthread key destructor: the thread is exiting. Flushes its buffers and
+/// marks its slot exiting; the thread keeps the slot (and its thread-local
+/// pointer to it) for whatever it records until it is gone.
 unsafe extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     let slot = value.cast::<ThreadSlot>().cast_const();
-    if tls::get(Word::Slot) as *const ThreadSlot == slot {
-        release_current();
+    let Some(current) = current() else { return };
+    if !ptr::eq(current, slot) {
+        return;
     }
+    crate::tracer::flush_exiting_thread(current);
+    current.state.store(SLOT_EXITING, Ordering::Release);
 }
 
-/// Flushes the calling thread's buffers and gives its slot back; its next
-/// event claims a new slot with a new thread ID.
+/// Flushes the calling thread's buffers and gives its slot back at once
+/// (`trace_thread_destroy`); its next event claims a new slot with a new
+/// thread ID.
 pub(crate) fn release_current() {
     let Some(slot) = current() else { return };
     crate::tracer::flush_exiting_thread(slot);
     set_current(ptr::null());
     slot.owner.store(0, Ordering::Relaxed);
+    slot.tid.store(0, Ordering::Relaxed);
     if KEY_STATE.load(Ordering::Acquire) == 2 {
         // SAFETY: the key exists; clearing it stops the destructor from
         // running for a slot we no longer own.
@@ -268,7 +441,7 @@ pub(crate) fn release_current() {
 
 /// In a forked child: every slot's owner but the forking thread is gone and
 /// the parent's buffers belong to the parent's trace. Frees every other
-/// slot, and forgets every slot's buffers (left mapped, never written
+/// slot (exiting and mid-reclaim ones too), and forgets every slot's buffers (left mapped, never written
 /// again) and counts. The forking thread keeps its slot, so a
 /// `trace_writer` handle it holds stays its own in the child.
 /// Called only by the fork child handler, with one thread running.
@@ -284,11 +457,16 @@ pub(crate) fn reset_after_fork() {
         for lost in &slot.lost {
             lost.store(0, Ordering::Relaxed);
         }
-        if !ptr::eq(slot, mine) {
+        if ptr::eq(slot, mine) {
+            // SAFETY: gettid has no preconditions and never fails.
+            slot.tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+        } else {
             slot.owner.store(0, Ordering::Relaxed);
+            slot.tid.store(0, Ordering::Relaxed);
             slot.state.store(SLOT_FREE, Ordering::Relaxed);
         }
     }
+    note_process();
 }
 
 /// One of the tracer's own threads.

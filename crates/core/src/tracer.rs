@@ -48,17 +48,27 @@
 //! 4. start, advance and stop MUST hold [`CONTROL`]. Otherwise two advances
 //!    could interleave and a third generation could open before the first
 //!    one ends (FORMAT.md allows at most two open).
-//! 5. The event path MUST NOT allocate, lock or panic, and makes syscalls
-//!    only when it needs a new buffer. Otherwise it could deadlock or recurse
+//! 5. A session's advancer thread MUST advance only its own session, and
+//!    stop's second phase MUST end only the session whose advancer its first
+//!    phase told to exit. Stop releases [`CONTROL`] between its phases, so
+//!    another thread may stop that session and start a new one meanwhile:
+//!    ending (and joining the advancer of) a session that never got its exit
+//!    signal would wait forever with [`CONTROL`] held.
+//! 6. The event path MUST NOT allocate, lock or panic, and makes syscalls
+//!    only when it needs a new buffer (or a slot, thread.rs). Otherwise it could deadlock or recurse
 //!    inside the host's malloc.
-//! 6. An event that cannot be recorded MUST be counted in its generation's
+//! 7. An event that cannot be recorded MUST be counted in its generation's
 //!    `lost_events`. Otherwise the trace would lie about what happened.
 //!
 //! ## Corner cases
 //!
-//! - Thread exit: a pthread key destructor flushes the thread's buffers of
-//!   both parities and frees its slot (thread.rs). A later event on the same
-//!   thread (another destructor freeing memory) claims a new slot.
+//! - Thread exit: a pthread key destructor flushes the thread's buffers
+//!   and marks its slot exiting; the thread keeps the slot and its thread
+//!   ID for the events it still records (other destructors, glibc's
+//!   `free(NULL)` calls after them), which advance and stop take as any idle
+//!   thread's. The slot is reclaimed, and what it holds flushed, only once
+//!   the thread is gone (thread.rs). The reclaimer owns the slot's seqlock
+//!   from then on, so the handshake is unchanged.
 //! - Calls before start or after stop see generation 0 and return.
 //! - A signal about to kill the process: its handler may call
 //!   `flush_for_fatal_signal` (crash.rs), which ends the session as stop
@@ -68,6 +78,10 @@
 //!   finds the slot's seqlock odd; that event is counted as lost.
 //! - Calls from the snapshot callback to start/advance/stop return
 //!   TRACE_ERR_BUSY instead of deadlocking on [`CONTROL`].
+//! - start, stop and advance from several threads at once: each call is
+//!   whole under [`CONTROL`]; two stops of one session give one `Ok` and
+//!   one `NotStarted`, also when a start slipped in between (invariant 5;
+//!   tests/lifecycle_stress.rs).
 //! - More threads than slots: events of slotless threads are counted lost.
 //! - fork: the first start registers pthread_atfork handlers. Prepare takes
 //!   [`CONTROL`] so no start/advance/stop is half done at the fork; the
@@ -399,6 +413,7 @@ pub fn start_with(
             .map_err(Error::Io)?;
         debug_assert_eq!(FILE_HEADER_LEN, 16);
         thread::ensure_exit_key();
+        thread::note_process();
         install_fork_handlers();
         let asymmetric = crate::handshake::enable_asymmetric_fences();
 
@@ -523,7 +538,9 @@ fn spawn_advancer(session: Arc<Session>) -> std::io::Result<thread::InternalThre
                 && theirs.advance_wanted.swap(false, Ordering::AcqRel)
                 && !theirs.advancer_exit.load(Ordering::Acquire)
             {
-                let _ = advance();
+                // This session's generation only: never one of a session
+                // started after this one was stopped.
+                let _ = advance_session(Some(&theirs));
             }
         }
         theirs.advancer_done.store(true, Ordering::Release);
@@ -553,8 +570,17 @@ impl Session {
 
 /// Ends the current generation and starts the next.
 pub fn advance() -> Result<(), Error> {
+    advance_session(None)
+}
+
+/// [`advance`], of `only` if given: `NotStarted` when the running session
+/// is another one (the advancer thread of a session that has stopped).
+fn advance_session(only: Option<&Arc<Session>>) -> Result<(), Error> {
     with_control(|control| {
         let session = control.session.as_ref().ok_or(Error::NotStarted)?;
+        if only.is_some_and(|only| !Arc::ptr_eq(only, session)) {
+            return Err(Error::NotStarted);
+        }
         let old = SHARED.generation.load(Ordering::Relaxed);
         let new = old + 1;
         write_info(session, new);
@@ -591,6 +617,14 @@ pub fn stop() -> Result<(), Error> {
         }
     }
     with_control(|control| {
+        // Between the two phases another thread may have stopped this
+        // session and started a new one: that one is not ours to end (its
+        // advancer was never told to exit, so joining it would never
+        // return), and ours is already stopped.
+        if !control.session.as_ref().is_some_and(|s| Arc::ptr_eq(s, &session)) {
+            return Err(Error::NotStarted);
+        }
+        drop(session);
         let session = control.session.take().ok_or(Error::NotStarted)?;
         let last = SHARED.generation.load(Ordering::Relaxed);
         end_generation(&session, last, 0);
@@ -692,8 +726,15 @@ pub(crate) fn hand_over(session: &Session, buf: NonNull<Buffer>) {
     session.pool.push_full(buf);
 }
 
-/// Flushes the buffers of an exiting thread (or one calling
-/// trace_thread_destroy), and folds its lost counts into the global ones.
+/// Flushes the current generation's buffers of `slot` and folds its lost
+/// count into the global one. The caller is the slot's owner: the thread
+/// itself at its exit or in trace_thread_destroy, or a thread reclaiming the
+/// slot of a thread that is gone (thread.rs).
+///
+/// Only the current generation's parity: the other parity is empty unless
+/// an advance is between its generation store and its take, and then that
+/// advance takes it (taking it here could push a batch of the old
+/// generation after its generation-end batch, invariant 3).
 pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
     if !slot.seq.try_begin() {
         return;
@@ -702,20 +743,17 @@ pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
     // SAFETY: a non-zero generation read inside the seqlock section keeps
     // the session alive until seq.end() (stop waits for it).
     let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
-    for parity in 0..2 {
+    if let (1.., Some(session)) = (generation, session) {
+        let parity = (generation & 1) as usize;
         for stream in 0..STREAMS {
             if let Some(buf) = slot.take_buffer(parity, stream) {
-                match (generation, session) {
-                    (1.., Some(session)) => hand_over(session, buf),
-                    // Unreachable: stop takes every buffer before clearing
-                    // the generation. Keep the memory rather than guess.
-                    _ => {}
-                }
+                hand_over(session, buf);
             }
         }
         let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
         LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
     }
+    // With tracing off every buffer is empty: stop took them all.
     slot.seq.end();
 }
 

@@ -1,7 +1,11 @@
 //! Model-checks the generation-advance handshake (src/handshake.rs) with
 //! loom: after an advance has stored the new generation and waited for a
 //! writer's seqlock, that writer never again writes a buffer of the old
-//! generation, whatever the interleaving.
+//! generation, whatever the interleaving. And the flush of a thread's slot
+//! by the thread that reclaims it once its owner is gone (thread.rs),
+//! racing an advance, never pushes a batch of the old generation after its
+//! end batch (it fails when the flush takes both parities, as the exit
+//! flush once did).
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p alloctrace-core --test loom_handshake`
 //! (`make loom`).
@@ -53,5 +57,78 @@ fn advance_never_takes_a_buffer_in_use() {
         shared.old_taken.store(true, Ordering::SeqCst);
         writer.join().unwrap();
         assert!(!shared.wrote_after_take.load(Ordering::SeqCst), "a writer used the old generation after the advance took it");
+    });
+}
+
+/// The buffers of one slot, one per generation parity, as flags: set while
+/// the slot holds a batch of that parity.
+struct Slot {
+    generation: AtomicU64,
+    seq: SeqLock,
+    bufs: [AtomicBool; 2],
+    /// Set by the advancer once it has written generation 1's end batch.
+    generation_end: AtomicBool,
+    /// Set when a batch of generation 1 was pushed after its end batch: the
+    /// bug (invariant 3 of tracer.rs).
+    pushed_after_end: AtomicBool,
+}
+
+/// The flush of an exiting thread, or of the thread that reclaims the slot
+/// of one that is gone (tracer.rs flush_exiting_thread): inside the
+/// seqlock, it takes the buffer of the parity it read only.
+fn flush_current_parity(s: &Slot) {
+    assert!(s.seq.try_begin());
+    let generation = s.generation.load(Ordering::Acquire);
+    let parity = (generation & 1) as usize;
+    if s.bufs[parity].swap(false, Ordering::AcqRel) && generation == 1 && s.generation_end.load(Ordering::SeqCst) {
+        s.pushed_after_end.store(true, Ordering::SeqCst);
+    }
+    s.seq.end();
+}
+
+/// A thread records an event and exits; a second thread, seeing it gone
+/// (the join stands for tgkill's ESRCH), reclaims its slot and flushes it
+/// as its owner, while an advance from generation 1 to 2 runs. Whatever the
+/// interleaving, no batch of generation 1 is pushed after generation 1's
+/// end batch, and every batch of generation 1 is pushed exactly once.
+#[test]
+fn reclaim_of_a_dead_threads_slot_keeps_generation_order() {
+    loom::model(|| {
+        let slot = Arc::new(Slot {
+            generation: AtomicU64::new(1),
+            seq: SeqLock::new(),
+            bufs: [AtomicBool::new(false), AtomicBool::new(false)],
+            generation_end: AtomicBool::new(false),
+            pushed_after_end: AtomicBool::new(false),
+        });
+        let reclaimer = {
+            let s = Arc::clone(&slot);
+            loom::thread::spawn(move || {
+                let owner = {
+                    let s = Arc::clone(&s);
+                    loom::thread::spawn(move || {
+                        // One event into the generation it reads.
+                        assert!(s.seq.try_begin());
+                        let generation = s.generation.load(Ordering::Acquire);
+                        s.bufs[(generation & 1) as usize].store(true, Ordering::Relaxed);
+                        s.seq.end();
+                    })
+                };
+                owner.join().unwrap();
+                flush_current_parity(&s);
+            })
+        };
+        // The advance: new generation, handshake, take the old parity.
+        slot.generation.store(2, Ordering::SeqCst);
+        alloctrace_core::heavy_barrier();
+        slot.seq.wait_quiescent();
+        slot.bufs[1].swap(false, Ordering::AcqRel);
+        slot.generation_end.store(true, Ordering::SeqCst);
+        reclaimer.join().unwrap();
+        assert!(
+            !slot.pushed_after_end.load(Ordering::SeqCst),
+            "a reclaim pushed a batch of generation 1 after its end batch"
+        );
+        assert!(!slot.bufs[1].load(Ordering::SeqCst), "a batch of generation 1 was never pushed");
     });
 }
