@@ -445,6 +445,27 @@ fn forward_signals(
     }
 }
 
+/// What `path` is when something other than a regular file is there (a
+/// FIFO would block the traced program at open; a device or a socket is
+/// no place for a trace), without following a symlink.
+fn not_a_regular_file(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::symlink_metadata(path).ok()?.file_type();
+    if kind.is_file() {
+        None
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_symlink() {
+        Some("a symbolic link")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_char_device() || kind.is_block_device() {
+        Some("a device")
+    } else {
+        Some("not a file")
+    }
+}
+
 pub fn run(args: &Args) -> Result<(), Failure> {
     let shim = find_shim()?;
     let cwd = std::env::current_dir().map_err(|e| Failure::Io(format!("cannot read the current directory: {e}")))?;
@@ -456,6 +477,14 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                     "{} exists: choose another -o, or add --overwrite to replace it",
                     output.display()
                 )));
+            }
+            if let Some(kind) = not_a_regular_file(output) {
+                if !pattern.windows(2).any(|w| w == b"%p") && args.overwrite {
+                    return Err(Failure::Io(format!(
+                        "{} is {kind}, not a regular file: --overwrite replaces only a regular file; choose another -o",
+                        output.display()
+                    )));
+                }
             }
             (output.clone(), None)
         }

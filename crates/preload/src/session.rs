@@ -231,7 +231,8 @@ fn open_output(s: &Settings, kind: Kind, pid: u32) -> Result<(Output, CString), 
             if let Some(what) = what {
                 let mut shown = name.clone();
                 shown.extend_from_slice(format!(" (it is {what}: ALLOCTRACE_OVERWRITE replaces only a regular file)").as_bytes());
-                return Err((shown, libc::EPERM));
+                // errno 0: the name carries the whole reason.
+                return Err((shown, 0));
             }
             // SAFETY: c is NUL-terminated.
             if unsafe { libc::unlink(c.as_ptr()) } != 0 {
@@ -370,11 +371,15 @@ fn start_session(kind: Kind) -> bool {
         Err(err) => {
             let what = match (open_error, err) {
                 (Some((name, e)), _) => format!(
-                    "cannot create the trace file {}: {}",
+                    "cannot create the trace file {}{}",
                     String::from_utf8_lossy(&name),
-                    if e == libc::EEXIST { "it exists, and so do its 999 alternatives".to_string() } else { strerror(e) }
+                    match e {
+                        0 => String::new(),
+                        libc::EEXIST => ": it exists, and so do its 999 alternatives".to_string(),
+                        e => format!(": {}", strerror(e)),
+                    }
                 ),
-                (None, e) => format!("cannot start tracing: {}", error_words(e)),
+                (None, e) => format!("cannot start tracing: {}", e),
             };
             message(&format!("{what}; running untraced"));
             if let Some(index) = &s.index {
@@ -383,20 +388,6 @@ fn start_session(kind: Kind) -> bool {
             LIFECYCLE.store(FAILED, Ordering::Release);
             false
         }
-    }
-}
-
-/// A core error in words (errno as strerror's text).
-#[allow(unreachable_patterns)]
-fn error_words(e: Error) -> String {
-    match e {
-        Error::Io(errno) => strerror(errno),
-        Error::BadConfig(why) => format!("bad configuration: {why}"),
-        Error::OutOfMemory => "out of memory".to_string(),
-        Error::AlreadyStarted => "a session is running already".to_string(),
-        Error::NotStarted => "no session is running".to_string(),
-        Error::Busy => "called from inside the snapshot".to_string(),
-        other => format!("{other:?}"),
     }
 }
 
@@ -430,7 +421,7 @@ fn stop_session() {
         // SAFETY: TRACE_PATH holds null or a leaked box.
         let path = unsafe { TRACE_PATH.load(Ordering::Acquire).as_ref() };
         let path = path.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
-        message(&format!("writing the trace {path} failed: {}", error_words(e)));
+        message(&format!("writing the trace {path} failed: {}", e));
     }
     // SAFETY: RECORD holds null or a leaked box.
     let record = unsafe { RECORD.load(Ordering::Acquire).as_ref() };
@@ -438,7 +429,7 @@ fn stop_session() {
         let now = alloctrace_core::written_totals();
         let status = match result {
             Ok(()) => "ok".to_string(),
-            Err(e) => format!("writing failed: {}", error_words(e)),
+            Err(e) => format!("writing failed: {}", e),
         };
         // SAFETY: a zeroed stat is a valid out-parameter; the path is
         // NUL-terminated.
