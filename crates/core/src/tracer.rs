@@ -745,11 +745,14 @@ pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
     let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
     if let (1.., Some(session)) = (generation, session) {
         let parity = (generation & 1) as usize;
-        for stream in 0..STREAMS {
-            if let Some(buf) = slot.take_buffer(parity, stream) {
-                hand_over(session, buf);
+        // As in refill: a batch taken is pushed before a signal can look.
+        without_signals(|| {
+            for stream in 0..STREAMS {
+                if let Some(buf) = slot.take_buffer(parity, stream) {
+                    hand_over(session, buf);
+                }
             }
-        }
+        });
         let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
         LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
     }
@@ -1235,9 +1238,15 @@ fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Opt
     let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() }?;
     let parity = (generation & 1) as usize;
     let entry = &slot.bufs[parity][stream as usize];
-    if let Some(old) = NonNull::new(entry.swap(core::ptr::null_mut(), Ordering::Relaxed)) {
-        hand_over(session, old);
-    }
+    // Between the swap and the push the old batch is in neither the slot
+    // nor the queue: a fatal-signal flush (crash.rs) on this thread would
+    // lose it. Signals wait for the push instead (two system calls per
+    // buffer, not per event).
+    without_signals(|| {
+        if let Some(old) = NonNull::new(entry.swap(core::ptr::null_mut(), Ordering::Relaxed)) {
+            hand_over(session, old);
+        }
+    });
     let buf = session.pool.take(|| session.wake_writer())?;
     // SAFETY: take gave us the buffer; it has room for a header and an event
     // because buffer sizes are at least MIN_BUFFER_SIZE.
@@ -1258,6 +1267,28 @@ fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Opt
     }
     entry.store(buf.as_ptr(), Ordering::Relaxed);
     Some(buf)
+}
+
+/// Runs `f` with every signal blocked on this thread, so a signal handler
+/// (the fatal-signal flush of crash.rs) never sees a batch that `f` has
+/// taken out of its slot but not yet pushed on the full queue. Slow path
+/// only: two rt_sigprocmask calls. The caller keeps errno (KeepErrno).
+fn without_signals(f: impl FnOnce()) {
+    // SAFETY: an all-zero sigset_t is valid storage; sigfillset fills it.
+    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: valid sigset pointers; pthread_sigmask only reads `all` and
+    // writes `old` (glibc leaves its internal signals alone).
+    let blocked = unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0
+    };
+    f();
+    if blocked {
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    }
 }
 
 /// Restores the calling thread's errno when dropped: event calls leave
