@@ -61,4 +61,12 @@
 #define ALLOCTRACE_ARGS_STACK_FREE_ 1
 #define ALLOCTRACE_LOG2_SIZE_STACK_FREE_ 0
 
+/* The library's private layout (crates/core/src/shared.rs, buffer.rs): the
+ * inline_mode values of struct alloctrace_shared_, and the offset of the
+ * batch bytes from a buffer's struct alloctrace_batch_. */
+#define ALLOCTRACE_MODE_OUT_OF_LINE_ 0
+#define ALLOCTRACE_MODE_PRECISE_ 1
+#define ALLOCTRACE_MODE_COARSE_ 2
+#define ALLOCTRACE_BATCH_DATA_ 64
+
 #endif /* ALLOCTRACE_FORMAT_H */

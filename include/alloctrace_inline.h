@@ -25,8 +25,9 @@
  * Rust source: crates/core/src/{shared,thread,buffer}.rs) and the event
  * encoding of docs/FORMAT.md section 3 (compact events batches), whose
  * numbers (event kinds, address classes, argument counts, MAX_EVENT_LEN,
- * the kind byte's flags) come from alloctrace_format.h, generated from the
- * format crate; c_tests/test_inline_encoding.c checks that this path and
+ * the kind byte's flags; the inline modes and the batch bytes' offset)
+ * come from alloctrace_format.h, generated from the format crate and the
+ * core; c_tests/test_inline_encoding.c checks that this path and
  * the library write the same bytes. They are not API: use only the
  * functions. The library exports the state under a
  * name that carries the layout's version (alloctrace_inline_v1), so a
@@ -68,7 +69,7 @@ struct alloctrace_shared_ {
     uint32_t page_shift;
     uint32_t heap_shift;
     uint32_t stack_shift;
-    uint32_t inline_mode; /* 0 out of line, 1 rdtsc, 2 coarse */
+    uint32_t inline_mode; /* ALLOCTRACE_MODE_*_ */
 };
 extern struct alloctrace_shared_ *const alloctrace_inline_v1;
 
@@ -91,8 +92,6 @@ struct trace_writer {
     struct alloctrace_batch_ *batch_[2][2]; /* [generation % 2][stream] */
 };
 
-/* Offset of the batch bytes in a buffer (crates/core/src/buffer.rs). */
-#define ALLOCTRACE_BATCH_DATA_ 64
 
 /* Whether tracing is on: one relaxed load. */
 static inline int trace_writer_enabled(void)
@@ -139,7 +138,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
     uint32_t mode = __atomic_load_n(&sh->inline_mode, __ATOMIC_RELAXED);
     uintptr_t tp;
     __asm__("mov %%fs:0, %0" : "=r"(tp));
-    if (w == NULL || mode == 0 || __atomic_load_n(&w->owner_, __ATOMIC_RELAXED) != tp)
+    if (w == NULL || mode == ALLOCTRACE_MODE_OUT_OF_LINE_ || __atomic_load_n(&w->owner_, __ATOMIC_RELAXED) != tp)
         return 0;
     uint64_t s = __atomic_load_n(&w->seq_, __ATOMIC_RELAXED);
     if (s & 1)
@@ -169,7 +168,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
      * unsigned), or rdtsc kept strictly above the thread's last time. */
     uint64_t last = w->last_ticks_;
     uint64_t ticks;
-    if (mode == 2) {
+    if (mode == ALLOCTRACE_MODE_COARSE_) {
         ticks = __atomic_load_n(&sh->published_ticks, __ATOMIC_RELAXED);
         if (ticks < last)
             ticks = last;

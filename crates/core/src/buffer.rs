@@ -16,7 +16,7 @@ use crossbeam_utils::CachePadded;
 
 /// Offset of the batch bytes from the start of the mapping; the header sits
 /// before them in its own cache line.
-const DATA_OFFSET: usize = 64;
+pub const DATA_OFFSET: usize = 64;
 
 /// The header of a batch buffer.
 ///

@@ -976,17 +976,17 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     let short = short_form(kind, addr, arg1);
     // SAFETY: a non-null pointer in the slot's current-parity entry is held
     // by this thread (invariant 1).
-    let room = generation != 0 && !buf.is_null() && unsafe { (*buf).room() } >= MAX_EVENT_LEN;
-    let (Some((id, second)), true) = (short, room) else {
+    let room = if generation != 0 { unsafe { event_room(buf) } } else { None };
+    let (Some((id, second)), Some(out)) = (short, room) else {
         slot.seq.end_from(s);
         return false;
     };
-    // SAFETY: checked non-null above, and this thread's.
+    // SAFETY: non-null (event_room gave room in it), and this thread's.
     let b = unsafe { &mut *buf };
     let ticks = next_ticks(slot, mode == inline_mode::COARSE);
     let first = b.ids.encode(class, id);
     let flags = if entry != 0 { ENTRY_TAG } else { 0 };
-    append_event(b, kind, flags, ticks, [first, second, arg2, entry]);
+    append_event(b, out, kind, flags, ticks, [first, second, arg2, entry]);
     slot.seq.end_from(s);
     true
 }
@@ -1011,20 +1011,30 @@ fn short_form(kind: EventKind, addr: u64, arg1: u64) -> Option<(u64, u64)> {
     alloctrace_format::short_form(kind, addr, arg1, min, align_shift(kind.address_class()))
 }
 
-/// Appends one event to `b` with the format's encoder
-/// ([`alloctrace_format::encode_event`]) and makes `ticks` the batch's time
-/// base. Does nothing without [`MAX_EVENT_LEN`] bytes of room (the callers
-/// checked there is).
+/// The bytes one event may take at the end of `buf`'s batch, or `None` when
+/// `buf` is null or has less than [`MAX_EVENT_LEN`] bytes of room.
+///
+/// # Safety
+/// `buf` is null or a buffer the calling thread holds, and stays so while
+/// the result lives.
 #[inline(always)]
-fn append_event(b: &mut Buffer, kind: EventKind, flags: u8, ticks: u64, args: [u64; 4]) {
-    let delta = ticks.wrapping_sub(b.last_ticks);
+unsafe fn event_room<'a>(buf: *mut Buffer) -> Option<&'a mut [u8; MAX_EVENT_LEN]> {
+    // SAFETY: the caller's guarantee.
+    let b = unsafe { buf.as_mut() }?;
     if b.room() < MAX_EVENT_LEN {
-        return;
+        return None;
     }
     // SAFETY: MAX_EVENT_LEN bytes at `len` are inside the batch capacity
-    // (checked above), and the buffer is this thread's.
-    let out = unsafe { &mut *b.data().add(b.len).cast::<[u8; MAX_EVENT_LEN]>() };
-    let n = alloctrace_format::encode_event(out, kind, flags, delta, args);
+    // (checked above), after the header, and only this thread touches them.
+    Some(unsafe { &mut *b.data().add(b.len).cast::<[u8; MAX_EVENT_LEN]>() })
+}
+
+/// Appends one event to `b`, in `out` (its [`event_room`]), with the
+/// format's encoder ([`alloctrace_format::encode_event`]) and makes `ticks`
+/// the batch's time base.
+#[inline(always)]
+fn append_event(b: &mut Buffer, out: &mut [u8; MAX_EVENT_LEN], kind: EventKind, flags: u8, ticks: u64, args: [u64; 4]) {
+    let n = alloctrace_format::encode_event(out, kind, flags, ticks.wrapping_sub(b.last_ticks), args);
     b.len += n;
     b.last_ticks = ticks;
 }
@@ -1157,16 +1167,23 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
         return;
     };
+    let buf: *mut Buffer = b;
+    // SAFETY: buffer_with_room gave this thread's buffer, with the room.
+    let Some(out) = (unsafe { event_room(buf) }) else {
+        return;
+    };
+    // SAFETY: as above.
+    let b = unsafe { &mut *buf };
     let tag = if entry != 0 { ENTRY_TAG } else { 0 };
     match short {
         // Short-form IDs travel as deltas from the batch's previous ID of
         // the same class (FORMAT.md section 3, compact events).
         Some((id, second)) => {
             let first = b.ids.encode(kind.address_class(), id);
-            append_event(b, kind, tag, ticks, [first, second, arg2, entry]);
+            append_event(b, out, kind, tag, ticks, [first, second, arg2, entry]);
         }
         // Odd arguments go in long form, raw.
-        None => append_event(b, kind, LONG_FORM | tag, ticks, [addr, arg1, arg2, entry]),
+        None => append_event(b, out, kind, LONG_FORM | tag, ticks, [addr, arg1, arg2, entry]),
     }
 }
 

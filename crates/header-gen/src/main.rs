@@ -1,13 +1,15 @@
 //! Writes the C headers of the alloctrace library:
 //! `alloctrace-header-gen API.h FORMAT.h` writes the C API (cbindgen, from
-//! src/capi.rs and cbindgen.toml) to API.h and the wire format's numbers the
-//! inline event path needs (from the format crate itself) to FORMAT.h.
+//! src/capi.rs and cbindgen.toml) to API.h and the numbers the inline event
+//! path needs (the wire format's, from the format crate itself, and the
+//! private layout's, from the core) to FORMAT.h.
 //! Run from the workspace root (the Makefile does: `make header`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use alloctrace_core::shared::{inline_mode, BATCH_DATA_OFFSET};
 use alloctrace_format::{AddressClass, EventKind, ENTRY_TAG, EVENT_KINDS, LONG_FORM, MAX_EVENT_LEN, MAX_VARINT_LEN};
 
 fn main() -> ExitCode {
@@ -47,7 +49,10 @@ fn c_name(kind: EventKind) -> String {
 
 /// include/alloctrace_format.h: every number of the wire format the inline
 /// event path (include/alloctrace_inline.h) writes, taken from the format
-/// crate, so that the C and the Rust writer cannot disagree on them.
+/// crate, and the numbers of the library's private layout it reads that are
+/// not field offsets (those are in the header's structs, asserted in the
+/// core), taken from the core: so that the C and the Rust writer cannot
+/// disagree on them.
 fn format_header() -> String {
     let mut h = String::new();
     for line in [
@@ -95,6 +100,18 @@ fn format_header() -> String {
         let _ = writeln!(h, "#define ALLOCTRACE_ARGS_{n}_ {}", kind.arg_count());
         let _ = writeln!(h, "#define ALLOCTRACE_LOG2_SIZE_{n}_ {}", u8::from(kind.size_as_log2()));
     }
+    for line in [
+        "",
+        "/* The library's private layout (crates/core/src/shared.rs, buffer.rs): the",
+        " * inline_mode values of struct alloctrace_shared_, and the offset of the",
+        " * batch bytes from a buffer's struct alloctrace_batch_. */",
+    ] {
+        let _ = writeln!(h, "{line}");
+    }
+    let _ = writeln!(h, "#define ALLOCTRACE_MODE_OUT_OF_LINE_ {}", inline_mode::OUT_OF_LINE);
+    let _ = writeln!(h, "#define ALLOCTRACE_MODE_PRECISE_ {}", inline_mode::PRECISE);
+    let _ = writeln!(h, "#define ALLOCTRACE_MODE_COARSE_ {}", inline_mode::COARSE);
+    let _ = writeln!(h, "#define ALLOCTRACE_BATCH_DATA_ {BATCH_DATA_OFFSET}");
     h.push_str("\n#endif /* ALLOCTRACE_FORMAT_H */\n");
     h
 }
