@@ -603,6 +603,11 @@ fn put_event_varint(out: &mut [u8; MAX_EVENT_LEN], pos: usize, mut v: u64) -> us
     let Some(dst) = out.get_mut(pos..pos + MAX_VARINT_LEN) else {
         return pos;
     };
+    // One byte, the common case, first: no loop state to set up.
+    if v < 0x80 {
+        dst[0] = v as u8;
+        return pos + 1;
+    }
     let mut i = 0;
     while i < MAX_VARINT_LEN - 1 && v >= 0x80 {
         dst[i] = (v as u8) | 0x80;
