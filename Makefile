@@ -9,6 +9,8 @@ CLI       := $(RELEASE)/alloctrace
 LIB_SO    := $(RELEASE)/liballoctrace.so
 LIB_A     := $(RELEASE)/liballoctrace.a
 HEADER    := include/alloctrace.h
+# The format's numbers for the inline path, generated from crates/format.
+FORMAT_HEADER := include/alloctrace_format.h
 
 CWARN     := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Werror
 CFLAGS    ?= -O1 -g
@@ -36,16 +38,18 @@ cli:
 preload:
 	$(CARGO) build --release -p alloctrace-preload
 
-# The header is generated from src/capi.rs and committed.
+# The headers are generated and committed: alloctrace.h from src/capi.rs
+# (cbindgen), alloctrace_format.h from the format crate.
 header:
-	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(HEADER)
+	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(HEADER) $(FORMAT_HEADER)
 
 check-header:
 	@mkdir -p $(BUILD)
-	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(BUILD)/alloctrace.h
-	@if ! diff -u $(HEADER) $(BUILD)/alloctrace.h; then \
-	  echo "error: $(HEADER) is stale: run 'make header' and commit it"; exit 1; fi
-	@echo "header: $(HEADER) is up to date"
+	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(BUILD)/alloctrace.h $(BUILD)/alloctrace_format.h
+	@for h in $(HEADER) $(FORMAT_HEADER); do \
+	  if ! diff -u $$h $(BUILD)/$$(basename $$h); then \
+	    echo "error: $$h is stale: run 'make header' and commit it"; exit 1; fi; done
+	@echo "header: $(HEADER) and $(FORMAT_HEADER) are up to date"
 
 test: check-header lib cli rust-test loom c-test readme-example preload-test install-test
 
@@ -60,7 +64,7 @@ c-test: header-compat c-test-plain c-test-writer c-test-asan
 
 # The header compiles as C in a -fPIC shared object (where the plain calls
 # must not keep a thread-local) and as C++ when g++ is installed.
-header-compat: $(HEADER) include/alloctrace_inline.h
+header-compat: $(HEADER) $(FORMAT_HEADER) include/alloctrace_inline.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CWARN) -O2 -fPIC -shared -Iinclude c_tests/header_compat.c -o $(BUILD)/libheader_compat.so
 	@if nm -D $(BUILD)/libheader_compat.so | grep -q __tls_get_addr; then \
@@ -173,6 +177,7 @@ install: all
 	install -m 755 $(PRELOAD_SO) $(DESTDIR)$(LIBDIR)/liballoctrace_preload.so
 	install -m 644 $(HEADER) $(DESTDIR)$(PREFIX)/include/alloctrace.h
 	install -m 644 include/alloctrace_inline.h $(DESTDIR)$(PREFIX)/include/alloctrace_inline.h
+	install -m 644 $(FORMAT_HEADER) $(DESTDIR)$(PREFIX)/include/alloctrace_format.h
 	printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(LIBDIR)' 'includedir=$${prefix}/include' '' \
 	  'Name: alloctrace' 'Description: Memory-allocation tracer with a C ABI' 'Version: $(VERSION)' \
 	  'Libs: -L$${libdir} -lalloctrace -lpthread' 'Cflags: -I$${includedir}' > $(DESTDIR)$(LIBDIR)/pkgconfig/alloctrace.pc
@@ -182,7 +187,7 @@ install: all
 install-test: all
 	@dir=$$(mktemp -d); prefix=$$dir/usr; pass=0; fail=0; \
 	$(MAKE) --no-print-directory install PREFIX=$$prefix >$$dir/install.log 2>&1 || { cat $$dir/install.log; fail=$$((fail+1)); }; \
-	for f in bin/alloctrace lib/liballoctrace.so lib/liballoctrace.a lib/liballoctrace_preload.so include/alloctrace.h include/alloctrace_inline.h lib/pkgconfig/alloctrace.pc; do \
+	for f in bin/alloctrace lib/liballoctrace.so lib/liballoctrace.a lib/liballoctrace_preload.so include/alloctrace.h include/alloctrace_inline.h include/alloctrace_format.h lib/pkgconfig/alloctrace.pc; do \
 	  if [ -f $$prefix/$$f ]; then pass=$$((pass+1)); else echo "FAIL install: $$f missing"; fail=$$((fail+1)); fi; done; \
 	awk '/<!-- readme-example/{f=1;next} f&&/^```c/{p=1;next} p&&/^```/{exit} p' README.md > $$dir/example.c; \
 	if command -v pkg-config >/dev/null; then \

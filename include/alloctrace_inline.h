@@ -23,8 +23,13 @@
  *
  * The structs below mirror the library's private layout (asserted in its
  * Rust source: crates/core/src/{shared,thread,buffer}.rs) and the event
- * encoding of docs/FORMAT.md section 3 (compact events batches). They are
- * not API: use only the functions. The library exports the state under a
+ * encoding of docs/FORMAT.md section 3 (compact events batches), whose
+ * numbers (event kinds, address classes, argument counts, MAX_EVENT_LEN,
+ * the kind byte's flags; the inline modes and the batch bytes' offset)
+ * come from alloctrace_format.h, generated from the format crate and the
+ * core; c_tests/test_inline_encoding.c checks that this path and
+ * the library write the same bytes. They are not API: use only the
+ * functions. The library exports the state under a
  * name that carries the layout's version (alloctrace_inline_v1), so a
  * program built against a header whose layout the library does not have
  * fails to load with "undefined symbol" instead of writing a bad trace.
@@ -34,6 +39,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "alloctrace_format.h"
 
 #define ALLOCTRACE_INLINE_ABI 1 /* the _v1 of alloctrace_inline_v1 */
 
@@ -62,7 +69,7 @@ struct alloctrace_shared_ {
     uint32_t page_shift;
     uint32_t heap_shift;
     uint32_t stack_shift;
-    uint32_t inline_mode; /* 0 out of line, 1 rdtsc, 2 coarse */
+    uint32_t inline_mode; /* ALLOCTRACE_MODE_*_ */
 };
 extern struct alloctrace_shared_ *const alloctrace_inline_v1;
 
@@ -85,9 +92,6 @@ struct trace_writer {
     struct alloctrace_batch_ *batch_[2][2]; /* [generation % 2][stream] */
 };
 
-/* The most bytes one event takes (MAX_EVENT_LEN). */
-#define ALLOCTRACE_MAX_EVENT_LEN_ 51
-#define ALLOCTRACE_BATCH_DATA_ 64
 
 /* Whether tracing is on: one relaxed load. */
 static inline int trace_writer_enabled(void)
@@ -112,10 +116,12 @@ static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uin
 }
 
 /*
- * Records one short-form event of `kind` (address class `cls`: 0 span,
- * 1 heap object, 2 stack; `nargs` arguments after the address; `stack_size`
- * when a1 is a stack size written as its log2) in w's current batch,
- * exactly as the library's write_event does. Returns 1 when recorded or
+ * Records one short-form event of `kind` (address class `cls`,
+ * ALLOCTRACE_CLASS_*_; `nargs` arguments after the address; `stack_size`
+ * when a1 is a stack size written as its log2: the ALLOCTRACE_*_ numbers
+ * of the kind in alloctrace_format.h) in w's current batch, exactly as the
+ * library's write_event_fast does (crates/core/src/tracer.rs, with the
+ * format crate's short_form and encode_event). Returns 1 when recorded or
  * tracing is off, 0 when the caller must take the out-of-line path. Changes
  * nothing before it knows it can finish.
  *
@@ -132,7 +138,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
     uint32_t mode = __atomic_load_n(&sh->inline_mode, __ATOMIC_RELAXED);
     uintptr_t tp;
     __asm__("mov %%fs:0, %0" : "=r"(tp));
-    if (w == NULL || mode == 0 || __atomic_load_n(&w->owner_, __ATOMIC_RELAXED) != tp)
+    if (w == NULL || mode == ALLOCTRACE_MODE_OUT_OF_LINE_ || __atomic_load_n(&w->owner_, __ATOMIC_RELAXED) != tp)
         return 0;
     uint64_t s = __atomic_load_n(&w->seq_, __ATOMIC_RELAXED);
     if (s & 1)
@@ -141,9 +147,9 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     uint64_t g = __atomic_load_n(&sh->generation, __ATOMIC_ACQUIRE);
     struct alloctrace_batch_ *b = __atomic_load_n(&w->batch_[g & 1][0], __ATOMIC_RELAXED);
-    uint32_t shift = cls == 0 ? __atomic_load_n(&sh->page_shift, __ATOMIC_RELAXED)
-                   : cls == 1 ? __atomic_load_n(&sh->heap_shift, __ATOMIC_RELAXED)
-                              : __atomic_load_n(&sh->stack_shift, __ATOMIC_RELAXED);
+    uint32_t shift = cls == ALLOCTRACE_CLASS_SPAN_          ? __atomic_load_n(&sh->page_shift, __ATOMIC_RELAXED)
+                   : cls == ALLOCTRACE_CLASS_HEAP_OBJECT_ ? __atomic_load_n(&sh->heap_shift, __ATOMIC_RELAXED)
+                                                          : __atomic_load_n(&sh->stack_shift, __ATOMIC_RELAXED);
     uint64_t min = __atomic_load_n(&sh->min_heap_addr, __ATOMIC_RELAXED);
     uint64_t off = addr - min;
     uint64_t second = a1;
@@ -157,22 +163,21 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
         __atomic_store_n(&w->seq_, s + 2, __ATOMIC_RELEASE);
         return g == 0;
     }
+    /* The library's next_ticks: the coarse clock's published time, which
+     * only grows (the max with the thread's last time only keeps deltas
+     * unsigned), or rdtsc kept strictly above the thread's last time. */
+    uint64_t last = w->last_ticks_;
     uint64_t ticks;
-    if (mode == 2) {
-        /* The coarse clock: the published time, which only grows; the
-         * batch's times are earlier published times, so the max only keeps
-         * the delta unsigned. */
+    if (mode == ALLOCTRACE_MODE_COARSE_) {
         ticks = __atomic_load_n(&sh->published_ticks, __ATOMIC_RELAXED);
-        if (ticks < b->last_ticks)
-            ticks = b->last_ticks;
+        if (ticks < last)
+            ticks = last;
     } else {
-        /* rdtsc, kept strictly above the thread's last time. */
         ticks = __builtin_ia32_rdtsc();
-        uint64_t last = w->last_ticks_;
         if (ticks <= last)
             ticks = last + 1;
-        w->last_ticks_ = ticks;
     }
+    w->last_ticks_ = ticks;
     uint64_t id = off >> shift;
     uint64_t delta = id - b->prev_id[cls];
     b->prev_id[cls] = id;
@@ -210,63 +215,72 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
  */
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_exists_(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
-    if (ALLOCTRACE_RECORD_(w, 1, 0, 3, 0, base, npages, kind_class))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_SPAN_EXISTS_, ALLOCTRACE_CLASS_SPAN_EXISTS_, ALLOCTRACE_ARGS_SPAN_EXISTS_, ALLOCTRACE_LOG2_SIZE_SPAN_EXISTS_,
+                           base, npages, kind_class))
         return 0;
     (trace_span_exists)(base, npages, kind_class);
     return 1;
 }
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_alloc_(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
-    if (ALLOCTRACE_RECORD_(w, 2, 0, 3, 0, base, npages, kind_class))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_SPAN_ALLOC_, ALLOCTRACE_CLASS_SPAN_ALLOC_, ALLOCTRACE_ARGS_SPAN_ALLOC_, ALLOCTRACE_LOG2_SIZE_SPAN_ALLOC_,
+                           base, npages, kind_class))
         return 0;
     (trace_span_alloc)(base, npages, kind_class);
     return 1;
 }
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_free_(trace_writer *w, uintptr_t base)
 {
-    if (ALLOCTRACE_RECORD_(w, 3, 0, 1, 0, base, 0, 0))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_SPAN_FREE_, ALLOCTRACE_CLASS_SPAN_FREE_, ALLOCTRACE_ARGS_SPAN_FREE_, ALLOCTRACE_LOG2_SIZE_SPAN_FREE_,
+                           base, 0, 0))
         return 0;
     (trace_span_free)(base);
     return 1;
 }
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_exists_(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
 {
-    if (ALLOCTRACE_RECORD_(w, 4, 1, 3, 0, addr, size, type_id))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_HEAP_OBJECT_EXISTS_, ALLOCTRACE_CLASS_HEAP_OBJECT_EXISTS_, ALLOCTRACE_ARGS_HEAP_OBJECT_EXISTS_, ALLOCTRACE_LOG2_SIZE_HEAP_OBJECT_EXISTS_,
+                           addr, size, type_id))
         return 0;
     (trace_heap_object_exists)(addr, size, type_id);
     return 1;
 }
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_alloc_(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
 {
-    if (ALLOCTRACE_RECORD_(w, 5, 1, 3, 0, addr, size, type_id))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_HEAP_OBJECT_ALLOC_, ALLOCTRACE_CLASS_HEAP_OBJECT_ALLOC_, ALLOCTRACE_ARGS_HEAP_OBJECT_ALLOC_, ALLOCTRACE_LOG2_SIZE_HEAP_OBJECT_ALLOC_,
+                           addr, size, type_id))
         return 0;
     (trace_heap_object_alloc)(addr, size, type_id);
     return 1;
 }
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_free_(trace_writer *w, uintptr_t addr)
 {
-    if (ALLOCTRACE_RECORD_(w, 6, 1, 1, 0, addr, 0, 0))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_HEAP_OBJECT_FREE_, ALLOCTRACE_CLASS_HEAP_OBJECT_FREE_, ALLOCTRACE_ARGS_HEAP_OBJECT_FREE_, ALLOCTRACE_LOG2_SIZE_HEAP_OBJECT_FREE_,
+                           addr, 0, 0))
         return 0;
     (trace_heap_object_free)(addr);
     return 1;
 }
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_exists_(trace_writer *w, uintptr_t base, uintptr_t size)
 {
-    if (ALLOCTRACE_RECORD_(w, 7, 2, 2, 1, base, size, 0))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_STACK_EXISTS_, ALLOCTRACE_CLASS_STACK_EXISTS_, ALLOCTRACE_ARGS_STACK_EXISTS_, ALLOCTRACE_LOG2_SIZE_STACK_EXISTS_,
+                           base, size, 0))
         return 0;
     (trace_stack_exists)(base, size);
     return 1;
 }
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_alloc_(trace_writer *w, uintptr_t base, uintptr_t size)
 {
-    if (ALLOCTRACE_RECORD_(w, 8, 2, 2, 1, base, size, 0))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_STACK_ALLOC_, ALLOCTRACE_CLASS_STACK_ALLOC_, ALLOCTRACE_ARGS_STACK_ALLOC_, ALLOCTRACE_LOG2_SIZE_STACK_ALLOC_,
+                           base, size, 0))
         return 0;
     (trace_stack_alloc)(base, size);
     return 1;
 }
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_free_(trace_writer *w, uintptr_t base)
 {
-    if (ALLOCTRACE_RECORD_(w, 9, 2, 1, 0, base, 0, 0))
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_STACK_FREE_, ALLOCTRACE_CLASS_STACK_FREE_, ALLOCTRACE_ARGS_STACK_FREE_, ALLOCTRACE_LOG2_SIZE_STACK_FREE_,
+                           base, 0, 0))
         return 0;
     (trace_stack_free)(base);
     return 1;

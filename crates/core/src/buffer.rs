@@ -10,13 +10,13 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use alloctrace_format::{put_uvarint, BatchKind, BATCH_PREFIX_LEN, MAX_VARINT_LEN};
+use alloctrace_format::{put_uvarint, BatchKind, BATCH_PREFIX_LEN};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
 /// Offset of the batch bytes from the start of the mapping; the header sits
 /// before them in its own cache line.
-const DATA_OFFSET: usize = 64;
+pub const DATA_OFFSET: usize = 64;
 
 /// The header of a batch buffer.
 ///
@@ -191,9 +191,6 @@ pub(crate) struct BufferRef(pub(crate) NonNull<Buffer>);
 // SAFETY: a BufferRef is the unique handle to its buffer (one holder at a
 // time, see Buffer); moving it to another thread moves that ownership.
 unsafe impl Send for BufferRef {}
-
-/// Most bytes a batch header takes; a buffer must hold this plus one event.
-pub(crate) const MAX_HEADER_LEN: usize = BATCH_PREFIX_LEN + 3 * MAX_VARINT_LEN;
 
 /// The free pool and the queue of full buffers of one tracing session.
 pub(crate) struct BufferPool {

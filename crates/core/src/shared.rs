@@ -13,6 +13,11 @@
 
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
+/// Offset of a batch buffer's batch bytes from its header (buffer.rs): the
+/// inline event path appends events there. Generated into the header with
+/// [`inline_mode`] (crates/header-gen).
+pub use crate::buffer::DATA_OFFSET as BATCH_DATA_OFFSET;
+
 /// What the header's inline event path may do in the running session
 /// (the `inline_mode` field of [`Shared`]).
 pub mod inline_mode {

@@ -27,11 +27,18 @@
 //! handles the common case (a slot, room in the buffer, an address on the
 //! grid, membarrier available) with no call and no stack frame; everything
 //! else goes to the slow path ([`emit_slow`]: claim a slot, refill, long
-//! form, count a loss). The C header's inline path
-//! (include/alloctrace_inline.h) is the fast path again, in C, over the
-//! same layouts ([`SHARED`](crate::shared::SHARED), `ThreadSlot`, `Buffer`,
-//! whose offsets are asserted) and with the same invariants; it falls back
-//! to the exported functions, i.e. to this file.
+//! form, count a loss). Both make the same three steps, each written once:
+//! the timestamp ([`next_ticks`]), the choice of form and the address's ID
+//! ([`short_form`], the format crate's `short_form` with the session's
+//! alignment of the kind's class), and the bytes ([`append_event`], the
+//! format crate's `encode_event`, the writer's only event encoder). The C
+//! header's inline path (include/alloctrace_inline.h) is the fast path
+//! again, in C, over the same layouts ([`SHARED`](crate::shared::SHARED),
+//! `ThreadSlot`, `Buffer`, whose offsets are asserted), with the format's
+//! numbers generated from the format crate into include/alloctrace_format.h
+//! and the same invariants; it falls back to the exported functions, i.e.
+//! to this file. c_tests/test_inline_encoding.c checks that it writes the
+//! same bytes as this file for every event kind and address class.
 //!
 //! ## Invariants
 //!
@@ -97,11 +104,11 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 use alloctrace_format::{
-    exact_log2, uvarint_len, BatchKind, EventKind, FileHeader, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_EVENT_LEN,
-    VERSION,
+    exact_log2, uvarint_len, AddressClass, BatchKind, EventKind, FileHeader, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM,
+    MAX_BATCH_HEADER_LEN, MAX_EVENT_LEN, VERSION,
 };
 
-use crate::buffer::{Buffer, BufferPool, MAX_HEADER_LEN};
+use crate::buffer::{Buffer, BufferPool};
 use crate::clock::{self, ClockPair};
 use crate::output::{self, Output};
 use crate::shared::{inline_mode, SHARED};
@@ -877,24 +884,6 @@ fn write_types(session: &Session, generation: u64) {
 // ---------------------------------------------------------------------------
 // The event path.
 
-/// Writes `v` as a varint at `p` and returns the byte after it.
-///
-/// # Safety
-/// `p` has room for [`alloctrace_format::MAX_VARINT_LEN`] bytes.
-#[inline(always)]
-unsafe fn put_varint_raw(mut p: *mut u8, mut v: u64) -> *mut u8 {
-    // SAFETY: at most 10 bytes are written, within the caller's room.
-    unsafe {
-        while v >= 0x80 {
-            *p = (v as u8) | 0x80;
-            v >>= 7;
-            p = p.add(1);
-        }
-        *p = v as u8;
-        p.add(1)
-    }
-}
-
 /// Records one event. `addr` is compressed into an ID with the alignment of
 /// the kind's class; `arg1`, `arg2` are the remaining arguments (for stack
 /// alloc/exists, `arg1` is the size in bytes, written as its log2).
@@ -969,11 +958,11 @@ fn emit_slow(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
 /// frame): a thread with a slot and room in its buffer, an address on the
 /// grid, a precise or coarse clock where the advancer uses membarrier.
 /// The same steps and bytes as the header's inline path
-/// (include/alloctrace_inline.h). Returns false, having recorded nothing
-/// and left the seqlock even, when the slow path must run instead.
+/// (include/alloctrace_inline.h; c_tests/test_inline_encoding.c compares
+/// them). Returns false, having recorded nothing and left the seqlock even,
+/// when the slow path must run instead.
 #[inline(always)]
 fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) -> bool {
-    use alloctrace_format::AddressClass;
     let mode = SHARED.inline_mode.load(Ordering::Relaxed);
     let class = kind.address_class();
     if mode == inline_mode::OUT_OF_LINE || class == AddressClass::Raw {
@@ -987,89 +976,81 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     };
     let generation = SHARED.generation.load(Ordering::Acquire);
     let buf = slot.bufs[(generation & 1) as usize][Stream::Events as usize].load(Ordering::Relaxed);
-    let shift = match class {
-        AddressClass::Span => SHARED.page_shift.load(Ordering::Relaxed),
-        AddressClass::HeapObject => SHARED.heap_shift.load(Ordering::Relaxed),
-        _ => SHARED.stack_shift.load(Ordering::Relaxed),
-    };
-    let min = SHARED.min_heap_addr.load(Ordering::Relaxed);
-    let off = addr.wrapping_sub(min);
-    let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
+    let short = short_form(kind, addr, arg1);
     // SAFETY: a non-null pointer in the slot's current-parity entry is held
     // by this thread (invariant 1).
-    let ok = generation != 0
-        && !buf.is_null()
-        && unsafe { (*buf).room() } >= MAX_EVENT_LEN
-        && addr >= min
-        && off & ((1u64 << shift) - 1) == 0
-        && (!is_stack_size || arg1.is_power_of_two());
-    if !ok {
+    let room = if generation != 0 { unsafe { event_room(buf) } } else { None };
+    let (Some((id, second)), Some(out)) = (short, room) else {
         slot.seq.end_from(s);
         return false;
-    }
-    // SAFETY: checked non-null above, and this thread's.
+    };
+    // SAFETY: non-null (event_room gave room in it), and this thread's.
     let b = unsafe { &mut *buf };
-    let ticks = if mode == inline_mode::COARSE {
-        // The published time only grows, and the batch's times are earlier
-        // published times: the max only keeps the delta unsigned.
-        SHARED.published_ticks.load(Ordering::Relaxed).max(b.last_ticks)
-    } else {
-        let ticks = clock::ticks();
-        let last = slot.last_ticks.load(Ordering::Relaxed);
-        let ticks = if ticks <= last { last.wrapping_add(1) } else { ticks };
-        slot.last_ticks.store(ticks, Ordering::Relaxed);
-        ticks
-    };
-    let id = b.ids.encode(class, off >> shift);
-    let second = if is_stack_size {
-        arg1.trailing_zeros() as u64
-    } else {
-        arg1
-    };
-    let kind_byte = if entry != 0 { kind as u8 | ENTRY_TAG } else { kind as u8 };
-    // SAFETY: checked above: MAX_EVENT_LEN bytes of room.
-    unsafe { append_event(b, kind, kind_byte, ticks, [id, second, arg2, entry]) };
+    let ticks = next_ticks(slot, mode == inline_mode::COARSE);
+    let first = b.ids.encode(class, id);
+    let flags = if entry != 0 { ENTRY_TAG } else { 0 };
+    append_event(b, out, kind, flags, ticks, [first, second, arg2, entry]);
     slot.seq.end_from(s);
     true
 }
 
-/// Appends one event (FORMAT.md section 3): the kind byte, the time delta,
-/// the first argument, as many more as `kind` has, and the entry tag when
-/// `kind_byte` carries one; then makes `ticks` the batch's time base.
+/// log2 of the alignment IDs of `class` are compressed with, in the running
+/// session (0 for [`AddressClass::Raw`], which is not compressed).
+#[inline(always)]
+fn align_shift(class: AddressClass) -> u32 {
+    match class {
+        AddressClass::Span => SHARED.page_shift.load(Ordering::Relaxed),
+        AddressClass::HeapObject => SHARED.heap_shift.load(Ordering::Relaxed),
+        AddressClass::Stack => SHARED.stack_shift.load(Ordering::Relaxed),
+        AddressClass::Raw => 0,
+    }
+}
+
+/// The short form of the event's first two arguments in the running
+/// session ([`alloctrace_format::short_form`]), or `None` for long form.
+#[inline(always)]
+fn short_form(kind: EventKind, addr: u64, arg1: u64) -> Option<(u64, u64)> {
+    let min = SHARED.min_heap_addr.load(Ordering::Relaxed);
+    alloctrace_format::short_form(kind, addr, arg1, min, align_shift(kind.address_class()))
+}
+
+/// The bytes one event may take at the end of `buf`'s batch, or `None` when
+/// `buf` is null or has less than [`MAX_EVENT_LEN`] bytes of room.
 ///
 /// # Safety
-/// `b` has [`MAX_EVENT_LEN`] bytes of room: one kind byte and five varints.
+/// `buf` is null or a buffer the calling thread holds, and stays so while
+/// the result lives.
 #[inline(always)]
-unsafe fn append_event(b: &mut Buffer, kind: EventKind, kind_byte: u8, ticks: u64, args: [u64; 4]) {
-    let [first, second, third, entry] = args;
-    // SAFETY: within the room the caller guarantees.
-    unsafe {
-        let start = b.data().add(b.len);
-        *start = kind_byte;
-        let mut p = put_varint_raw(start.add(1), ticks.wrapping_sub(b.last_ticks));
-        p = put_varint_raw(p, first);
-        if kind.arg_count() >= 2 {
-            p = put_varint_raw(p, second);
-        }
-        if kind.arg_count() >= 3 {
-            p = put_varint_raw(p, third);
-        }
-        if kind_byte & ENTRY_TAG != 0 {
-            p = put_varint_raw(p, entry);
-        }
-        b.len += p.offset_from(start) as usize;
+unsafe fn event_room<'a>(buf: *mut Buffer) -> Option<&'a mut [u8; MAX_EVENT_LEN]> {
+    // SAFETY: the caller's guarantee.
+    let b = unsafe { buf.as_mut() }?;
+    if b.room() < MAX_EVENT_LEN {
+        return None;
     }
+    // SAFETY: MAX_EVENT_LEN bytes at `len` are inside the batch capacity
+    // (checked above), after the header, and only this thread touches them.
+    Some(unsafe { &mut *b.data().add(b.len).cast::<[u8; MAX_EVENT_LEN]>() })
+}
+
+/// Appends one event to `b`, in `out` (its [`event_room`]), with the
+/// format's encoder ([`alloctrace_format::encode_event`]) and makes `ticks`
+/// the batch's time base.
+#[inline(always)]
+fn append_event(b: &mut Buffer, out: &mut [u8; MAX_EVENT_LEN], kind: EventKind, flags: u8, ticks: u64, args: [u64; 4]) {
+    let n = alloctrace_format::encode_event(out, kind, flags, ticks.wrapping_sub(b.last_ticks), args);
+    b.len += n;
     b.last_ticks = ticks;
 }
 
-/// The calling thread's next timestamp, for an event out of line: with the
-/// precise clock the clock, kept strictly above the thread's previous one;
-/// with the coarse clock the published time (never below the thread's
-/// previous one, see clock::publish; the max guards the deltas).
+/// The calling thread's next timestamp, for every event: with the precise
+/// clock the clock, kept strictly above the thread's previous one; with the
+/// coarse clock the published time, which only grows (clock::publish), or
+/// the thread's previous time should it be later (the max keeps deltas
+/// unsigned). The inline path of the header does the same.
 #[inline(always)]
-fn next_ticks(slot: &ThreadSlot) -> u64 {
+fn next_ticks(slot: &ThreadSlot, coarse: bool) -> u64 {
     let last = slot.last_ticks.load(Ordering::Relaxed);
-    let ticks = if clock::COARSE.load(Ordering::Relaxed) {
+    let ticks = if coarse {
         SHARED.published_ticks.load(Ordering::Relaxed).max(last)
     } else {
         let ticks = clock::ticks();
@@ -1146,7 +1127,7 @@ const MAX_PAGE_EVENT_LEN: usize = 4 * 8;
 #[inline(always)]
 fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, npages: u64) {
     use alloctrace_format::pages::{self, SYNC_LONG_EVENT, SYNC_TIME};
-    let ticks = next_ticks(slot);
+    let ticks = next_ticks(slot, clock::COARSE.load(Ordering::Relaxed));
     let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
         return;
     };
@@ -1184,42 +1165,29 @@ fn count_lost_without_slot() {
 /// entry-point tag, or 0 for none.
 #[inline(always)]
 fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
-    use alloctrace_format::AddressClass;
-    let min = SHARED.min_heap_addr.load(Ordering::Relaxed);
-    let class = kind.address_class();
-    let shift = match class {
-        AddressClass::Span => SHARED.page_shift.load(Ordering::Relaxed),
-        AddressClass::HeapObject => SHARED.heap_shift.load(Ordering::Relaxed),
-        AddressClass::Stack => SHARED.stack_shift.load(Ordering::Relaxed),
-        AddressClass::Raw => 0,
-    };
-    let compressed = match class {
-        AddressClass::Raw => Some(addr),
-        _ => alloctrace_format::compress_address(addr, min, shift),
-    };
-    let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
-    let order = if is_stack_size { exact_log2(arg1) } else { Some(0) };
-    // Short form only when it is exact; odd arguments go in long form, raw.
-    let (kind_byte, first, second) = match (compressed, order) {
-        (Some(id), Some(order)) if is_stack_size => (kind as u8, id, order as u64),
-        (Some(id), Some(_)) => (kind as u8, id, arg1),
-        _ => (kind as u8 | LONG_FORM, addr, arg1),
-    };
-    let kind_byte = if entry != 0 { kind_byte | ENTRY_TAG } else { kind_byte };
-
-    let ticks = next_ticks(slot);
+    let short = short_form(kind, addr, arg1);
+    let ticks = next_ticks(slot, clock::COARSE.load(Ordering::Relaxed));
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
         return;
     };
-    // Short-form IDs travel as deltas from the batch's previous ID of the
-    // same class (FORMAT.md section 3, compact events).
-    let first = if kind_byte & LONG_FORM == 0 {
-        b.ids.encode(class, first)
-    } else {
-        first
+    let buf: *mut Buffer = b;
+    // SAFETY: buffer_with_room gave this thread's buffer, with the room.
+    let Some(out) = (unsafe { event_room(buf) }) else {
+        return;
     };
-    // SAFETY: buffer_with_room gave MAX_EVENT_LEN bytes of room.
-    unsafe { append_event(b, kind, kind_byte, ticks, [first, second, arg2, entry]) };
+    // SAFETY: as above.
+    let b = unsafe { &mut *buf };
+    let tag = if entry != 0 { ENTRY_TAG } else { 0 };
+    match short {
+        // Short-form IDs travel as deltas from the batch's previous ID of
+        // the same class (FORMAT.md section 3, compact events).
+        Some((id, second)) => {
+            let first = b.ids.encode(kind.address_class(), id);
+            append_event(b, out, kind, tag, ticks, [first, second, arg2, entry]);
+        }
+        // Odd arguments go in long form, raw.
+        None => append_event(b, out, kind, LONG_FORM | tag, ticks, [addr, arg1, arg2, entry]),
+    }
 }
 
 /// Replaces the slot's buffer for `generation` and `stream` with an empty one
@@ -1251,7 +1219,7 @@ fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Opt
     // SAFETY: take gave us the buffer; it has room for a header and an event
     // because buffer sizes are at least MIN_BUFFER_SIZE.
     let b = unsafe { &mut *buf.as_ptr() };
-    debug_assert!(b.cap >= MAX_HEADER_LEN + 3 * 8 + MAX_EVENT_LEN.max(MAX_PAGE_EVENT_LEN));
+    debug_assert!(b.cap >= MAX_BATCH_HEADER_LEN + 3 * 8 + MAX_EVENT_LEN.max(MAX_PAGE_EVENT_LEN));
     let thread_id = slot.id.load(Ordering::Relaxed);
     match stream {
         Stream::Events => b.begin(BatchKind::CompactEvents, generation, thread_id, ticks),

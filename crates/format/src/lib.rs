@@ -230,6 +230,20 @@ pub enum AddressClass {
     Raw,
 }
 
+impl AddressClass {
+    /// The class's index in a batch's previous IDs ([`IdDeltas`]: span 0,
+    /// heap object 1, stack 2), or `None` for [`AddressClass::Raw`], whose
+    /// arguments are not deltas.
+    pub const fn delta_index(self) -> Option<usize> {
+        match self {
+            AddressClass::Span => Some(0),
+            AddressClass::HeapObject => Some(1),
+            AddressClass::Stack => Some(2),
+            AddressClass::Raw => None,
+        }
+    }
+}
+
 impl EventKind {
     /// The event kind for the low bits of a kind byte, or `None`.
     pub const fn from_u8(b: u8) -> Option<EventKind> {
@@ -246,6 +260,12 @@ impl EventKind {
             EventKind::StackExists | EventKind::StackAlloc => 2,
             _ => 3,
         }
+    }
+
+    /// Whether the event's second argument is a stack size, written in
+    /// short form as its log2 (stack alloc and exists).
+    pub const fn size_as_log2(self) -> bool {
+        matches!(self, EventKind::StackExists | EventKind::StackAlloc)
     }
 
     /// Which alignment the event's first argument is compressed with.
@@ -482,13 +502,9 @@ pub struct IdDeltas {
 }
 
 impl IdDeltas {
-    fn index(class: AddressClass) -> Option<usize> {
-        match class {
-            AddressClass::Span => Some(0),
-            AddressClass::HeapObject => Some(1),
-            AddressClass::Stack => Some(2),
-            AddressClass::Raw => None,
-        }
+    #[inline(always)]
+    const fn index(class: AddressClass) -> Option<usize> {
+        class.delta_index()
     }
 
     /// Writer: the argument to write for `id`, remembering it.
@@ -551,9 +567,130 @@ pub const fn restore_address(id: u64, min: u64, align_shift: u32) -> u64 {
     min.wrapping_add(id.wrapping_shl(align_shift))
 }
 
+/// The short form of an event's first two arguments: the first argument
+/// compressed into an ID (`addr` itself for [`AddressClass::Raw`]) and the
+/// second one as written (a stack size as its log2). `None` when the short
+/// form cannot carry them exactly: the event is then written in
+/// [`LONG_FORM`], with `addr` and `arg1` as they are. `align_shift` is the
+/// log2 alignment of the kind's address class.
+///
+/// The writer's one decision between the two forms (its fast and slow
+/// paths both call this; the C header's inline path makes the same one,
+/// and a test compares their bytes).
+#[inline(always)]
+pub const fn short_form(kind: EventKind, addr: u64, arg1: u64, min: u64, align_shift: u32) -> Option<(u64, u64)> {
+    let id = match kind.address_class() {
+        AddressClass::Raw => addr,
+        _ => match compress_address(addr, min, align_shift) {
+            Some(id) => id,
+            None => return None,
+        },
+    };
+    if !kind.size_as_log2() {
+        return Some((id, arg1));
+    }
+    match exact_log2(arg1) {
+        Some(order) => Some((id, order as u64)),
+        None => None,
+    }
+}
+
+/// Writes `v` as a LEB128 varint at `out[pos..]`, where `pos + 10 <=
+/// MAX_EVENT_LEN`, and returns the position after it. Bounded loop and
+/// indices, so the compiler proves every access in range.
+#[inline(always)]
+fn put_event_varint(out: &mut [u8; MAX_EVENT_LEN], pos: usize, mut v: u64) -> usize {
+    let Some(dst) = out.get_mut(pos..pos + MAX_VARINT_LEN) else {
+        return pos;
+    };
+    // One byte, the common case, first: no loop state to set up.
+    if v < 0x80 {
+        dst[0] = v as u8;
+        return pos + 1;
+    }
+    let mut i = 0;
+    while i < MAX_VARINT_LEN - 1 && v >= 0x80 {
+        dst[i] = (v as u8) | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    dst[i] = v as u8;
+    pos + i + 1
+}
+
+/// Encodes one event of a compact events batch (FORMAT.md section 3) into
+/// `out` and returns its length: the kind byte (`kind` with `flags`, which
+/// are [`LONG_FORM`] and [`ENTRY_TAG`] or neither), the time delta, the
+/// first argument, as many more as `kind` has, and the entry tag when
+/// `flags` has [`ENTRY_TAG`].
+///
+/// `args` is `[first, second, third, entry]` as written: the first is the
+/// zigzag ID delta ([`IdDeltas::encode`]) in short form and the address in
+/// long form; the second a stack size's log2 in short form ([`short_form`]).
+/// The only event encoder of the writer (tracer.rs, fast and slow path);
+/// the C header's inline path writes the same bytes. Pure: no allocation,
+/// no panic.
+#[inline(always)]
+pub fn encode_event(out: &mut [u8; MAX_EVENT_LEN], kind: EventKind, flags: u8, time_delta: u64, args: [u64; 4]) -> usize {
+    let [first, second, third, entry] = args;
+    let flags = flags & (LONG_FORM | ENTRY_TAG);
+    out[0] = kind as u8 | flags;
+    let mut pos = put_event_varint(out, 1, time_delta);
+    pos = put_event_varint(out, pos, first);
+    if kind.arg_count() >= 2 {
+        pos = put_event_varint(out, pos, second);
+    }
+    if kind.arg_count() >= 3 {
+        pos = put_event_varint(out, pos, third);
+    }
+    if flags & ENTRY_TAG != 0 {
+        pos = put_event_varint(out, pos, entry);
+    }
+    pos
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encode_event_writes_the_format() {
+        let mut out = [0u8; MAX_EVENT_LEN];
+        // Heap alloc, short form: kind, delta 300, zigzag id delta, size, type.
+        let n = encode_event(&mut out, EventKind::HeapObjectAlloc, 0, 300, [zigzag(-2), 48, 7, 0]);
+        assert_eq!(&out[..n], &[5, 0xac, 0x02, 3, 48, 7]);
+        // A free carries one argument; the entry tag adds a varint.
+        let n = encode_event(&mut out, EventKind::HeapObjectFree, ENTRY_TAG, 0, [9, 1, 2, 4]);
+        assert_eq!(&out[..n], &[6 | ENTRY_TAG, 0, 9, 4]);
+        // Long form stack alloc: the size in bytes.
+        let n = encode_event(&mut out, EventKind::StackAlloc, LONG_FORM, 1, [0x5000, 3000, 0, 0]);
+        assert_eq!(&out[..n], &[8 | LONG_FORM, 1, 0x80, 0xa0, 0x01, 0xb8, 0x17]);
+        // The longest event fits and decodes back.
+        let n = encode_event(&mut out, EventKind::SpanAlloc, LONG_FORM | ENTRY_TAG, u64::MAX, [u64::MAX; 4]);
+        assert_eq!(n, MAX_EVENT_LEN);
+        let mut pos = 1;
+        for _ in 0..5 {
+            assert_eq!(get_uvarint(&out, &mut pos), Ok(u64::MAX));
+        }
+        // Every kind: the argument count of the format.
+        for kind in EVENT_KINDS {
+            let n = encode_event(&mut out, kind, 0, 1, [1, 1, 1, 1]);
+            assert_eq!(n, 2 + kind.arg_count(), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn short_form_is_exact_or_none() {
+        let min = 0x10000;
+        assert_eq!(short_form(EventKind::HeapObjectAlloc, 0x10040, 48, min, 4), Some((4, 48)));
+        assert_eq!(short_form(EventKind::HeapObjectAlloc, 0x10041, 48, min, 4), None);
+        assert_eq!(short_form(EventKind::HeapObjectFree, 0x100, 0, min, 4), None);
+        assert_eq!(short_form(EventKind::StackAlloc, 0x12000, 8192, min, 12), Some((2, 13)));
+        assert_eq!(short_form(EventKind::StackAlloc, 0x12000, 3000, min, 12), None);
+        assert_eq!(short_form(EventKind::StackExists, 0x12000, 0, min, 12), None);
+        assert_eq!(short_form(EventKind::StackFree, 0x12000, 3000, min, 12), Some((2, 3000)));
+        assert_eq!(short_form(EventKind::Call, 0, 0, min, 0), Some((0, 0)));
+    }
 
     #[test]
     fn varint_round_trip_at_boundaries() {

@@ -57,7 +57,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::{
-    get_uvarint, put_uvarint, zigzag, unzigzag, BatchKind, BATCH_PREFIX_LEN, ENTRY_TAG,
+    get_uvarint, put_uvarint, zigzag, unzigzag, BatchKind, EventKind, BATCH_PREFIX_LEN, ENTRY_TAG,
     EVENT_KIND_MASK, LONG_FORM, MAX_BATCH_PAYLOAD, MAX_EVENT_LEN, MAX_VARINT_LEN,
 };
 
@@ -112,17 +112,6 @@ pub const fn size_class(size: u64) -> usize {
     let log = 63 - (size - 1).leading_zeros();
     let quarter = ((size - 1) >> (log - 2)) & 3;
     65 + (log as usize - 10) * 4 + quarter as usize
-}
-
-/// Arguments of an event kind (1 to 10); 0 for an unknown kind.
-#[inline]
-const fn arg_count(kind: u8) -> usize {
-    match kind {
-        1 | 2 | 4 | 5 => 3,
-        3 | 6 | 9 | 10 => 1,
-        7 | 8 => 2,
-        _ => 0,
-    }
 }
 
 /// The heap model both sides keep (see Design). Reset at every stream.
@@ -671,8 +660,10 @@ impl Encoder {
                     sizes.copy_varint(payload, &mut pos)?;
                     1
                 }
-                1..=10 => arg_count(kind),
-                _ => return Err(NotExact),
+                _ => match EventKind::from_u8(kind) {
+                    Some(k) => k.arg_count(),
+                    None => return Err(NotExact),
+                },
             };
             for _ in 0..remaining {
                 args.copy_varint(payload, &mut pos)?;
@@ -850,10 +841,9 @@ impl Decoder {
                 *b = kind_byte;
             }
             let kind = kind_byte & EVENT_KIND_MASK;
-            let count = arg_count(kind);
-            if count == 0 {
+            let Some(count) = EventKind::from_u8(kind).map(EventKind::arg_count) else {
                 return Err(kinds.error("unknown event kind"));
-            }
+            };
             let long = kind_byte & LONG_FORM != 0;
             pos = put_uvarint(event, pos + 1, times.varint("a time delta is truncated")?);
             match kind {
