@@ -300,14 +300,16 @@ fn end_locked(session: &Session) -> bool {
         return false;
     }
     SHARED.generation.store(0, Ordering::SeqCst);
-    crate::handshake::heavy_barrier();
     let parity = (last & 1) as usize;
     let quiet_until = after(QUIESCE_WAIT);
+    // Without a process-wide barrier no slot is known quiescent
+    // (handshake.rs, "When membarrier fails at run time"): take no buffer.
+    let barrier = crate::handshake::heavy_barrier_within(|| now_ns() >= quiet_until);
     let mut lost = LOST_WITHOUT_SLOT[parity].swap(0, Ordering::Relaxed);
     for slot in thread::used_slots() {
         // Events that begin now read generation 0 and touch no buffer; only
         // an event already under way may still write into one.
-        if !slot.seq.wait_quiescent_bounded(|| now_ns() >= quiet_until) {
+        if !barrier || !slot.seq.wait_quiescent_bounded(|| now_ns() >= quiet_until) {
             continue;
         }
         for stream in 0..STREAMS {
