@@ -70,6 +70,9 @@ impl Buffer {
     /// ordinary event. A raw one, like the munmap of [`Buffer::unmap`]: an
     /// interposer of mmap (the LD_PRELOAD shim, a profiler) must not see
     /// the tracer's own memory, nor be re-entered from inside an event.
+    ///
+    /// `cap` is the session's validated buffer size (at most
+    /// `MAX_BUFFER_SIZE`, 16 MiB): the length sum cannot overflow.
     fn map(cap: usize) -> Option<NonNull<Buffer>> {
         let injected = INJECTED_MAP_FAILURES.load(Ordering::Relaxed);
         if injected > 0 {
@@ -130,6 +133,15 @@ impl Buffer {
     }
 
     /// Bytes still free in the batch.
+    ///
+    /// Cannot underflow: `len <= cap` always. `len` is set by
+    /// [`Buffer::begin`] (at most [`MAX_HEADER_LEN`], below every cap, which
+    /// is at least `MIN_BUFFER_SIZE`), grows by [`Buffer::put_varint`] and
+    /// [`Buffer::put_bytes`] (clamped to `cap`), [`Buffer::put_word`] (only
+    /// with 8 bytes of room) and the event path's `append_event` (only with
+    /// `MAX_EVENT_LEN` bytes of room, tracer.rs), and is reset to 0 by
+    /// recycle. No foreign value reaches it. A plain subtraction, on the
+    /// event path's fast path.
     #[inline(always)]
     pub(crate) fn room(&self) -> usize {
         self.cap - self.len
@@ -153,14 +165,18 @@ impl Buffer {
     /// the batch header.
     ///
     /// Must not allocate: runs on the event path when a buffer is refilled.
+    /// Cannot panic: `put_uvarint` skips bytes past the slice, and the cap
+    /// (at least `MIN_BUFFER_SIZE`) holds [`MAX_HEADER_LEN`] anyway.
     pub(crate) fn begin(&mut self, kind: BatchKind, generation: u64, thread: u64, base_ticks: u64) {
         let bytes = self.all_bytes_mut();
-        bytes[0] = kind as u8;
+        if let Some(b) = bytes.first_mut() {
+            *b = kind as u8;
+        }
         let mut pos = BATCH_PREFIX_LEN;
         pos = put_uvarint(bytes, pos, generation);
         pos = put_uvarint(bytes, pos, thread);
         pos = put_uvarint(bytes, pos, base_ticks);
-        self.len = pos;
+        self.len = pos.min(self.cap);
         self.last_ticks = base_ticks;
         self.ids = Default::default();
     }
@@ -186,11 +202,14 @@ impl Buffer {
     }
 
     /// Appends raw bytes. The caller has checked that there is room.
+    /// Cannot panic: clamped to the room left.
     pub(crate) fn put_bytes(&mut self, src: &[u8]) {
         let pos = self.len;
-        let n = src.len().min(self.cap - pos);
-        self.all_bytes_mut()[pos..pos + n].copy_from_slice(&src[..n]);
-        self.len += n;
+        let n = src.len().min(self.room());
+        if let (Some(dst), Some(src)) = (self.all_bytes_mut().get_mut(pos..pos + n), src.get(..n)) {
+            dst.copy_from_slice(src);
+            self.len += n;
+        }
     }
 
     /// Whether a varint-headed entry of `n` more bytes fits.
@@ -199,9 +218,15 @@ impl Buffer {
     }
 
     /// Writes the payload length into the batch prefix.
+    ///
+    /// Cannot panic: `len` is at least the prefix after [`Buffer::begin`]
+    /// (saturating anyway), below 2^32 (caps are at most
+    /// `MAX_BATCH_PAYLOAD`), and the prefix lies inside every cap.
     pub(crate) fn seal(&mut self) {
-        let payload = (self.len - BATCH_PREFIX_LEN) as u32;
-        self.all_bytes_mut()[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
+        let payload = self.len.saturating_sub(BATCH_PREFIX_LEN) as u32;
+        if let Some(dst) = self.all_bytes_mut().get_mut(1..BATCH_PREFIX_LEN) {
+            dst.copy_from_slice(&payload.to_le_bytes());
+        }
     }
 }
 
@@ -415,14 +440,18 @@ impl Drop for BufferPool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Held by unit tests that map buffers: the failure hook is global.
+    pub(crate) static MAP_HOOK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// An mmap that never succeeds with no buffer in circulation: the take
     /// waits [`MAP_REFUSED_WAIT`], gives up (the caller counts the event
     /// lost), and later takes give up at once until a buffer comes back.
     #[test]
     fn refused_mmap_with_nothing_to_wait_for_gives_up_once_then_at_once() {
+        let _serial = MAP_HOOK.lock().unwrap_or_else(|p| p.into_inner());
         let pool = BufferPool::new(4096, 4);
         inject_map_failures(u32::MAX);
         let t = std::time::Instant::now();

@@ -991,6 +991,11 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     };
     let min = SHARED.min_heap_addr.load(Ordering::Relaxed);
     let off = addr.wrapping_sub(min);
+    // No panic below (invariant 6): the shifts are trailing_zeros of
+    // powers of two Config::validate checked, so < 64, and `1 << shift`
+    // is then at least 1; `addr`, `arg1`, `arg2`, `entry` (the caller's
+    // values) only meet wrapping or bitwise operations and comparisons;
+    // the parity index is 0 or 1 into arrays of 2.
     let is_stack_size = matches!(kind, EventKind::StackAlloc | EventKind::StackExists);
     // SAFETY: a non-null pointer in the slot's current-parity entry is held
     // by this thread (invariant 1).
@@ -1054,6 +1059,8 @@ unsafe fn append_event(b: &mut Buffer, kind: EventKind, kind_byte: u8, ticks: u6
         if kind_byte & ENTRY_TAG != 0 {
             p = put_varint_raw(p, entry);
         }
+        // At most MAX_EVENT_LEN (the caller's room): len stays <= cap and
+        // the sum cannot overflow.
         b.len += p.offset_from(start) as usize;
     }
     b.last_ticks = ticks;
@@ -1147,6 +1154,10 @@ fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, np
     let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
         return;
     };
+    // No panic below: `base`, `npages` (the caller's) only meet bitwise
+    // operations; the layout's page shift is the validated one (16..2^40:
+    // 4..=40), so its shifts and `page_shift - 3` stay in range, and
+    // put_word checks its room.
     let layout = page_layout();
     let units = ticks >> pages::TIME_LOST_BITS;
     // A pages buffer keeps its time base, in units, in last_ticks.
