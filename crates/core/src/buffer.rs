@@ -7,12 +7,27 @@
 //! through another.
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use alloctrace_format::{put_uvarint, BatchKind, BATCH_PREFIX_LEN};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
+
+/// How long [`BufferPool::take`] waits for a buffer once the kernel has
+/// refused an mmap below the memory bound.
+pub(crate) const MAP_REFUSED_WAIT: Duration = Duration::from_secs(1);
+
+/// Test hook: mmaps of batch buffers still to fail before real ones are
+/// made. Zero outside tests.
+static INJECTED_MAP_FAILURES: AtomicU32 = AtomicU32::new(0);
+
+/// Test hook: makes the next `n` buffer mmaps fail as if the kernel
+/// refused them (ENOMEM). Returns how many injected failures were left unused.
+#[doc(hidden)]
+pub fn inject_map_failures(n: u32) -> u32 {
+    INJECTED_MAP_FAILURES.swap(n, Ordering::SeqCst)
+}
 
 /// Offset of the batch bytes from the start of the mapping; the header sits
 /// before them in its own cache line.
@@ -55,7 +70,15 @@ impl Buffer {
     /// ordinary event. A raw one, like the munmap of [`Buffer::unmap`]: an
     /// interposer of mmap (the LD_PRELOAD shim, a profiler) must not see
     /// the tracer's own memory, nor be re-entered from inside an event.
+    ///
+    /// `cap` is the session's validated buffer size (at most
+    /// `MAX_BUFFER_SIZE`, 16 MiB): the length sum cannot overflow.
     fn map(cap: usize) -> Option<NonNull<Buffer>> {
+        let injected = INJECTED_MAP_FAILURES.load(Ordering::Relaxed);
+        if injected > 0 {
+            INJECTED_MAP_FAILURES.store(injected - 1, Ordering::Relaxed);
+            return None;
+        }
         let map_len = (DATA_OFFSET + cap).next_multiple_of(4096);
         // SAFETY: an anonymous private mapping with no address hint has no
         // preconditions; we check for failure (-1) below.
@@ -110,6 +133,15 @@ impl Buffer {
     }
 
     /// Bytes still free in the batch.
+    ///
+    /// Cannot underflow: `len <= cap` always. `len` is set by
+    /// [`Buffer::begin`] (at most [`MAX_HEADER_LEN`], below every cap, which
+    /// is at least `MIN_BUFFER_SIZE`), grows by [`Buffer::put_varint`] and
+    /// [`Buffer::put_bytes`] (clamped to `cap`), [`Buffer::put_word`] (only
+    /// with 8 bytes of room) and the event path's `append_event` (only with
+    /// `MAX_EVENT_LEN` bytes of room, tracer.rs), and is reset to 0 by
+    /// recycle. No foreign value reaches it. A plain subtraction, on the
+    /// event path's fast path.
     #[inline(always)]
     pub(crate) fn room(&self) -> usize {
         self.cap - self.len
@@ -133,14 +165,18 @@ impl Buffer {
     /// the batch header.
     ///
     /// Must not allocate: runs on the event path when a buffer is refilled.
+    /// Cannot panic: `put_uvarint` skips bytes past the slice, and the cap
+    /// (at least `MIN_BUFFER_SIZE`) holds [`MAX_HEADER_LEN`] anyway.
     pub(crate) fn begin(&mut self, kind: BatchKind, generation: u64, thread: u64, base_ticks: u64) {
         let bytes = self.all_bytes_mut();
-        bytes[0] = kind as u8;
+        if let Some(b) = bytes.first_mut() {
+            *b = kind as u8;
+        }
         let mut pos = BATCH_PREFIX_LEN;
         pos = put_uvarint(bytes, pos, generation);
         pos = put_uvarint(bytes, pos, thread);
         pos = put_uvarint(bytes, pos, base_ticks);
-        self.len = pos;
+        self.len = pos.min(self.cap);
         self.last_ticks = base_ticks;
         self.ids = Default::default();
     }
@@ -166,11 +202,14 @@ impl Buffer {
     }
 
     /// Appends raw bytes. The caller has checked that there is room.
+    /// Cannot panic: clamped to the room left.
     pub(crate) fn put_bytes(&mut self, src: &[u8]) {
         let pos = self.len;
-        let n = src.len().min(self.cap - pos);
-        self.all_bytes_mut()[pos..pos + n].copy_from_slice(&src[..n]);
-        self.len += n;
+        let n = src.len().min(self.room());
+        if let (Some(dst), Some(src)) = (self.all_bytes_mut().get_mut(pos..pos + n), src.get(..n)) {
+            dst.copy_from_slice(src);
+            self.len += n;
+        }
     }
 
     /// Whether a varint-headed entry of `n` more bytes fits.
@@ -179,9 +218,15 @@ impl Buffer {
     }
 
     /// Writes the payload length into the batch prefix.
+    ///
+    /// Cannot panic: `len` is at least the prefix after [`Buffer::begin`]
+    /// (saturating anyway), below 2^32 (caps are at most
+    /// `MAX_BATCH_PAYLOAD`), and the prefix lies inside every cap.
     pub(crate) fn seal(&mut self) {
-        let payload = (self.len - BATCH_PREFIX_LEN) as u32;
-        self.all_bytes_mut()[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
+        let payload = self.len.saturating_sub(BATCH_PREFIX_LEN) as u32;
+        if let Some(dst) = self.all_bytes_mut().get_mut(1..BATCH_PREFIX_LEN) {
+            dst.copy_from_slice(&payload.to_le_bytes());
+        }
     }
 }
 
@@ -202,6 +247,9 @@ pub(crate) struct BufferPool {
     mapped: CachePadded<AtomicUsize>,
     /// Times a producer found no free buffer and had to wait for the writer.
     waits: CachePadded<AtomicUsize>,
+    /// Set when a take gave up on a refused mmap; cleared when a buffer
+    /// comes back or an mmap succeeds (see [`BufferPool::take`]).
+    starved: AtomicBool,
     /// Bytes of batch data per buffer.
     pub(crate) buffer_size: usize,
     /// The memory bound: at most this many buffers exist at once.
@@ -217,6 +265,7 @@ impl BufferPool {
             full: ArrayQueue::new(max_buffers),
             mapped: CachePadded::new(AtomicUsize::new(0)),
             waits: CachePadded::new(AtomicUsize::new(0)),
+            starved: AtomicBool::new(false),
             buffer_size,
             max_buffers,
         }
@@ -224,20 +273,33 @@ impl BufferPool {
 
     /// Takes an empty buffer: from the free pool, else a newly mapped one
     /// while under the memory bound, else waits for the writer thread to
-    /// return one. Lossless back-pressure: it never gives up while the
-    /// writer runs; `None` only if the kernel refuses memory and no buffer
-    /// comes back within a few seconds.
+    /// return one.
+    ///
+    /// Lossless back-pressure: at the memory bound it waits as long as the
+    /// writer takes (`None` only for a fatal-signal flush whose time is up,
+    /// crash.rs). When the kernel refuses an mmap below the bound, it waits
+    /// the same way for a buffer to come back, trying mmap again every
+    /// round, for at most [`MAP_REFUSED_WAIT`]: a buffer written out by the
+    /// writer ends the wait. If none comes and no mmap succeeds in that
+    /// time, it returns `None` (the caller counts the event in
+    /// `lost_events`) and the pool is *starved*: until a buffer comes back
+    /// or an mmap succeeds, a take that finds no buffer at once returns
+    /// `None` without waiting, so a process out of memory is not slowed by
+    /// one wait per event. Every such event is counted lost.
     ///
     /// Must not allocate or lock: may run inside the host's malloc. Makes
-    /// syscalls (mmap, sched_yield, nanosleep) only when no buffer is free.
+    /// syscalls (mmap, sched_yield, nanosleep, the vDSO clock) only when no
+    /// buffer is free.
     pub(crate) fn take(&self, wake_writer: impl Fn()) -> Option<NonNull<Buffer>> {
         if let Some(b) = self.free.pop() {
             return Some(b.0);
         }
         let mut waited = false;
-        let mut map_failures = 0u32;
+        // Set once an mmap below the bound was refused: the wait ends then.
+        let mut refused_since: Option<std::time::Instant> = None;
         for round in 0u64.. {
             if let Some(b) = self.free.pop() {
+                self.starved.store(false, Ordering::Relaxed);
                 return Some(b.0);
             }
             let n = self.mapped.load(Ordering::Relaxed);
@@ -245,18 +307,23 @@ impl BufferPool {
                 if self
                     .mapped
                     .compare_exchange(n, n + 1, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
+                    .is_err()
                 {
-                    if let Some(b) = Buffer::map(self.buffer_size) {
-                        return Some(b);
-                    }
-                    self.mapped.fetch_sub(1, Ordering::Relaxed);
-                    map_failures += 1;
-                    if map_failures > 1000 {
-                        return None;
-                    }
+                    continue;
                 }
-                continue;
+                if let Some(b) = Buffer::map(self.buffer_size) {
+                    self.starved.store(false, Ordering::Relaxed);
+                    return Some(b);
+                }
+                self.mapped.fetch_sub(1, Ordering::Relaxed);
+                if self.starved.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let since = *refused_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= MAP_REFUSED_WAIT {
+                    self.starved.store(true, Ordering::Relaxed);
+                    return None;
+                }
             }
             if crate::crash::past_deadline() {
                 // A fatal-signal flush whose time is up (crash.rs).
@@ -339,6 +406,7 @@ impl BufferPool {
     pub(crate) fn recycle(&self, buf: NonNull<Buffer>) {
         // SAFETY: the caller holds the buffer.
         unsafe { (*buf.as_ptr()).len = 0 };
+        self.starved.store(false, Ordering::Relaxed);
         let mut item = BufferRef(buf);
         while let Err(back) = self.free.push(item) {
             item = back;
@@ -365,5 +433,37 @@ impl Drop for BufferPool {
             // SAFETY: the queues held the only references.
             unsafe { Buffer::unmap(b.0) };
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Held by unit tests that map buffers: the failure hook is global.
+    pub(crate) static MAP_HOOK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// An mmap that never succeeds with no buffer in circulation: the take
+    /// waits [`MAP_REFUSED_WAIT`], gives up (the caller counts the event
+    /// lost), and later takes give up at once until a buffer comes back.
+    #[test]
+    fn refused_mmap_with_nothing_to_wait_for_gives_up_once_then_at_once() {
+        let _serial = MAP_HOOK.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = BufferPool::new(4096, 4);
+        inject_map_failures(u32::MAX);
+        let t = std::time::Instant::now();
+        assert!(pool.take(|| ()).is_none());
+        assert!(t.elapsed() >= MAP_REFUSED_WAIT, "gave up before the wait");
+        let t = std::time::Instant::now();
+        assert!(pool.take(|| ()).is_none());
+        assert!(t.elapsed() < MAP_REFUSED_WAIT, "a starved pool waited again");
+        inject_map_failures(0);
+        // The kernel gives memory again: the next take maps a buffer.
+        let b = pool.take(|| ()).expect("an mmap that succeeds ends the starvation");
+        inject_map_failures(u32::MAX);
+        pool.recycle(b);
+        let b = pool.take(|| ()).expect("the recycled buffer");
+        pool.recycle(b);
+        inject_map_failures(0);
     }
 }

@@ -118,7 +118,9 @@ fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    // Wrapping: never panics, even in a debug build (a monotonic clock
+    // reaches 2^64 ns after 584 years).
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
 fn after(d: core::time::Duration) -> u64 {
@@ -221,10 +223,12 @@ fn cut_to_complete_page_events(b: &mut Buffer) {
         }
     }
     let mut complete = pos;
-    while pos + 8 <= len {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&bytes[pos..pos + 8]);
-        let w = u64::from_le_bytes(word);
+    // `bytes` holds `len` bytes (len <= cap < 2^24, so no sum below
+    // overflows); `get` keeps even a torn length from panicking.
+    while let Some(word) = bytes.get(pos..pos + 8) {
+        let mut w8 = [0u8; 8];
+        w8.copy_from_slice(word);
+        let w = u64::from_le_bytes(w8);
         let words = if w & 3 == pages::KIND_SYNC {
             if (w >> 2) & 3 == pages::SYNC_LONG_EVENT {
                 3
@@ -300,14 +304,16 @@ fn end_locked(session: &Session) -> bool {
         return false;
     }
     SHARED.generation.store(0, Ordering::SeqCst);
-    crate::handshake::heavy_barrier();
     let parity = (last & 1) as usize;
     let quiet_until = after(QUIESCE_WAIT);
+    // Without a process-wide barrier no slot is known quiescent
+    // (handshake.rs, "When membarrier fails at run time"): take no buffer.
+    let barrier = crate::handshake::heavy_barrier_within(|| now_ns() >= quiet_until);
     let mut lost = LOST_WITHOUT_SLOT[parity].swap(0, Ordering::Relaxed);
     for slot in thread::used_slots() {
         // Events that begin now read generation 0 and touch no buffer; only
         // an event already under way may still write into one.
-        if !slot.seq.wait_quiescent_bounded(|| now_ns() >= quiet_until) {
+        if !barrier || !slot.seq.wait_quiescent_bounded(|| now_ns() >= quiet_until) {
             continue;
         }
         for stream in 0..STREAMS {
@@ -347,6 +353,7 @@ mod tests {
 
     #[test]
     fn cuts_a_pages_batch_back_to_its_last_complete_event() {
+        let _serial = crate::buffer::tests::MAP_HOOK.lock().unwrap_or_else(|p| p.into_inner());
         let pool = BufferPool::new(4096, 4);
         let buf = pool.take(|| {}).unwrap();
         // SAFETY: take gave us the buffer.

@@ -29,11 +29,44 @@
 //! either past its counter store (visible to the advancer) or not yet at its
 //! generation load (which will see the new generation), as in step 3. Where
 //! membarrier is missing (old kernels, seccomp), both sides use real fences.
+//!
+//! When membarrier fails at run time. Registration succeeded, so the
+//! kernel has the command, but a call can still fail (ENOMEM: the kernel
+//! could not allocate its CPU mask). By then writers use compiler fences
+//! only, so a `fence(SeqCst)` on the advancer's side alone pairs with
+//! nothing: a writer's counter store may still sit in its store buffer
+//! while its generation load has already returned the old generation, and
+//! the advancer would take a buffer that writer is filling (the loom test
+//! `a_lone_advancer_fence_does_not_pair_with_a_compiler_fence` shows that
+//! interleaving). Switching writers to real fences cannot repair it either:
+//! a writer already past its compiler fence has made its load, and only a
+//! barrier run on its own CPU orders it, which is what failed. So
+//! [`heavy_barrier`]:
+//! - retries, [`MEMBARRIER_ATTEMPTS`] times with a doubling sleep from 1 ms
+//!   up to 64 ms between tries (about 2.2 s in all): ENOMEM is transient
+//!   memory pressure, and a retry that succeeds is a full barrier like any
+//!   other, so the proof above holds unchanged;
+//! - if every try fails, writes one line to stderr saying so and aborts the
+//!   process. Corrupting the trace's buffers (or a thread's memory) silently
+//!   would be worse than stopping a process that the kernel cannot give a
+//!   few bytes to. The fatal-signal flush (crash.rs), which must not sleep
+//!   for seconds nor change how the process dies, uses
+//!   [`heavy_barrier_within`] instead and, when it fails, takes no thread's
+//!   buffers, as it does for a thread stuck mid-event.
+//!
+//! Invariants:
+//! - `ASYMMETRIC` is set once, before any writer can read it as set, and is
+//!   never cleared: a writer that saw it set may be mid-event at any later
+//!   advance, so every later advance must be a process-wide barrier or not
+//!   take buffers at all.
+//! - [`heavy_barrier`] returns only after a barrier that pairs with every
+//!   writer's [`light_barrier`]; it never falls back to a one-sided fence
+//!   while `ASYMMETRIC` is set.
 
 use crate::sync::{fence, spin_yield, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
-use core::sync::atomic::{compiler_fence, AtomicBool};
+use core::sync::atomic::{compiler_fence, AtomicBool, AtomicU32};
 
 /// Whether membarrier is registered, so writers may use compiler fences.
 /// Set once, before the first generation of the first session; never
@@ -74,21 +107,138 @@ fn light_barrier() {
     fence(Ordering::SeqCst);
 }
 
+/// How many times [`heavy_barrier`] calls membarrier before it gives up.
+#[cfg(not(loom))]
+pub const MEMBARRIER_ATTEMPTS: u32 = 40;
+
+/// Test hook: membarrier calls still to fail (with ENOMEM) before the real
+/// call is made. Zero outside tests.
+#[cfg(not(loom))]
+static INJECTED_FAILURES: AtomicU32 = AtomicU32::new(0);
+
+/// Test hook: makes the next `n` membarrier calls of [`heavy_barrier`] and
+/// [`heavy_barrier_within`] fail as if the kernel returned ENOMEM.
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub fn inject_membarrier_failures(n: u32) {
+    INJECTED_FAILURES.store(n, Ordering::SeqCst);
+}
+
+/// Whether writers use compiler fences (membarrier registered).
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub fn asymmetric_fences() -> bool {
+    ASYMMETRIC.load(Ordering::Relaxed)
+}
+
+/// One expedited membarrier: `Err(errno)` when it (or the test hook) fails.
+#[cfg(not(loom))]
+fn expedited_membarrier() -> Result<(), i32> {
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    let injected = INJECTED_FAILURES.load(Ordering::Relaxed);
+    if injected > 0 {
+        INJECTED_FAILURES.store(injected - 1, Ordering::Relaxed);
+        return Err(libc::ENOMEM);
+    }
+    // SAFETY: membarrier takes two integer arguments and no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        // SAFETY: this thread's errno, just set by the failed call.
+        Err(unsafe { *libc::__errno_location() })
+    }
+}
+
 /// The advancer's side: call once after storing the new generation and
 /// before [`SeqLock::wait_quiescent`] on the slots.
+///
+/// With membarrier registered, retries a failing call and aborts the
+/// process if it never succeeds (see the module docs: a one-sided fence
+/// would not exclude a writer mid-event). Without it, a SeqCst fence.
 pub fn heavy_barrier() {
     #[cfg(not(loom))]
     {
-        const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
         if ASYMMETRIC.load(Ordering::Relaxed) {
-            // SAFETY: membarrier takes two integer arguments and no pointers.
-            let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
-            if rc == 0 {
-                return;
+            let mut last = 0;
+            let mut delay_ms = 1u64;
+            for attempt in 0..MEMBARRIER_ATTEMPTS {
+                match expedited_membarrier() {
+                    Ok(()) => return,
+                    Err(e) => last = e,
+                }
+                if attempt + 1 < MEMBARRIER_ATTEMPTS {
+                    std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+                    delay_ms = (delay_ms * 2).min(64);
+                }
             }
+            membarrier_failed(last);
         }
     }
     fence(Ordering::SeqCst);
+}
+
+/// [`heavy_barrier`] for the fatal-signal flush: tries membarrier until
+/// `expired` says so, without sleeping; returns whether the barrier holds.
+/// `false` means no thread's buffers may be taken.
+#[cfg(not(loom))]
+pub fn heavy_barrier_within(mut expired: impl FnMut() -> bool) -> bool {
+    if ASYMMETRIC.load(Ordering::Relaxed) {
+        loop {
+            if expedited_membarrier().is_ok() {
+                return true;
+            }
+            if expired() {
+                return false;
+            }
+            spin_yield();
+        }
+    }
+    fence(Ordering::SeqCst);
+    true
+}
+
+/// Says on stderr why the process stops, then aborts. Allocates nothing:
+/// the message is built on the stack.
+#[cfg(not(loom))]
+#[cold]
+fn membarrier_failed(errno: i32) -> ! {
+    let mut msg = [0u8; 256];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        for &b in bytes {
+            if n < msg.len() {
+                msg[n] = b;
+                n += 1;
+            }
+        }
+    };
+    let mut digits = [0u8; 20];
+    put(b"alloctrace: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed ");
+    put(decimal(u64::from(MEMBARRIER_ATTEMPTS), &mut digits));
+    put(b" times (last errno ");
+    put(decimal(u64::from(errno.unsigned_abs()), &mut digits));
+    put(b"); without it a thread could still be writing a buffer the tracer takes: aborting\n");
+    // SAFETY: msg holds n initialised bytes; fd 2 may be closed, which
+    // write reports and we ignore.
+    unsafe { libc::write(2, msg.as_ptr().cast(), n) };
+    // SAFETY: abort has no preconditions.
+    unsafe { libc::abort() }
+}
+
+/// The decimal digits of `v`, written at the end of `buf`, without
+/// allocating. 20 digits hold any u64, so the index never underflows.
+#[cfg(not(loom))]
+fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
 }
 
 /// A per-thread sequence counter, odd while its owner writes an event.

@@ -59,3 +59,13 @@ pub use tracer::{written_totals, WrittenTotals};
 
 #[cfg(loom)]
 pub use handshake::{heavy_barrier, SeqLock};
+
+/// Test hooks of the handshake (tests/membarrier_failure.rs).
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub use handshake::{asymmetric_fences, inject_membarrier_failures, MEMBARRIER_ATTEMPTS};
+
+/// Test hook of the buffer pool (tests/map_failure.rs).
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub use buffer::inject_map_failures;

@@ -976,6 +976,11 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     };
     let generation = SHARED.generation.load(Ordering::Acquire);
     let buf = slot.bufs[(generation & 1) as usize][Stream::Events as usize].load(Ordering::Relaxed);
+    // No panic below (invariant 6): short_form and encode_event (format
+    // crate) use only wrapping, bitwise and checked operations on the
+    // caller's values; the shifts are trailing_zeros of powers of two
+    // Config::validate checked, so < 64; the parity index is 0 or 1 into
+    // arrays of 2.
     let short = short_form(kind, addr, arg1);
     // SAFETY: a non-null pointer in the slot's current-parity entry is held
     // by this thread (invariant 1).
@@ -1131,6 +1136,10 @@ fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, np
     let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
         return;
     };
+    // No panic below: `base`, `npages` (the caller's) only meet bitwise
+    // operations; the layout's page shift is the validated one (16..2^40:
+    // 4..=40), so its shifts and `page_shift - 3` stay in range, and
+    // put_word checks its room.
     let layout = page_layout();
     let units = ticks >> pages::TIME_LOST_BITS;
     // A pages buffer keeps its time base, in units, in last_ticks.

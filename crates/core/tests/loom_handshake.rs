@@ -7,12 +7,20 @@
 //! end batch (it fails when the flush takes both parities, as the exit
 //! flush once did).
 //!
+//! Under loom both sides of the handshake use real SeqCst fences (loom has
+//! no membarrier). That is also what the real code does when membarrier
+//! fails at run time: `heavy_barrier` retries until a call succeeds, which
+//! is a barrier on every thread as modelled here, or aborts the process
+//! (handshake.rs, "When membarrier fails at run time"). It never continues
+//! with a fence on the advancer's side only; the last model below shows
+//! that this would be wrong.
+//!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p alloctrace-core --test loom_handshake`
 //! (`make loom`).
 #![cfg(loom)]
 
 use alloctrace_core::SeqLock;
-use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use loom::sync::Arc;
 
 struct Shared {
@@ -130,5 +138,51 @@ fn reclaim_of_a_dead_threads_slot_keeps_generation_order() {
             "a reclaim pushed a batch of generation 1 after its end batch"
         );
         assert!(!slot.bufs[1].load(Ordering::SeqCst), "a batch of generation 1 was never pushed");
+    });
+}
+
+/// Why a failed membarrier must not fall back to a fence on the advancer's
+/// side only: a writer that registered for asymmetric fences brackets its
+/// event with compiler fences, which order nothing between threads, so
+/// its counter store and generation load may pass the advancer's store and
+/// loads in both directions; loom finds the interleaving in which the
+/// writer reads the old generation and the advancer still sees it idle.
+#[test]
+#[should_panic(expected = "a writer used the old generation after the advance took it")]
+fn a_lone_advancer_fence_does_not_pair_with_a_compiler_fence() {
+    loom::model(|| {
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(1),
+            seq: SeqLock::new(),
+            old_taken: AtomicBool::new(false),
+            wrote_after_take: AtomicBool::new(false),
+        });
+        // The writer's counter, written as try_begin_asymmetric does: no
+        // hardware fence between the store and the generation load.
+        let counter = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let s = Arc::clone(&shared);
+            let counter = Arc::clone(&counter);
+            loom::thread::spawn(move || {
+                counter.store(1, Ordering::Relaxed);
+                let generation = s.generation.load(Ordering::Relaxed);
+                if generation == 1 && s.old_taken.load(Ordering::SeqCst) {
+                    s.wrote_after_take.store(true, Ordering::SeqCst);
+                }
+                counter.store(2, Ordering::Release);
+            })
+        };
+        shared.generation.store(2, Ordering::SeqCst);
+        // The old fallback: a fence here alone.
+        fence(Ordering::SeqCst);
+        let seen = counter.load(Ordering::Acquire);
+        if seen & 1 != 0 {
+            while counter.load(Ordering::Acquire) == seen {
+                loom::thread::yield_now();
+            }
+        }
+        shared.old_taken.store(true, Ordering::SeqCst);
+        writer.join().unwrap();
+        assert!(!shared.wrote_after_take.load(Ordering::SeqCst), "a writer used the old generation after the advance took it");
     });
 }
