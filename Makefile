@@ -116,10 +116,22 @@ c-test-writer: cli $(WRITER_BINS)
 c-test-asan: cli $(ASAN_BINS)
 	$(call run_c_tests,$(ASAN_BINS),TEST_SCALE=10 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1,asan)
 
-demo: lib cli $(BUILD)/demo
+# Builds everything the README's next steps use (library, command, shim),
+# traces the demo program, prints its stats and commands to try next, with
+# paths that work from the repository root.
+demo: lib cli preload $(BUILD)/demo
 	@rm -f $(BUILD)/demo.trace
 	$(BUILD)/demo $(BUILD)/demo.trace
 	$(CLI) stats $(BUILD)/demo.trace
+	@echo
+	@echo "Built: $(CLI) (the command), $(PRELOAD_SO) (the LD_PRELOAD shim),"
+	@echo "       $(LIB_SO), $(LIB_A) and $(HEADER) (the C API). Next, from here:"
+	@printf '  %-68s # %s\n' \
+	  "$(CLI) dump $(BUILD)/demo.trace | head" "the events, one per line" \
+	  "$(CLI) record --overwrite -o ls.trace -- ls -l /" "any program, through the shim" \
+	  "$(CLI) stats ls.trace" "... and its trace"
+	@echo "  The C API (README.md, Using the C API): build a program my.c with"
+	@echo "  cc -Iinclude my.c -L$(RELEASE) -lalloctrace -lpthread -Wl,-rpath,\$$PWD/$(RELEASE) -o my"
 
 $(BUILD)/demo: examples/demo.c $(HEADER) $(LIB_SO)
 	@mkdir -p $(BUILD)
