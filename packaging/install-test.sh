@@ -37,7 +37,7 @@ for pair in "bin/alloctrace:$RELEASE/alloctrace" "lib/$LIB_REAL:$RELEASE/liballo
             "lib/liballoctrace.a:$RELEASE/liballoctrace.a" "lib/liballoctrace_preload.so:$RELEASE/liballoctrace_preload.so"; do
   inst=$prefix/${pair%%:*}; built=${pair#*:}
   si=$(stat -c %s "$inst" 2>/dev/null || echo 0); sb=$(stat -c %s "$built")
-  check "${pair%%:*} stripped: $sb -> $si bytes" [ "$si" -gt 0 ] && [ "$si" -lt "$sb" ]
+  check "${pair%%:*} stripped: $sb -> $si bytes" [ "$si" -gt 0 -a "$si" -lt "$sb" ]
 done
 check "bin/alloctrace and $LIB_REAL have no .debug_info" \
   sh -c "! readelf -S '$prefix/bin/alloctrace' '$prefix/lib/$LIB_REAL' | grep -q debug_info"
