@@ -13,7 +13,9 @@ use clap_complete::Shell;
 use crate::{Cli, Failure};
 
 pub fn run(dir: &Path) -> Result<(), Failure> {
-    let io = |what: &str, e: std::io::Error| Failure::Io(format!("cannot write {what} under {}: {e}", dir.display()));
+    let io = |what: &str, e: std::io::Error| {
+        Failure::Io(format!("cannot write {what} under {}: {e}", dir.display()))
+    };
     let cmd = Cli::command();
     let man = dir.join("man1");
     std::fs::create_dir_all(&man).map_err(|e| io("the man pages", e))?;
@@ -22,7 +24,8 @@ pub fn run(dir: &Path) -> Result<(), Failure> {
     std::fs::create_dir_all(&completions).map_err(|e| io("the completions", e))?;
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         let mut cmd = cmd.clone();
-        clap_complete::generate_to(shell, &mut cmd, "alloctrace", &completions).map_err(|e| io("the completions", e))?;
+        clap_complete::generate_to(shell, &mut cmd, "alloctrace", &completions)
+            .map_err(|e| io("the completions", e))?;
     }
     Ok(())
 }

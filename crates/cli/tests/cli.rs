@@ -920,11 +920,13 @@ fn reading_commands_take_several_traces_and_directories() {
 /// `--help`.
 #[test]
 fn generate_writes_man_pages_and_completions() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("generate-{}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("generate-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = alloctrace(&["__generate", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let read =
+        |p: &str| std::fs::read_to_string(dir.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
     let mut pages: Vec<String> = std::fs::read_dir(dir.join("man1"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -932,7 +934,14 @@ fn generate_writes_man_pages_and_completions() {
     pages.sort();
     assert_eq!(
         pages,
-        ["alloctrace-check.1", "alloctrace-dump.1", "alloctrace-pages.1", "alloctrace-record.1", "alloctrace-stats.1", "alloctrace.1"]
+        [
+            "alloctrace-check.1",
+            "alloctrace-dump.1",
+            "alloctrace-pages.1",
+            "alloctrace-record.1",
+            "alloctrace-stats.1",
+            "alloctrace.1",
+        ]
     );
     let record = read("man1/alloctrace-record.1");
     assert!(record.starts_with(".ie") && record.contains(".TH alloctrace-record 1"), "{record}");
@@ -948,7 +957,10 @@ fn generate_writes_man_pages_and_completions() {
         }
     }
     for text in [&bash, &zsh, &fish, &read("man1/alloctrace.1")] {
-        assert!(!text.contains("generate"), "the internal __generate leaked into the generated files");
+        assert!(
+            !text.contains("generate"),
+            "the internal __generate leaked into the generated files"
+        );
     }
     let help = alloctrace(&["--help"]);
     assert!(!String::from_utf8_lossy(&help.stdout).contains("generate"));
