@@ -11,6 +11,9 @@ LIB_A     := $(RELEASE)/liballoctrace.a
 HEADER    := include/alloctrace.h
 # The format's numbers for the inline path, generated from crates/format.
 FORMAT_HEADER := include/alloctrace_format.h
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# The library's ABI version, its SONAME's number (build.rs, docs/ABI.md).
+SOVERSION := $(shell sed -n 's/^const SOVERSION: &str = "\(.*\)";/\1/p' build.rs)
 
 CWARN     := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Werror
 CFLAGS    ?= -O1 -g
@@ -26,10 +29,20 @@ ASAN_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/asan/%,$(shell grep -L 'all
 .PHONY: all lib cli header check-header test rust-test c-test c-test-plain c-test-asan readme-example loom demo clean fuzz
 .PHONY: preload preload-test install install-test
 
-all: header lib cli preload
+# `make` builds; it never regenerates the committed header (`make header`
+# does, `make test` checks it).
+all: lib cli preload
 
-lib:
+# The library, and target/release/liballoctrace.so.0 (its SONAME, which
+# programs linked in the build tree load) pointing to it. Programs depend
+# on the file, not on the phony `lib`, so they are relinked only when
+# cargo rebuilt the library; FORCE lets cargo decide that on every run.
+lib: $(LIB_SO)
+
+.PHONY: FORCE
+$(LIB_SO): FORCE
 	$(CARGO) build --release -p alloctrace
+	@ln -sf liballoctrace.so $(RELEASE)/liballoctrace.so.$(SOVERSION)
 
 cli:
 	$(CARGO) build --release -p alloctrace-cli
@@ -74,17 +87,17 @@ header-compat: $(HEADER) $(FORMAT_HEADER) include/alloctrace_inline.h
 	  echo "header-compat: C (-fPIC shared) and C++ ok"; \
 	else echo "header-compat: C (-fPIC shared) ok; skipped C++: $(CXX) not installed"; fi
 
-$(BUILD)/c_tests/%: c_tests/%.c $(C_COMMON) $(HEADER) lib
+$(BUILD)/c_tests/%: c_tests/%.c $(C_COMMON) $(HEADER) $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(CWARN) $(CFLAGS) -Iinclude -Ic_tests $< $(C_COMMON) $(LINK) -o $@
 
 # The same tests with every event call through the inline trace_writer_*
 # path (c_tests/common.h, TEST_WRITER), optimised as a runtime would be.
-$(BUILD)/c_tests/writer/%: c_tests/%.c $(C_COMMON) $(HEADER) include/alloctrace_inline.h lib
+$(BUILD)/c_tests/writer/%: c_tests/%.c $(C_COMMON) $(HEADER) include/alloctrace_inline.h $(FORMAT_HEADER) $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(CWARN) -O2 -g -DTEST_WRITER -Iinclude -Ic_tests $< $(C_COMMON) $(LINK) -o $@
 
-$(BUILD)/c_tests/asan/%: c_tests/%.c $(C_COMMON) $(HEADER) lib
+$(BUILD)/c_tests/asan/%: c_tests/%.c $(C_COMMON) $(HEADER) $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(CWARN) $(CFLAGS) $(ASAN) -Iinclude -Ic_tests $< $(C_COMMON) $(LINK) -o $@
 	@nm $@ | grep -q __asan_init || { echo "error: $@ is not linked with ASan"; exit 1; }
@@ -107,12 +120,24 @@ c-test-writer: cli $(WRITER_BINS)
 c-test-asan: cli $(ASAN_BINS)
 	$(call run_c_tests,$(ASAN_BINS),TEST_SCALE=10 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1,asan)
 
-demo: lib cli $(BUILD)/demo
+# Builds everything the README's next steps use (library, command, shim),
+# traces the demo program, prints its stats and commands to try next, with
+# paths that work from the repository root.
+demo: lib cli preload $(BUILD)/demo
 	@rm -f $(BUILD)/demo.trace
 	$(BUILD)/demo $(BUILD)/demo.trace
 	$(CLI) stats $(BUILD)/demo.trace
+	@echo
+	@echo "Built: $(CLI) (the command), $(PRELOAD_SO) (the LD_PRELOAD shim),"
+	@echo "       $(LIB_SO), $(LIB_A) and $(HEADER) (the C API). Next, from here:"
+	@printf '  %-68s # %s\n' \
+	  "$(CLI) dump $(BUILD)/demo.trace | head" "the events, one per line" \
+	  "$(CLI) record --overwrite -o ls.trace -- ls -l /" "any program, through the shim" \
+	  "$(CLI) stats ls.trace" "... and its trace"
+	@echo "  The C API (README.md, Using the C API): build a program my.c with"
+	@echo "  cc -Iinclude my.c -L$(RELEASE) -lalloctrace -lpthread -Wl,-rpath,\$$PWD/$(RELEASE) -o my"
 
-$(BUILD)/demo: examples/demo.c $(HEADER) lib
+$(BUILD)/demo: examples/demo.c $(HEADER) $(LIB_SO)
 	@mkdir -p $(BUILD)
 	$(CC) $(CWARN) -O2 -g -Iinclude $< $(LINK) -o $@
 
@@ -162,45 +187,101 @@ $(PRELOAD_BIN)/prog_%: $(PRELOAD_DIR)/prog_%.c $(PRELOAD_DIR)/common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(PRELOAD_CFLAGS) $< -lpthread -lrt -o $@
 
-# `make install PREFIX=/usr/local`: the library, the shim, the header, the
-# command and a pkg-config file (DESTDIR is honoured for packaging).
-PREFIX  ?= /usr/local
-DESTDIR ?=
-LIBDIR  := $(PREFIX)/lib
-VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# `make install PREFIX=/usr/local`: the command, the library (versioned,
+# with its SONAME links), the static library, the shim, the headers, a
+# pkg-config file, a CMake package, man pages, shell completions and the
+# licenses. Binaries and shared objects are installed with
+# `strip --strip-unneeded`, the static library with `--strip-debug`
+# (`STRIP=true` keeps everything, for a distribution's -dbg split).
+# DESTDIR is honoured for packaging; `make uninstall` (same PREFIX and
+# DESTDIR) removes exactly these files. Neither rebuilds the header.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+STRIP      ?= strip
+BINDIR     := $(PREFIX)/bin
+LIBDIR     := $(PREFIX)/lib
+INCLUDEDIR := $(PREFIX)/include
+DATADIR    := $(PREFIX)/share
+MANDIR     := $(DATADIR)/man
+DOCDIR     := $(DATADIR)/doc/alloctrace
+CMAKEDIR   := $(LIBDIR)/cmake/alloctrace
+BASHCOMPDIR := $(DATADIR)/bash-completion/completions
+ZSHCOMPDIR  := $(DATADIR)/zsh/site-functions
+FISHCOMPDIR := $(DATADIR)/fish/vendor_completions.d
+# The library's names (docs/ABI.md): SONAME liballoctrace.so.SOVERSION,
+# file liballoctrace.so.SOVERSION.MINOR.PATCH (the crate's MINOR.PATCH).
+LIB_SONAME := liballoctrace.so.$(SOVERSION)
+LIB_REAL   := $(LIB_SONAME).$(shell echo $(VERSION) | cut -d. -f2,3)
+# What the static library needs besides libc (`cargo rustc --release -p
+# alloctrace --crate-type staticlib -- --print native-static-libs`);
+# install-test links a program statically with it.
+LIBS_PRIVATE := -lgcc_s -lutil -lrt -lpthread -lm -ldl
+# The CLI's subcommands, each with a man page (install-test checks the
+# generator writes exactly these).
+CLI_COMMANDS := dump stats pages check record
+MAN_PAGES  := alloctrace.1 $(patsubst %,alloctrace-%.1,$(CLI_COMMANDS))
+GEN        := $(BUILD)/gen
 
+# Every file install puts, relative to DESTDIR (uninstall removes these).
+INSTALLED := $(BINDIR)/alloctrace \
+  $(LIBDIR)/$(LIB_REAL) $(LIBDIR)/$(LIB_SONAME) $(LIBDIR)/liballoctrace.so \
+  $(LIBDIR)/liballoctrace.a $(LIBDIR)/liballoctrace_preload.so \
+  $(INCLUDEDIR)/alloctrace.h $(INCLUDEDIR)/alloctrace_inline.h $(INCLUDEDIR)/alloctrace_format.h \
+  $(LIBDIR)/pkgconfig/alloctrace.pc \
+  $(CMAKEDIR)/alloctraceConfig.cmake $(CMAKEDIR)/alloctraceConfigVersion.cmake \
+  $(addprefix $(MANDIR)/man1/,$(MAN_PAGES)) \
+  $(BASHCOMPDIR)/alloctrace $(ZSHCOMPDIR)/_alloctrace $(FISHCOMPDIR)/alloctrace.fish \
+  $(DOCDIR)/LICENSE-MIT $(DOCDIR)/LICENSE-APACHE
+
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+  -e 's|@VERSION@|$(VERSION)|g' -e 's|@SOVERSION@|$(SOVERSION)|g' -e 's|@LIB_REAL@|$(LIB_REAL)|g' \
+  -e 's|@LIB_SONAME@|$(LIB_SONAME)|g' -e 's|@LIBS_PRIVATE@|$(LIBS_PRIVATE)|g'
+
+.PHONY: uninstall
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include
-	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/alloctrace
-	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/liballoctrace.so
+	rm -rf $(GEN)
+	$(CLI) __generate $(GEN)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(CMAKEDIR) \
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR) $(DESTDIR)$(DOCDIR)
+	install -m 755 $(CLI) $(DESTDIR)$(BINDIR)/alloctrace
+	$(STRIP) --strip-unneeded $(DESTDIR)$(BINDIR)/alloctrace
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/$(LIB_REAL)
+	$(STRIP) --strip-unneeded $(DESTDIR)$(LIBDIR)/$(LIB_REAL)
+	ln -sf $(LIB_REAL) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
+	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/liballoctrace.so
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/liballoctrace.a
+	$(STRIP) --strip-debug $(DESTDIR)$(LIBDIR)/liballoctrace.a
 	install -m 755 $(PRELOAD_SO) $(DESTDIR)$(LIBDIR)/liballoctrace_preload.so
-	install -m 644 $(HEADER) $(DESTDIR)$(PREFIX)/include/alloctrace.h
-	install -m 644 include/alloctrace_inline.h $(DESTDIR)$(PREFIX)/include/alloctrace_inline.h
-	install -m 644 $(FORMAT_HEADER) $(DESTDIR)$(PREFIX)/include/alloctrace_format.h
-	printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(LIBDIR)' 'includedir=$${prefix}/include' '' \
-	  'Name: alloctrace' 'Description: Memory-allocation tracer with a C ABI' 'Version: $(VERSION)' \
-	  'Libs: -L$${libdir} -lalloctrace -lpthread' 'Cflags: -I$${includedir}' > $(DESTDIR)$(LIBDIR)/pkgconfig/alloctrace.pc
+	$(STRIP) --strip-unneeded $(DESTDIR)$(LIBDIR)/liballoctrace_preload.so
+	install -m 644 $(HEADER) include/alloctrace_inline.h $(FORMAT_HEADER) $(DESTDIR)$(INCLUDEDIR)/
+	$(SUBST) packaging/alloctrace.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/alloctrace.pc
+	$(SUBST) cmake/alloctraceConfig.cmake.in > $(DESTDIR)$(CMAKEDIR)/alloctraceConfig.cmake
+	$(SUBST) cmake/alloctraceConfigVersion.cmake.in > $(DESTDIR)$(CMAKEDIR)/alloctraceConfigVersion.cmake
+	install -m 644 $(addprefix $(GEN)/man1/,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(GEN)/completions/alloctrace.bash $(DESTDIR)$(BASHCOMPDIR)/alloctrace
+	install -m 644 $(GEN)/completions/_alloctrace $(DESTDIR)$(ZSHCOMPDIR)/_alloctrace
+	install -m 644 $(GEN)/completions/alloctrace.fish $(DESTDIR)$(FISHCOMPDIR)/alloctrace.fish
+	install -m 644 LICENSE-MIT LICENSE-APACHE $(DESTDIR)$(DOCDIR)/
 
-# Installs into a temporary prefix and uses it as a user would: the README
-# example built with pkg-config, and `alloctrace record` finding the shim.
+# Removes the files above and the two directories that are alloctrace's
+# own; shared directories (bin, lib, share/man/man1, ...) stay.
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR) 2>/dev/null
+
+# Installs into a temporary prefix and uses it as a user or a distribution
+# would (packaging/install-test.sh): the files, their stripped sizes, the
+# SONAME and links, the README example built with pkg-config (shared and
+# --static) and with CMake, man pages and completions, `alloctrace record`
+# finding the shim, and uninstall leaving nothing.
 install-test: all
-	@dir=$$(mktemp -d); prefix=$$dir/usr; pass=0; fail=0; \
-	$(MAKE) --no-print-directory install PREFIX=$$prefix >$$dir/install.log 2>&1 || { cat $$dir/install.log; fail=$$((fail+1)); }; \
-	for f in bin/alloctrace lib/liballoctrace.so lib/liballoctrace.a lib/liballoctrace_preload.so include/alloctrace.h include/alloctrace_inline.h include/alloctrace_format.h lib/pkgconfig/alloctrace.pc; do \
-	  if [ -f $$prefix/$$f ]; then pass=$$((pass+1)); else echo "FAIL install: $$f missing"; fail=$$((fail+1)); fi; done; \
-	awk '/<!-- readme-example/{f=1;next} f&&/^```c/{p=1;next} p&&/^```/{exit} p' README.md > $$dir/example.c; \
-	if command -v pkg-config >/dev/null; then \
-	  if (cd $$dir && $(CC) $(CWARN) example.c $$(PKG_CONFIG_PATH=$$prefix/lib/pkgconfig pkg-config --cflags --libs alloctrace) \
-	      -Wl,-rpath,$$prefix/lib -o example && ./example && $$prefix/bin/alloctrace check example.trace >/dev/null); then \
-	    echo "ok   install: README example built with pkg-config --cflags --libs alloctrace, its trace checks ok"; pass=$$((pass+1)); \
-	  else echo "FAIL install: README example with pkg-config"; fail=$$((fail+1)); fi; \
-	else echo "skip install: skipped: pkg-config not installed"; fi; \
-	if (cd $$dir && env -u ALLOCTRACE_PRELOAD $$prefix/bin/alloctrace record -o rec.trace -- true 2>rec.err && \
-	    $$prefix/bin/alloctrace check rec.trace >/dev/null && grep -q 'rec.trace (pid' rec.err); then \
-	  echo "ok   install: installed alloctrace record finds the shim in ../lib"; pass=$$((pass+1)); \
-	else echo "FAIL install: alloctrace record from the prefix: $$(cat $$dir/rec.err)"; fail=$$((fail+1)); fi; \
-	rm -rf $$dir; echo "install-test: $$pass passed, $$fail failed"; [ $$fail -eq 0 ]
+	@MAKE="$(MAKE) --no-print-directory" CC="$(CC)" CWARN="$(CWARN)" RELEASE=$(RELEASE) \
+	  LIB_REAL=$(LIB_REAL) LIB_SONAME=$(LIB_SONAME) MAN_PAGES="$(MAN_PAGES)" packaging/install-test.sh
+
+# The files `make install` puts (with this PREFIX), one a line.
+.PHONY: install-manifest
+install-manifest:
+	@printf '%s\n' $(INSTALLED)
 
 # Coverage-guided fuzzing of the reader (needs cargo-fuzz; see fuzz/README).
 fuzz:
@@ -221,11 +302,11 @@ bench: all $(BENCH_BINS)
 	@if [ -d crates/preload ]; then $(CARGO) build --release -p alloctrace-preload; fi
 	python3 bench/run
 
-$(BUILD)/bench/event_cost: bench/event_cost.c bench/bench.h $(HEADER) lib $(BUILD)/bench/libbenchnoop.so
+$(BUILD)/bench/event_cost: bench/event_cost.c bench/bench.h $(HEADER) $(LIB_SO) $(BUILD)/bench/libbenchnoop.so
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) $< -L$(BUILD)/bench -lbenchnoop -Wl,-rpath,$(abspath $(BUILD)/bench) $(LINK) -o $@
 
-$(BUILD)/bench/advance: bench/advance.c bench/bench.h $(HEADER) lib
+$(BUILD)/bench/advance: bench/advance.c bench/bench.h $(HEADER) $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) $< $(LINK) -o $@
 
@@ -239,7 +320,7 @@ $(BUILD)/bench/workload: bench/workload.c bench/bench.h
 	$(CC) $(BENCH_CFLAGS) $< -lpthread -o $@
 
 # The same workload recording its own calls through the C API.
-$(BUILD)/bench/workload_capi: bench/workload.c bench/bench.h $(HEADER) lib
+$(BUILD)/bench/workload_capi: bench/workload.c bench/bench.h $(HEADER) $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) -DWITH_CAPI $< $(LINK) -o $@
 

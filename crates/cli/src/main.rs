@@ -9,6 +9,7 @@
 
 mod check;
 mod dump;
+mod generate;
 mod pages;
 mod progress;
 mod record;
@@ -275,6 +276,20 @@ pub fn print_stdout(text: &str) -> Result<(), Failure> {
 }
 
 fn main() -> ExitCode {
+    // `alloctrace __generate DIR`, for `make install` only: outside the
+    // clap definition, so that the man pages and completions it writes do
+    // not list it.
+    let args: Vec<_> = std::env::args_os().collect();
+    if args.len() == 3 && args[1] == "__generate" {
+        return match generate::run(Path::new(&args[2])) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(Failure::Io(msg)) => {
+                eprintln!("error: {msg}");
+                ExitCode::from(1)
+            }
+            Err(_) => ExitCode::from(1),
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

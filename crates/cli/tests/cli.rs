@@ -915,3 +915,58 @@ fn reading_commands_take_several_traces_and_directories() {
     assert!(err.contains("without .trace files"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// --- w2-pack (issue 11, item 5): man pages and completions ---
+
+/// `alloctrace __generate DIR` (run by `make install`) writes a man page per
+/// subcommand and bash, zsh and fish completions from the clap definition,
+/// with `record`'s options; `__generate` itself is in none of them, nor in
+/// `--help`.
+#[test]
+fn generate_writes_man_pages_and_completions() {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("generate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = alloctrace(&["__generate", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read =
+        |p: &str| std::fs::read_to_string(dir.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let mut pages: Vec<String> = std::fs::read_dir(dir.join("man1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    pages.sort();
+    assert_eq!(
+        pages,
+        [
+            "alloctrace-check.1",
+            "alloctrace-dump.1",
+            "alloctrace-pages.1",
+            "alloctrace-record.1",
+            "alloctrace-stats.1",
+            "alloctrace.1",
+        ]
+    );
+    let record = read("man1/alloctrace-record.1");
+    assert!(record.starts_with(".ie") && record.contains(".TH alloctrace-record 1"), "{record}");
+    for option in ["\\-\\-compression", "\\-\\-no\\-follow", "\\-\\-only"] {
+        assert!(record.contains(option), "alloctrace-record.1 lacks {option}");
+    }
+    let bash = read("completions/alloctrace.bash");
+    let zsh = read("completions/_alloctrace");
+    let fish = read("completions/alloctrace.fish");
+    for text in [&bash, &zsh, &fish] {
+        for word in ["pages", "record", "no-follow", "compression"] {
+            assert!(text.contains(word), "a completion lacks {word}");
+        }
+    }
+    for text in [&bash, &zsh, &fish, &read("man1/alloctrace.1")] {
+        assert!(
+            !text.contains("generate"),
+            "the internal __generate leaked into the generated files"
+        );
+    }
+    let help = alloctrace(&["--help"]);
+    assert!(!String::from_utf8_lossy(&help.stdout).contains("generate"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
