@@ -2,37 +2,15 @@
 //! producers wait for free buffers instead of dropping events, and buffer
 //! memory stays within its bound.
 
-use std::io::Read;
-use std::os::fd::FromRawFd;
+mod common;
 
 use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
 
 #[test]
 fn slow_output_loses_nothing() {
-    let mut fds = [0i32; 2];
-    // SAFETY: fds is a valid out-array of two ints.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    let (read_fd, write_fd) = (fds[0], fds[1]);
-
-    // A reader that drains the pipe slowly, in small sips.
-    let drain = std::thread::spawn(move || {
-        // SAFETY: read_fd is the read end we own from here on.
-        let mut pipe = unsafe { std::fs::File::from_raw_fd(read_fd) };
-        let mut trace = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    trace.extend_from_slice(&chunk[..n]);
-                    std::thread::sleep(std::time::Duration::from_micros(20));
-                }
-                Err(e) => panic!("pipe read: {e}"),
-            }
-        }
-        trace
-    });
+    // A slow reader, so that threads run out of free buffers.
+    let (write_fd, drain) = common::slow_pipe();
 
     // 64 buffers of 4 KiB at most: far less than the trace.
     let config = alloctrace_core::Config {

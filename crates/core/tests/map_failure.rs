@@ -2,36 +2,15 @@
 //! finds no free buffer and whose mmap fails waits for the writer to
 //! return one (buffer.rs, BufferPool::take) instead of dropping the event.
 
-use std::io::Read;
-use std::os::fd::FromRawFd;
+mod common;
 
 use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
 
 #[test]
 fn refused_mmap_waits_for_a_buffer_instead_of_losing_events() {
-    let mut fds = [0i32; 2];
-    // SAFETY: fds is a valid out-array of two ints.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    let (read_fd, write_fd) = (fds[0], fds[1]);
     // A slow reader, so that threads run out of free buffers.
-    let drain = std::thread::spawn(move || {
-        // SAFETY: read_fd is the read end we own from here on.
-        let mut pipe = unsafe { std::fs::File::from_raw_fd(read_fd) };
-        let mut trace = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    trace.extend_from_slice(&chunk[..n]);
-                    std::thread::sleep(std::time::Duration::from_micros(20));
-                }
-                Err(e) => panic!("pipe read: {e}"),
-            }
-        }
-        trace
-    });
+    let (write_fd, drain) = common::slow_pipe();
 
     let config = alloctrace_core::Config {
         buffer_size: 4096,

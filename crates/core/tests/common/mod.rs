@@ -1,0 +1,34 @@
+//! What several of the core's test programs share.
+
+use std::io::Read;
+use std::os::fd::FromRawFd;
+
+/// A pipe whose read end a thread drains slowly, in 4 KiB sips 20 us
+/// apart, so that a tracer writing into it falls behind and its threads
+/// run out of free buffers. Returns the write end (for
+/// `Output::borrowed_fd`) and the thread, which returns every byte read
+/// once the write end is closed.
+pub fn slow_pipe() -> (i32, std::thread::JoinHandle<Vec<u8>>) {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds is a valid out-array of two ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (read_fd, write_fd) = (fds[0], fds[1]);
+    let drain = std::thread::spawn(move || {
+        // SAFETY: read_fd is the read end this thread owns from here on.
+        let mut pipe = unsafe { std::fs::File::from_raw_fd(read_fd) };
+        let mut trace = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    trace.extend_from_slice(&chunk[..n]);
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+                Err(e) => panic!("pipe read: {e}"),
+            }
+        }
+        trace
+    });
+    (write_fd, drain)
+}
