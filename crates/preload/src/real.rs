@@ -44,9 +44,6 @@ mod libc_malloc {
     }
 }
 
-/// glibc's own entry points, for blocks the shim allocates and frees
-/// itself outside the program's heap (stacks.rs).
-pub use libc_malloc::{__libc_free, __libc_malloc};
 
 type MallocFn = unsafe extern "C" fn(usize) -> *mut c_void;
 type CallocFn = unsafe extern "C" fn(usize, usize) -> *mut c_void;

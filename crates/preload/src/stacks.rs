@@ -99,8 +99,8 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
     // SAFETY: pthread_create below passed a Start written into this block,
     // which only this thread reads and frees.
     let start = unsafe { block.cast::<Start>().read() };
-    // SAFETY: the block came from __libc_malloc.
-    unsafe { real::__libc_free(block) };
+    // SAFETY: the block came from the shim's own heap (own::alloc below).
+    unsafe { crate::own::free(block) };
     if start.internal {
         guard::replace(guard::OWN);
         // SAFETY: the creator's routine and argument.
@@ -140,8 +140,9 @@ pub unsafe extern "C" fn pthread_create(
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real_create(thread, attr, routine, arg) };
     }
-    // SAFETY: plain allocation from glibc, never traced.
-    let block = unsafe { real::__libc_malloc(core::mem::size_of::<Start>()) }.cast::<Start>();
+    // The shim's own heap: never traced, and never the program's allocator
+    // (which may be jemalloc or another interposer).
+    let block = crate::own::alloc(core::mem::size_of::<Start>(), core::mem::align_of::<Start>().max(16)).cast::<Start>();
     if block.is_null() {
         // SAFETY: the caller's arguments, unchanged: the thread runs
         // without stack events.
@@ -153,7 +154,7 @@ pub unsafe extern "C" fn pthread_create(
     let rc = unsafe { real_create(thread, attr, trampoline, block.cast()) };
     if rc != 0 {
         // SAFETY: no thread was created, so the block is still ours.
-        unsafe { real::__libc_free(block.cast()) };
+        unsafe { crate::own::free(block.cast()) };
     }
     rc
 }
