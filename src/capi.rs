@@ -209,7 +209,11 @@ fn to_result(r: Result<(), Error>) -> trace_result {
 /// enum: the value if it is one of the field's constants, else
 /// TRACE_ERR_BAD_CONFIG with a detail naming the field, its value and the
 /// accepted constants.
-fn config_enum<T: Copy>(field: &str, raw: c_int, known: &[(c_int, &str, T)]) -> Result<T, trace_result> {
+fn config_enum<T: Copy>(
+    field: &str,
+    raw: c_int,
+    known: &[(c_int, &str, T)],
+) -> Result<T, trace_result> {
     if let Some(&(_, _, value)) = known.iter().find(|(v, _, _)| *v == raw) {
         return Ok(value);
     }
@@ -227,7 +231,10 @@ fn config_enum<T: Copy>(field: &str, raw: c_int, known: &[(c_int, &str, T)]) -> 
             Ok(())
         }
     }
-    set_detail(format_args!("{field} is {raw}: it must be {}", Choices(known)));
+    set_detail(format_args!(
+        "{field} is {raw}: it must be {}",
+        Choices(known)
+    ));
     Err(trace_result::TRACE_ERR_BAD_CONFIG)
 }
 
@@ -323,8 +330,16 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         let covers = |offset: usize| size >= offset + core::mem::size_of::<c_int>();
         let compress = if covers(core::mem::offset_of!(trace_config, compression)) {
             let known = [
-                (trace_compression::TRACE_COMPRESSION_NONE as c_int, "TRACE_COMPRESSION_NONE", false),
-                (trace_compression::TRACE_COMPRESSION_ZSTD as c_int, "TRACE_COMPRESSION_ZSTD", true),
+                (
+                    trace_compression::TRACE_COMPRESSION_NONE as c_int,
+                    "TRACE_COMPRESSION_NONE",
+                    false,
+                ),
+                (
+                    trace_compression::TRACE_COMPRESSION_ZSTD as c_int,
+                    "TRACE_COMPRESSION_ZSTD",
+                    true,
+                ),
             ];
             match config_enum("trace_config.compression", cfg.compression, &known) {
                 Ok(v) => v,
@@ -335,8 +350,16 @@ pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         };
         let clock = if covers(core::mem::offset_of!(trace_config, clock)) {
             let known = [
-                (trace_clock::TRACE_CLOCK_PRECISE as c_int, "TRACE_CLOCK_PRECISE", ClockKind::Precise),
-                (trace_clock::TRACE_CLOCK_COARSE as c_int, "TRACE_CLOCK_COARSE", ClockKind::Coarse),
+                (
+                    trace_clock::TRACE_CLOCK_PRECISE as c_int,
+                    "TRACE_CLOCK_PRECISE",
+                    ClockKind::Precise,
+                ),
+                (
+                    trace_clock::TRACE_CLOCK_COARSE as c_int,
+                    "TRACE_CLOCK_COARSE",
+                    ClockKind::Coarse,
+                ),
             ];
             match config_enum("trace_config.clock", cfg.clock, &known) {
                 Ok(v) => v,
@@ -419,7 +442,8 @@ pub extern "C" fn trace_thread_destroy() {
 /// instead of writing a bad trace.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
-pub static alloctrace_inline_v1: &alloctrace_core::shared::Shared = &alloctrace_core::shared::SHARED;
+pub static alloctrace_inline_v1: &alloctrace_core::shared::Shared =
+    &alloctrace_core::shared::SHARED;
 
 /// A thread's writer: the handle of the inline event calls
 /// (`trace_writer_heap_object_alloc` and the rest, defined in the header).
@@ -467,12 +491,24 @@ pub extern "C" fn trace_thread_id() -> u64 {
 pub extern "C" fn trace_result_str(result: c_int) -> *const c_char {
     const NAMES: [(trace_result, &CStr); 9] = [
         (trace_result::TRACE_OK, c"TRACE_OK"),
-        (trace_result::TRACE_ERR_NULL_ARGUMENT, c"TRACE_ERR_NULL_ARGUMENT"),
+        (
+            trace_result::TRACE_ERR_NULL_ARGUMENT,
+            c"TRACE_ERR_NULL_ARGUMENT",
+        ),
         (trace_result::TRACE_ERR_BAD_CONFIG, c"TRACE_ERR_BAD_CONFIG"),
-        (trace_result::TRACE_ERR_ALREADY_STARTED, c"TRACE_ERR_ALREADY_STARTED"),
-        (trace_result::TRACE_ERR_NOT_STARTED, c"TRACE_ERR_NOT_STARTED"),
+        (
+            trace_result::TRACE_ERR_ALREADY_STARTED,
+            c"TRACE_ERR_ALREADY_STARTED",
+        ),
+        (
+            trace_result::TRACE_ERR_NOT_STARTED,
+            c"TRACE_ERR_NOT_STARTED",
+        ),
         (trace_result::TRACE_ERR_IO, c"TRACE_ERR_IO"),
-        (trace_result::TRACE_ERR_OUT_OF_MEMORY, c"TRACE_ERR_OUT_OF_MEMORY"),
+        (
+            trace_result::TRACE_ERR_OUT_OF_MEMORY,
+            c"TRACE_ERR_OUT_OF_MEMORY",
+        ),
         (trace_result::TRACE_ERR_PANIC, c"TRACE_ERR_PANIC"),
         (trace_result::TRACE_ERR_BUSY, c"TRACE_ERR_BUSY"),
     ];
@@ -500,7 +536,12 @@ pub extern "C" fn trace_last_error_detail() -> *const c_char {
 /// `trace_start`; each call makes a new ID. Any thread, also inside malloc
 /// (it never allocates or locks).
 #[no_mangle]
-pub extern "C" fn trace_type_register(name: *const c_char, name_len: libc::size_t, size: u64, ptr_bytes: u64) -> u64 {
+pub extern "C" fn trace_type_register(
+    name: *const c_char,
+    name_len: libc::size_t,
+    size: u64,
+    ptr_bytes: u64,
+) -> u64 {
     ffi_guard_or!(0, {
         let name: &[u8] = if name.is_null() || name_len == 0 {
             &[]

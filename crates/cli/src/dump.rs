@@ -88,7 +88,10 @@ fn write_text(out: &mut impl Write, e: &Event) -> io::Result<()> {
         EventData::PageAlloc { npages }
         | EventData::PageFree { npages }
         | EventData::PageScav { npages } => write!(out, " npages={npages}")?,
-        EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree | EventData::Call => {}
+        EventData::SpanFree
+        | EventData::HeapObjectFree
+        | EventData::StackFree
+        | EventData::Call => {}
     }
     if let Some(entry) = e.entry {
         write!(out, " entry={}", entry.name())?;
@@ -127,7 +130,10 @@ fn write_json(out: &mut impl Write, file_key: &str, e: &Event) -> io::Result<()>
         EventData::PageAlloc { npages }
         | EventData::PageFree { npages }
         | EventData::PageScav { npages } => write!(out, ",\"npages\":{npages}")?,
-        EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree | EventData::Call => {}
+        EventData::SpanFree
+        | EventData::HeapObjectFree
+        | EventData::StackFree
+        | EventData::Call => {}
     }
     if let Some(entry) = e.entry {
         write!(out, ",\"entry\":\"{}\"", entry.name())?;

@@ -104,7 +104,9 @@ pub struct Input {
 
 impl Input {
     pub fn file(path: &Path) -> Input {
-        Input { path: Some(path.to_path_buf()) }
+        Input {
+            path: Some(path.to_path_buf()),
+        }
     }
 
     /// As the user gave it: the path, or `-`.
@@ -117,7 +119,10 @@ impl Input {
 
     /// The file's size (0 for standard input or when unknown).
     pub fn size(&self) -> u64 {
-        self.path.as_ref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len())
+        self.path
+            .as_ref()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map_or(0, |m| m.len())
     }
 }
 
@@ -127,7 +132,10 @@ pub type Reader = TraceReader<BufReader<Box<dyn Read + Send>>>;
 pub fn open(input: &Input) -> Result<Reader, Failure> {
     let (source, name): (Box<dyn Read + Send>, String) = match &input.path {
         Some(path) => (
-            Box::new(File::open(path).map_err(|e| Failure::Io(format!("cannot open {}: {e}", path.display())))?),
+            Box::new(
+                File::open(path)
+                    .map_err(|e| Failure::Io(format!("cannot open {}: {e}", path.display())))?,
+            ),
             path.display().to_string(),
         ),
         None => (Box::new(io::stdin()), "standard input".to_string()),
@@ -189,7 +197,8 @@ fn expand_inputs(args: &[PathBuf]) -> Result<(Vec<Input>, bool), Failure> {
             inputs.push(Input { path: None });
         } else if arg.is_dir() {
             labelled = true;
-            let entries = std::fs::read_dir(arg).map_err(|e| Failure::Io(format!("cannot read {}: {e}", arg.display())))?;
+            let entries = std::fs::read_dir(arg)
+                .map_err(|e| Failure::Io(format!("cannot read {}: {e}", arg.display())))?;
             let mut names: Vec<String> = entries
                 .filter_map(|e| e.ok())
                 .filter(|e| e.path().is_file())
@@ -197,7 +206,10 @@ fn expand_inputs(args: &[PathBuf]) -> Result<(Vec<Input>, bool), Failure> {
                 .filter(|n| n.ends_with(".trace"))
                 .collect();
             if names.is_empty() {
-                return Err(Failure::Io(format!("{}: a directory without .trace files", arg.display())));
+                return Err(Failure::Io(format!(
+                    "{}: a directory without .trace files",
+                    arg.display()
+                )));
             }
             names.sort_by(|a, b| natural_order(a, b));
             inputs.extend(names.iter().map(|n| Input::file(&arg.join(n))));
@@ -214,7 +226,10 @@ fn expand_inputs(args: &[PathBuf]) -> Result<(Vec<Input>, bool), Failure> {
 /// says so and the others are still read; the exit code is the lowest
 /// non-zero code of any trace (1 unreadable, 2 malformed, 3 truncated, 4
 /// inconsistent), 0 if all succeeded.
-fn run_each(args: &[PathBuf], mut f: impl FnMut(&Input, Option<&str>) -> Result<(), Failure>) -> Result<(), Failure> {
+fn run_each(
+    args: &[PathBuf],
+    mut f: impl FnMut(&Input, Option<&str>) -> Result<(), Failure>,
+) -> Result<(), Failure> {
     let (inputs, labelled) = expand_inputs(args)?;
     if !labelled {
         return f(&inputs[0], None);
@@ -308,10 +323,18 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
-        Command::Dump { files, json } => run_each(files, |input, label| dump::run(input, *json, label)),
-        Command::Stats { files, json } => run_each(files, |input, label| stats::run(input, *json, label)),
-        Command::Pages { files, json } => run_each(files, |input, label| pages::run(input, *json, label)),
-        Command::Check { files, json } => run_each(files, |input, label| check::run(input, *json, label)),
+        Command::Dump { files, json } => {
+            run_each(files, |input, label| dump::run(input, *json, label))
+        }
+        Command::Stats { files, json } => {
+            run_each(files, |input, label| stats::run(input, *json, label))
+        }
+        Command::Pages { files, json } => {
+            run_each(files, |input, label| pages::run(input, *json, label))
+        }
+        Command::Check { files, json } => {
+            run_each(files, |input, label| check::run(input, *json, label))
+        }
         Command::Record(args) => record::run(args),
     };
     match result {

@@ -282,12 +282,24 @@ impl PageStats {
             let _ = writeln!(s, "{name:<30}{value:>14}{note}");
         };
         let bytes_note = |pages: u128| format!(" pages ({} bytes)", self.bytes(pages));
-        row("pages in use", &self.pages_in_use(), &bytes_note(self.in_use.pages()));
-        row("peak pages in use", &self.peak_pages_in_use(), &bytes_note(self.peak));
+        row(
+            "pages in use",
+            &self.pages_in_use(),
+            &bytes_note(self.in_use.pages()),
+        );
+        row(
+            "peak pages in use",
+            &self.peak_pages_in_use(),
+            &bytes_note(self.peak),
+        );
         row("runs in use", &self.in_use.runs(), "");
         row("largest run", &self.largest_run, " pages");
         row("anomalies", &self.anomalies(), "");
-        row("  free of pages not allocated", &self.free_not_allocated, "");
+        row(
+            "  free of pages not allocated",
+            &self.free_not_allocated,
+            "",
+        );
         row("  alloc of pages in use", &self.alloc_in_use, "");
         row("  scav of pages in use", &self.scav_in_use, "");
         row("  npages 0", &self.zero_npages, "");

@@ -107,7 +107,9 @@ fn parse_output(value: OsString) -> Result<PathBuf, String> {
     let path = if path.is_absolute() {
         path
     } else {
-        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?.join(path)
+        std::env::current_dir()
+            .map_err(|e| format!("cannot read the current directory: {e}"))?
+            .join(path)
     };
     if plain && path.is_dir() {
         return Err(format!(
@@ -136,15 +138,21 @@ fn find_shim() -> Result<PathBuf, Failure> {
         let path = PathBuf::from(path);
         return match path.canonicalize() {
             Ok(abs) => Ok(abs),
-            Err(e) => Err(Failure::Io(format!("ALLOCTRACE_PRELOAD={}: {e}", path.display()))),
+            Err(e) => Err(Failure::Io(format!(
+                "ALLOCTRACE_PRELOAD={}: {e}",
+                path.display()
+            ))),
         };
     }
-    let exe = std::env::current_exe().map_err(|e| Failure::Io(format!("cannot find this executable: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Io(format!("cannot find this executable: {e}")))?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let candidates = [dir.join(SHIM), dir.join("../lib").join(SHIM)];
     for candidate in &candidates {
         if candidate.is_file() {
-            return candidate.canonicalize().map_err(|e| Failure::Io(format!("{}: {e}", candidate.display())));
+            return candidate
+                .canonicalize()
+                .map_err(|e| Failure::Io(format!("{}: {e}", candidate.display())));
         }
     }
     Err(Failure::Io(format!(
@@ -157,16 +165,35 @@ fn find_shim() -> Result<PathBuf, Failure> {
 /// A fresh index file in the temporary directory, created 0600.
 fn create_index() -> Result<(PathBuf, File), Failure> {
     let dir = std::env::temp_dir();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     for attempt in 0..100u32 {
-        let path = dir.join(format!("alloctrace-record-{}-{nanos}-{attempt}.index", std::process::id()));
-        match OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path) {
+        let path = dir.join(format!(
+            "alloctrace-record-{}-{nanos}-{attempt}.index",
+            std::process::id()
+        ));
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
             Ok(file) => return Ok((path, file)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(Failure::Io(format!("cannot create an index file in {}: {e}", dir.display()))),
+            Err(e) => {
+                return Err(Failure::Io(format!(
+                    "cannot create an index file in {}: {e}",
+                    dir.display()
+                )))
+            }
         }
     }
-    Err(Failure::Io(format!("cannot create an index file in {}", dir.display())))
+    Err(Failure::Io(format!(
+        "cannot create an index file in {}",
+        dir.display()
+    )))
 }
 
 /// 1234567 -> "1,234,567".
@@ -240,7 +267,12 @@ fn read_index(file: &mut File) -> Index {
             ["end", pid, status, generations, lost, bytes, duration, path] => {
                 let number = |s: &str| s.parse::<u64>().unwrap_or(0);
                 let path = PathBuf::from(path);
-                if let Some(t) = index.traces.iter_mut().rev().find(|t| t.pid == pid && t.path == path) {
+                if let Some(t) = index
+                    .traces
+                    .iter_mut()
+                    .rev()
+                    .find(|t| t.pid == pid && t.path == path)
+                {
                     t.end = Some(End {
                         status: status.to_string(),
                         generations: number(generations),
@@ -251,12 +283,16 @@ fn read_index(file: &mut File) -> Index {
                 }
             }
             ["untraced", pid, program, ref why @ ..] if !why.is_empty() => {
-                index.untraced.push((pid.to_string(), program.to_string(), why.join("\t")));
+                index
+                    .untraced
+                    .push((pid.to_string(), program.to_string(), why.join("\t")));
             }
             ["skipped", _, ref program @ ..] if !program.is_empty() => {
                 *index.skipped.entry(program.join("\t")).or_insert(0) += 1;
             }
-            [pid, program, ref path @ ..] if !path.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) => {
+            [pid, program, ref path @ ..]
+                if !path.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) =>
+            {
                 index.traces.push(Trace {
                     pid: pid.to_string(),
                     program: program.to_string(),
@@ -290,7 +326,12 @@ fn human_duration(ns: u64) -> String {
 /// The paragraph about one trace: read whole when `read` (counts of
 /// events and heap bytes), else from the index's totals.
 fn summary(trace: &Trace, read: bool) -> String {
-    let head = format!("  {} (pid {}, {})", trace.path.display(), trace.pid, trace.program);
+    let head = format!(
+        "  {} (pid {}, {})",
+        trace.path.display(),
+        trace.pid,
+        trace.program
+    );
     let running = trace.end.is_none() && alive(&trace.pid);
     if running {
         return format!(
@@ -298,7 +339,10 @@ fn summary(trace: &Trace, read: bool) -> String {
         );
     }
     if let Some(end) = trace.end.as_ref().filter(|e| e.status != "ok") {
-        return format!("{head}\n    {}: the trace is cut there (`alloctrace check` says where).", end.status);
+        return format!(
+            "{head}\n    {}: the trace is cut there (`alloctrace check` says where).",
+            end.status
+        );
     }
     if !read {
         return match &trace.end {
@@ -336,10 +380,16 @@ fn summary(trace: &Trace, read: bool) -> String {
         human_bytes(stats.live_bytes()),
     );
     if stats.lost_events > 0 {
-        text.push_str(&format!("; {} lost", plural(stats.lost_events, "event", "events")));
+        text.push_str(&format!(
+            "; {} lost",
+            plural(stats.lost_events, "event", "events")
+        ));
     }
     if stats.anomalies() > 0 {
-        text.push_str(&format!("; {} (see `alloctrace check`)", plural(stats.anomalies(), "anomaly", "anomalies")));
+        text.push_str(&format!(
+            "; {} (see `alloctrace check`)",
+            plural(stats.anomalies(), "anomaly", "anomalies")
+        ));
     }
     match stats.truncated_at {
         Some(offset) => text.push_str(&format!(
@@ -355,16 +405,29 @@ fn summary(trace: &Trace, read: bool) -> String {
 /// (unless `brief`) a summary of each trace.
 fn report(index: &Index, name: &str, status_text: &str, args: &Args, brief: bool) -> String {
     let mut out = String::new();
-    let budget_limit =
-        if args.compression == Compression::None { REPORT_READ_BYTES } else { REPORT_READ_BYTES_COMPRESSED };
+    let budget_limit = if args.compression == Compression::None {
+        REPORT_READ_BYTES
+    } else {
+        REPORT_READ_BYTES_COMPRESSED
+    };
     let mut budget = budget_limit;
     if index.traces.is_empty() {
-        out.push_str(&format!("alloctrace: no trace was written; {name} {status_text}\n"));
+        out.push_str(&format!(
+            "alloctrace: no trace was written; {name} {status_text}\n"
+        ));
     } else {
-        out.push_str(&format!("alloctrace: {} written\n", plural(index.traces.len() as u64, "trace", "traces")));
+        out.push_str(&format!(
+            "alloctrace: {} written\n",
+            plural(index.traces.len() as u64, "trace", "traces")
+        ));
         for trace in &index.traces {
             if brief {
-                out.push_str(&format!("  {} (pid {}, {})\n", trace.path.display(), trace.pid, trace.program));
+                out.push_str(&format!(
+                    "  {} (pid {}, {})\n",
+                    trace.path.display(),
+                    trace.pid,
+                    trace.program
+                ));
                 continue;
             }
             let size = std::fs::metadata(&trace.path).map_or(u64::MAX, |m| m.len());
@@ -377,14 +440,22 @@ fn report(index: &Index, name: &str, status_text: &str, args: &Args, brief: bool
         }
     }
     for (pid, program, why) in &index.untraced {
-        out.push_str(&format!("alloctrace: pid {pid} ({program}) was not traced: {why}\n"));
+        out.push_str(&format!(
+            "alloctrace: pid {pid} ({program}) was not traced: {why}\n"
+        ));
     }
     if !index.skipped.is_empty() {
         let n: u64 = index.skipped.values().sum();
         let names: Vec<String> = index
             .skipped
             .iter()
-            .map(|(p, k)| if *k > 1 { format!("{p} ({k})") } else { p.clone() })
+            .map(|(p, k)| {
+                if *k > 1 {
+                    format!("{p} ({k})")
+                } else {
+                    p.clone()
+                }
+            })
             .collect();
         out.push_str(&format!(
             "alloctrace: {} untraced, not named by --only {}: {}\n",
@@ -406,18 +477,31 @@ fn report(index: &Index, name: &str, status_text: &str, args: &Args, brief: bool
 fn create_run_dir(cwd: &Path, command: &OsStr) -> Result<PathBuf, Failure> {
     let name: String = String::from_utf8_lossy(alloctrace_options::file_name(command.as_bytes()))
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._+-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._+-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let base = format!("alloctrace-{name}-{}", std::process::id());
     for k in 1..1000 {
-        let dir = cwd.join(if k == 1 { base.clone() } else { format!("{base}-{k}") });
+        let dir = cwd.join(if k == 1 {
+            base.clone()
+        } else {
+            format!("{base}-{k}")
+        });
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(Failure::Io(format!("cannot create {}: {e}", dir.display()))),
         }
     }
-    Err(Failure::Io(format!("cannot create a directory {base} in {}", cwd.display())))
+    Err(Failure::Io(format!(
+        "cannot create a directory {base} in {}",
+        cwd.display()
+    )))
 }
 
 /// Forwards SIGINT, SIGTERM and SIGHUP that a process sent to this command
@@ -430,7 +514,9 @@ fn forward_signals(
 ) {
     use rustix::process::{kill_process, Pid, Signal};
     use signal_hook::low_level::siginfo::Cause;
-    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else { return };
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
     for origin in signals.forever() {
         if origin.cause == Cause::Kernel {
             continue;
@@ -468,7 +554,8 @@ fn not_a_regular_file(path: &Path) -> Option<&'static str> {
 
 pub fn run(args: &Args) -> Result<(), Failure> {
     let shim = find_shim()?;
-    let cwd = std::env::current_dir().map_err(|e| Failure::Io(format!("cannot read the current directory: {e}")))?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| Failure::Io(format!("cannot read the current directory: {e}")))?;
     let (output, run_dir) = match &args.output {
         Some(output) => {
             let pattern = output.as_os_str().as_bytes();
@@ -542,7 +629,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let name = args.command[0].to_string_lossy().into_owned();
     // Registered before the program starts, so no signal sent meanwhile
     // ends this command without its report.
-    let signals = signal_hook::iterator::SignalsInfo::<signal_hook::iterator::exfiltrator::WithOrigin>::new([
+    let signals = signal_hook::iterator::SignalsInfo::<
+        signal_hook::iterator::exfiltrator::WithOrigin,
+    >::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
@@ -563,7 +652,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             cleanup_dir(&run_dir);
             eprintln!("error: cannot run {name}: {e}");
             // As env(1) and the shells: 127 not found, 126 not runnable.
-            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
             return Err(Failure::Verdict(code));
         }
     };
@@ -588,7 +681,10 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         (None, Some(signal)) => format!("was ended by signal {signal}"),
         (None, None) => "ended".to_string(),
     };
-    eprint!("{}", report(&found, &name, &status_text, args, args.no_report));
+    eprint!(
+        "{}",
+        report(&found, &name, &status_text, args, args.no_report)
+    );
     if found.traces.is_empty() {
         cleanup_dir(&run_dir);
         return Err(Failure::Verdict(NOTHING_TRACED));
@@ -632,11 +728,30 @@ mod tests {
         assert_eq!(index.traces.len(), 2);
         assert_eq!(index.traces[0].pid, "12");
         let end = index.traces[0].end.as_ref().unwrap();
-        assert_eq!((end.status.as_str(), end.generations, end.lost, end.bytes, end.duration_ns), ("ok", 2, 5, 4096, 1500000));
+        assert_eq!(
+            (
+                end.status.as_str(),
+                end.generations,
+                end.lost,
+                end.bytes,
+                end.duration_ns
+            ),
+            ("ok", 2, 5, 4096, 1500000)
+        );
         assert!(index.traces[1].end.is_none());
         assert_eq!(index.traces[1].program, "my prog");
-        assert_eq!(index.traces[1].path, PathBuf::from("/tmp/dir with\ttab/b.trace"));
-        assert_eq!(index.untraced, vec![("14".to_string(), "cat".to_string(), "cannot create the trace file /proc/x: No such file or directory".to_string())]);
+        assert_eq!(
+            index.traces[1].path,
+            PathBuf::from("/tmp/dir with\ttab/b.trace")
+        );
+        assert_eq!(
+            index.untraced,
+            vec![(
+                "14".to_string(),
+                "cat".to_string(),
+                "cannot create the trace file /proc/x: No such file or directory".to_string()
+            )]
+        );
         assert_eq!(index.skipped.get("bash"), Some(&2));
         assert_eq!(index.skipped.get("env"), Some(&1));
     }

@@ -48,7 +48,10 @@ impl Live {
     #[inline]
     fn alloc(&mut self, addr: u64, size: u64) -> Option<u64> {
         let hash = addr_hash(addr);
-        match self.map.entry(hash, |&(a, _)| a == addr, |&(a, _)| addr_hash(a)) {
+        match self
+            .map
+            .entry(hash, |&(a, _)| a == addr, |&(a, _)| addr_hash(a))
+        {
             Entry::Occupied(mut live) => Some(std::mem::replace(&mut live.get_mut().1, size)),
             Entry::Vacant(slot) => {
                 slot.insert((addr, size));
@@ -224,12 +227,18 @@ impl Tally {
         if let Some(n) = self.counts.get_mut(usize::from(op.kind)) {
             *n += 1;
         }
-        match usize::try_from(op.thread).ok().and_then(|i| self.small_thread_counts.get_mut(i)) {
+        match usize::try_from(op.thread)
+            .ok()
+            .and_then(|i| self.small_thread_counts.get_mut(i))
+        {
             Some(n) => *n += 1,
             None => self.count_big_thread(op.thread),
         }
         self.long_form_events += u64::from(op.long_form);
-        if let Some(n) = self.entry_points.get_mut(usize::from(op.entry).wrapping_sub(1)) {
+        if let Some(n) = self
+            .entry_points
+            .get_mut(usize::from(op.entry).wrapping_sub(1))
+        {
             *n += 1;
         }
         let maps = &mut self.maps;
@@ -286,7 +295,9 @@ impl Tally {
             self.maps.unknown_free += 1;
         }
         if self.first_anomaly.is_none() {
-            let name = EVENT_KINDS.get(usize::from(op.kind)).map_or("?", |k| k.name());
+            let name = EVENT_KINDS
+                .get(usize::from(op.kind))
+                .map_or("?", |k| k.name());
             let time_ns = chunk.clock.map_or(0, |c| c.time_ns(op.ticks));
             self.first_anomaly = Some(format!(
                 "{name} at {:#x} ({time_ns} ns, generation {}, thread {}): {what}",
@@ -408,7 +419,13 @@ impl Feed {
 
     /// Waits for the counting thread to count every event.
     fn finish(self) -> Result<Tally, Failure> {
-        let Feed { chunk, to_counter, returned, counter, .. } = self;
+        let Feed {
+            chunk,
+            to_counter,
+            returned,
+            counter,
+            ..
+        } = self;
         if !chunk.ops.is_empty() {
             let _ = to_counter.send(chunk);
         }
@@ -511,7 +528,9 @@ impl Stats {
 
     fn generation_start(&mut self, reading: &mut Reading, reader: &Reader) {
         reading.generation_types.clear();
-        reading.generation_types.extend(reader.types().keys().copied());
+        reading
+            .generation_types
+            .extend(reader.types().keys().copied());
         self.type_ids.extend(reader.types().keys().copied());
         self.pages.generation_start(reader.info());
         if let (Some(end), Some(origin)) = (reader.generation_end(), reader.time_origin_ns()) {
@@ -541,7 +560,9 @@ impl Stats {
             | EventData::SpanFree
             | EventData::StackFree
             | EventData::Call => 0,
-            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => {
+            EventData::PageAlloc { .. }
+            | EventData::PageFree { .. }
+            | EventData::PageScav { .. } => {
                 return self.page_event(reading, timed(e, clock));
             }
         };
@@ -651,7 +672,11 @@ impl Stats {
         row("live stacks", &self.maps.stacks.len(), "");
         row("long-form events", &self.long_form_events, "");
         if self.has_entry_points() {
-            row("entry points", &self.entry_points.iter().sum::<u64>(), " tagged events");
+            row(
+                "entry points",
+                &self.entry_points.iter().sum::<u64>(),
+                " tagged events",
+            );
             for e in ENTRY_POINTS {
                 row(&format!("  {}", e.name()), &self.entry_point(e), "");
             }
@@ -660,7 +685,11 @@ impl Stats {
         row("anomalies", &self.anomalies(), "");
         row("  unknown frees", &self.maps.unknown_free, "");
         row("  double allocs", &self.maps.double_alloc, "");
-        row("page anomalies", &self.page_anomalies(), "  (alloctrace pages)");
+        row(
+            "page anomalies",
+            &self.page_anomalies(),
+            "  (alloctrace pages)",
+        );
         row(
             "duration ns",
             &self.duration_ns,
@@ -703,7 +732,11 @@ pub fn collect(input: &Input) -> Result<Stats, Failure> {
         let drained = match (&clock, generation) {
             (Some(clock), Some(generation)) => {
                 reading.feed.open(generation, *clock);
-                reader.next_events(1 << 16, #[inline(always)] |e| stats.event(&mut reading, e, clock))
+                reader.next_events(
+                    1 << 16,
+                    #[inline(always)]
+                    |e| stats.event(&mut reading, e, clock),
+                )
             }
             // No generation yet: nothing to hand out (but an error).
             _ => reader.next_events(1, |_| {}),
@@ -722,7 +755,9 @@ pub fn collect(input: &Input) -> Result<Stats, Failure> {
             Err(err) => break Err(err),
         }
         match reader.next_record() {
-            Ok(Some(Record::GenerationStart { .. })) => stats.generation_start(&mut reading, &reader),
+            Ok(Some(Record::GenerationStart { .. })) => {
+                stats.generation_start(&mut reading, &reader)
+            }
             Ok(Some(Record::Event(e))) => {
                 if let Some(clock) = reader.clock() {
                     reading.feed.open(e.generation, clock);
@@ -796,7 +831,11 @@ mod tests {
             // allocs of live ones, all come often.
             let addr = 0x1000 + (x % 40) * 16;
             if x >> 60 < 9 {
-                assert_eq!(live.alloc(addr, i), want.insert(addr, i), "alloc {addr:#x} at {i}");
+                assert_eq!(
+                    live.alloc(addr, i),
+                    want.insert(addr, i),
+                    "alloc {addr:#x} at {i}"
+                );
             } else {
                 assert_eq!(live.free(addr), want.remove(&addr), "free {addr:#x} at {i}");
             }

@@ -299,7 +299,10 @@ fn check_truncated_exits_3() {
     let (code, _, err) = run("check", &full[..full.len() - 3], &[]);
     assert_eq!(code, 3);
     assert!(
-        err.contains(&format!("byte offset {}", full.len() - 8 - alloctrace_format::TRAILER_LEN)),
+        err.contains(&format!(
+            "byte offset {}",
+            full.len() - 8 - alloctrace_format::TRAILER_LEN
+        )),
         "{err}"
     );
 }
@@ -463,7 +466,10 @@ fn dump_prints_page_events() {
     );
     let (code, out, _) = run("dump", &pages_trace(), &["--json"]);
     assert_eq!(code, 0);
-    let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 6);
     assert_eq!(
         lines[2],
@@ -486,12 +492,21 @@ fn stats_and_check_count_page_events() {
     assert_eq!(v["total_events"], 6);
     assert_eq!(v["per_thread"], json!({"1": 4, "2": 2}));
     assert_eq!(v["long_form_events"], 2);
-    assert_eq!((v["anomalies"].as_u64(), v["page_anomalies"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        (v["anomalies"].as_u64(), v["page_anomalies"].as_u64()),
+        (Some(0), Some(0))
+    );
     assert_eq!(v.get("entry_points"), None, "no tagged event");
     let (code, out, _) = run("stats", &pages_trace(), &[]);
     assert_eq!(code, 0);
-    assert!(out.contains("\n  page_alloc                       3\n"), "{out}");
-    assert!(out.contains("\n  page_scav                        1\n"), "{out}");
+    assert!(
+        out.contains("\n  page_alloc                       3\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\n  page_scav                        1\n"),
+        "{out}"
+    );
     let (code, out, err) = run("check", &pages_trace(), &[]);
     assert_eq!(
         (code, out.as_str(), err.as_str()),
@@ -562,7 +577,10 @@ fn page_anomalies_are_counted_and_fail_the_check() {
         json!({"free_not_allocated": 1, "alloc_in_use": 1, "scav_in_use": 1, "zero_npages": 2})
     );
     // 16..28 in use, then 28..36 freed: nothing of it was in use.
-    assert_eq!((v["pages_in_use"].as_u64(), v["peak_pages_in_use"].as_u64()), (Some(12), Some(12)));
+    assert_eq!(
+        (v["pages_in_use"].as_u64(), v["peak_pages_in_use"].as_u64()),
+        (Some(12), Some(12))
+    );
     assert_eq!(v["largest_run"], 8);
     assert_eq!(
         v["first_anomaly"],
@@ -570,14 +588,23 @@ fn page_anomalies_are_counted_and_fail_the_check() {
     );
     let (_, out, _) = run("stats", t.bytes(), &["--json"]);
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!((v["anomalies"].as_u64(), v["page_anomalies"].as_u64()), (Some(0), Some(5)));
+    assert_eq!(
+        (v["anomalies"].as_u64(), v["page_anomalies"].as_u64()),
+        (Some(0), Some(5))
+    );
     let (code, _, err) = run("check", t.bytes(), &[]);
     assert_eq!(code, 4, "{err}");
     assert!(err.contains(" 5 page anomalies (1 frees of pages not allocated, 1 allocations of pages in use, 1 scavenges of pages in use, 2 page events of 0 pages)."), "{err}");
-    assert!(err.contains("\nfirst page anomaly: page_alloc at 0x14000 npages=8"), "{err}");
+    assert!(
+        err.contains("\nfirst page anomaly: page_alloc at 0x14000 npages=8"),
+        "{err}"
+    );
     let (code, out, _) = run("check", t.bytes(), &["--json"]);
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!((code, v["status"].as_str(), v["page_anomalies"].as_u64()), (4, Some("inconsistent"), Some(5)));
+    assert_eq!(
+        (code, v["status"].as_str(), v["page_anomalies"].as_u64()),
+        (4, Some("inconsistent"), Some(5))
+    );
 }
 
 #[test]
@@ -594,7 +621,12 @@ fn pages_on_a_malformed_or_truncated_trace() {
     bytes[layout_at..layout_at + 8].copy_from_slice(&3u64.to_le_bytes());
     let (code, _, err) = run("pages", &bytes, &["--json"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains(&format!("malformed trace at byte offset {layout_at}: page event word before the layout word")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "malformed trace at byte offset {layout_at}: page event word before the layout word"
+        )),
+        "{err}"
+    );
     // Version 2: the batch's checksum reports the same damage.
     let mut bytes = pages_trace();
     let layout_at = (0..bytes.len() - 8)
@@ -603,7 +635,10 @@ fn pages_on_a_malformed_or_truncated_trace() {
     bytes[layout_at..layout_at + 8].copy_from_slice(&3u64.to_le_bytes());
     let (code, _, err) = run("pages", &bytes, &["--json"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("checksum mismatch in the batch at byte offset") && err.contains("(kind 6,"), "{err}");
+    assert!(
+        err.contains("checksum mismatch in the batch at byte offset") && err.contains("(kind 6,"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -619,7 +654,10 @@ fn stats_counts_entry_points_when_events_are_tagged() {
         .raw_event(6 | ENTRY_TAG, 1006, &[2, EntryPoint::Free as u64])
         .raw_event(2 | ENTRY_TAG, 1007, &[5, 1, 0, EntryPoint::Mmap as u64]);
     let mut t = TraceBuilder::new();
-    t.info(&g).events(1, 1, &b).generation_end(1, 2000, 5_001_000, 0).trace_end(1);
+    t.info(&g)
+        .events(1, 1, &b)
+        .generation_end(1, 2000, 5_001_000, 0)
+        .trace_end(1);
     let (code, out, _) = run("stats", t.bytes(), &["--json"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -634,9 +672,18 @@ fn stats_counts_entry_points_when_events_are_tagged() {
     assert_eq!(v["events"]["call"], 1);
     let (code, out, _) = run("stats", t.bytes(), &[]);
     assert_eq!(code, 0);
-    assert!(out.contains("\nentry points                       6 tagged events\n"), "{out}");
-    assert!(out.contains("\n  free                             2\n"), "{out}");
-    assert!(out.contains("\n  mremap                           0\n"), "{out}");
+    assert!(
+        out.contains("\nentry points                       6 tagged events\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\n  free                             2\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\n  mremap                           0\n"),
+        "{out}"
+    );
     // Untagged traces print no entry-point section.
     let (_, out, _) = run("stats", &sample_trace(), &[]);
     assert!(!out.contains("entry points"), "{out}");
@@ -673,18 +720,31 @@ fn stats_counts_what_dump_hands_out() {
                     let slot = rng.below(pool);
                     let addr = 0x10000 + slot * 16;
                     let data = match rng.below(20) {
-                        0 => EventData::SpanAlloc { npages: 1, kind_class: 0 },
+                        0 => EventData::SpanAlloc {
+                            npages: 1,
+                            kind_class: 0,
+                        },
                         1 if late => EventData::SpanFree,
                         2 => EventData::StackAlloc { size: 8192 },
                         3 if late => EventData::StackFree,
-                        4..=11 => EventData::HeapObjectAlloc { size: 1 + rng.below(500), type_id: 0 },
+                        4..=11 => EventData::HeapObjectAlloc {
+                            size: 1 + rng.below(500),
+                            type_id: 0,
+                        },
                         _ if late => EventData::HeapObjectFree,
-                        _ => EventData::HeapObjectAlloc { size: 16, type_id: 0 },
+                        _ => EventData::HeapObjectAlloc {
+                            size: 16,
+                            type_id: 0,
+                        },
                     };
                     let slot = if late { slot % 64 } else { slot };
                     let addr = match data {
-                        EventData::SpanAlloc { .. } | EventData::SpanFree => 0x1_0000_0000 + slot * 4096,
-                        EventData::StackAlloc { .. } | EventData::StackFree => 0x2000_0000_0000 + slot * 8192,
+                        EventData::SpanAlloc { .. } | EventData::SpanFree => {
+                            0x1_0000_0000 + slot * 4096
+                        }
+                        EventData::StackAlloc { .. } | EventData::StackFree => {
+                            0x2000_0000_0000 + slot * 8192
+                        }
                         _ => addr,
                     };
                     b.event(&g, ticks - rng.below(2), addr, &data);
@@ -715,7 +775,10 @@ fn stats_counts_what_dump_hands_out() {
         let addr = e["addr"].as_u64().unwrap();
         let anomaly = |what: &str, first: &mut Option<String>| {
             first.get_or_insert_with(|| {
-                format!("{kind} at {addr:#x} ({} ns, generation {}, thread {}): {what}", e["time_ns"], e["gen"], e["thread"])
+                format!(
+                    "{kind} at {addr:#x} ({} ns, generation {}, thread {}): {what}",
+                    e["time_ns"], e["gen"], e["thread"]
+                )
             });
         };
         match kind {
@@ -737,14 +800,22 @@ fn stats_counts_what_dump_hands_out() {
                 }
             },
             "span_alloc" | "stack_alloc" => {
-                let map = if kind == "span_alloc" { &mut spans } else { &mut stacks };
+                let map = if kind == "span_alloc" {
+                    &mut spans
+                } else {
+                    &mut stacks
+                };
                 if map.insert(addr, 0).is_some() {
                     double_alloc += 1;
                     anomaly("allocation of an address that is already live", &mut first);
                 }
             }
             "span_free" | "stack_free" => {
-                let map = if kind == "span_free" { &mut spans } else { &mut stacks };
+                let map = if kind == "span_free" {
+                    &mut spans
+                } else {
+                    &mut stacks
+                };
                 if map.remove(&addr).is_none() {
                     unknown_free += 1;
                     anomaly("free of an address that is not live", &mut first);
@@ -753,7 +824,10 @@ fn stats_counts_what_dump_hands_out() {
             other => panic!("unexpected {other}"),
         }
     }
-    assert!(events > 50_000 && unknown_free > 0 && double_alloc > 0, "{events} {unknown_free} {double_alloc}");
+    assert!(
+        events > 50_000 && unknown_free > 0 && double_alloc > 0,
+        "{events} {unknown_free} {double_alloc}"
+    );
     let first = first.unwrap();
     assert!(first.contains("generation 2"), "{first}");
 
@@ -766,27 +840,40 @@ fn stats_counts_what_dump_hands_out() {
     assert_eq!(v["peak_live_bytes"], peak);
     assert_eq!(v["live_spans"], spans.len());
     assert_eq!(v["live_stacks"], stacks.len());
-    assert_eq!(v["anomaly_kinds"], json!({"unknown_free": unknown_free, "double_alloc": double_alloc}));
+    assert_eq!(
+        v["anomaly_kinds"],
+        json!({"unknown_free": unknown_free, "double_alloc": double_alloc})
+    );
     let threads: BTreeMap<String, u64> = serde_json::from_value(v["per_thread"].clone()).unwrap();
     assert_eq!(threads, per_thread);
 
     let (code, _, err) = run("check", t.bytes(), &[]);
     assert_eq!(code, 4, "{err}");
-    assert!(err.contains(&format!("first anomaly: {first}")), "{err}\nwant {first}");
+    assert!(
+        err.contains(&format!("first anomaly: {first}")),
+        "{err}\nwant {first}"
+    );
 }
 
 /// Every bad `record` option is refused by the CLI with exit 2 and a usage
 /// message, and the program never starts (it would create the marker).
 #[test]
 fn record_refuses_bad_options_before_running_anything() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("record-options-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("record-options-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let marker = dir.join("marker");
     let dir_arg = dir.to_str().unwrap().to_string();
     let missing = format!("{dir_arg}/no-such-dir/x.trace");
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--clock", "x"], "invalid value 'x' for '--clock <KIND>'"),
-        (vec!["--compression", "lz4"], "invalid value 'lz4' for '--compression <KIND>'"),
+        (
+            vec!["--clock", "x"],
+            "invalid value 'x' for '--clock <KIND>'",
+        ),
+        (
+            vec!["--compression", "lz4"],
+            "invalid value 'lz4' for '--compression <KIND>'",
+        ),
         (vec!["--record", "bogus"], "unknown family"),
         (vec!["--buffer-size", "1"], "not a buffer size"),
         (vec!["--buffer-size", "17m"], "not a buffer size"),
@@ -794,7 +881,10 @@ fn record_refuses_bad_options_before_running_anything() {
         (vec!["-o", "out/"], "names a directory"),
         (vec!["-o", &dir_arg], "is a directory"),
         (vec!["-o", &missing], "no such directory"),
-        (vec!["--only", "/usr/bin/python3"], "a program name has no '/'"),
+        (
+            vec!["--only", "/usr/bin/python3"],
+            "a program name has no '/'",
+        ),
         (vec!["--only", "a,,b"], "empty program name"),
         (vec!["--no-such-option"], "unexpected argument"),
     ];
@@ -812,7 +902,10 @@ fn record_refuses_bad_options_before_running_anything() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{opts:?}: {err}");
         assert!(err.contains(needle), "{opts:?}: {err}");
-        assert!(err.contains("Usage: alloctrace record") || err.contains("--help"), "{opts:?}: {err}");
+        assert!(
+            err.contains("Usage: alloctrace record") || err.contains("--help"),
+            "{opts:?}: {err}"
+        );
         assert!(!marker.exists(), "{opts:?} ran the program");
     }
     std::fs::remove_dir_all(&dir).unwrap();
@@ -862,7 +955,8 @@ fn reading_commands_read_standard_input() {
 /// labelled with its name; the exit code is the lowest non-zero one.
 #[test]
 fn reading_commands_take_several_traces_and_directories() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("run-dir-{}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("run-dir-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     // 10.trace sorts after 9.trace; other files are left out.
@@ -874,17 +968,26 @@ fn reading_commands_take_several_traces_and_directories() {
 
     let (code, out, err) = output_of(&["stats", "--json", d], None);
     assert_eq!(code, 0, "{err}");
-    let objects: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let objects: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(objects.len(), 2);
     assert_eq!(objects[0]["file"], json!(nine));
     assert_eq!(objects[1]["file"], json!(ten));
     assert_eq!(objects[0]["truncated"], json!(false));
     assert_eq!(objects[1]["truncated"], json!(true));
-    assert!(err.starts_with(&format!("{ten}: {WARNING_PREFIX}")), "{err}");
+    assert!(
+        err.starts_with(&format!("{ten}: {WARNING_PREFIX}")),
+        "{err}"
+    );
 
     let (code, out, _) = output_of(&["dump", &nine, &nine], None);
     assert_eq!(code, 0);
-    assert_eq!(out, format!("==> {nine} <==\n{SAMPLE_DUMP}==> {nine} <==\n{SAMPLE_DUMP}"));
+    assert_eq!(
+        out,
+        format!("==> {nine} <==\n{SAMPLE_DUMP}==> {nine} <==\n{SAMPLE_DUMP}")
+    );
     let (code, out, _) = output_of(&["dump", "--json", &nine], None);
     assert_eq!(code, 0);
     assert!(!out.contains("\"file\""), "one file: unlabelled");
@@ -898,8 +1001,14 @@ fn reading_commands_take_several_traces_and_directories() {
     assert!(err.contains(&format!("{ten}: truncated:")), "{err}");
     let (code, out, _) = output_of(&["check", "--json", &nine, &ten], None);
     assert_eq!(code, 3);
-    let verdicts: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!((verdicts[0]["status"].clone(), verdicts[1]["status"].clone()), (json!("ok"), json!("truncated")));
+    let verdicts: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        (verdicts[0]["status"].clone(), verdicts[1]["status"].clone()),
+        (json!("ok"), json!("truncated"))
+    );
     // A missing file (1) comes before a truncated one (3).
     let (code, _, err) = output_of(&["check", d, &format!("{d}/missing.trace")], None);
     assert_eq!(code, 1, "{err}");
@@ -928,7 +1037,11 @@ fn generate_writes_man_pages_and_completions() {
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("generate-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = alloctrace(&["__generate", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let read =
         |p: &str| std::fs::read_to_string(dir.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
     let mut pages: Vec<String> = std::fs::read_dir(dir.join("man1"))
@@ -948,9 +1061,15 @@ fn generate_writes_man_pages_and_completions() {
         ]
     );
     let record = read("man1/alloctrace-record.1");
-    assert!(record.starts_with(".ie") && record.contains(".TH alloctrace-record 1"), "{record}");
+    assert!(
+        record.starts_with(".ie") && record.contains(".TH alloctrace-record 1"),
+        "{record}"
+    );
     for option in ["\\-\\-compression", "\\-\\-no\\-follow", "\\-\\-only"] {
-        assert!(record.contains(option), "alloctrace-record.1 lacks {option}");
+        assert!(
+            record.contains(option),
+            "alloctrace-record.1 lacks {option}"
+        );
     }
     let bash = read("completions/alloctrace.bash");
     let zsh = read("completions/_alloctrace");

@@ -196,7 +196,12 @@ impl Buffer {
         if self.room() >= 8 {
             let pos = self.len;
             // SAFETY: 8 bytes at pos are inside the batch capacity.
-            unsafe { self.data().add(pos).cast::<[u8; 8]>().write_unaligned(w.to_le_bytes()) };
+            unsafe {
+                self.data()
+                    .add(pos)
+                    .cast::<[u8; 8]>()
+                    .write_unaligned(w.to_le_bytes())
+            };
             self.len += 8;
         }
     }
@@ -456,10 +461,15 @@ pub(crate) mod tests {
         assert!(t.elapsed() >= MAP_REFUSED_WAIT, "gave up before the wait");
         let t = std::time::Instant::now();
         assert!(pool.take(|| ()).is_none());
-        assert!(t.elapsed() < MAP_REFUSED_WAIT, "a starved pool waited again");
+        assert!(
+            t.elapsed() < MAP_REFUSED_WAIT,
+            "a starved pool waited again"
+        );
         inject_map_failures(0);
         // The kernel gives memory again: the next take maps a buffer.
-        let b = pool.take(|| ()).expect("an mmap that succeeds ends the starvation");
+        let b = pool
+            .take(|| ())
+            .expect("an mmap that succeeds ends the starvation");
         inject_map_failures(u32::MAX);
         pool.recycle(b);
         let b = pool.take(|| ()).expect("the recycled buffer");

@@ -19,10 +19,15 @@ pub(crate) fn ticks() -> u64 {
 }
 
 fn read_clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer; clock_gettime only writes it.
     unsafe { libc::clock_gettime(id, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds.
@@ -46,7 +51,10 @@ impl ClockPair {
     /// Reads both clocks, taking the tightest of a few tries so the pair is
     /// within a few tens of ns of simultaneous.
     pub(crate) fn now() -> ClockPair {
-        let mut best = ClockPair { ticks: 0, mono_ns: 0 };
+        let mut best = ClockPair {
+            ticks: 0,
+            mono_ns: 0,
+        };
         let mut best_width = u64::MAX;
         for _ in 0..3 {
             let t0 = ticks();
@@ -54,7 +62,10 @@ impl ClockPair {
             let t1 = ticks();
             if t1.wrapping_sub(t0) < best_width {
                 best_width = t1.wrapping_sub(t0);
-                best = ClockPair { ticks: t0 / 2 + t1 / 2, mono_ns: ns };
+                best = ClockPair {
+                    ticks: t0 / 2 + t1 / 2,
+                    mono_ns: ns,
+                };
             }
         }
         best
@@ -110,12 +121,15 @@ pub const COARSE_PERIOD: std::time::Duration = std::time::Duration::from_micros(
 
 /// Whether the running session uses the coarse clock. Set by start before
 /// the first generation.
-pub(crate) static COARSE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+pub(crate) static COARSE: core::sync::atomic::AtomicBool =
+    core::sync::atomic::AtomicBool::new(false);
 
 /// Publishes the current time for coarse-clock events. The published time
 /// never goes down, even with two publishers (the advancer's period and an
 /// advance on another thread): an event's time is never below one its
 /// thread stamped before.
 pub(crate) fn publish() {
-    crate::shared::SHARED.published_ticks.fetch_max(ticks(), core::sync::atomic::Ordering::Relaxed);
+    crate::shared::SHARED
+        .published_ticks
+        .fetch_max(ticks(), core::sync::atomic::Ordering::Relaxed);
 }

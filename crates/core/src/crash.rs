@@ -115,12 +115,17 @@ pub struct FatalFlush {
 }
 
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     // Wrapping: never panics, even in a debug build (a monotonic clock
     // reaches 2^64 ns after 584 years).
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 fn after(d: core::time::Duration) -> u64 {
@@ -153,7 +158,10 @@ pub fn flush_for_fatal_signal() -> FatalFlush {
     if thread::is_internal() {
         return result;
     }
-    if STATE.compare_exchange(IDLE, FLUSHING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if STATE
+        .compare_exchange(IDLE, FLUSHING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         // Another thread flushes: its end of the session takes
         // this thread's buffers too. Wait for it, so the process does not
         // die under it.
@@ -255,7 +263,9 @@ fn cut_to_complete_page_events(b: &mut Buffer) {
 fn drain_queue() {
     // SAFETY: the session is alive while this thread holds CONTROL (only
     // stop drops it, after clearing SESSION).
-    let Some(session) = (unsafe { SESSION.load(Ordering::SeqCst).as_ref() }) else { return };
+    let Some(session) = (unsafe { SESSION.load(Ordering::SeqCst).as_ref() }) else {
+        return;
+    };
     session.wake_writer();
     let until = after(DRAIN_WAIT);
     while !session.pool.full_is_empty() && now_ns() < until {
@@ -348,17 +358,24 @@ fn end_locked(session: &Session) -> bool {
 mod tests {
     use super::cut_to_complete_page_events;
     use crate::buffer::BufferPool;
-    use alloctrace_format::pages::{self, Layout, KIND_ALLOC, SYNC_LONG_EVENT, SYNC_THREAD, SYNC_TIME};
+    use alloctrace_format::pages::{
+        self, Layout, KIND_ALLOC, SYNC_LONG_EVENT, SYNC_THREAD, SYNC_TIME,
+    };
     use alloctrace_format::BatchKind;
 
     #[test]
     fn cuts_a_pages_batch_back_to_its_last_complete_event() {
-        let _serial = crate::buffer::tests::MAP_HOOK.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = crate::buffer::tests::MAP_HOOK
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let pool = BufferPool::new(4096, 4);
         let buf = pool.take(|| {}).unwrap();
         // SAFETY: take gave us the buffer.
         let b = unsafe { &mut *buf.as_ptr() };
-        let layout = Layout { page_shift: 12, lost_bits: pages::TIME_LOST_BITS };
+        let layout = Layout {
+            page_shift: 12,
+            lost_bits: pages::TIME_LOST_BITS,
+        };
         b.begin(BatchKind::Pages, 1, 1, 300);
         b.put_word(layout.word());
         b.put_word(pages::sync_word(SYNC_THREAD, 1));

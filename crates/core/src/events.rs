@@ -110,19 +110,31 @@ pub fn thread_destroy() {
 /// `npages` pages at `base` were allocated (page tracer).
 #[inline]
 pub fn page_alloc(base: usize, npages: usize) {
-    crate::tracer::emit_page(alloctrace_format::pages::KIND_ALLOC, base as u64, npages as u64);
+    crate::tracer::emit_page(
+        alloctrace_format::pages::KIND_ALLOC,
+        base as u64,
+        npages as u64,
+    );
 }
 
 /// `npages` pages at `base` were freed (page tracer).
 #[inline]
 pub fn page_free(base: usize, npages: usize) {
-    crate::tracer::emit_page(alloctrace_format::pages::KIND_FREE, base as u64, npages as u64);
+    crate::tracer::emit_page(
+        alloctrace_format::pages::KIND_FREE,
+        base as u64,
+        npages as u64,
+    );
 }
 
 /// `npages` pages at `base` were scavenged: returned to the OS (page tracer).
 #[inline]
 pub fn page_scav(base: usize, npages: usize) {
-    crate::tracer::emit_page(alloctrace_format::pages::KIND_SCAV, base as u64, npages as u64);
+    crate::tracer::emit_page(
+        alloctrace_format::pages::KIND_SCAV,
+        base as u64,
+        npages as u64,
+    );
 }
 
 /// The same events, tagged with the interposed function that made them, for
@@ -136,7 +148,12 @@ pub mod tagged {
     /// A heap object allocated by `entry`.
     #[inline]
     pub fn heap_object_alloc(entry: EntryPoint, addr: usize, size: u64) {
-        emit_tagged::<{ EventKind::HeapObjectAlloc as u8 }, true>(addr as u64, size, 0, entry as u64);
+        emit_tagged::<{ EventKind::HeapObjectAlloc as u8 }, true>(
+            addr as u64,
+            size,
+            0,
+            entry as u64,
+        );
     }
 
     /// A heap object freed by `entry`.
@@ -148,7 +165,12 @@ pub mod tagged {
     /// A span mapped by `entry` (mmap, mremap).
     #[inline]
     pub fn span_alloc(entry: EntryPoint, base: usize, npages: usize, kind_class: u64) {
-        emit_tagged::<{ EventKind::SpanAlloc as u8 }, true>(base as u64, npages as u64, kind_class, entry as u64);
+        emit_tagged::<{ EventKind::SpanAlloc as u8 }, true>(
+            base as u64,
+            npages as u64,
+            kind_class,
+            entry as u64,
+        );
     }
 
     /// A span unmapped by `entry` (munmap).

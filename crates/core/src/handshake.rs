@@ -87,7 +87,13 @@ pub fn enable_asymmetric_fences() -> bool {
         return false;
     }
     // SAFETY: membarrier takes two integer arguments and no pointers.
-    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) };
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+            0,
+        )
+    };
     if rc == 0 {
         ASYMMETRIC.store(true, Ordering::SeqCst);
     }
@@ -251,12 +257,16 @@ pub struct SeqLock {
 impl SeqLock {
     #[cfg(not(loom))]
     pub const fn new() -> SeqLock {
-        SeqLock { seq: AtomicU64::new(0) }
+        SeqLock {
+            seq: AtomicU64::new(0),
+        }
     }
 
     #[cfg(loom)]
     pub fn new() -> SeqLock {
-        SeqLock { seq: AtomicU64::new(0) }
+        SeqLock {
+            seq: AtomicU64::new(0),
+        }
     }
 
     /// Owner: an event starts; load the generation after this. Returns

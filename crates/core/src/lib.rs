@@ -18,8 +18,8 @@
 //! `alloctrace-format` crate, which the reader shares.
 #![warn(unsafe_op_in_unsafe_fn)]
 
-mod sync;
 mod handshake;
+mod sync;
 
 #[cfg(not(loom))]
 mod buffer;
@@ -50,8 +50,8 @@ pub use crash::{flush_for_fatal_signal, FatalFlush};
 pub use output::Output;
 #[cfg(not(loom))]
 pub use tracer::{
-    advance, enabled, session_stats, start, start_with, stop, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE,
-    DEFAULT_GENERATION_BYTES, MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
+    advance, enabled, session_stats, start, start_with, stop, Config, Error, SessionStats,
+    DEFAULT_BUFFER_SIZE, DEFAULT_GENERATION_BYTES, MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
 };
 
 #[cfg(not(loom))]

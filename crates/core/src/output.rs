@@ -101,7 +101,10 @@ pub fn high_fd_base() -> RawFd {
 
 /// The `RLIMIT_NOFILE` soft limit (1024 if it cannot be read).
 fn soft_limit() -> u64 {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: lim is a valid rlimit to fill.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
         lim.rlim_cur
@@ -153,7 +156,10 @@ fn fstat(fd: RawFd) -> Result<libc::stat, i32> {
 }
 
 fn identity(fd: RawFd) -> Result<Identity, i32> {
-    fstat(fd).map(|st| Identity { dev: st.st_dev, ino: st.st_ino })
+    fstat(fd).map(|st| Identity {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
 }
 
 /// The trace's output descriptor.
@@ -197,7 +203,12 @@ impl Output {
     pub fn create(path: &CStr) -> Result<Output, i32> {
         Output::open(
             path,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            libc::O_WRONLY
+                | libc::O_CREAT
+                | libc::O_TRUNC
+                | libc::O_CLOEXEC
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK,
         )
     }
 
@@ -206,7 +217,10 @@ impl Output {
     /// directories others can write to. At a high descriptor number, as
     /// `create`. Returns errno.
     pub fn create_new(path: &CStr) -> Result<Output, i32> {
-        Output::open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        Output::open(
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
     }
 
     fn open(path: &CStr, flags: libc::c_int) -> Result<Output, i32> {
@@ -223,7 +237,8 @@ impl Output {
             // SAFETY: fd is open; F_GETFL/F_SETFL take an int.
             unsafe {
                 let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-                if fl < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) != 0 {
+                if fl < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) != 0
+                {
                     return Err(errno());
                 }
             }
@@ -238,7 +253,10 @@ impl Output {
         Ok(Output {
             fd: fd.as_raw_fd(),
             owned: Mutex::new(Some(fd)),
-            identity: Some(Identity { dev: st.st_dev, ino: st.st_ino }),
+            identity: Some(Identity {
+                dev: st.st_dev,
+                ino: st.st_ino,
+            }),
             gone: AtomicBool::new(false),
             written: AtomicU64::new(0),
         })
@@ -282,12 +300,14 @@ impl Output {
             // SAFETY: closes descriptors of this thread's private table.
             unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) == 0 }
         };
-        let mut closed = (keep == 0 || close_range(0, keep as u32 - 1)) && close_range(keep as u32 + 1, u32::MAX);
+        let mut closed = (keep == 0 || close_range(0, keep as u32 - 1))
+            && close_range(keep as u32 + 1, u32::MAX);
         if !closed {
             // Kernels before 5.9. Allocating is fine: tracing is off.
             if let Ok(dir) = std::fs::read_dir("/proc/thread-self/fd") {
-                let fds: Vec<RawFd> =
-                    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+                let fds: Vec<RawFd> = dir
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect();
                 for fd in fds.into_iter().filter(|&fd| fd != keep) {
                     // SAFETY: a descriptor of this thread's private table.
                     unsafe { libc::close(fd) };
@@ -375,7 +395,9 @@ impl Output {
             let mut n = 0;
             while n < BATCHES_PER_WRITE && !bytes.is_empty() {
                 let len = match bytes.get(1..BATCH_PREFIX_LEN) {
-                    Some(l) => BATCH_PREFIX_LEN + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize,
+                    Some(l) => {
+                        BATCH_PREFIX_LEN + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize
+                    }
                     None => bytes.len(),
                 };
                 let (batch, rest) = bytes.split_at(len.min(bytes.len()));
@@ -484,7 +506,12 @@ impl Output {
 
 impl Drop for Output {
     fn drop(&mut self) {
-        if let Some(fd) = self.owned.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(fd) = self
+            .owned
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             if self.gone.load(Ordering::Relaxed) || !self.still_ours() {
                 // Not ours any more: never close the program's descriptor.
                 let _ = fd.into_raw_fd();
@@ -497,10 +524,16 @@ impl Drop for Output {
 /// under IOV_MAX (1024), on the stack.
 const BATCHES_PER_WRITE: usize = 64;
 
-const EMPTY_IOVEC: libc::iovec = libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 };
+const EMPTY_IOVEC: libc::iovec = libc::iovec {
+    iov_base: core::ptr::null_mut(),
+    iov_len: 0,
+};
 
 fn iovec(bytes: &[u8]) -> libc::iovec {
-    libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: bytes.len() }
+    libc::iovec {
+        iov_base: bytes.as_ptr().cast_mut().cast(),
+        iov_len: bytes.len(),
+    }
 }
 
 /// A line for stderr built without allocating (the writer thread must not).
@@ -511,7 +544,10 @@ struct Message {
 
 impl Message {
     fn new() -> Message {
-        Message { buf: [0; 256], len: 0 }
+        Message {
+            buf: [0; 256],
+            len: 0,
+        }
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -536,7 +572,9 @@ impl Message {
 }
 
 fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Starts the writer thread of a session and returns once it has marked
@@ -547,12 +585,18 @@ fn errno() -> i32 {
 /// The handshake is an atomic flag, not a channel: the writer thread must
 /// not allocate or free anything once tracing is on (a custom allocator
 /// that traces itself would see calls that are not the host's).
-pub(crate) fn spawn_writer(session: Arc<Session>) -> std::io::Result<crate::thread::InternalThread> {
+pub(crate) fn spawn_writer(
+    session: Arc<Session>,
+) -> std::io::Result<crate::thread::InternalThread> {
     let theirs = Arc::clone(&session);
     let handle = crate::thread::spawn_internal(c"alloctrace-writer", move || {
         // Before the handshake, so while tracing is still off: all the
         // compression state is allocated here.
-        let compression = if theirs.compress { Compression::new() } else { None };
+        let compression = if theirs.compress {
+            Compression::new()
+        } else {
+            None
+        };
         theirs.output.make_private();
         let _ = theirs.writer_thread.set(std::thread::current());
         theirs.writer_ready.store(true, Ordering::Release);
@@ -639,10 +683,11 @@ impl Compression {
         self.frame.reserve(raw_len.saturating_sub(self.frame.len()));
         let modeled = self.encoder.encode(&self.staged, &mut self.modeled)
             && self.modeled.len() as u64 <= model::max_modeled_len(raw_len as u64);
-        let compressed = modeled && matches!(
-            self.compressor.compress_to_buffer(&self.modeled, &mut self.frame),
-            Ok(n) if n + 16 < raw_len
-        );
+        let compressed = modeled
+            && matches!(
+                self.compressor.compress_to_buffer(&self.modeled, &mut self.frame),
+                Ok(n) if n + 16 < raw_len
+            );
         if !compressed {
             return self.write_staged(output);
         }
@@ -745,15 +790,33 @@ mod tests {
         let victim = std::fs::File::create(dir.join("victim")).unwrap();
         // SAFETY: replaces the output's number with the victim, as a
         // program could.
-        assert_eq!(unsafe { libc::dup2(victim.as_raw_fd(), out.raw_fd()) }, out.raw_fd());
+        assert_eq!(
+            unsafe { libc::dup2(victim.as_raw_fd(), out.raw_fd()) },
+            out.raw_fd()
+        );
         assert_eq!(out.write_batch(&[TRACE_END]), Err(libc::EBADF));
-        assert_eq!(out.write_batch(&[TRACE_END]), Err(libc::EBADF), "gone for good");
-        assert_eq!(std::fs::metadata(dir.join("victim")).unwrap().len(), 0, "the victim got nothing");
-        assert_eq!(std::fs::metadata(dir.join("t.trace")).unwrap().len(), 12, "the batch and its trailer");
+        assert_eq!(
+            out.write_batch(&[TRACE_END]),
+            Err(libc::EBADF),
+            "gone for good"
+        );
+        assert_eq!(
+            std::fs::metadata(dir.join("victim")).unwrap().len(),
+            0,
+            "the victim got nothing"
+        );
+        assert_eq!(
+            std::fs::metadata(dir.join("t.trace")).unwrap().len(),
+            12,
+            "the batch and its trailer"
+        );
         let fd = out.raw_fd();
         out.close().unwrap();
         // SAFETY: only asks whether the number is open.
-        assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0, "the program's descriptor was closed");
+        assert!(
+            unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0,
+            "the program's descriptor was closed"
+        );
         // SAFETY: the test's own dup.
         unsafe { libc::close(fd) };
 

@@ -360,8 +360,10 @@ fn try_reclaim(slot: &ThreadSlot, from: u32) -> bool {
 /// Makes the calling thread the owner of `slot`, claimed from free or
 /// reclaimed, with a new trace thread ID.
 fn take(index: usize, slot: &'static ThreadSlot) -> &'static ThreadSlot {
-    slot.id
-        .store(NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    slot.id.store(
+        NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
     // SAFETY: gettid has no preconditions and never fails.
     slot.tid.store(unsafe { libc::gettid() }, Ordering::Relaxed);
     SLOTS_USED.fetch_max(index + 1, Ordering::AcqRel);
@@ -372,7 +374,10 @@ fn take(index: usize, slot: &'static ThreadSlot) -> &'static ThreadSlot {
         // SAFETY: the key was created by ensure_exit_key; the value is a
         // pointer into the static SLOTS table.
         unsafe {
-            libc::pthread_setspecific(EXIT_KEY.load(Ordering::Relaxed), (slot as *const ThreadSlot).cast());
+            libc::pthread_setspecific(
+                EXIT_KEY.load(Ordering::Relaxed),
+                (slot as *const ThreadSlot).cast(),
+            );
         }
     }
     slot

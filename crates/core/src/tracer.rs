@@ -104,8 +104,8 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 use alloctrace_format::{
-    exact_log2, uvarint_len, AddressClass, BatchKind, EventKind, FileHeader, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM,
-    MAX_BATCH_HEADER_LEN, MAX_EVENT_LEN, VERSION,
+    exact_log2, uvarint_len, AddressClass, BatchKind, EventKind, FileHeader, ENTRY_TAG,
+    FILE_HEADER_LEN, LONG_FORM, MAX_BATCH_HEADER_LEN, MAX_EVENT_LEN, VERSION,
 };
 
 use crate::buffer::{Buffer, BufferPool};
@@ -163,7 +163,9 @@ extern "C" fn fork_prepare() {
         // fork() from the snapshot callback: CONTROL is ours already.
         return;
     }
-    let guard = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let guard = CONTROL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // SAFETY: we hold CONTROL (see ForkGuard).
     unsafe { *FORK_GUARD.0.get() = Some(guard) };
 }
@@ -359,9 +361,14 @@ impl Config {
     pub fn validate(&self) -> Result<(), Error> {
         match exact_log2(self.page_size) {
             Some(shift)
-                if (alloctrace_format::pages::MIN_PAGE_SHIFT..=alloctrace_format::pages::MAX_PAGE_SHIFT)
+                if (alloctrace_format::pages::MIN_PAGE_SHIFT
+                    ..=alloctrace_format::pages::MAX_PAGE_SHIFT)
                     .contains(&shift) => {}
-            _ => return Err(Error::BadConfig("page_size must be a power of two from 16 to 2^40")),
+            _ => {
+                return Err(Error::BadConfig(
+                    "page_size must be a power of two from 16 to 2^40",
+                ))
+            }
         }
         if exact_log2(self.min_heap_align).is_none() {
             return Err(Error::BadConfig("min_heap_align must be a power of two"));
@@ -370,7 +377,9 @@ impl Config {
             return Err(Error::BadConfig("min_stack_align must be a power of two"));
         }
         if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {
-            return Err(Error::BadConfig("buffer_size must be 0 (default) or 4096..16777216"));
+            return Err(Error::BadConfig(
+                "buffer_size must be 0 (default) or 4096..16777216",
+            ));
         }
         Ok(())
     }
@@ -382,7 +391,9 @@ fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T
     if IN_CONTROL.with(|c| c.get()) {
         return Err(Error::Busy);
     }
-    let mut control = CONTROL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut control = CONTROL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     IN_CONTROL.with(|c| c.set(true));
     let result = f(&mut control);
     IN_CONTROL.with(|c| c.set(false));
@@ -391,7 +402,11 @@ fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T
 
 /// Starts tracing into `output`. `snapshot`, if any, runs once tracing is on,
 /// to emit the *_exists events of memory that is already live.
-pub fn start(config: &Config, output: Output, snapshot: Option<&mut dyn FnMut()>) -> Result<(), Error> {
+pub fn start(
+    config: &Config,
+    output: Output,
+    snapshot: Option<&mut dyn FnMut()>,
+) -> Result<(), Error> {
     start_with(config, || Ok(output), snapshot)
 }
 
@@ -475,7 +490,9 @@ pub fn start_with(
             None
         };
 
-        SHARED.min_heap_addr.store(config.min_heap_addr, Ordering::Relaxed);
+        SHARED
+            .min_heap_addr
+            .store(config.min_heap_addr, Ordering::Relaxed);
         SHARED
             .page_shift
             .store(config.page_size.trailing_zeros(), Ordering::Relaxed);
@@ -628,7 +645,11 @@ pub fn stop() -> Result<(), Error> {
         // session and started a new one: that one is not ours to end (its
         // advancer was never told to exit, so joining it would never
         // return), and ours is already stopped.
-        if !control.session.as_ref().is_some_and(|s| Arc::ptr_eq(s, &session)) {
+        if !control
+            .session
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &session))
+        {
             return Err(Error::NotStarted);
         }
         drop(session);
@@ -683,9 +704,10 @@ fn end_generation(session: &Session, old: u64, new: u64) {
     }
     SHARED.generation.store(new, Ordering::SeqCst);
     crate::handshake::heavy_barrier();
-    session
-        .generation_start_bytes
-        .store(session.bytes_written.load(Ordering::Relaxed), Ordering::Relaxed);
+    session.generation_start_bytes.store(
+        session.bytes_written.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
     session.advance_wanted.store(false, Ordering::Relaxed);
     let slots = thread::used_slots();
     for slot in slots {
@@ -899,7 +921,12 @@ pub(crate) fn emit<const KIND: u8>(addr: u64, arg1: u64, arg2: u64) {
 /// kind gets its own out-of-line body with its address class, argument
 /// count and stack-size logic folded away.
 #[inline(always)]
-pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: u64, entry: u64) {
+pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(
+    addr: u64,
+    arg1: u64,
+    arg2: u64,
+    entry: u64,
+) {
     // Tracing off: one relaxed load and a branch.
     if SHARED.generation.load(Ordering::Relaxed) == 0 {
         return;
@@ -984,7 +1011,11 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     let short = short_form(kind, addr, arg1);
     // SAFETY: a non-null pointer in the slot's current-parity entry is held
     // by this thread (invariant 1).
-    let room = if generation != 0 { unsafe { event_room(buf) } } else { None };
+    let room = if generation != 0 {
+        unsafe { event_room(buf) }
+    } else {
+        None
+    };
     let (Some((id, second)), Some(out)) = (short, room) else {
         slot.seq.end_from(s);
         return false;
@@ -1041,8 +1072,16 @@ unsafe fn event_room<'a>(buf: *mut Buffer) -> Option<&'a mut [u8; MAX_EVENT_LEN]
 /// format's encoder ([`alloctrace_format::encode_event`]) and makes `ticks`
 /// the batch's time base.
 #[inline(always)]
-fn append_event(b: &mut Buffer, out: &mut [u8; MAX_EVENT_LEN], kind: EventKind, flags: u8, ticks: u64, args: [u64; 4]) {
-    let n = alloctrace_format::encode_event(out, kind, flags, ticks.wrapping_sub(b.last_ticks), args);
+fn append_event(
+    b: &mut Buffer,
+    out: &mut [u8; MAX_EVENT_LEN],
+    kind: EventKind,
+    flags: u8,
+    ticks: u64,
+    args: [u64; 4],
+) {
+    let n =
+        alloctrace_format::encode_event(out, kind, flags, ticks.wrapping_sub(b.last_ticks), args);
     b.len += n;
     b.last_ticks = ticks;
 }
@@ -1133,7 +1172,8 @@ const MAX_PAGE_EVENT_LEN: usize = 4 * 8;
 fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, npages: u64) {
     use alloctrace_format::pages::{self, SYNC_LONG_EVENT, SYNC_TIME};
     let ticks = next_ticks(slot, clock::COARSE.load(Ordering::Relaxed));
-    let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks) else {
+    let Some(b) = buffer_with_room(slot, generation, Stream::Pages, MAX_PAGE_EVENT_LEN, ticks)
+    else {
         return;
     };
     // No panic below: `base`, `npages` (the caller's) only meet bitwise
@@ -1173,7 +1213,15 @@ fn count_lost_without_slot() {
 /// Encodes one event into the slot's buffer for `generation`. `entry` is an
 /// entry-point tag, or 0 for none.
 #[inline(always)]
-fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
+fn write_event(
+    slot: &ThreadSlot,
+    generation: u64,
+    kind: EventKind,
+    addr: u64,
+    arg1: u64,
+    arg2: u64,
+    entry: u64,
+) {
     let short = short_form(kind, addr, arg1);
     let ticks = next_ticks(slot, clock::COARSE.load(Ordering::Relaxed));
     let Some(b) = buffer_with_room(slot, generation, Stream::Events, MAX_EVENT_LEN, ticks) else {
@@ -1195,7 +1243,14 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
             append_event(b, out, kind, tag, ticks, [first, second, arg2, entry]);
         }
         // Odd arguments go in long form, raw.
-        None => append_event(b, out, kind, LONG_FORM | tag, ticks, [addr, arg1, arg2, entry]),
+        None => append_event(
+            b,
+            out,
+            kind,
+            LONG_FORM | tag,
+            ticks,
+            [addr, arg1, arg2, entry],
+        ),
     }
 }
 
@@ -1206,7 +1261,12 @@ fn write_event(slot: &ThreadSlot, generation: u64, kind: EventKind, addr: u64, a
 /// back-pressure) when the writer is behind and the memory bound is reached.
 #[cold]
 #[inline(never)]
-fn refill(slot: &ThreadSlot, generation: u64, stream: Stream, ticks: u64) -> Option<NonNull<Buffer>> {
+fn refill(
+    slot: &ThreadSlot,
+    generation: u64,
+    stream: Stream,
+    ticks: u64,
+) -> Option<NonNull<Buffer>> {
     // The syscalls below (mmap, futex, sched_yield) may set errno; the
     // program's errno must come out of an event call as it went in.
     let _errno = KeepErrno::new();

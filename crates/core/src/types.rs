@@ -73,7 +73,11 @@ fn ensure_mapped() -> bool {
             2 => return true,
             3 => return false,
             0 => {
-                if TABLE.state.compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire).is_err() {
+                if TABLE
+                    .state
+                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
+                    .is_err()
+                {
                     continue;
                 }
                 let entries = map_reserved(MAX_TYPES * core::mem::size_of::<TypeEntry>());
@@ -155,7 +159,12 @@ pub(crate) fn for_each(mut f: impl FnMut(TypeRecord<'_>)) {
                 continue;
             }
             let name = core::slice::from_raw_parts(names.add(entry.name_offset), entry.name_len);
-            f(TypeRecord { id: index as u64 + 1, size: entry.size, ptr_bytes: entry.ptr_bytes, name });
+            f(TypeRecord {
+                id: index as u64 + 1,
+                size: entry.size,
+                ptr_bytes: entry.ptr_bytes,
+                name,
+            });
         }
     }
 }

@@ -14,8 +14,17 @@ fn long_traces_are_cut_into_generations() {
     let path = dir.join("auto.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
     const BUDGET: u64 = 256 << 10;
-    let config = alloctrace_core::Config { buffer_size: 16 << 10, generation_bytes: BUDGET, ..Default::default() };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
+    let config = alloctrace_core::Config {
+        buffer_size: 16 << 10,
+        generation_bytes: BUDGET,
+        ..Default::default()
+    };
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .unwrap();
     const PAIRS: usize = 1_000_000;
     for i in 0..PAIRS {
         // Give the advancer thread a chance to run on a loaded machine.
@@ -30,7 +39,8 @@ fn long_traces_are_cut_into_generations() {
     alloctrace_core::stop().unwrap();
 
     let size = std::fs::metadata(&path).unwrap().len();
-    let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    let mut reader =
+        TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
     let mut count = 0usize;
     while reader.next_event().unwrap().is_some() {
         count += 1;

@@ -18,7 +18,12 @@ fn slow_output_loses_nothing() {
         max_buffer_memory: 64 * 4096,
         ..Default::default()
     };
-    alloctrace_core::start(&config, alloctrace_core::Output::borrowed_fd(write_fd), None).unwrap();
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::borrowed_fd(write_fd),
+        None,
+    )
+    .unwrap();
     const THREADS: usize = 2;
     const PAIRS: usize = 100_000;
     let workers: Vec<_> = (0..THREADS)
@@ -57,7 +62,10 @@ fn slow_output_loses_nothing() {
         "memory bound exceeded: {} buffers",
         stats.buffers_mapped
     );
-    assert!(stats.producer_waits > 0, "the test did not make producers wait");
+    assert!(
+        stats.producer_waits > 0,
+        "the test did not make producers wait"
+    );
     let mut reader = TraceReader::new(&trace[..]).unwrap();
     let mut count = 0usize;
     while reader.next_event().unwrap().is_some() {

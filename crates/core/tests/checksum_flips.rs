@@ -10,8 +10,17 @@ use alloctrace_reader::TraceReader;
 /// A small trace of a few hundred events in two generations.
 fn record(path: &std::path::Path, compress: bool) -> Vec<u8> {
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config { compress, buffer_size: 4096, ..Default::default() };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
+    let config = alloctrace_core::Config {
+        compress,
+        buffer_size: 4096,
+        ..Default::default()
+    };
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .unwrap();
     for i in 0..600usize {
         let a = 0x5555_0000_0000 + (i * 2654435761 % 256) * 32;
         events::heap_object_alloc(a, 16 + (i % 240) as u64, 0);
@@ -26,7 +35,9 @@ fn record(path: &std::path::Path, compress: bool) -> Vec<u8> {
 
 /// Whether reading `bytes` reports damage: an error, or a cut.
 fn reports_damage(bytes: &[u8]) -> bool {
-    let Ok(mut reader) = TraceReader::new(bytes) else { return true };
+    let Ok(mut reader) = TraceReader::new(bytes) else {
+        return true;
+    };
     loop {
         match reader.next_event() {
             Ok(Some(_)) => {}
@@ -42,7 +53,10 @@ fn every_bit_flip_of_a_written_trace_is_reported() {
     std::fs::create_dir_all(&dir).unwrap();
     for compress in [false, true] {
         let trace = record(&dir.join("t.trace"), compress);
-        assert_eq!(u16::from_le_bytes([trace[8], trace[9]]), alloctrace_format::VERSION);
+        assert_eq!(
+            u16::from_le_bytes([trace[8], trace[9]]),
+            alloctrace_format::VERSION
+        );
         assert!(!reports_damage(&trace));
         let mut damaged = trace.clone();
         let mut missed = Vec::new();
@@ -59,7 +73,10 @@ fn every_bit_flip_of_a_written_trace_is_reported() {
             trace.len() * 8 - missed.len(),
             trace.len() * 8
         );
-        assert!(missed.is_empty(), "compress={compress}: flips of bits {missed:?} read as a clean trace");
+        assert!(
+            missed.is_empty(),
+            "compress={compress}: flips of bits {missed:?} read as a clean trace"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -8,8 +8,17 @@ use alloctrace_reader::TraceReader;
 
 fn record(path: &std::path::Path, compress: bool) -> Vec<(u64, u64)> {
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config { compress, buffer_size: 16 << 10, ..Default::default() };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
+    let config = alloctrace_core::Config {
+        compress,
+        buffer_size: 16 << 10,
+        ..Default::default()
+    };
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .unwrap();
     let workers: Vec<_> = (0..2usize)
         .map(|t| {
             std::thread::spawn(move || {
@@ -28,7 +37,8 @@ fn record(path: &std::path::Path, compress: bool) -> Vec<(u64, u64)> {
         w.join().unwrap();
     }
     alloctrace_core::stop().unwrap();
-    let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(path).unwrap())).unwrap();
+    let mut reader =
+        TraceReader::new(std::io::BufReader::new(std::fs::File::open(path).unwrap())).unwrap();
     let mut out = Vec::new();
     while let Some(e) = reader.next_event().unwrap() {
         out.push((e.thread, e.addr));
@@ -60,6 +70,9 @@ fn compressed_traces_read_back_exactly_and_smaller() {
     assert_eq!(per_thread(&plain), per_thread(&packed));
     let plain_size = std::fs::metadata(dir.join("plain.trace")).unwrap().len();
     let packed_size = std::fs::metadata(dir.join("packed.trace")).unwrap().len();
-    assert!(packed_size * 2 < plain_size, "compressed {packed_size} bytes vs {plain_size} plain");
+    assert!(
+        packed_size * 2 < plain_size,
+        "compressed {packed_size} bytes vs {plain_size} plain"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

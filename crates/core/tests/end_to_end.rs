@@ -11,7 +11,11 @@ use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
 
 const THREADS: usize = 4;
-const EVENTS_PER_THREAD: usize = if cfg!(debug_assertions) { 20_000 } else { 200_000 };
+const EVENTS_PER_THREAD: usize = if cfg!(debug_assertions) {
+    20_000
+} else {
+    200_000
+};
 
 /// What thread `t` emits as its `i`-th pair: an alloc, then a free, at an
 /// address no other thread uses.
@@ -26,9 +30,18 @@ fn every_event_comes_back_in_order() {
     let path = dir.join("e2e.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
     // Small buffers so that many refills happen.
-    let config = alloctrace_core::Config { buffer_size: 4096, min_heap_align: 16, ..Default::default() };
+    let config = alloctrace_core::Config {
+        buffer_size: 4096,
+        min_heap_align: 16,
+        ..Default::default()
+    };
     let ty = events::type_register(b"pair", 16, 0);
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .unwrap();
 
     let running = Arc::new(AtomicBool::new(true));
     let advancer = {
@@ -73,20 +86,29 @@ fn every_event_comes_back_in_order() {
     let advances = advancer.join().unwrap();
     alloctrace_core::stop().unwrap();
 
-    let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    let mut reader =
+        TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
     let mut per_thread: HashMap<u64, Vec<(u64, bool)>> = HashMap::new();
     let mut last_ticks: HashMap<u64, u64> = HashMap::new();
     let mut last_time = 0u64;
     let mut last_generation = 0u64;
     while let Some(e) = reader.next_event().unwrap() {
         if e.generation == last_generation {
-            assert!(e.time_ns >= last_time, "time went backwards within generation {}", e.generation);
+            assert!(
+                e.time_ns >= last_time,
+                "time went backwards within generation {}",
+                e.generation
+            );
         }
         assert!(e.generation >= last_generation, "generations out of order");
         last_generation = e.generation;
         last_time = e.time_ns;
         let prev = last_ticks.insert(e.thread, e.ticks).unwrap_or(0);
-        assert!(e.ticks > prev, "thread {} timestamps not strictly increasing", e.thread);
+        assert!(
+            e.ticks > prev,
+            "thread {} timestamps not strictly increasing",
+            e.thread
+        );
         assert!(!e.long_form);
         let is_alloc = match e.data {
             EventData::HeapObjectAlloc { size, type_id } => {
@@ -96,21 +118,34 @@ fn every_event_comes_back_in_order() {
             EventData::HeapObjectFree => false,
             other => panic!("unexpected event {other:?}"),
         };
-        per_thread.entry(e.thread).or_default().push((e.addr, is_alloc));
+        per_thread
+            .entry(e.thread)
+            .or_default()
+            .push((e.addr, is_alloc));
     }
     assert_eq!(reader.truncated(), None);
     assert_eq!(reader.lost_events(), 0);
     assert!(reader.generations() as usize >= 2, "advances: {advances}");
-    assert_eq!(per_thread.len(), THREADS * 2, "one trace thread per OS thread");
+    assert_eq!(
+        per_thread.len(),
+        THREADS * 2,
+        "one trace thread per OS thread"
+    );
 
     for (t, &(first_id, second_id)) in ids.iter().enumerate() {
         let half = EVENTS_PER_THREAD / 2;
         for (id, range) in [(first_id, 0..half), (second_id, half..EVENTS_PER_THREAD)] {
-            let got = per_thread.get(&id).unwrap_or_else(|| panic!("no events from thread {id}"));
-            let want: Vec<(u64, bool)> =
-                range.flat_map(|i| [(address(t, i) as u64, true), (address(t, i) as u64, false)]).collect();
+            let got = per_thread
+                .get(&id)
+                .unwrap_or_else(|| panic!("no events from thread {id}"));
+            let want: Vec<(u64, bool)> = range
+                .flat_map(|i| [(address(t, i) as u64, true), (address(t, i) as u64, false)])
+                .collect();
             assert_eq!(got.len(), want.len(), "thread {id}: event count");
-            assert!(*got == want, "thread {id}: events differ from what it emitted");
+            assert!(
+                *got == want,
+                "thread {id}: events differ from what it emitted"
+            );
         }
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -24,15 +24,39 @@ fn run(config: alloctrace_core::Config, tag: &str) {
         for &v in &VALUES {
             let v64 = v as u64;
             events::heap_object_alloc(a, v64, ty);
-            expected.push((a as u64, EventData::HeapObjectAlloc { size: v64, type_id: ty }));
+            expected.push((
+                a as u64,
+                EventData::HeapObjectAlloc {
+                    size: v64,
+                    type_id: ty,
+                },
+            ));
             events::heap_object_exists(a, v64, u64::MAX);
-            expected.push((a as u64, EventData::HeapObjectExists { size: v64, type_id: u64::MAX }));
+            expected.push((
+                a as u64,
+                EventData::HeapObjectExists {
+                    size: v64,
+                    type_id: u64::MAX,
+                },
+            ));
             events::heap_object_free(a);
             expected.push((a as u64, EventData::HeapObjectFree));
             events::span_alloc(a, v, u64::MAX);
-            expected.push((a as u64, EventData::SpanAlloc { npages: v64, kind_class: u64::MAX }));
+            expected.push((
+                a as u64,
+                EventData::SpanAlloc {
+                    npages: v64,
+                    kind_class: u64::MAX,
+                },
+            ));
             events::span_exists(a, v, 0);
-            expected.push((a as u64, EventData::SpanExists { npages: v64, kind_class: 0 }));
+            expected.push((
+                a as u64,
+                EventData::SpanExists {
+                    npages: v64,
+                    kind_class: 0,
+                },
+            ));
             events::span_free(a);
             expected.push((a as u64, EventData::SpanFree));
             events::stack_alloc(a, v);
@@ -53,7 +77,9 @@ fn run(config: alloctrace_core::Config, tag: &str) {
     let mut pages = 0;
     while let Some(e) = reader.next_event().unwrap() {
         match e.data {
-            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => pages += 1,
+            EventData::PageAlloc { .. }
+            | EventData::PageFree { .. }
+            | EventData::PageScav { .. } => pages += 1,
             data => got.push((e.addr, data)),
         }
     }
@@ -65,7 +91,13 @@ fn run(config: alloctrace_core::Config, tag: &str) {
 
 #[test]
 fn extreme_arguments_and_configs_are_recorded_exactly() {
-    run(alloctrace_core::Config { buffer_size: 4096, ..Default::default() }, "default");
+    run(
+        alloctrace_core::Config {
+            buffer_size: 4096,
+            ..Default::default()
+        },
+        "default",
+    );
     run(
         alloctrace_core::Config {
             buffer_size: 4096,

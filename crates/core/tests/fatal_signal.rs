@@ -17,11 +17,15 @@ static RESULT: AtomicU8 = AtomicU8::new(0);
 
 extern "C" fn on_usr1(_: libc::c_int) {
     let r = alloctrace_core::flush_for_fatal_signal();
-    RESULT.store((r.ended && r.drained) as u8 | (r.own_flushed as u8) << 1 | (r.mid_event as u8) << 2 | 8, Ordering::SeqCst);
+    RESULT.store(
+        (r.ended && r.drained) as u8 | (r.own_flushed as u8) << 1 | (r.mid_event as u8) << 2 | 8,
+        Ordering::SeqCst,
+    );
 }
 
 fn read_allocs(path: &std::path::Path) -> (u64, Option<u64>) {
-    let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(path).unwrap())).unwrap();
+    let mut reader =
+        TraceReader::new(std::io::BufReader::new(std::fs::File::open(path).unwrap())).unwrap();
     let mut allocs = 0;
     while let Some(e) = reader.next_event().unwrap() {
         if let EventData::HeapObjectAlloc { .. } = e.data {
@@ -40,8 +44,16 @@ fn a_fatal_signal_flush_completes_the_trace() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("crash.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config { buffer_size: 4096, ..Default::default() };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
+    let config = alloctrace_core::Config {
+        buffer_size: 4096,
+        ..Default::default()
+    };
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .unwrap();
 
     // Threads that record their events and then wait, outside any event,
     // while the signalled thread flushes.
@@ -66,15 +78,29 @@ fn a_fatal_signal_flush_completes_the_trace() {
     // SAFETY: installs a handler for SIGUSR1 and raises it on this thread
     // (raise returns after the handler ran).
     unsafe {
-        libc::signal(libc::SIGUSR1, on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(
+            libc::SIGUSR1,
+            on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
         libc::raise(libc::SIGUSR1);
     }
     let r = RESULT.load(Ordering::SeqCst);
-    assert_eq!(r, 8 | 2 | 1, "ran, own buffers flushed, ended, not mid-event (bits {r:#b})");
-    assert!(!alloctrace_core::enabled(), "tracing is off after the flush");
+    assert_eq!(
+        r,
+        8 | 2 | 1,
+        "ran, own buffers flushed, ended, not mid-event (bits {r:#b})"
+    );
+    assert!(
+        !alloctrace_core::enabled(),
+        "tracing is off after the flush"
+    );
     let (allocs, truncated) = read_allocs(&path);
     assert_eq!(truncated, None, "the trace is complete");
-    assert_eq!(allocs as usize, THREADS * PER_THREAD + MAIN, "every event of every thread");
+    assert_eq!(
+        allocs as usize,
+        THREADS * PER_THREAD + MAIN,
+        "every event of every thread"
+    );
     flushed.wait();
     for t in threads {
         t.join().unwrap();
@@ -84,7 +110,12 @@ fn a_fatal_signal_flush_completes_the_trace() {
     // CONTROL, so tracing can start again.
     let again = dir.join("again.trace");
     let cagain = CString::new(again.to_str().unwrap()).unwrap();
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cagain).unwrap(), None).unwrap();
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cagain).unwrap(),
+        None,
+    )
+    .unwrap();
     for i in 0..10 {
         events::heap_object_alloc(0x9000_0000 + i * 16, 16, 0);
     }

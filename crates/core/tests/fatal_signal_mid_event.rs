@@ -9,7 +9,7 @@
 //! word forms (the pages stream, cut back to its last complete event).
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
@@ -21,7 +21,11 @@ static REPORT_FD: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_alarm(_: libc::c_int) {
     let r = alloctrace_core::flush_for_fatal_signal();
-    let report = [DONE.load(Ordering::SeqCst), (r.ended && r.drained) as u64, r.mid_event as u64];
+    let report = [
+        DONE.load(Ordering::SeqCst),
+        (r.ended && r.drained) as u64,
+        r.mid_event as u64,
+    ];
     // SAFETY: writes a plain array to the pipe, then ends the child without
     // returning into the interrupted event.
     unsafe {
@@ -33,14 +37,31 @@ extern "C" fn on_alarm(_: libc::c_int) {
 /// The child: traces into `path`, records events until the timer fires.
 fn child(path: &CString, pages: bool, delay_us: i64, fd: libc::c_int) -> ! {
     REPORT_FD.store(fd, Ordering::SeqCst);
-    let config = alloctrace_core::Config { buffer_size: 4096, ..Default::default() };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(path).unwrap(), None).unwrap();
+    let config = alloctrace_core::Config {
+        buffer_size: 4096,
+        ..Default::default()
+    };
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(path).unwrap(),
+        None,
+    )
+    .unwrap();
     // SAFETY: a handler and a one-shot timer for this process.
     unsafe {
-        libc::signal(libc::SIGALRM, on_alarm as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(
+            libc::SIGALRM,
+            on_alarm as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
         let timer = libc::itimerval {
-            it_interval: libc::timeval { tv_sec: 0, tv_usec: 0 },
-            it_value: libc::timeval { tv_sec: 0, tv_usec: delay_us },
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+            it_value: libc::timeval {
+                tv_sec: 0,
+                tv_usec: delay_us,
+            },
         };
         libc::setitimer(libc::ITIMER_REAL, &timer, core::ptr::null_mut());
     }
@@ -97,7 +118,8 @@ fn every_event_before_the_signal_is_kept_and_an_interrupted_one_counted() {
         }
         let [done, ended, mid] = report;
         assert_eq!(ended, 1, "trial {trial}: the flush ended the session");
-        let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+        let mut reader =
+            TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
         let mut recorded = 0u64;
         while let Some(e) = reader
             .next_event()
@@ -107,7 +129,13 @@ fn every_event_before_the_signal_is_kept_and_an_interrupted_one_counted() {
             // half-written one would decode as something else.
             let i = recorded;
             let want = match (pages, i % 3) {
-                (false, _) => (0x1000_0000 + i * 16, EventData::HeapObjectAlloc { size: 16, type_id: 0 }),
+                (false, _) => (
+                    0x1000_0000 + i * 16,
+                    EventData::HeapObjectAlloc {
+                        size: 16,
+                        type_id: 0,
+                    },
+                ),
                 (true, 0) => (0x1000_0000 + i * 4096, EventData::PageAlloc { npages: 1 }),
                 (true, 1) => (0x2000_0000, EventData::PageAlloc { npages: 1 << 40 }),
                 (true, _) => (0x3000_0001 + i, EventData::PageAlloc { npages: 2 }),
@@ -120,14 +148,21 @@ fn every_event_before_the_signal_is_kept_and_an_interrupted_one_counted() {
             mid_events += 1;
             // Counted lost; its bytes may have been complete just before
             // the signal (then it is in the trace too).
-            assert_eq!(reader.lost_events(), 1, "trial {trial}: the interrupted event is counted lost");
+            assert_eq!(
+                reader.lost_events(),
+                1,
+                "trial {trial}: the interrupted event is counted lost"
+            );
             assert!(
                 recorded == done || recorded == done + 1,
                 "trial {trial} (pages {pages}): {recorded} recorded, {done} done"
             );
         } else {
             // The signal may land between an event's end and the count.
-            assert!(recorded == done || recorded == done + 1, "trial {trial}: {recorded} recorded, {done} done");
+            assert!(
+                recorded == done || recorded == done + 1,
+                "trial {trial}: {recorded} recorded, {done} done"
+            );
             assert_eq!(reader.lost_events(), 0, "trial {trial}");
         }
     }

@@ -9,7 +9,8 @@ use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
 
 fn read_addresses(path: &std::path::Path) -> Vec<u64> {
-    let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(path).unwrap())).unwrap();
+    let mut reader =
+        TraceReader::new(std::io::BufReader::new(std::fs::File::open(path).unwrap())).unwrap();
     let mut out = Vec::new();
     while let Some(e) = reader.next_event().unwrap() {
         out.push(e.addr);
@@ -26,8 +27,16 @@ fn child_is_clean_and_parent_trace_is_exact() {
     let child_path = dir.join("child.trace");
     let cpath = CString::new(parent_path.to_str().unwrap()).unwrap();
     let child_cpath = CString::new(child_path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config { buffer_size: 4096, ..Default::default() };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
+    let config = alloctrace_core::Config {
+        buffer_size: 4096,
+        ..Default::default()
+    };
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .unwrap();
 
     // A second thread is mid-stream in the parent when the fork happens.
     let busy = std::thread::spawn(|| {
@@ -77,7 +86,11 @@ fn child_is_clean_and_parent_trace_is_exact() {
     // SAFETY: pid is our child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     assert!(libc::WIFEXITED(status), "child died: {status:#x}");
-    assert_eq!(libc::WEXITSTATUS(status), 0, "child status bits (see the test)");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "child status bits (see the test)"
+    );
 
     for i in 1000..2000usize {
         events::heap_object_alloc(0x1000_0000 + i * 8, 8, 0);
@@ -86,12 +99,25 @@ fn child_is_clean_and_parent_trace_is_exact() {
     alloctrace_core::stop().unwrap();
 
     let parent = read_addresses(&parent_path);
-    assert_eq!(parent.len(), 2000 + 200_000, "the parent's trace holds exactly its own events");
-    assert!(parent.iter().all(|&a| !(0x2000_0000..0x3000_0000).contains(&a) && !(0x3000_0000..0x4000_0000).contains(&a)));
+    assert_eq!(
+        parent.len(),
+        2000 + 200_000,
+        "the parent's trace holds exactly its own events"
+    );
+    assert!(parent
+        .iter()
+        .all(|&a| !(0x2000_0000..0x3000_0000).contains(&a)
+            && !(0x3000_0000..0x4000_0000).contains(&a)));
     let child = read_addresses(&child_path);
-    assert_eq!(child, (0..10u64).map(|i| 0x3000_0000 + i * 8).collect::<Vec<_>>());
+    assert_eq!(
+        child,
+        (0..10u64).map(|i| 0x3000_0000 + i * 8).collect::<Vec<_>>()
+    );
 
     // create_new refuses an existing file.
-    assert_eq!(alloctrace_core::Output::create_new(&child_cpath).err(), Some(libc::EEXIST));
+    assert_eq!(
+        alloctrace_core::Output::create_new(&child_cpath).err(),
+        Some(libc::EEXIST)
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -19,7 +19,11 @@ use alloctrace_reader::TraceReader;
 
 const CONTROLLERS: usize = 4;
 const EMITTERS: usize = 2;
-const ITERATIONS: usize = if cfg!(debug_assertions) { 2_000 } else { 20_000 };
+const ITERATIONS: usize = if cfg!(debug_assertions) {
+    2_000
+} else {
+    20_000
+};
 const RUN_FOR: Duration = Duration::from_secs(10);
 /// Far above what the run needs: only a deadlock reaches it.
 const WATCHDOG: Duration = Duration::from_secs(120);
@@ -45,7 +49,11 @@ fn concurrent_start_stop_advance_never_deadlock() {
         Ok(traces) => traces,
         Err(_) => panic!("start/stop/advance from {CONTROLLERS} threads did not finish in {WATCHDOG:?}: deadlock"),
     };
-    assert!(traces.len() >= CONTROLLERS, "only {} sessions started", traces.len());
+    assert!(
+        traces.len() >= CONTROLLERS,
+        "only {} sessions started",
+        traces.len()
+    );
     let mut events_read = 0u64;
     for path in &traces {
         let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -60,7 +68,11 @@ fn concurrent_start_stop_advance_never_deadlock() {
         }
         assert_eq!(reader.truncated(), None, "{}: cut short", path.display());
         assert_eq!(reader.lost_events(), 0, "{}: events lost", path.display());
-        assert!(reader.generations() >= 1, "{}: no generation", path.display());
+        assert!(
+            reader.generations() >= 1,
+            "{}: no generation",
+            path.display()
+        );
     }
     assert!(events_read > 0, "the emitters' events reached no trace");
     eprintln!("{} traces, {events_read} events read back", traces.len());
@@ -117,7 +129,11 @@ fn run(dir: &std::path::Path) -> Vec<PathBuf> {
                                 // Small generations: the tracer's advancer
                                 // thread advances too.
                                 generation_bytes: 4096,
-                                clock: if i % 2 == 0 { ClockKind::Coarse } else { ClockKind::Precise },
+                                clock: if i % 2 == 0 {
+                                    ClockKind::Coarse
+                                } else {
+                                    ClockKind::Precise
+                                },
                                 compress: i % 5 == 0,
                                 ..Config::default()
                             };
@@ -133,7 +149,9 @@ fn run(dir: &std::path::Path) -> Vec<PathBuf> {
                             );
                             match r {
                                 Ok(()) => traces.lock().unwrap().push(path),
-                                Err(Error::AlreadyStarted) => assert!(!opened.load(Ordering::Relaxed)),
+                                Err(Error::AlreadyStarted) => {
+                                    assert!(!opened.load(Ordering::Relaxed))
+                                }
                                 Err(e) => panic!("start: {e:?}"),
                             }
                         }

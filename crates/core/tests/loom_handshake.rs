@@ -64,7 +64,10 @@ fn advance_never_takes_a_buffer_in_use() {
         shared.seq.wait_quiescent();
         shared.old_taken.store(true, Ordering::SeqCst);
         writer.join().unwrap();
-        assert!(!shared.wrote_after_take.load(Ordering::SeqCst), "a writer used the old generation after the advance took it");
+        assert!(
+            !shared.wrote_after_take.load(Ordering::SeqCst),
+            "a writer used the old generation after the advance took it"
+        );
     });
 }
 
@@ -88,7 +91,10 @@ fn flush_current_parity(s: &Slot) {
     assert!(s.seq.try_begin());
     let generation = s.generation.load(Ordering::Acquire);
     let parity = (generation & 1) as usize;
-    if s.bufs[parity].swap(false, Ordering::AcqRel) && generation == 1 && s.generation_end.load(Ordering::SeqCst) {
+    if s.bufs[parity].swap(false, Ordering::AcqRel)
+        && generation == 1
+        && s.generation_end.load(Ordering::SeqCst)
+    {
         s.pushed_after_end.store(true, Ordering::SeqCst);
     }
     s.seq.end();
@@ -137,7 +143,10 @@ fn reclaim_of_a_dead_threads_slot_keeps_generation_order() {
             !slot.pushed_after_end.load(Ordering::SeqCst),
             "a reclaim pushed a batch of generation 1 after its end batch"
         );
-        assert!(!slot.bufs[1].load(Ordering::SeqCst), "a batch of generation 1 was never pushed");
+        assert!(
+            !slot.bufs[1].load(Ordering::SeqCst),
+            "a batch of generation 1 was never pushed"
+        );
     });
 }
 
@@ -183,6 +192,9 @@ fn a_lone_advancer_fence_does_not_pair_with_a_compiler_fence() {
         }
         shared.old_taken.store(true, Ordering::SeqCst);
         writer.join().unwrap();
-        assert!(!shared.wrote_after_take.load(Ordering::SeqCst), "a writer used the old generation after the advance took it");
+        assert!(
+            !shared.wrote_after_take.load(Ordering::SeqCst),
+            "a writer used the old generation after the advance took it"
+        );
     });
 }

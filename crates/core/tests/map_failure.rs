@@ -17,7 +17,12 @@ fn refused_mmap_waits_for_a_buffer_instead_of_losing_events() {
         max_buffer_memory: 64 * 4096,
         ..Default::default()
     };
-    alloctrace_core::start(&config, alloctrace_core::Output::borrowed_fd(write_fd), None).unwrap();
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::borrowed_fd(write_fd),
+        None,
+    )
+    .unwrap();
     // From here every new buffer mapping fails: only the few buffers start
     // mapped circulate, far below the 64 allowed.
     const INJECTED: u32 = 1_000_000_000;
@@ -45,7 +50,10 @@ fn refused_mmap_waits_for_a_buffer_instead_of_losing_events() {
     unsafe { libc::close(write_fd) };
     let trace = drain.join().unwrap();
 
-    assert!(left < INJECTED, "no mmap was refused: the test did not test the refusal");
+    assert!(
+        left < INJECTED,
+        "no mmap was refused: the test did not test the refusal"
+    );
     assert!(stats.producer_waits > 0, "no producer waited");
     let mut reader = TraceReader::new(&trace[..]).unwrap();
     let mut count = 0usize;

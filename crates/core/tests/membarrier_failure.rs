@@ -12,14 +12,22 @@ use alloctrace_reader::TraceReader;
 const CHILD_ENV: &str = "ALLOCTRACE_TEST_MEMBARRIER_CHILD";
 
 fn trace_path(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("alloctrace-membarrier-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "alloctrace-membarrier-{}-{name}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join("t.trace")
 }
 
 fn start(path: &std::path::Path) -> bool {
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    alloctrace_core::start(&Default::default(), alloctrace_core::Output::create(&c).unwrap(), None).unwrap();
+    alloctrace_core::start(
+        &Default::default(),
+        alloctrace_core::Output::create(&c).unwrap(),
+        None,
+    )
+    .unwrap();
     if !alloctrace_core::asymmetric_fences() {
         eprintln!("membarrier is not available here: writers use real fences, nothing to inject");
         alloctrace_core::stop().unwrap();
@@ -75,7 +83,12 @@ fn membarrier_child() {
 #[test]
 fn a_membarrier_that_never_succeeds_aborts() {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "membarrier_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "membarrier_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, "1")
         .output()
         .unwrap();
@@ -85,7 +98,12 @@ fn a_membarrier_that_never_succeeds_aborts() {
         return;
     }
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "status {:?}, stderr: {stderr}", out.status);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "status {:?}, stderr: {stderr}",
+        out.status
+    );
     assert!(
         stderr.contains("alloctrace: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed 40 times (last errno 12)"),
         "stderr: {stderr}"

@@ -37,8 +37,16 @@ fn events_do_not_allocate() {
     let dir = std::env::temp_dir().join(format!("alloctrace-noalloc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = std::ffi::CString::new(dir.join("t.trace").to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config { buffer_size: 1 << 20, ..Default::default() };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&path).unwrap(), None).unwrap();
+    let config = alloctrace_core::Config {
+        buffer_size: 1 << 20,
+        ..Default::default()
+    };
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&path).unwrap(),
+        None,
+    )
+    .unwrap();
     let ty = alloctrace_core::events::type_register(b"Node", 32, 8);
 
     // Warm up: claims the thread slot and the first buffer.
@@ -58,7 +66,12 @@ fn events_do_not_allocate() {
     alloctrace_core::events::heap_object_alloc(0x1003, 5, 0);
     alloctrace_core::events::stack_alloc(0x7001, 12345);
     let after = allocations();
-    assert_eq!(after - before, 0, "the event path allocated {} times", after - before);
+    assert_eq!(
+        after - before,
+        0,
+        "the event path allocated {} times",
+        after - before
+    );
 
     alloctrace_core::stop().unwrap();
     // Disabled calls must not allocate either.

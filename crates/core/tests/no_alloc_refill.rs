@@ -65,7 +65,8 @@ fn culprits() -> String {
         .map(|t| t.load(Ordering::Relaxed))
         .filter(|&t| t != 0)
         .map(|t| {
-            let comm = std::fs::read_to_string(format!("/proc/self/task/{t}/comm")).unwrap_or_default();
+            let comm =
+                std::fs::read_to_string(format!("/proc/self/task/{t}/comm")).unwrap_or_default();
             format!("{t} ({})", comm.trim())
         })
         .collect::<Vec<_>>()
@@ -73,7 +74,10 @@ fn culprits() -> String {
 }
 
 fn run(compress: bool) {
-    let dir = std::env::temp_dir().join(format!("alloctrace-noalloc-refill-{}-{compress}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "alloctrace-noalloc-refill-{}-{compress}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = std::ffi::CString::new(dir.join("t.trace").to_str().unwrap()).unwrap();
     let config = alloctrace_core::Config {
@@ -91,7 +95,12 @@ fn run(compress: bool) {
     // Four steps: every worker is running (its thread start freed what it
     // allocated) / go / done / disarmed, so the workers may exit.
     let steps: Arc<[Barrier; 4]> = Arc::new(std::array::from_fn(|_| Barrier::new(THREADS + 1)));
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&path).unwrap(), None).unwrap();
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&path).unwrap(),
+        None,
+    )
+    .unwrap();
     let ty = alloctrace_core::events::type_register(b"Node", 32, 8);
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -128,8 +137,14 @@ fn run(compress: bool) {
     let stats = alloctrace_core::session_stats().unwrap();
     alloctrace_core::stop().unwrap();
     std::fs::remove_dir_all(&dir).ok();
-    assert!(stats.producer_waits > 0 || stats.buffers_mapped > 4, "no refill happened: {stats:?}");
-    assert_eq!(allocated, 0, "{allocated} allocations with tracing on (compress: {compress}), by threads {who}");
+    assert!(
+        stats.producer_waits > 0 || stats.buffers_mapped > 4,
+        "no refill happened: {stats:?}"
+    );
+    assert_eq!(
+        allocated, 0,
+        "{allocated} allocations with tracing on (compress: {compress}), by threads {who}"
+    );
 }
 
 #[test]

@@ -87,9 +87,20 @@ fn pause() -> impl Strategy<Value = Pause> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    (kind(), base(), npages(), pause(), prop::bool::weighted(0.03)).prop_map(
-        |(kind, base, npages, pause, advance)| Op { kind, base, npages, pause, advance },
+    (
+        kind(),
+        base(),
+        npages(),
+        pause(),
+        prop::bool::weighted(0.03),
     )
+        .prop_map(|(kind, base, npages, pause, advance)| Op {
+            kind,
+            base,
+            npages,
+            pause,
+            advance,
+        })
 }
 
 /// The address of the bracket events of a thread's `i`-th page event.
@@ -143,8 +154,12 @@ fn run_case(dir: &std::path::Path, shift: u32, ops: &[Vec<Op>; 2]) -> Result<(),
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None)
-        .expect("start");
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .expect("start");
     let ids: Vec<u64> = std::thread::scope(|s| {
         let workers: Vec<_> = ops
             .iter()
@@ -154,7 +169,11 @@ fn run_case(dir: &std::path::Path, shift: u32, ops: &[Vec<Op>; 2]) -> Result<(),
         workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
     alloctrace_core::stop().expect("stop");
-    prop_assert!(ids[0] != ids[1] && ids[0] != 0 && ids[1] != 0, "thread ids {:?}", ids);
+    prop_assert!(
+        ids[0] != ids[1] && ids[0] != 0 && ids[1] != 0,
+        "thread ids {:?}",
+        ids
+    );
 
     let file = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
     let mut reader = TraceReader::new(file).unwrap();
@@ -163,7 +182,10 @@ fn run_case(dir: &std::path::Path, shift: u32, ops: &[Vec<Op>; 2]) -> Result<(),
     let mut pages: HashMap<u64, Vec<PageRead>> = HashMap::new();
     let mut markers: HashMap<(u64, u64, bool), u64> = HashMap::new();
     let mut last_generation = 0;
-    while let Some(e) = reader.next_event().map_err(|e| TestCaseError::fail(e.to_string()))? {
+    while let Some(e) = reader
+        .next_event()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?
+    {
         prop_assert!(e.generation >= last_generation);
         last_generation = e.generation;
         let kind = match e.data {
@@ -180,26 +202,50 @@ fn run_case(dir: &std::path::Path, shift: u32, ops: &[Vec<Op>; 2]) -> Result<(),
             }
             other => return Err(TestCaseError::fail(format!("unexpected event {other:?}"))),
         };
-        let (EventData::PageAlloc { npages } | EventData::PageFree { npages } | EventData::PageScav { npages }) = e.data
+        let (EventData::PageAlloc { npages }
+        | EventData::PageFree { npages }
+        | EventData::PageScav { npages }) = e.data
         else {
             unreachable!()
         };
-        pages.entry(e.thread).or_default().push((kind, e.addr, npages, e.long_form, e.ticks));
+        pages
+            .entry(e.thread)
+            .or_default()
+            .push((kind, e.addr, npages, e.long_form, e.ticks));
     }
     prop_assert_eq!(reader.truncated(), None);
     prop_assert_eq!(reader.lost_events(), 0);
     std::fs::remove_file(&path).ok();
 
-    let layout = Layout { page_shift: shift, lost_bits: TIME_LOST_BITS };
+    let layout = Layout {
+        page_shift: shift,
+        lost_bits: TIME_LOST_BITS,
+    };
     let unit = 1u64 << TIME_LOST_BITS;
     for (w, (ops, id)) in ops.iter().zip(&ids).enumerate() {
         let got = pages.remove(id).unwrap_or_default();
         prop_assert_eq!(got.len(), ops.len(), "thread {}: page event count", id);
         let mut prev_ticks = 0;
         for (i, (op, &(kind, base, npages, long, ticks))) in ops.iter().zip(&got).enumerate() {
-            prop_assert_eq!((kind, base, npages), (op.kind, op.base, op.npages), "thread {} event {}", id, i);
-            prop_assert_eq!(long, !layout.fits(op.base), "long form of base {:#x}", op.base);
-            prop_assert!(ticks >= prev_ticks, "thread {} event {}: time went back", id, i);
+            prop_assert_eq!(
+                (kind, base, npages),
+                (op.kind, op.base, op.npages),
+                "thread {} event {}",
+                id,
+                i
+            );
+            prop_assert_eq!(
+                long,
+                !layout.fits(op.base),
+                "long form of base {:#x}",
+                op.base
+            );
+            prop_assert!(
+                ticks >= prev_ticks,
+                "thread {} event {}: time went back",
+                id,
+                i
+            );
             if i > 0 && (ticks - prev_ticks) / unit >= 1 << 16 {
                 BIG_GAPS.fetch_add(1, Ordering::Relaxed);
             }
@@ -208,16 +254,26 @@ fn run_case(dir: &std::path::Path, shift: u32, ops: &[Vec<Op>; 2]) -> Result<(),
             let before = markers.get(&(*id, m, true)).copied();
             let after = markers.get(&(*id, m, false)).copied();
             let (Some(before), Some(after)) = (before, after) else {
-                return Err(TestCaseError::fail(format!("thread {id} event {i}: markers missing")));
+                return Err(TestCaseError::fail(format!(
+                    "thread {id} event {i}: markers missing"
+                )));
             };
             prop_assert!(
                 ticks < after && before < ticks + unit,
                 "thread {} event {}: page ticks {} outside ({}, {}) by more than a unit",
-                id, i, ticks, before, after
+                id,
+                i,
+                ticks,
+                before,
+                after
             );
         }
     }
-    prop_assert!(pages.is_empty(), "page events of unknown threads: {:?}", pages.keys());
+    prop_assert!(
+        pages.is_empty(),
+        "page events of unknown threads: {:?}",
+        pages.keys()
+    );
     Ok(())
 }
 
@@ -239,5 +295,8 @@ fn page_events_round_trip_through_writer_and_reader() {
         panic!("{e}");
     }
     // The pauses really made deltas that do not fit 16 bits.
-    assert!(BIG_GAPS.load(Ordering::Relaxed) > 0, "no time delta overflowed 16 bits");
+    assert!(
+        BIG_GAPS.load(Ordering::Relaxed) > 0,
+        "no time delta overflowed 16 bits"
+    );
 }

@@ -21,14 +21,31 @@ fn handler_events_are_recorded_or_counted() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sig.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config { buffer_size: 4096, ..Default::default() };
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&cpath).unwrap(), None).unwrap();
+    let config = alloctrace_core::Config {
+        buffer_size: 4096,
+        ..Default::default()
+    };
+    alloctrace_core::start(
+        &config,
+        alloctrace_core::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .unwrap();
 
     // SAFETY: installs a handler and a 20 µs interval timer for this test.
     unsafe {
-        libc::signal(libc::SIGALRM, on_alarm as extern "C" fn(libc::c_int) as libc::sighandler_t);
-        let every = libc::timeval { tv_sec: 0, tv_usec: 20 };
-        let timer = libc::itimerval { it_interval: every, it_value: every };
+        libc::signal(
+            libc::SIGALRM,
+            on_alarm as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        let every = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 20,
+        };
+        let timer = libc::itimerval {
+            it_interval: every,
+            it_value: every,
+        };
         libc::setitimer(libc::ITIMER_REAL, &timer, core::ptr::null_mut());
     }
     let start = std::time::Instant::now();
@@ -40,14 +57,21 @@ fn handler_events_are_recorded_or_counted() {
     }
     // SAFETY: stops the timer.
     unsafe {
-        let zero = libc::timeval { tv_sec: 0, tv_usec: 0 };
-        let timer = libc::itimerval { it_interval: zero, it_value: zero };
+        let zero = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        };
+        let timer = libc::itimerval {
+            it_interval: zero,
+            it_value: zero,
+        };
         libc::setitimer(libc::ITIMER_REAL, &timer, core::ptr::null_mut());
         libc::signal(libc::SIGALRM, libc::SIG_IGN);
     }
     alloctrace_core::stop().unwrap();
 
-    let mut reader = TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    let mut reader =
+        TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
     let (mut objects, mut stacks) = (0u64, 0u64);
     while let Some(e) = reader.next_event().unwrap() {
         match e.data {
@@ -58,7 +82,15 @@ fn handler_events_are_recorded_or_counted() {
     }
     let handler = HANDLER_EVENTS.load(Ordering::Relaxed);
     assert!(handler > 100, "the timer fired only {handler} times");
-    assert_eq!(objects, main_events, "every event of the interrupted thread is there");
-    assert_eq!(stacks + reader.lost_events(), handler, "handler events: recorded {stacks}, lost {}", reader.lost_events());
+    assert_eq!(
+        objects, main_events,
+        "every event of the interrupted thread is there"
+    );
+    assert_eq!(
+        stacks + reader.lost_events(),
+        handler,
+        "handler events: recorded {stacks}, lost {}",
+        reader.lost_events()
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

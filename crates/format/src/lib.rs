@@ -56,7 +56,9 @@ pub const fn has_trailers(version: u16) -> bool {
 /// (FORMAT.md section 2), a version-2 header's that of its first 12 bytes.
 /// Hardware-accelerated where the CPU has it (SSE 4.2, ARMv8 CRC).
 pub fn batch_checksum(parts: &[&[u8]]) -> u32 {
-    parts.iter().fold(0, |crc, part| crc32c::crc32c_append(crc, part))
+    parts
+        .iter()
+        .fold(0, |crc, part| crc32c::crc32c_append(crc, part))
 }
 
 /// Size of the fixed prefix of every batch: kind byte and payload length.
@@ -256,7 +258,10 @@ impl EventKind {
     /// Number of varint arguments after the timestamp delta.
     pub const fn arg_count(self) -> usize {
         match self {
-            EventKind::SpanFree | EventKind::HeapObjectFree | EventKind::StackFree | EventKind::Call => 1,
+            EventKind::SpanFree
+            | EventKind::HeapObjectFree
+            | EventKind::StackFree
+            | EventKind::Call => 1,
             EventKind::StackExists | EventKind::StackAlloc => 2,
             _ => 3,
         }
@@ -271,11 +276,15 @@ impl EventKind {
     /// Which alignment the event's first argument is compressed with.
     pub const fn address_class(self) -> AddressClass {
         match self {
-            EventKind::SpanExists | EventKind::SpanAlloc | EventKind::SpanFree => AddressClass::Span,
-            EventKind::HeapObjectExists | EventKind::HeapObjectAlloc | EventKind::HeapObjectFree => {
-                AddressClass::HeapObject
+            EventKind::SpanExists | EventKind::SpanAlloc | EventKind::SpanFree => {
+                AddressClass::Span
             }
-            EventKind::StackExists | EventKind::StackAlloc | EventKind::StackFree => AddressClass::Stack,
+            EventKind::HeapObjectExists
+            | EventKind::HeapObjectAlloc
+            | EventKind::HeapObjectFree => AddressClass::HeapObject,
+            EventKind::StackExists | EventKind::StackAlloc | EventKind::StackFree => {
+                AddressClass::Stack
+            }
             EventKind::Call => AddressClass::Raw,
         }
     }
@@ -375,7 +384,9 @@ impl FileHeader {
         let v = self.version.to_le_bytes();
         let f = self.flags.to_le_bytes();
         let m = MAGIC;
-        let mut h = [m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], v[0], v[1], f[0], f[1], 0, 0, 0, 0];
+        let mut h = [
+            m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], v[0], v[1], f[0], f[1], 0, 0, 0, 0,
+        ];
         if has_trailers(self.version) {
             let crc = batch_checksum(&[&h[..12]]);
             h[12..].copy_from_slice(&crc.to_le_bytes());
@@ -578,7 +589,13 @@ pub const fn restore_address(id: u64, min: u64, align_shift: u32) -> u64 {
 /// paths both call this; the C header's inline path makes the same one,
 /// and a test compares their bytes).
 #[inline(always)]
-pub const fn short_form(kind: EventKind, addr: u64, arg1: u64, min: u64, align_shift: u32) -> Option<(u64, u64)> {
+pub const fn short_form(
+    kind: EventKind,
+    addr: u64,
+    arg1: u64,
+    min: u64,
+    align_shift: u32,
+) -> Option<(u64, u64)> {
     let id = match kind.address_class() {
         AddressClass::Raw => addr,
         _ => match compress_address(addr, min, align_shift) {
@@ -631,7 +648,13 @@ fn put_event_varint(out: &mut [u8; MAX_EVENT_LEN], pos: usize, mut v: u64) -> us
 /// the C header's inline path writes the same bytes. Pure: no allocation,
 /// no panic.
 #[inline(always)]
-pub fn encode_event(out: &mut [u8; MAX_EVENT_LEN], kind: EventKind, flags: u8, time_delta: u64, args: [u64; 4]) -> usize {
+pub fn encode_event(
+    out: &mut [u8; MAX_EVENT_LEN],
+    kind: EventKind,
+    flags: u8,
+    time_delta: u64,
+    args: [u64; 4],
+) -> usize {
     let [first, second, third, entry] = args;
     let flags = flags & (LONG_FORM | ENTRY_TAG);
     out[0] = kind as u8 | flags;
@@ -657,16 +680,40 @@ mod tests {
     fn encode_event_writes_the_format() {
         let mut out = [0u8; MAX_EVENT_LEN];
         // Heap alloc, short form: kind, delta 300, zigzag id delta, size, type.
-        let n = encode_event(&mut out, EventKind::HeapObjectAlloc, 0, 300, [zigzag(-2), 48, 7, 0]);
+        let n = encode_event(
+            &mut out,
+            EventKind::HeapObjectAlloc,
+            0,
+            300,
+            [zigzag(-2), 48, 7, 0],
+        );
         assert_eq!(&out[..n], &[5, 0xac, 0x02, 3, 48, 7]);
         // A free carries one argument; the entry tag adds a varint.
-        let n = encode_event(&mut out, EventKind::HeapObjectFree, ENTRY_TAG, 0, [9, 1, 2, 4]);
+        let n = encode_event(
+            &mut out,
+            EventKind::HeapObjectFree,
+            ENTRY_TAG,
+            0,
+            [9, 1, 2, 4],
+        );
         assert_eq!(&out[..n], &[6 | ENTRY_TAG, 0, 9, 4]);
         // Long form stack alloc: the size in bytes.
-        let n = encode_event(&mut out, EventKind::StackAlloc, LONG_FORM, 1, [0x5000, 3000, 0, 0]);
+        let n = encode_event(
+            &mut out,
+            EventKind::StackAlloc,
+            LONG_FORM,
+            1,
+            [0x5000, 3000, 0, 0],
+        );
         assert_eq!(&out[..n], &[8 | LONG_FORM, 1, 0x80, 0xa0, 0x01, 0xb8, 0x17]);
         // The longest event fits and decodes back.
-        let n = encode_event(&mut out, EventKind::SpanAlloc, LONG_FORM | ENTRY_TAG, u64::MAX, [u64::MAX; 4]);
+        let n = encode_event(
+            &mut out,
+            EventKind::SpanAlloc,
+            LONG_FORM | ENTRY_TAG,
+            u64::MAX,
+            [u64::MAX; 4],
+        );
         assert_eq!(n, MAX_EVENT_LEN);
         let mut pos = 1;
         for _ in 0..5 {
@@ -682,19 +729,51 @@ mod tests {
     #[test]
     fn short_form_is_exact_or_none() {
         let min = 0x10000;
-        assert_eq!(short_form(EventKind::HeapObjectAlloc, 0x10040, 48, min, 4), Some((4, 48)));
-        assert_eq!(short_form(EventKind::HeapObjectAlloc, 0x10041, 48, min, 4), None);
-        assert_eq!(short_form(EventKind::HeapObjectFree, 0x100, 0, min, 4), None);
-        assert_eq!(short_form(EventKind::StackAlloc, 0x12000, 8192, min, 12), Some((2, 13)));
-        assert_eq!(short_form(EventKind::StackAlloc, 0x12000, 3000, min, 12), None);
-        assert_eq!(short_form(EventKind::StackExists, 0x12000, 0, min, 12), None);
-        assert_eq!(short_form(EventKind::StackFree, 0x12000, 3000, min, 12), Some((2, 3000)));
+        assert_eq!(
+            short_form(EventKind::HeapObjectAlloc, 0x10040, 48, min, 4),
+            Some((4, 48))
+        );
+        assert_eq!(
+            short_form(EventKind::HeapObjectAlloc, 0x10041, 48, min, 4),
+            None
+        );
+        assert_eq!(
+            short_form(EventKind::HeapObjectFree, 0x100, 0, min, 4),
+            None
+        );
+        assert_eq!(
+            short_form(EventKind::StackAlloc, 0x12000, 8192, min, 12),
+            Some((2, 13))
+        );
+        assert_eq!(
+            short_form(EventKind::StackAlloc, 0x12000, 3000, min, 12),
+            None
+        );
+        assert_eq!(
+            short_form(EventKind::StackExists, 0x12000, 0, min, 12),
+            None
+        );
+        assert_eq!(
+            short_form(EventKind::StackFree, 0x12000, 3000, min, 12),
+            Some((2, 3000))
+        );
         assert_eq!(short_form(EventKind::Call, 0, 0, min, 0), Some((0, 0)));
     }
 
     #[test]
     fn varint_round_trip_at_boundaries() {
-        let values = [0u64, 1, 127, 128, 255, 16383, 16384, u32::MAX as u64, u64::MAX - 1, u64::MAX];
+        let values = [
+            0u64,
+            1,
+            127,
+            128,
+            255,
+            16383,
+            16384,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
         for &v in &values {
             let mut buf = [0u8; MAX_VARINT_LEN];
             let end = put_uvarint(&mut buf, 0, v);
@@ -708,13 +787,19 @@ mod tests {
     #[test]
     fn varint_rejects_truncation_and_overflow() {
         let mut pos = 0;
-        assert_eq!(get_uvarint(&[0x80, 0x80], &mut pos), Err(VarintError::Truncated));
+        assert_eq!(
+            get_uvarint(&[0x80, 0x80], &mut pos),
+            Err(VarintError::Truncated)
+        );
         let eleven = [0xffu8; 11];
         let mut pos = 0;
         assert_eq!(get_uvarint(&eleven, &mut pos), Err(VarintError::Overflow));
         let tenth_too_big = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
         let mut pos = 0;
-        assert_eq!(get_uvarint(&tenth_too_big, &mut pos), Err(VarintError::Overflow));
+        assert_eq!(
+            get_uvarint(&tenth_too_big, &mut pos),
+            Err(VarintError::Overflow)
+        );
         assert_eq!(pos, 0, "position must not move on error");
     }
 
@@ -726,7 +811,10 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_errors() {
-        let h = FileHeader { version: VERSION, flags: 0 };
+        let h = FileHeader {
+            version: VERSION,
+            flags: 0,
+        };
         let bytes = h.encode();
         assert_eq!(FileHeader::decode(&bytes), Ok(h));
         let mut bad = bytes;
@@ -734,14 +822,27 @@ mod tests {
         assert_eq!(FileHeader::decode(&bad), Err(HeaderError::BadMagic));
         let mut v3 = bytes;
         v3[8] = 3;
-        assert_eq!(FileHeader::decode(&v3), Err(HeaderError::UnsupportedVersion(3)));
-        let v1 = FileHeader { version: VERSION_1, flags: 0 };
-        assert_eq!(&v1.encode()[12..], &[0; 4], "version 1 keeps its reserved bytes zero");
+        assert_eq!(
+            FileHeader::decode(&v3),
+            Err(HeaderError::UnsupportedVersion(3))
+        );
+        let v1 = FileHeader {
+            version: VERSION_1,
+            flags: 0,
+        };
+        assert_eq!(
+            &v1.encode()[12..],
+            &[0; 4],
+            "version 1 keeps its reserved bytes zero"
+        );
         assert_eq!(FileHeader::decode(&v1.encode()), Ok(v1));
         for bit in 0..FILE_HEADER_LEN * 8 {
             let mut flipped = bytes;
             flipped[bit / 8] ^= 1 << (bit % 8);
-            assert!(FileHeader::decode(&flipped).is_err(), "bit {bit} of a version-2 header");
+            assert!(
+                FileHeader::decode(&flipped).is_err(),
+                "bit {bit} of a version-2 header"
+            );
         }
     }
 
@@ -752,7 +853,11 @@ mod tests {
         assert_eq!(batch_checksum(&[b"1234", b"", b"56789"]), 0xe306_9283);
         assert_eq!(batch_checksum(&[]), 0);
         // FORMAT.md's examples.
-        let header = FileHeader { version: 2, flags: 0 }.encode();
+        let header = FileHeader {
+            version: 2,
+            flags: 0,
+        }
+        .encode();
         assert_eq!(&header[8..], &[2, 0, 0, 0, 0xcb, 0xe9, 0x46, 0x9c]);
         assert_eq!(batch_checksum(&[&[5, 3, 0, 0, 0, 1, 0, 0]]), 0xf94d_aae6);
     }
@@ -764,8 +869,14 @@ mod tests {
         }
         assert_eq!(zigzag(-1), 1);
         assert_eq!(zigzag(1), 2);
-        let ids = [(AddressClass::HeapObject, 1000u64), (AddressClass::Span, 5), (AddressClass::HeapObject, 998),
-            (AddressClass::HeapObject, u64::MAX), (AddressClass::Raw, 77), (AddressClass::HeapObject, 0)];
+        let ids = [
+            (AddressClass::HeapObject, 1000u64),
+            (AddressClass::Span, 5),
+            (AddressClass::HeapObject, 998),
+            (AddressClass::HeapObject, u64::MAX),
+            (AddressClass::Raw, 77),
+            (AddressClass::HeapObject, 0),
+        ];
         let (mut w, mut r) = (IdDeltas::default(), IdDeltas::default());
         for (class, id) in ids {
             let arg = w.encode(class, id);
@@ -773,7 +884,11 @@ mod tests {
         }
         let mut w = IdDeltas::default();
         w.encode(AddressClass::HeapObject, 1000);
-        assert_eq!(w.encode(AddressClass::HeapObject, 998), 3, "-2 zigzags to 3");
+        assert_eq!(
+            w.encode(AddressClass::HeapObject, 998),
+            3,
+            "-2 zigzags to 3"
+        );
     }
 
     #[test]
@@ -877,24 +992,38 @@ pub mod pages {
 
         /// The layout sync word.
         pub const fn word(self) -> u64 {
-            sync_word(SYNC_LAYOUT, self.page_shift as u64 | (self.lost_bits as u64) << 6)
+            sync_word(
+                SYNC_LAYOUT,
+                self.page_shift as u64 | (self.lost_bits as u64) << 6,
+            )
         }
 
         /// Parses a layout payload, or `None` if out of range.
         pub const fn from_payload(payload: u64) -> Option<Layout> {
             let page_shift = (payload & 0x3f) as u32;
             let lost_bits = ((payload >> 6) & 0x3f) as u32;
-            if payload >> 12 != 0 || page_shift < MIN_PAGE_SHIFT || page_shift > MAX_PAGE_SHIFT || lost_bits > 32 {
+            if payload >> 12 != 0
+                || page_shift < MIN_PAGE_SHIFT
+                || page_shift > MAX_PAGE_SHIFT
+                || lost_bits > 32
+            {
                 return None;
             }
-            Some(Layout { page_shift, lost_bits })
+            Some(Layout {
+                page_shift,
+                lost_bits,
+            })
         }
 
         /// A short event word. The caller checked [`Layout::fits`] and that
         /// `delta < 2^DELTA_BITS`; for a large event it writes npages in the
         /// next word and this word's npages field is 0.
         pub const fn event_word(self, kind: u64, base: u64, npages: u64, delta: u64) -> u64 {
-            let (large, np) = if self.is_large(npages) { (1, 0) } else { (0, npages) };
+            let (large, np) = if self.is_large(npages) {
+                (1, 0)
+            } else {
+                (0, npages)
+            };
             base | kind | large << 2 | np << 3 | delta << (64 - DELTA_BITS)
         }
     }
@@ -910,14 +1039,23 @@ pub mod pages {
         /// A sync word: subtype and 60-bit payload.
         Sync { subtype: u64, payload: u64 },
         /// A short event word. With `large`, npages is in the next word.
-        Event { kind: u64, base: u64, npages: u64, large: bool, delta: u64 },
+        Event {
+            kind: u64,
+            base: u64,
+            npages: u64,
+            large: bool,
+            delta: u64,
+        },
     }
 
     /// Decodes a word under `layout`.
     pub const fn decode(layout: Layout, w: u64) -> Word {
         let kind = w & 3;
         if kind == KIND_SYNC {
-            return Word::Sync { subtype: (w >> 2) & 3, payload: w >> 4 };
+            return Word::Sync {
+                subtype: (w >> 2) & 3,
+                payload: w >> 4,
+            };
         }
         let address_mask = ((1u64 << ADDRESS_BITS) - 1) & !((1u64 << layout.page_shift) - 1);
         Word::Event {
@@ -936,22 +1074,37 @@ pub mod pages {
         #[test]
         fn seed_split_for_8k_pages() {
             // Go's layout: 35 address bits, 10 npages bits for 8 KiB pages.
-            let l = Layout { page_shift: 13, lost_bits: TIME_LOST_BITS };
+            let l = Layout {
+                page_shift: 13,
+                lost_bits: TIME_LOST_BITS,
+            };
             assert_eq!(l.npages_bits(), 10);
             assert_eq!(ADDRESS_BITS - l.page_shift, 35);
             let w = l.event_word(KIND_ALLOC, 0x7f00_1234_e000, 1023, 0xffff);
             assert_eq!(
                 decode(l, w),
-                Word::Event { kind: KIND_ALLOC, base: 0x7f00_1234_e000, npages: 1023, large: false, delta: 0xffff }
+                Word::Event {
+                    kind: KIND_ALLOC,
+                    base: 0x7f00_1234_e000,
+                    npages: 1023,
+                    large: false,
+                    delta: 0xffff
+                }
             );
             assert!(l.is_large(1024));
         }
 
         #[test]
         fn layout_word_round_trip_and_limits() {
-            let l = Layout { page_shift: 12, lost_bits: 7 };
+            let l = Layout {
+                page_shift: 12,
+                lost_bits: 7,
+            };
             match decode(l, l.word()) {
-                Word::Sync { subtype: SYNC_LAYOUT, payload } => assert_eq!(Layout::from_payload(payload), Some(l)),
+                Word::Sync {
+                    subtype: SYNC_LAYOUT,
+                    payload,
+                } => assert_eq!(Layout::from_payload(payload), Some(l)),
                 other => panic!("{other:?}"),
             }
             assert_eq!(Layout::from_payload(3), None);

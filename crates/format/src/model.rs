@@ -57,7 +57,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::{
-    get_uvarint, put_uvarint, zigzag, unzigzag, BatchKind, EventKind, BATCH_PREFIX_LEN, ENTRY_TAG,
+    get_uvarint, put_uvarint, unzigzag, zigzag, BatchKind, EventKind, BATCH_PREFIX_LEN, ENTRY_TAG,
     EVENT_KIND_MASK, LONG_FORM, MAX_BATCH_PAYLOAD, MAX_EVENT_LEN, MAX_VARINT_LEN,
 };
 
@@ -265,7 +265,9 @@ impl Model {
     /// next to the last; the hash table is asked only when that fails.
     #[inline]
     fn encode_free(&mut self, id: u64) -> Prediction {
-        let guess = self.ring_index(self.last_age).filter(|&i| self.ring_ids.get(i) == Some(&id));
+        let guess = self
+            .ring_index(self.last_age)
+            .filter(|&i| self.ring_ids.get(i) == Some(&id));
         let found = match guess {
             Some(i) => Some((self.last_age, i)),
             None => self.find_allocation(id),
@@ -297,7 +299,8 @@ impl Model {
     #[inline]
     fn push_freed(&mut self, id: u64, i: usize) {
         let class = usize::from(self.ring_classes.get(i).copied().unwrap_or(0));
-        let (Some(ids), Some(len)) = (self.freed.get_mut(class), self.freed_len.get_mut(class)) else {
+        let (Some(ids), Some(len)) = (self.freed.get_mut(class), self.freed_len.get_mut(class))
+        else {
             return;
         };
         ids.copy_within(0..FREED_PER_CLASS - 1, 1);
@@ -337,7 +340,9 @@ impl Model {
     #[inline]
     fn decode_alloc(&mut self, code: u64, escape: u64, size: u64) -> Option<u64> {
         let id = if code == 0 {
-            let id = self.last_escaped_alloc.wrapping_add(unzigzag(escape) as u64);
+            let id = self
+                .last_escaped_alloc
+                .wrapping_add(unzigzag(escape) as u64);
             self.last_escaped_alloc = id;
             id
         } else if code > FREED_PER_CLASS as u64 {
@@ -345,7 +350,9 @@ impl Model {
             if age > FREE_RING as u64 || age > self.frees {
                 return None;
             }
-            *self.free_ring.get(((self.frees - age) as usize) & (FREE_RING - 1))?
+            *self
+                .free_ring
+                .get(((self.frees - age) as usize) & (FREE_RING - 1))?
         } else {
             let class = size_class(size);
             let i = (code - 1) as usize;
@@ -370,7 +377,6 @@ impl Model {
         }
     }
 }
-
 
 /// Reads a varint, with the one-byte case inline.
 #[inline(always)]
@@ -487,7 +493,11 @@ impl Encoder {
     /// never touched.)
     pub fn with_capacity(raw_len: usize) -> Encoder {
         let room = raw_len + column_room(64 << 10);
-        Encoder { model: Model::new(true), columns: core::array::from_fn(|_| vec![0u8; room]), used: [0; COLUMNS] }
+        Encoder {
+            model: Model::new(true),
+            columns: core::array::from_fn(|_| vec![0u8; room]),
+            used: [0; COLUMNS],
+        }
     }
 
     fn make_room(&mut self, column: usize, need: usize) {
@@ -559,7 +569,8 @@ impl Encoder {
                 && !payload.is_empty()
                 && !verbatim.contains(&offset);
             let fits = if modeled {
-                self.encode_events_batch(payload).map_err(|NotExact| offset)?
+                self.encode_events_batch(payload)
+                    .map_err(|NotExact| offset)?
             } else {
                 self.encode_verbatim(batch)
             };
@@ -581,7 +592,10 @@ impl Encoder {
         self.make_room(BATCHES, 2 * MAX_VARINT_LEN);
         self.make_room(VERBATIM, batch.len());
         let [batches, verbatim, ..] = &mut self.columns;
-        let mut w = ColumnWriter { bytes: batches, pos: self.used[BATCHES] };
+        let mut w = ColumnWriter {
+            bytes: batches,
+            pos: self.used[BATCHES],
+        };
         w.varint(FORM_VERBATIM);
         w.varint(batch.len() as u64);
         self.used[BATCHES] = w.pos;
@@ -681,7 +695,16 @@ impl Encoder {
         }
         batches.varint(events);
         let mut fits = true;
-        for (i, w) in [(BATCHES, batches), (2, kinds), (3, times), (4, ids), (5, escapes), (6, sizes), (7, args), (8, tags)] {
+        for (i, w) in [
+            (BATCHES, batches),
+            (2, kinds),
+            (3, times),
+            (4, ids),
+            (5, escapes),
+            (6, sizes),
+            (7, args),
+            (8, tags),
+        ] {
             fits &= w.pos <= w.bytes.len();
             used[i] = w.pos;
         }
@@ -709,7 +732,10 @@ struct Column<'a> {
 impl<'a> Column<'a> {
     #[inline]
     fn error(&self, what: &'static str) -> ModelError {
-        ModelError { at: self.start + self.pos as u64, what }
+        ModelError {
+            at: self.start + self.pos as u64,
+            what,
+        }
     }
 
     #[inline]
@@ -726,8 +752,12 @@ impl<'a> Column<'a> {
 
     #[inline]
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], ModelError> {
-        let end = usize::try_from(n).ok().and_then(|n| self.pos.checked_add(n));
-        let bytes = end.and_then(|end| self.bytes.get(self.pos..end)).ok_or_else(|| self.error(what))?;
+        let end = usize::try_from(n)
+            .ok()
+            .and_then(|n| self.pos.checked_add(n));
+        let bytes = end
+            .and_then(|end| self.bytes.get(self.pos..end))
+            .ok_or_else(|| self.error(what))?;
         self.pos += bytes.len();
         Ok(bytes)
     }
@@ -752,32 +782,57 @@ impl Default for Decoder {
 impl Decoder {
     /// A decoder (allocates its model, about 0.7 MiB).
     pub fn new() -> Decoder {
-        Decoder { model: Model::new(false) }
+        Decoder {
+            model: Model::new(false),
+        }
     }
 
     /// Appends to `out` the `raw_len` bytes `stream` stands for. Any input
     /// is safe: a malformed stream, or one that does not give exactly
     /// `raw_len` bytes, is an error (and `out` holds some bytes), and `out`
     /// never grows by more than `raw_len` plus one event.
-    pub fn decode(&mut self, stream: &[u8], raw_len: u64, out: &mut Vec<u8>) -> Result<(), ModelError> {
+    pub fn decode(
+        &mut self,
+        stream: &[u8],
+        raw_len: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ModelError> {
         self.model.reset();
         let mut pos = 0;
         let mut lens = [0u64; COLUMNS];
         for len in lens.iter_mut() {
-            *len = get_uvarint(stream, &mut pos)
-                .map_err(|_| ModelError { at: pos as u64, what: "a column length is truncated or overflows" })?;
+            *len = get_uvarint(stream, &mut pos).map_err(|_| ModelError {
+                at: pos as u64,
+                what: "a column length is truncated or overflows",
+            })?;
         }
-        let mut columns: [Column<'_>; COLUMNS] = core::array::from_fn(|_| Column { bytes: &[], pos: 0, start: 0 });
+        let mut columns: [Column<'_>; COLUMNS] = core::array::from_fn(|_| Column {
+            bytes: &[],
+            pos: 0,
+            start: 0,
+        });
         for (c, &len) in columns.iter_mut().zip(&lens) {
-            let end = usize::try_from(len).ok().and_then(|len| pos.checked_add(len));
+            let end = usize::try_from(len)
+                .ok()
+                .and_then(|len| pos.checked_add(len));
             let Some(bytes) = end.and_then(|end| stream.get(pos..end)) else {
-                return Err(ModelError { at: pos as u64, what: "the column lengths run past the end of the stream" });
+                return Err(ModelError {
+                    at: pos as u64,
+                    what: "the column lengths run past the end of the stream",
+                });
             };
-            *c = Column { bytes, pos: 0, start: pos as u64 };
+            *c = Column {
+                bytes,
+                pos: 0,
+                start: pos as u64,
+            };
             pos += bytes.len();
         }
         if pos != stream.len() {
-            return Err(ModelError { at: pos as u64, what: "bytes after the last column" });
+            return Err(ModelError {
+                at: pos as u64,
+                what: "bytes after the last column",
+            });
         }
         let start = out.len() as u64;
         let limit = start + raw_len;
@@ -790,18 +845,27 @@ impl Decoder {
                     if len > limit - out.len() as u64 {
                         return Err(columns[BATCHES].error("a verbatim batch runs past raw_len"));
                     }
-                    let bytes = columns[VERBATIM].take(len, "a verbatim batch runs past its column")?;
+                    let bytes =
+                        columns[VERBATIM].take(len, "a verbatim batch runs past its column")?;
                     out.extend_from_slice(bytes);
                 }
                 FORM_EVENTS => self.decode_events_batch(&mut columns, limit, out)?,
-                _ => return Err(ModelError { at: form_at, what: "unknown batch form" }),
+                _ => {
+                    return Err(ModelError {
+                        at: form_at,
+                        what: "unknown batch form",
+                    })
+                }
             }
         }
         if let Some(c) = columns.iter().find(|c| !c.done()) {
             return Err(c.error("bytes left over in a column"));
         }
         if out.len() as u64 != limit {
-            return Err(ModelError { at: stream.len() as u64, what: "the stream decodes to fewer bytes than raw_len" });
+            return Err(ModelError {
+                at: stream.len() as u64,
+                what: "the stream decodes to fewer bytes than raw_len",
+            });
         }
         Ok(())
     }
@@ -851,15 +915,23 @@ impl Decoder {
                     let code = ids.varint("an ID code is truncated")?;
                     let (id, size) = if kind == 6 {
                         let id = if code == 0 {
-                            previous_heap_id.wrapping_add(unzigzag(escapes.varint("an escape is truncated")?) as u64)
+                            previous_heap_id.wrapping_add(unzigzag(
+                                escapes.varint("an escape is truncated")?,
+                            ) as u64)
                         } else {
-                            model.decode_free(code).ok_or_else(|| ids.error("a free's code names no allocation"))?
+                            model
+                                .decode_free(code)
+                                .ok_or_else(|| ids.error("a free's code names no allocation"))?
                         };
                         model.freed_any(id);
                         (id, None)
                     } else {
                         let size = sizes.varint("a size is truncated")?;
-                        let escape = if code == 0 { escapes.varint("an escape is truncated")? } else { 0 };
+                        let escape = if code == 0 {
+                            escapes.varint("an escape is truncated")?
+                        } else {
+                            0
+                        };
                         let id = model
                             .decode_alloc(code, escape, size)
                             .ok_or_else(|| ids.error("an allocation's code names no freed ID"))?;

@@ -92,7 +92,11 @@ fn events_payload(rng: &mut Rng, heap: &mut Heap, events: usize) -> Vec<u8> {
                 (id, 0)
             }
             4 | 5 => {
-                let size = if rng.below(2) == 0 { 16 + rng.below(240) } else { rng.value() };
+                let size = if rng.below(2) == 0 {
+                    16 + rng.below(240)
+                } else {
+                    rng.value()
+                };
                 let id = match heap.freed.pop() {
                     Some(id) if rng.below(3) != 0 => id,
                     _ => rng.value(),
@@ -127,7 +131,14 @@ fn events_payload(rng: &mut Rng, heap: &mut Heap, events: usize) -> Vec<u8> {
             _ => {}
         }
         if tagged {
-            varint(&mut p, if rng.below(8) == 0 { rng.value() } else { 1 + rng.below(13) });
+            varint(
+                &mut p,
+                if rng.below(8) == 0 {
+                    rng.value()
+                } else {
+                    1 + rng.below(13)
+                },
+            );
         }
     }
     p
@@ -143,9 +154,14 @@ fn raw_stream(rng: &mut Rng) -> Vec<u8> {
     for _ in 0..rng.below(12) {
         let compact = BatchKind::CompactEvents as u8;
         match rng.below(10) {
-            0 => out.extend(batch(BatchKind::Events as u8, &events_payload(rng, &mut heap, 20))),
+            0 => out.extend(batch(
+                BatchKind::Events as u8,
+                &events_payload(rng, &mut heap, 20),
+            )),
             1 => {
-                let words: Vec<u8> = (0..rng.below(20)).flat_map(|_| rng.next().to_le_bytes()).collect();
+                let words: Vec<u8> = (0..rng.below(20))
+                    .flat_map(|_| rng.next().to_le_bytes())
+                    .collect();
                 out.extend(batch(BatchKind::Pages as u8, &words));
             }
             2 => {
@@ -178,7 +194,10 @@ fn raw_stream(rng: &mut Rng) -> Vec<u8> {
         0 => out.extend((0..rng.below(7)).map(|_| rng.next() as u8)),
         1 => {
             // A batch that declares more bytes than follow.
-            out.extend(batch(BatchKind::CompactEvents as u8, &events_payload(rng, &mut heap, 5)));
+            out.extend(batch(
+                BatchKind::CompactEvents as u8,
+                &events_payload(rng, &mut heap, 5),
+            ));
             out.truncate(out.len() - 1);
         }
         _ => {}
@@ -190,7 +209,9 @@ fn round_trip(encoder: &mut Encoder, decoder: &mut Decoder, raw: &[u8]) -> Vec<u
     let mut modeled = Vec::new();
     assert!(encoder.encode(raw, &mut modeled));
     let mut back = b"kept".to_vec();
-    decoder.decode(&modeled, raw.len() as u64, &mut back).unwrap();
+    decoder
+        .decode(&modeled, raw.len() as u64, &mut back)
+        .unwrap();
     assert_eq!(&back[..4], b"kept", "decode appends");
     assert!(back[4..] == *raw, "round trip differs");
     modeled
@@ -250,7 +271,11 @@ fn ring_workload(events: usize) -> Vec<u8> {
             previous = old;
             varint(&mut p, 4);
         }
-        let size = if old != 0 && rng.below(2) == 0 { old_size } else { 16 + rng.below(240) };
+        let size = if old != 0 && rng.below(2) == 0 {
+            old_size
+        } else {
+            16 + rng.below(240)
+        };
         let id = if old != 0 && size_class(size) == size_class(old_size) {
             old
         } else {
@@ -277,8 +302,9 @@ fn the_model_predicts_frees_and_reused_blocks() {
     // free in allocation order and for the block freed last of its size
     // class, 0 for an escape (the ring's first round, new blocks).
     let mut pos = 0;
-    let lens: Vec<usize> =
-        (0..9).map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize).collect();
+    let lens: Vec<usize> = (0..9)
+        .map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize)
+        .collect();
     let start = pos + lens[..4].iter().sum::<usize>();
     let ids = &modeled[start..start + lens[4]];
     let hits = ids.iter().filter(|&&b| b == 1).count();
@@ -286,8 +312,16 @@ fn the_model_predicts_frees_and_reused_blocks() {
     // The ring's first confirmed free has an age 512 off the initial
     // guess of 0: a two-byte code.
     assert_eq!(ids.len(), 40_000 - 512 + 1, "one code per heap event");
-    assert!(hits * 4 > ids.len() * 3, "{hits} predicted of {}", ids.len());
-    assert!(escapes * 3 < ids.len(), "{escapes} escapes of {}", ids.len());
+    assert!(
+        hits * 4 > ids.len() * 3,
+        "{hits} predicted of {}",
+        ids.len()
+    );
+    assert!(
+        escapes * 3 < ids.len(),
+        "{escapes} escapes of {}",
+        ids.len()
+    );
     assert!(modeled.len() < raw.len());
     assert!(modeled.len() as u64 <= max_modeled_len(raw.len() as u64));
 }
@@ -299,7 +333,11 @@ fn decode(stream: &[u8], raw_len: u64) -> Result<Vec<u8>, alloctrace_format::mod
     let mut out = Vec::new();
     let result = DECODER.with(|d| d.borrow_mut().decode(stream, raw_len, &mut out));
     // Output stays within raw_len and one event, whatever the input.
-    assert!(out.len() as u64 <= raw_len + 64, "{} bytes out for raw_len {raw_len}", out.len());
+    assert!(
+        out.len() as u64 <= raw_len + 64,
+        "{} bytes out for raw_len {raw_len}",
+        out.len()
+    );
     result.map(|()| out)
 }
 
@@ -330,7 +368,10 @@ fn malformed_streams_are_errors_with_an_offset() {
     // Bytes after the last column.
     let mut longer = modeled.clone();
     longer.push(0);
-    assert_eq!(decode(&longer, len).unwrap_err().what, "bytes after the last column");
+    assert_eq!(
+        decode(&longer, len).unwrap_err().what,
+        "bytes after the last column"
+    );
     // Damaged bytes anywhere: an error or some output, never a panic.
     for _ in 0..3000 {
         let mut bad = modeled.clone();
@@ -366,27 +407,65 @@ fn codes_the_model_cannot_resolve_are_errors() {
     let free: &[u8] = &[6];
     let alloc: &[u8] = &[5];
     // A free that names an allocation never made.
-    let e = decode(&stream([header, &[], free, &[0], &[1], &[], &[], &[], &[]]), 100).unwrap_err();
+    let e = decode(
+        &stream([header, &[], free, &[0], &[1], &[], &[], &[], &[]]),
+        100,
+    )
+    .unwrap_err();
     assert!(e.what.contains("names no allocation"), "{e:?}");
     // An allocation from a size class with no freed ID.
-    let e = decode(&stream([header, &[], alloc, &[0], &[1], &[], &[16], &[0], &[]]), 100).unwrap_err();
+    let e = decode(
+        &stream([header, &[], alloc, &[0], &[1], &[], &[16], &[0], &[]]),
+        100,
+    )
+    .unwrap_err();
     assert!(e.what.contains("no freed ID"), "{e:?}");
     // An escape missing from its column.
-    let e = decode(&stream([header, &[], free, &[0], &[0], &[], &[], &[], &[]]), 100).unwrap_err();
+    let e = decode(
+        &stream([header, &[], free, &[0], &[0], &[], &[], &[], &[]]),
+        100,
+    )
+    .unwrap_err();
     assert!(e.what.contains("escape"), "{e:?}");
     // An unknown event kind, an unknown batch form.
-    let e = decode(&stream([header, &[], &[11], &[0], &[], &[], &[], &[0], &[]]), 100).unwrap_err();
+    let e = decode(
+        &stream([header, &[], &[11], &[0], &[], &[], &[], &[0], &[]]),
+        100,
+    )
+    .unwrap_err();
     assert_eq!(e.what, "unknown event kind");
     let e = decode(&stream([&[7], &[], &[], &[], &[], &[], &[], &[], &[]]), 100).unwrap_err();
     assert_eq!((e.what, e.at), ("unknown batch form", 9));
     // An event count that lies: the kinds column runs out.
-    let e = decode(&stream([&[1, 1, 1, 0, 100], &[], free, &[0], &[0], &[0], &[], &[], &[]]), 1000).unwrap_err();
+    let e = decode(
+        &stream([
+            &[1, 1, 1, 0, 100],
+            &[],
+            free,
+            &[0],
+            &[0],
+            &[0],
+            &[],
+            &[],
+            &[],
+        ]),
+        1000,
+    )
+    .unwrap_err();
     assert!(e.what.contains("kinds column"), "{e:?}");
     // A verbatim batch longer than raw_len.
-    let e = decode(&stream([&[0, 5], &[1, 2, 3, 4, 5], &[], &[], &[], &[], &[], &[], &[]]), 4).unwrap_err();
+    let e = decode(
+        &stream([&[0, 5], &[1, 2, 3, 4, 5], &[], &[], &[], &[], &[], &[], &[]]),
+        4,
+    )
+    .unwrap_err();
     assert!(e.what.contains("raw_len"), "{e:?}");
     // The valid version of the first: a lone escaped free decodes.
-    let ok = decode(&stream([header, &[], free, &[0], &[0], &[6], &[], &[], &[]]), 11).unwrap();
+    let ok = decode(
+        &stream([header, &[], free, &[0], &[0], &[6], &[], &[], &[]]),
+        11,
+    )
+    .unwrap();
     assert_eq!(ok, [7, 6, 0, 0, 0, 1, 1, 0, 6, 0, 6]);
 }
 
@@ -411,7 +490,11 @@ fn a_block_freed_in_one_size_class_comes_back_in_another() {
     for v in [1, 1, 0] {
         varint(&mut p, v);
     }
-    for (kind, id_delta, args) in [(5u8, 200u64, &[32u64, 0][..]), (6, 0, &[]), (5, 0, &[500, 0])] {
+    for (kind, id_delta, args) in [
+        (5u8, 200u64, &[32u64, 0][..]),
+        (6, 0, &[]),
+        (5, 0, &[500, 0]),
+    ] {
         p.push(kind);
         varint(&mut p, 1);
         varint(&mut p, id_delta);
@@ -422,13 +505,28 @@ fn a_block_freed_in_one_size_class_comes_back_in_another() {
     let raw = batch(BatchKind::CompactEvents as u8, &p);
     let modeled = round_trip(&mut Encoder::with_capacity(0), &mut Decoder::new(), &raw);
     let mut pos = 0;
-    let lens: Vec<usize> =
-        (0..9).map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize).collect();
+    let lens: Vec<usize> = (0..9)
+        .map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize)
+        .collect();
     let start = pos + lens[..4].iter().sum::<usize>();
     // An escape, the free one allocation back (zigzag(1) + 1), and the
     // block the last free released (8 + 1): not in class 32's list.
     assert_eq!(&modeled[start..start + lens[4]], &[0, 3, 9]);
     // The same code with nothing freed yet names nothing.
-    let e = decode(&stream([&[1, 1, 1, 0, 1], &[], &[5], &[0], &[9], &[], &[16], &[0], &[]]), 100).unwrap_err();
+    let e = decode(
+        &stream([
+            &[1, 1, 1, 0, 1],
+            &[],
+            &[5],
+            &[0],
+            &[9],
+            &[],
+            &[16],
+            &[0],
+            &[],
+        ]),
+        100,
+    )
+    .unwrap_err();
     assert!(e.what.contains("no freed ID"), "{e:?}");
 }

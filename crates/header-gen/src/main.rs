@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use alloctrace_core::shared::{inline_mode, BATCH_DATA_OFFSET};
-use alloctrace_format::{AddressClass, EventKind, ENTRY_TAG, EVENT_KINDS, LONG_FORM, MAX_EVENT_LEN, MAX_VARINT_LEN};
+use alloctrace_format::{
+    AddressClass, EventKind, ENTRY_TAG, EVENT_KINDS, LONG_FORM, MAX_EVENT_LEN, MAX_VARINT_LEN,
+};
 
 fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
@@ -26,7 +28,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match cbindgen::Builder::new().with_crate(&root).with_config(config).generate() {
+    match cbindgen::Builder::new()
+        .with_crate(&root)
+        .with_config(config)
+        .generate()
+    {
         Ok(bindings) => {
             bindings.write_to_file(api);
         }
@@ -76,8 +82,15 @@ fn format_header() -> String {
     let _ = writeln!(h, "/* Kind byte flags: long form, entry-point tag. */");
     let _ = writeln!(h, "#define ALLOCTRACE_LONG_FORM_ 0x{LONG_FORM:02x}");
     let _ = writeln!(h, "#define ALLOCTRACE_ENTRY_TAG_ 0x{ENTRY_TAG:02x}");
-    let _ = writeln!(h, "\n/* Address classes: the index of a batch's previous ID of the class. */");
-    for (name, class) in [("SPAN", AddressClass::Span), ("HEAP_OBJECT", AddressClass::HeapObject), ("STACK", AddressClass::Stack)] {
+    let _ = writeln!(
+        h,
+        "\n/* Address classes: the index of a batch's previous ID of the class. */"
+    );
+    for (name, class) in [
+        ("SPAN", AddressClass::Span),
+        ("HEAP_OBJECT", AddressClass::HeapObject),
+        ("STACK", AddressClass::Stack),
+    ] {
         if let Some(i) = class.delta_index() {
             let _ = writeln!(h, "#define ALLOCTRACE_CLASS_{name}_ {i}");
         }
@@ -98,7 +111,11 @@ fn format_header() -> String {
         let _ = writeln!(h, "#define ALLOCTRACE_KIND_{n}_ {}", kind as u8);
         let _ = writeln!(h, "#define ALLOCTRACE_CLASS_{n}_ {class}");
         let _ = writeln!(h, "#define ALLOCTRACE_ARGS_{n}_ {}", kind.arg_count());
-        let _ = writeln!(h, "#define ALLOCTRACE_LOG2_SIZE_{n}_ {}", u8::from(kind.size_as_log2()));
+        let _ = writeln!(
+            h,
+            "#define ALLOCTRACE_LOG2_SIZE_{n}_ {}",
+            u8::from(kind.size_as_log2())
+        );
     }
     for line in [
         "",
@@ -108,8 +125,16 @@ fn format_header() -> String {
     ] {
         let _ = writeln!(h, "{line}");
     }
-    let _ = writeln!(h, "#define ALLOCTRACE_MODE_OUT_OF_LINE_ {}", inline_mode::OUT_OF_LINE);
-    let _ = writeln!(h, "#define ALLOCTRACE_MODE_PRECISE_ {}", inline_mode::PRECISE);
+    let _ = writeln!(
+        h,
+        "#define ALLOCTRACE_MODE_OUT_OF_LINE_ {}",
+        inline_mode::OUT_OF_LINE
+    );
+    let _ = writeln!(
+        h,
+        "#define ALLOCTRACE_MODE_PRECISE_ {}",
+        inline_mode::PRECISE
+    );
     let _ = writeln!(h, "#define ALLOCTRACE_MODE_COARSE_ {}", inline_mode::COARSE);
     let _ = writeln!(h, "#define ALLOCTRACE_BATCH_DATA_ {BATCH_DATA_OFFSET}");
     h.push_str("\n#endif /* ALLOCTRACE_FORMAT_H */\n");

@@ -34,8 +34,19 @@ pub mod env {
     /// pid whose images are traced.
     pub const ROOT_PID: &str = "ALLOCTRACE_ROOT_PID";
     /// Every variable above, for a caller that must clear them all.
-    pub const ALL: [&str; 11] =
-        [OUTPUT, BUFFER_SIZE, RECORD, CLOCK, COMPRESSION, OVERWRITE, DISABLE, INDEX, ONLY, FOLLOW, ROOT_PID];
+    pub const ALL: [&str; 11] = [
+        OUTPUT,
+        BUFFER_SIZE,
+        RECORD,
+        CLOCK,
+        COMPRESSION,
+        OVERWRITE,
+        DISABLE,
+        INDEX,
+        ONLY,
+        FOLLOW,
+        ROOT_PID,
+    ];
 }
 
 /// The smallest thread buffer.
@@ -100,7 +111,11 @@ pub fn expand(pattern: &[u8], pid: u32) -> Vec<u8> {
 /// at the end when it has none.
 pub fn with_suffix(name: &[u8], k: u32) -> Vec<u8> {
     let file_start = name.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
-    let dot = name[file_start..].iter().rposition(|&c| c == b'.').filter(|&d| d > 0).map(|d| file_start + d);
+    let dot = name[file_start..]
+        .iter()
+        .rposition(|&c| c == b'.')
+        .filter(|&d| d > 0)
+        .map(|d| file_start + d);
     let suffix = format!(".{k}");
     let mut out = Vec::with_capacity(name.len() + suffix.len());
     match dot {
@@ -149,23 +164,35 @@ pub struct Families {
 }
 
 impl Families {
-    pub const ALL: Families = Families { heap: true, mmap: true, stacks: true };
+    pub const ALL: Families = Families {
+        heap: true,
+        mmap: true,
+        stacks: true,
+    };
 
     /// A comma-separated list of `heap`, `mmap`, `stacks`, `all` (spaces
     /// around names allowed).
     pub fn parse(v: &[u8]) -> Result<Families, &'static str> {
-        let list = std::str::from_utf8(v).map_err(|_| "not UTF-8: name one or more of heap, mmap, stacks, all (comma-separated)")?;
+        let list = std::str::from_utf8(v).map_err(|_| {
+            "not UTF-8: name one or more of heap, mmap, stacks, all (comma-separated)"
+        })?;
         if list.trim().is_empty() {
             return Err("empty: name one or more of heap, mmap, stacks, all (comma-separated)");
         }
-        let mut f = Families { heap: false, mmap: false, stacks: false };
+        let mut f = Families {
+            heap: false,
+            mmap: false,
+            stacks: false,
+        };
         for family in list.split(',').map(str::trim) {
             match family {
                 "heap" => f.heap = true,
                 "mmap" => f.mmap = true,
                 "stacks" => f.stacks = true,
                 "all" => f = Families::ALL,
-                _ => return Err("unknown family: name one or more of heap, mmap, stacks, all (comma-separated)"),
+                _ => return Err(
+                    "unknown family: name one or more of heap, mmap, stacks, all (comma-separated)",
+                ),
             }
         }
         Ok(f)
@@ -173,8 +200,17 @@ impl Families {
 
     /// The list [`Families::parse`] reads back as `self`.
     pub fn value(&self) -> String {
-        let names = [(self.heap, "heap"), (self.mmap, "mmap"), (self.stacks, "stacks")];
-        names.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(",")
+        let names = [
+            (self.heap, "heap"),
+            (self.mmap, "mmap"),
+            (self.stacks, "stacks"),
+        ];
+        names
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, n)| *n)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -199,7 +235,10 @@ impl Clock {
     }
 
     pub fn parse(v: &[u8]) -> Result<Clock, &'static str> {
-        Clock::ALL.into_iter().find(|c| c.name().as_bytes() == v).ok_or("use precise (a clock read per event) or coarse")
+        Clock::ALL
+            .into_iter()
+            .find(|c| c.name().as_bytes() == v)
+            .ok_or("use precise (a clock read per event) or coarse")
     }
 }
 
@@ -224,7 +263,10 @@ impl Compression {
     }
 
     pub fn parse(v: &[u8]) -> Result<Compression, &'static str> {
-        Compression::ALL.into_iter().find(|c| c.name().as_bytes() == v).ok_or("use none or zstd")
+        Compression::ALL
+            .into_iter()
+            .find(|c| c.name().as_bytes() == v)
+            .ok_or("use none or zstd")
     }
 }
 
@@ -244,7 +286,9 @@ pub fn check_program_name(name: &[u8]) -> Result<(), &'static str> {
         return Err("empty program name: give names such as python3 (comma-separated)");
     }
     if name.contains(&b'/') {
-        return Err("a program name has no '/': give the file name (python3, not /usr/bin/python3)");
+        return Err(
+            "a program name has no '/': give the file name (python3, not /usr/bin/python3)",
+        );
     }
     if name.iter().any(|&c| c == 0 || c == b'\n' || c == b'\t') {
         return Err("contains a NUL, a tab or a line break");
@@ -267,7 +311,10 @@ pub fn parse_only(v: &[u8]) -> Result<Vec<Vec<u8>>, &'static str> {
 /// its `names` (the name it was started as, its executable's file name) is
 /// in the list.
 pub fn only_matches(only: &[Vec<u8>], names: &[&[u8]]) -> bool {
-    only.is_empty() || names.iter().any(|n| !n.is_empty() && only.iter().any(|o| o == n))
+    only.is_empty()
+        || names
+            .iter()
+            .any(|n| !n.is_empty() && only.iter().any(|o| o == n))
 }
 
 /// The last component of a path.
@@ -292,7 +339,10 @@ mod tests {
     #[test]
     fn suffixes() {
         assert_eq!(with_suffix(b"out.trace", 1), b"out.1.trace");
-        assert_eq!(with_suffix(b"/a.b/alloctrace.12.trace", 2), b"/a.b/alloctrace.12.2.trace");
+        assert_eq!(
+            with_suffix(b"/a.b/alloctrace.12.trace", 2),
+            b"/a.b/alloctrace.12.2.trace"
+        );
         assert_eq!(with_suffix(b"/a.b/out", 3), b"/a.b/out.3");
         assert_eq!(with_suffix(b".hidden", 1), b".hidden.1");
     }
@@ -312,11 +362,25 @@ mod tests {
 
     #[test]
     fn families() {
-        assert_eq!(Families::parse(b"heap, stacks"), Ok(Families { heap: true, mmap: false, stacks: true }));
+        assert_eq!(
+            Families::parse(b"heap, stacks"),
+            Ok(Families {
+                heap: true,
+                mmap: false,
+                stacks: true
+            })
+        );
         assert_eq!(Families::parse(b"mmap,all"), Ok(Families::ALL));
         assert!(Families::parse(b"heap,pages").is_err());
         assert!(Families::parse(b" ").is_err());
-        for f in [Families::ALL, Families { heap: false, mmap: true, stacks: false }] {
+        for f in [
+            Families::ALL,
+            Families {
+                heap: false,
+                mmap: true,
+                stacks: false,
+            },
+        ] {
             assert_eq!(Families::parse(f.value().as_bytes()), Ok(f));
         }
     }
@@ -348,7 +412,10 @@ mod tests {
 
     #[test]
     fn only() {
-        assert_eq!(parse_only(b"python3, sh"), Ok(vec![b"python3".to_vec(), b"sh".to_vec()]));
+        assert_eq!(
+            parse_only(b"python3, sh"),
+            Ok(vec![b"python3".to_vec(), b"sh".to_vec()])
+        );
         assert!(parse_only(b"").is_err());
         assert!(parse_only(b"a,,b").is_err());
         assert!(parse_only(b"/usr/bin/python3").is_err());

@@ -22,7 +22,8 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 
 pub use alloctrace_options::env::{
-    BUFFER_SIZE, CLOCK, COMPRESSION, DISABLE, FOLLOW, INDEX, ONLY, OUTPUT, OVERWRITE, RECORD, ROOT_PID,
+    BUFFER_SIZE, CLOCK, COMPRESSION, DISABLE, FOLLOW, INDEX, ONLY, OUTPUT, OVERWRITE, RECORD,
+    ROOT_PID,
 };
 // session.rs names them through this module (not built in unit tests).
 #[cfg_attr(test, allow(unused_imports))]
@@ -33,12 +34,24 @@ use alloctrace_options::{Clock, Compression, Families};
 // link the core: they must be the core's.
 const _: () = assert!(alloctrace_options::MIN_BUFFER_SIZE == alloctrace_core::MIN_BUFFER_SIZE);
 const _: () = assert!(alloctrace_options::MAX_BUFFER_SIZE == alloctrace_core::MAX_BUFFER_SIZE);
-const _: () = assert!(alloctrace_options::DEFAULT_BUFFER_SIZE == alloctrace_core::DEFAULT_BUFFER_SIZE);
+const _: () =
+    assert!(alloctrace_options::DEFAULT_BUFFER_SIZE == alloctrace_core::DEFAULT_BUFFER_SIZE);
 
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
-pub const CARRIED: [&str; 11] =
-    ["LD_PRELOAD", OUTPUT, BUFFER_SIZE, RECORD, CLOCK, COMPRESSION, INDEX, DISABLE, ONLY, FOLLOW, ROOT_PID];
+pub const CARRIED: [&str; 11] = [
+    "LD_PRELOAD",
+    OUTPUT,
+    BUFFER_SIZE,
+    RECORD,
+    CLOCK,
+    COMPRESSION,
+    INDEX,
+    DISABLE,
+    ONLY,
+    FOLLOW,
+    ROOT_PID,
+];
 
 /// What the environment asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,17 +112,24 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
             }
         };
     }
-    let pattern = field!(OUTPUT, DEFAULT_PATTERN.as_bytes().to_vec(), |p: &Vec<u8>| {
+    let pattern = field!(OUTPUT, DEFAULT_PATTERN.as_bytes().to_vec(), |p: &Vec<
+        u8,
+    >| {
         alloctrace_options::check_pattern(p).map(|()| p.clone())
     });
-    let buffer_size = field!(BUFFER_SIZE, alloctrace_core::DEFAULT_BUFFER_SIZE, |v: &Vec<u8>| {
-        alloctrace_options::parse_buffer_size(v)
-    });
+    let buffer_size = field!(
+        BUFFER_SIZE,
+        alloctrace_core::DEFAULT_BUFFER_SIZE,
+        |v: &Vec<u8>| { alloctrace_options::parse_buffer_size(v) }
+    );
     let families = field!(RECORD, Families::ALL, |v: &Vec<u8>| Families::parse(v));
     let clock = field!(CLOCK, Clock::Precise, |v: &Vec<u8>| Clock::parse(v));
-    let compression = field!(COMPRESSION, Compression::None, |v: &Vec<u8>| Compression::parse(v));
-    let overwrite = field!(OVERWRITE, false, |v: &Vec<u8>| alloctrace_options::parse_flag(v)
-        .map_err(|_| "use 1 (replace an existing trace file) or 0"));
+    let compression = field!(COMPRESSION, Compression::None, |v: &Vec<u8>| {
+        Compression::parse(v)
+    });
+    let overwrite = field!(OVERWRITE, false, |v: &Vec<u8>| {
+        alloctrace_options::parse_flag(v).map_err(|_| "use 1 (replace an existing trace file) or 0")
+    });
     let only = match value(ONLY) {
         None => Vec::new(),
         Some(v) if v.is_empty() => Vec::new(),
@@ -120,7 +140,8 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
     };
     let follow = field!(FOLLOW, true, |v: &Vec<u8>| match &v[..] {
         b"" => Ok(true),
-        _ => alloctrace_options::parse_flag(v).map_err(|_| "use 0 (trace only the first process, not its children) or 1"),
+        _ => alloctrace_options::parse_flag(v)
+            .map_err(|_| "use 0 (trace only the first process, not its children) or 1"),
     });
     let root_pid = field!(ROOT_PID, None, |v: &Vec<u8>| std::str::from_utf8(v)
         .ok()
@@ -128,7 +149,9 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         .filter(|&p| p > 0)
         .map(Some)
         .ok_or("not a process ID (the shim sets it; leave it unset)"));
-    let index = value(INDEX).filter(|v| !v.is_empty()).and_then(|v| CString::new(v).ok());
+    let index = value(INDEX)
+        .filter(|v| !v.is_empty())
+        .and_then(|v| CString::new(v).ok());
     Parsed::Ok(Settings {
         pattern,
         buffer_size,
@@ -146,7 +169,10 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
 }
 
 fn bad(name: &str, value: &[u8], why: &str) -> Parsed {
-    Parsed::Bad(format!("{name}=\"{}\": {why}", String::from_utf8_lossy(value).escape_debug()))
+    Parsed::Bad(format!(
+        "{name}=\"{}\": {why}",
+        String::from_utf8_lossy(value).escape_debug()
+    ))
 }
 
 #[cfg(test)]
@@ -155,7 +181,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn parse_map(vars: &[(&str, &str)]) -> Parsed {
-        let map: HashMap<String, OsString> = vars.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        let map: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
         parse(|name| map.get(name).cloned())
     }
 
@@ -219,9 +248,15 @@ mod tests {
             (vec![(OUTPUT, "x%")], "unknown % escape"),
             (vec![(OUTPUT, "dir/")], "directory"),
             (vec![(OVERWRITE, "yes")], "ALLOCTRACE_OVERWRITE"),
-            (vec![(CLOCK, "fast")], "ALLOCTRACE_CLOCK=\"fast\": use precise"),
+            (
+                vec![(CLOCK, "fast")],
+                "ALLOCTRACE_CLOCK=\"fast\": use precise",
+            ),
             (vec![(COMPRESSION, "gzip")], "ALLOCTRACE_COMPRESSION"),
-            (vec![(ONLY, "/usr/bin/python3")], "ALLOCTRACE_ONLY=\"/usr/bin/python3\": a program name has no '/'"),
+            (
+                vec![(ONLY, "/usr/bin/python3")],
+                "ALLOCTRACE_ONLY=\"/usr/bin/python3\": a program name has no '/'",
+            ),
             (vec![(ONLY, "a,,b")], "ALLOCTRACE_ONLY"),
             (vec![(FOLLOW, "no")], "ALLOCTRACE_FOLLOW"),
             (vec![(ROOT_PID, "x")], "ALLOCTRACE_ROOT_PID"),
@@ -244,7 +279,10 @@ mod tests {
 
     #[test]
     fn disable() {
-        assert_eq!(parse_map(&[(DISABLE, "1"), (BUFFER_SIZE, "bad")]), Parsed::Disabled);
+        assert_eq!(
+            parse_map(&[(DISABLE, "1"), (BUFFER_SIZE, "bad")]),
+            Parsed::Disabled
+        );
         assert!(matches!(parse_map(&[(DISABLE, "0")]), Parsed::Ok(_)));
         assert!(matches!(parse_map(&[(DISABLE, "")]), Parsed::Ok(_)));
     }

@@ -28,7 +28,12 @@ struct Record {
     size: AtomicUsize,
 }
 
-static LOG: [Record; CAPACITY] = [const { Record { addr: AtomicUsize::new(0), size: AtomicUsize::new(0) } }; CAPACITY];
+static LOG: [Record; CAPACITY] = [const {
+    Record {
+        addr: AtomicUsize::new(0),
+        size: AtomicUsize::new(0),
+    }
+}; CAPACITY];
 /// Records claimed (may exceed CAPACITY; the excess is not stored).
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 /// Records fully written, in claim order.
@@ -37,7 +42,8 @@ static DONE: AtomicUsize = AtomicUsize::new(0);
 /// Whether heap calls are logged: before the constructor has decided.
 #[inline(always)]
 pub fn active() -> bool {
-    session::LIFECYCLE.load(Ordering::Relaxed) == session::UNINIT && crate::guard::get() != crate::guard::OWN
+    session::LIFECYCLE.load(Ordering::Relaxed) == session::UNINIT
+        && crate::guard::get() != crate::guard::OWN
 }
 
 fn log(addr: usize, size: usize) {
@@ -72,7 +78,13 @@ pub fn free(addr: usize) {
 pub fn replay(mut exists: impl FnMut(usize, usize)) {
     let n = DONE.load(Ordering::Acquire).min(CAPACITY);
     let mut records: Vec<(usize, usize, usize)> = (0..n)
-        .map(|i| (LOG[i].addr.load(Ordering::Relaxed), i, LOG[i].size.load(Ordering::Acquire)))
+        .map(|i| {
+            (
+                LOG[i].addr.load(Ordering::Relaxed),
+                i,
+                LOG[i].size.load(Ordering::Acquire),
+            )
+        })
         .collect();
     // By address, then in log order: the last record of an address says
     // whether its block is live.

@@ -85,13 +85,18 @@ pub fn capture_environment() {
     // SAFETY: dladdr with an address inside this library and a valid out
     // pointer; dli_fname, if set, is a NUL-terminated string ld.so keeps.
     let shim = unsafe {
-        if libc::dladdr(capture_environment as *const libc::c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+        if libc::dladdr(capture_environment as *const libc::c_void, &mut info) != 0
+            && !info.dli_fname.is_null()
+        {
             CStr::from_ptr(info.dli_fname).to_owned()
         } else {
             CString::default()
         }
     };
-    let old = RUN.swap(Box::into_raw(Box::new(Run { vars, shim })), Ordering::AcqRel);
+    let old = RUN.swap(
+        Box::into_raw(Box::new(Run { vars, shim })),
+        Ordering::AcqRel,
+    );
     debug_assert!(old.is_null());
 }
 
@@ -102,7 +107,9 @@ fn name_of(var: &[u8]) -> &[u8] {
 
 /// The value of a `NAME=value` entry.
 fn value_of(var: &[u8]) -> &[u8] {
-    var.iter().position(|&c| c == b'=').map_or(&[], |i| &var[i + 1..])
+    var.iter()
+        .position(|&c| c == b'=')
+        .map_or(&[], |i| &var[i + 1..])
 }
 
 /// The last path component.
@@ -114,9 +121,9 @@ fn file_name(path: &[u8]) -> &[u8] {
 /// ld.so reads it) names the shim: its path, or a file of the same name.
 fn names_shim(preload: &[u8], shim: &[u8]) -> bool {
     !shim.is_empty()
-        && preload
-            .split(|&c| c == b':' || c == b' ')
-            .any(|entry| entry == shim || (!entry.is_empty() && file_name(entry) == file_name(shim)))
+        && preload.split(|&c| c == b':' || c == b' ').any(|entry| {
+            entry == shim || (!entry.is_empty() && file_name(entry) == file_name(shim))
+        })
 }
 
 /// Whether an `ALLOCTRACE_DISABLE` value opts out (config.rs's rule).
@@ -129,9 +136,14 @@ fn disables(value: &[u8]) -> bool {
 ///
 /// # Safety
 /// `envp` is null or a valid NULL-terminated environment array.
-unsafe fn with_run_env(envp: *const *const c_char, f: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
+unsafe fn with_run_env(
+    envp: *const *const c_char,
+    f: impl FnOnce(*const *const c_char) -> c_int,
+) -> c_int {
     // SAFETY: RUN holds null or a leaked box.
-    let Some(run) = (unsafe { RUN.load(Ordering::Acquire).as_ref() }) else { return f(envp) };
+    let Some(run) = (unsafe { RUN.load(Ordering::Acquire).as_ref() }) else {
+        return f(envp);
+    };
     let entry = |i: usize| -> &[u8] {
         // SAFETY: i is below the entry count, and every entry is a
         // NUL-terminated string.
@@ -147,7 +159,9 @@ unsafe fn with_run_env(envp: *const *const c_char, f: impl FnOnce(*const *const 
             }
         }
     }
-    if (0..n).any(|i| name_of(entry(i)) == config::DISABLE.as_bytes() && disables(value_of(entry(i)))) {
+    if (0..n)
+        .any(|i| name_of(entry(i)) == config::DISABLE.as_bytes() && disables(value_of(entry(i))))
+    {
         return f(envp);
     }
     const SLOTS: usize = MAX_ENV + config::CARRIED.len() + 1;
@@ -165,7 +179,12 @@ unsafe fn with_run_env(envp: *const *const c_char, f: impl FnOnce(*const *const 
             let shim = run.shim.as_bytes();
             if !shim.is_empty() && !names_shim(value, shim) {
                 // LD_PRELOAD=<shim>:<value>\0
-                let parts: [&[u8]; 4] = [b"LD_PRELOAD=", shim, if value.is_empty() { b"" } else { b":" }, value];
+                let parts: [&[u8]; 4] = [
+                    b"LD_PRELOAD=",
+                    shim,
+                    if value.is_empty() { b"" } else { b":" },
+                    value,
+                ];
                 let total: usize = parts.iter().map(|p| p.len()).sum();
                 if total < MAX_PRELOAD {
                     let mut at = 0;
@@ -184,7 +203,9 @@ unsafe fn with_run_env(envp: *const *const c_char, f: impl FnOnce(*const *const 
                 len += 1;
                 continue;
             }
-        } else if name == config::OVERWRITE.as_bytes() || config::CARRIED.iter().any(|c| c.as_bytes() == name) {
+        } else if name == config::OVERWRITE.as_bytes()
+            || config::CARRIED.iter().any(|c| c.as_bytes() == name)
+        {
             // The run's value (if any) is added below.
             continue;
         }
@@ -207,7 +228,10 @@ unsafe fn with_run_env(envp: *const *const c_char, f: impl FnOnce(*const *const 
 ///
 /// # Safety
 /// `envp` is null or a valid environment array; `call` execs.
-unsafe fn exec_with(envp: *const *const c_char, call: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
+unsafe fn exec_with(
+    envp: *const *const c_char,
+    call: impl FnOnce(*const *const c_char) -> c_int,
+) -> c_int {
     if guard::get() == guard::OWN {
         return call(envp);
     }
@@ -231,7 +255,11 @@ unsafe fn exec_with(envp: *const *const c_char, call: impl FnOnce(*const *const 
 /// # Safety
 /// As execve(2).
 #[no_mangle]
-pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     // SAFETY: forwarded.
     unsafe { exec_with(envp, |env| real::execve(path, argv, env)) }
 }
@@ -261,7 +289,11 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 /// # Safety
 /// As execvpe(3).
 #[no_mangle]
-pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let Some(real_execvpe) = real::execvpe() else {
         real::set_errno(libc::ENOSYS);
         return -1;
@@ -275,7 +307,11 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char
 /// # Safety
 /// As fexecve(3).
 #[no_mangle]
-pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let Some(real_fexecve) = real::fexecve() else {
         real::set_errno(libc::ENOSYS);
         return -1;
@@ -299,13 +335,19 @@ unsafe fn spawn_with(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
-    let Some(next) = next else { return libc::ENOSYS };
+    let Some(next) = next else {
+        return libc::ENOSYS;
+    };
     if guard::get() == guard::OWN {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { next(pid, path, actions, attr, argv, envp) };
     }
     // SAFETY: as the caller's envp; the array lives until the call returns.
-    unsafe { with_run_env(envp.cast(), |env| next(pid, path, actions, attr, argv, env.cast())) }
+    unsafe {
+        with_run_env(envp.cast(), |env| {
+            next(pid, path, actions, attr, argv, env.cast())
+        })
+    }
 }
 
 /// Interposed posix_spawn(3).
@@ -344,7 +386,12 @@ pub unsafe extern "C" fn posix_spawnp(
 
 /// What execl.c calls once it has the arguments in an array: `how` 0 is
 /// execl (execv), 1 execlp (execvp), 2 execle (execve with `envp`).
-unsafe extern "C" fn execl_target(how: c_int, file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+unsafe extern "C" fn execl_target(
+    how: c_int,
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     // SAFETY: the caller's arguments, collected by execl.c.
     unsafe {
         match how {
@@ -355,7 +402,8 @@ unsafe extern "C" fn execl_target(how: c_int, file: *const c_char, argv: *const 
     }
 }
 
-type ExeclTarget = unsafe extern "C" fn(c_int, *const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExeclTarget =
+    unsafe extern "C" fn(c_int, *const c_char, *const *const c_char, *const *const c_char) -> c_int;
 
 extern "C" {
     // execl.c (hidden: not exported).

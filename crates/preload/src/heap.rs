@@ -42,7 +42,10 @@ use crate::{early, guard, liveset, own, real, session};
 
 /// memalign's alignment rule: rounded up to a power of two, at least 16.
 fn own_align(align: usize) -> usize {
-    align.checked_next_power_of_two().unwrap_or(usize::MAX / 2 + 1).max(16)
+    align
+        .checked_next_power_of_two()
+        .unwrap_or(usize::MAX / 2 + 1)
+        .max(16)
 }
 
 #[inline(always)]
@@ -146,7 +149,12 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// realloc and reallocarray once the size is known: `call(p)` is the next
 /// allocator's realloc(p, size) or reallocarray(p, n, m).
 #[inline]
-unsafe fn reallocate(entry: EntryPoint, p: *mut c_void, size: usize, call: impl Fn(*mut c_void) -> *mut c_void) -> *mut c_void {
+unsafe fn reallocate(
+    entry: EntryPoint,
+    p: *mut c_void,
+    size: usize,
+    call: impl Fn(*mut c_void) -> *mut c_void,
+) -> *mut c_void {
     if own::contains(p) {
         // SAFETY: a block of the shim's own heap.
         return unsafe { own::realloc(p, size) };
@@ -233,7 +241,11 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
     match n.checked_mul(size) {
         // SAFETY: forwarded.
-        Some(bytes) => unsafe { reallocate(EntryPoint::Reallocarray, p, bytes, |p| real::reallocarray(p, n, size)) },
+        Some(bytes) => unsafe {
+            reallocate(EntryPoint::Reallocarray, p, bytes, |p| {
+                real::reallocarray(p, n, size)
+            })
+        },
         None if own::contains(p) || guard::get() == guard::OWN => {
             real::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
@@ -274,7 +286,11 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     // SAFETY: forwarded.
     let rc = unsafe { real::posix_memalign(out, align, size) };
     // SAFETY: the allocator wrote *out if it succeeded.
-    let p = if rc == 0 { unsafe { *out } } else { core::ptr::null_mut() };
+    let p = if rc == 0 {
+        unsafe { *out }
+    } else {
+        core::ptr::null_mut()
+    };
     if recording() {
         allocated(EntryPoint::PosixMemalign, p, size);
     } else if early::active() {
@@ -350,7 +366,10 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     if guard::get() == guard::OWN {
-        return own::alloc(size.div_ceil(crate::page_size()).max(1) * crate::page_size(), crate::page_size());
+        return own::alloc(
+            size.div_ceil(crate::page_size()).max(1) * crate::page_size(),
+            crate::page_size(),
+        );
     }
     // SAFETY: forwarded.
     let p = unsafe { real::pvalloc(size) };

@@ -175,7 +175,8 @@ mod real {
 }
 
 /// The system page size, read by the constructor (4096 until then).
-pub(crate) static PAGE_SIZE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(4096);
+pub(crate) static PAGE_SIZE: core::sync::atomic::AtomicUsize =
+    core::sync::atomic::AtomicUsize::new(4096);
 
 /// The system page size.
 #[inline(always)]

@@ -87,7 +87,10 @@ pub fn insert(addr: usize) -> bool {
         }
         // Reusing a tombstone is safe: the address cannot be further along
         // (malloc never hands out a live address twice).
-        if (v == EMPTY || v == TOMBSTONE) && s.compare_exchange(v, addr, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        if (v == EMPTY || v == TOMBSTONE)
+            && s.compare_exchange(v, addr, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
             return true;
         }
         if v == EMPTY || v == TOMBSTONE {
@@ -114,7 +117,9 @@ pub fn remove(addr: usize) -> bool {
             return false;
         }
         if v == addr {
-            return s.compare_exchange(addr, TOMBSTONE, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+            return s
+                .compare_exchange(addr, TOMBSTONE, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
         }
     }
     false

@@ -45,7 +45,9 @@ impl Tagger {
     fn finish(self, entry: EntryPoint) {
         match self.pending {
             Some(SpanEvent::Free { base }) => tagged::span_free(entry, base),
-            Some(SpanEvent::Alloc { base, len, class }) => tagged::span_alloc(entry, base, pages(len), class),
+            Some(SpanEvent::Alloc { base, len, class }) => {
+                tagged::span_alloc(entry, base, pages(len), class)
+            }
             None => tagged::call(entry),
         }
     }
@@ -55,7 +57,9 @@ impl crate::spans::Sink for Tagger {
     fn event(&mut self, ev: SpanEvent) {
         match self.pending.replace(ev) {
             Some(SpanEvent::Free { base }) => events::span_free(base),
-            Some(SpanEvent::Alloc { base, len, class }) => events::span_alloc(base, pages(len), class),
+            Some(SpanEvent::Alloc { base, len, class }) => {
+                events::span_alloc(base, pages(len), class)
+            }
             None => {}
         }
     }
@@ -77,7 +81,9 @@ pub fn snapshot(table: &mut Table) {
 /// the shim's own code, not a signal handler inside either).
 #[inline(always)]
 fn recording() -> bool {
-    alloctrace_core::enabled() && session::MMAP.load(Ordering::Relaxed) && guard::get() == guard::NORMAL
+    alloctrace_core::enabled()
+        && session::MMAP.load(Ordering::Relaxed)
+        && guard::get() == guard::NORMAL
 }
 
 /// Runs the system call `call` and records it with `record`, under the span
@@ -108,7 +114,14 @@ fn class_of(flags: c_int) -> u64 {
     class
 }
 
-unsafe fn do_mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void {
+unsafe fn do_mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
     if !recording() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
@@ -119,7 +132,12 @@ unsafe fn do_mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: 
         |r, table, tagger| {
             if r != libc::MAP_FAILED {
                 let base = r as usize;
-                table.map(base, base.saturating_add(round_up(len)), class_of(flags), tagger);
+                table.map(
+                    base,
+                    base.saturating_add(round_up(len)),
+                    class_of(flags),
+                    tagger,
+                );
             }
             tagger_finish(tagger, EntryPoint::Mmap);
         },
@@ -135,7 +153,14 @@ fn tagger_finish(tagger: &mut Tagger, entry: EntryPoint) {
 /// # Safety
 /// As mmap(2).
 #[no_mangle]
-pub unsafe extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: libc::off_t) -> *mut c_void {
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: libc::off_t,
+) -> *mut c_void {
     // SAFETY: forwarded.
     unsafe { do_mmap(addr, len, prot, flags, fd, off) }
 }
@@ -146,7 +171,14 @@ pub unsafe extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags:
 /// # Safety
 /// As mmap(2).
 #[no_mangle]
-pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: libc::off64_t) -> *mut c_void {
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: libc::off64_t,
+) -> *mut c_void {
     // SAFETY: forwarded.
     unsafe { do_mmap(addr, len, prot, flags, fd, off) }
 }
@@ -182,8 +214,18 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
 /// # Safety
 /// As mremap(2).
 #[no_mangle]
-pub unsafe extern "C" fn mremap(old: *mut c_void, old_len: usize, new_len: usize, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
-    let new_addr = if flags & libc::MREMAP_FIXED != 0 { new_addr } else { core::ptr::null_mut() };
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let new_addr = if flags & libc::MREMAP_FIXED != 0 {
+        new_addr
+    } else {
+        core::ptr::null_mut()
+    };
     if !recording() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };

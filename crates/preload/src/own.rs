@@ -61,7 +61,10 @@ fn base() -> Option<usize> {
         match STATE.load(Ordering::Acquire) {
             2 => return Some(BASE.load(Ordering::Relaxed)),
             3 => return None,
-            0 if STATE.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_ok() => {
+            0 if STATE
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok() =>
+            {
                 // SAFETY: a fresh anonymous reservation.
                 let p = unsafe {
                     crate::real::mmap(
@@ -101,7 +104,8 @@ fn take_block(base: usize, class: usize) -> Option<usize> {
         // never unmapped, so reading it is safe even if another thread has
         // popped it meanwhile; the counter then makes the exchange fail.
         // SAFETY: offset is within the reservation.
-        let next = unsafe { (*((base + offset) as *const AtomicU64)).load(Ordering::Relaxed) } as u32;
+        let next =
+            unsafe { (*((base + offset) as *const AtomicU64)).load(Ordering::Relaxed) } as u32;
         let new = ((h >> 32).wrapping_add(1) << 32) | next as u64;
         match head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Some(offset),
@@ -131,7 +135,9 @@ fn give_block(base: usize, class: usize, offset: usize) {
     let mut h = head.load(Ordering::Relaxed);
     loop {
         // SAFETY: the block is ours until the exchange publishes it.
-        unsafe { (*((base + offset) as *const AtomicU64)).store(h as u32 as u64, Ordering::Relaxed) };
+        unsafe {
+            (*((base + offset) as *const AtomicU64)).store(h as u32 as u64, Ordering::Relaxed)
+        };
         let new = ((h >> 32).wrapping_add(1) << 32) | link as u64;
         match head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => return,
@@ -144,14 +150,28 @@ fn give_block(base: usize, class: usize, offset: usize) {
 pub fn alloc(size: usize, align: usize) -> *mut c_void {
     let align = align.max(HEADER);
     // Room for the header and, past 16, the alignment padding.
-    let extra = if align == HEADER { HEADER } else { HEADER + align };
-    let Some(need) = size.checked_add(extra) else { return core::ptr::null_mut() };
-    let class = (need.max(1 << MIN_SHIFT).next_power_of_two().trailing_zeros() - MIN_SHIFT) as usize;
+    let extra = if align == HEADER {
+        HEADER
+    } else {
+        HEADER + align
+    };
+    let Some(need) = size.checked_add(extra) else {
+        return core::ptr::null_mut();
+    };
+    let class = (need
+        .max(1 << MIN_SHIFT)
+        .next_power_of_two()
+        .trailing_zeros()
+        - MIN_SHIFT) as usize;
     if class >= CLASSES {
         return core::ptr::null_mut();
     }
-    let Some(base) = base() else { return fallback(size, align) };
-    let Some(offset) = take_block(base, class) else { return fallback(size, align) };
+    let Some(base) = base() else {
+        return fallback(size, align);
+    };
+    let Some(offset) = take_block(base, class) else {
+        return fallback(size, align);
+    };
     let block = base + offset;
     let user = (block + HEADER + align - 1) & !(align - 1);
     // SAFETY: the header lies within the block, before the user pointer.
@@ -179,7 +199,11 @@ unsafe fn header(p: *mut c_void) -> (usize, usize, usize) {
     // SAFETY: the caller's block has a header right before it.
     unsafe {
         let h = (p as usize - HEADER) as *const u32;
-        (h.read() as usize, h.add(1).read() as usize, (p as *const u64).sub(1).read() as usize)
+        (
+            h.read() as usize,
+            h.add(1).read() as usize,
+            (p as *const u64).sub(1).read() as usize,
+        )
     }
 }
 
@@ -230,7 +254,9 @@ pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 
 /// calloc: zeroed memory (recycled blocks are not zero).
 pub fn calloc(n: usize, size: usize) -> *mut c_void {
-    let Some(bytes) = n.checked_mul(size) else { return core::ptr::null_mut() };
+    let Some(bytes) = n.checked_mul(size) else {
+        return core::ptr::null_mut();
+    };
     let p = alloc(bytes, HEADER);
     if !p.is_null() {
         // Recycled blocks (and the glibc fallback) are not zero.
@@ -271,7 +297,9 @@ mod tests {
         }
         let z = calloc(100, 10);
         // SAFETY: z holds 1000 bytes.
-        assert!(unsafe { core::slice::from_raw_parts(z.cast::<u8>(), 1000) }.iter().all(|&b| b == 0));
+        assert!(unsafe { core::slice::from_raw_parts(z.cast::<u8>(), 1000) }
+            .iter()
+            .all(|&b| b == 0));
         assert!(!contains(core::ptr::null_mut()));
         assert!(!contains(&CURSOR as *const AtomicUsize as *mut c_void));
     }

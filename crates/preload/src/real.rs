@@ -44,7 +44,6 @@ mod libc_malloc {
     }
 }
 
-
 type MallocFn = unsafe extern "C" fn(usize) -> *mut c_void;
 type CallocFn = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type ReallocFn = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
@@ -96,7 +95,11 @@ unsafe extern "C" fn libc_reallocarray(p: *mut c_void, n: usize, size: usize) ->
     }
 }
 
-unsafe extern "C" fn libc_posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+unsafe extern "C" fn libc_posix_memalign(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+) -> c_int {
     // SAFETY: as the caller's (glibc's posix_memalign, reached by address).
     unsafe { libc::posix_memalign(out, align, size) }
 }
@@ -123,17 +126,57 @@ fn lookup(name: &[u8], fallback: *mut c_void) -> *mut c_void {
 /// the first heap call made before the constructor).
 pub fn resolve_allocator() {
     let table: [(&Next, &[u8], *mut c_void); 11] = [
-        (&MALLOC, b"malloc\0", libc_malloc::__libc_malloc as *mut c_void),
-        (&CALLOC, b"calloc\0", libc_malloc::__libc_calloc as *mut c_void),
-        (&REALLOC, b"realloc\0", libc_malloc::__libc_realloc as *mut c_void),
+        (
+            &MALLOC,
+            b"malloc\0",
+            libc_malloc::__libc_malloc as *mut c_void,
+        ),
+        (
+            &CALLOC,
+            b"calloc\0",
+            libc_malloc::__libc_calloc as *mut c_void,
+        ),
+        (
+            &REALLOC,
+            b"realloc\0",
+            libc_malloc::__libc_realloc as *mut c_void,
+        ),
         (&FREE, b"free\0", libc_malloc::__libc_free as *mut c_void),
-        (&POSIX_MEMALIGN, b"posix_memalign\0", libc_posix_memalign as *mut c_void),
-        (&ALIGNED_ALLOC, b"aligned_alloc\0", libc_malloc::__libc_memalign as *mut c_void),
-        (&MEMALIGN, b"memalign\0", libc_malloc::__libc_memalign as *mut c_void),
-        (&VALLOC, b"valloc\0", libc_malloc::__libc_valloc as *mut c_void),
-        (&PVALLOC, b"pvalloc\0", libc_malloc::__libc_pvalloc as *mut c_void),
-        (&REALLOCARRAY, b"reallocarray\0", libc_reallocarray as *mut c_void),
-        (&USABLE_SIZE, b"malloc_usable_size\0", libc_usable_size as *mut c_void),
+        (
+            &POSIX_MEMALIGN,
+            b"posix_memalign\0",
+            libc_posix_memalign as *mut c_void,
+        ),
+        (
+            &ALIGNED_ALLOC,
+            b"aligned_alloc\0",
+            libc_malloc::__libc_memalign as *mut c_void,
+        ),
+        (
+            &MEMALIGN,
+            b"memalign\0",
+            libc_malloc::__libc_memalign as *mut c_void,
+        ),
+        (
+            &VALLOC,
+            b"valloc\0",
+            libc_malloc::__libc_valloc as *mut c_void,
+        ),
+        (
+            &PVALLOC,
+            b"pvalloc\0",
+            libc_malloc::__libc_pvalloc as *mut c_void,
+        ),
+        (
+            &REALLOCARRAY,
+            b"reallocarray\0",
+            libc_reallocarray as *mut c_void,
+        ),
+        (
+            &USABLE_SIZE,
+            b"malloc_usable_size\0",
+            libc_usable_size as *mut c_void,
+        ),
     ];
     // Look every name up before storing any: a call made meanwhile (by
     // dlsym, on this thread) still finds the bootstrap functions, which
@@ -212,7 +255,11 @@ unsafe extern "C" fn boot_free(p: *mut c_void) {
     unsafe { free(p) }
 }
 
-unsafe extern "C" fn boot_posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+unsafe extern "C" fn boot_posix_memalign(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+) -> c_int {
     if resolving() {
         // SAFETY: forwarded.
         return unsafe { libc_posix_memalign(out, align, size) };
@@ -332,7 +379,9 @@ pub unsafe fn free(p: *mut c_void) {
 #[inline(always)]
 pub unsafe fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
     // SAFETY: as malloc.
-    unsafe { core::mem::transmute::<*mut c_void, PosixMemalignFn>(POSIX_MEMALIGN.get())(out, align, size) }
+    unsafe {
+        core::mem::transmute::<*mut c_void, PosixMemalignFn>(POSIX_MEMALIGN.get())(out, align, size)
+    }
 }
 
 /// The next aligned_alloc.
@@ -414,7 +463,14 @@ pub fn set_errno(e: c_int) {
 /// # Safety
 /// As mmap(2).
 #[inline]
-pub unsafe fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void {
+pub unsafe fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
     // SAFETY: the caller's arguments go to the kernel unchanged; syscall()
     // maps -errno results to -1 (MAP_FAILED) with errno set.
     unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
@@ -435,16 +491,28 @@ pub unsafe fn munmap(addr: *mut c_void, len: usize) -> c_int {
 /// # Safety
 /// As mremap(2).
 #[inline]
-pub unsafe fn mremap(old: *mut c_void, old_len: usize, new_len: usize, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+pub unsafe fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
     // SAFETY: as mmap above.
-    unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void }
+    unsafe {
+        libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void
+    }
 }
 
 /// execve(2). Returns only on failure (-1, errno set).
 ///
 /// # Safety
 /// As execve(2).
-pub unsafe fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     // SAFETY: as mmap above.
     unsafe { libc::syscall(libc::SYS_execve, path, argv, envp) as c_int }
 }
@@ -455,7 +523,8 @@ pub type PthreadCreate = unsafe extern "C" fn(
     extern "C" fn(*mut c_void) -> *mut c_void,
     *mut c_void,
 ) -> c_int;
-pub type Execvpe = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+pub type Execvpe =
+    unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 pub type Fexecve = unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
 pub type PosixSpawn = unsafe extern "C" fn(
     *mut libc::pid_t,

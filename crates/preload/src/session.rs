@@ -111,7 +111,9 @@ pub fn init() {
             }
             Parsed::Bad(why) => {
                 message(&format!("{why}; running untraced"));
-                if let Some(index) = std::env::var_os(config::INDEX).and_then(|v| CString::new(v.as_bytes()).ok()) {
+                if let Some(index) =
+                    std::env::var_os(config::INDEX).and_then(|v| CString::new(v.as_bytes()).ok())
+                {
                     // SAFETY: getpid has no preconditions.
                     let pid = unsafe { libc::getpid() };
                     untraced_line(&index, pid, &why);
@@ -142,7 +144,16 @@ pub fn init() {
             // Untraced, but the exec wrappers still carry the configuration,
             // so the programs this one starts are traced if they match.
             if let (Some(index), Some(program)) = (&settings.index, why) {
-                append_index(index, &[b"skipped\t", pid.to_string().as_bytes(), b"\t", &clean(&program)].concat());
+                append_index(
+                    index,
+                    &[
+                        b"skipped\t",
+                        pid.to_string().as_bytes(),
+                        b"\t",
+                        &clean(&program),
+                    ]
+                    .concat(),
+                );
             }
             LIFECYCLE.store(DISABLED, Ordering::Release);
             return;
@@ -158,7 +169,9 @@ pub fn init() {
             // handlers: child handlers run in registration order, so ours
             // runs after the core has reset itself.
             // SAFETY: the handlers are extern "C" fns without arguments.
-            unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+            unsafe {
+                libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child))
+            };
         }
     });
 }
@@ -182,7 +195,9 @@ fn not_traced_here(s: &Settings, pid: i32) -> Option<Option<Vec<u8>>> {
         return None;
     }
     let started_as = program_name();
-    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default();
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.as_os_str().as_bytes().to_vec())
+        .unwrap_or_default();
     let exe_name = alloctrace_options::file_name(&exe);
     if alloctrace_options::only_matches(&s.only, &[&started_as, exe_name]) {
         return None;
@@ -230,13 +245,18 @@ fn open_output(s: &Settings, kind: Kind, pid: u32) -> Result<(Output, CString), 
             };
             if let Some(what) = what {
                 let mut shown = name.clone();
-                shown.extend_from_slice(format!(" (it is {what}: ALLOCTRACE_OVERWRITE replaces only a regular file)").as_bytes());
+                shown.extend_from_slice(
+                    format!(" (it is {what}: ALLOCTRACE_OVERWRITE replaces only a regular file)")
+                        .as_bytes(),
+                );
                 // errno 0: the name carries the whole reason.
                 return Err((shown, 0));
             }
             // SAFETY: c is NUL-terminated.
             if unsafe { libc::unlink(c.as_ptr()) } != 0 {
-                let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+                let e = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO);
                 if e != libc::ENOENT {
                     return Err((name, e));
                 }
@@ -251,7 +271,11 @@ fn open_output(s: &Settings, kind: Kind, pid: u32) -> Result<(Output, CString), 
         }
     }
     for k in 0..1000 {
-        let candidate = if k == 0 { name.clone() } else { config::with_suffix(&name, k) };
+        let candidate = if k == 0 {
+            name.clone()
+        } else {
+            config::with_suffix(&name, k)
+        };
         let c = cname(&candidate)?;
         match Output::create_new(&c) {
             Ok(o) => return Ok((o, c)),
@@ -289,7 +313,11 @@ fn start_session(kind: Kind) -> bool {
         min_heap_align: 2 * core::mem::size_of::<usize>() as u64,
         min_stack_align: page_size,
         buffer_size: s.buffer_size,
-        clock: if s.coarse_clock { ClockKind::Coarse } else { ClockKind::Precise },
+        clock: if s.coarse_clock {
+            ClockKind::Coarse
+        } else {
+            ClockKind::Precise
+        },
         compress: s.compress,
         ..Config::default()
     };
@@ -352,7 +380,10 @@ fn start_session(kind: Kind) -> bool {
             let full = absolute(&path);
             if let Some(index) = &s.index {
                 let program = clean(&program_name());
-                append_index(index, &[pid.to_string().as_bytes(), b"\t", &program, b"\t", &full].concat());
+                append_index(
+                    index,
+                    &[pid.to_string().as_bytes(), b"\t", &program, b"\t", &full].concat(),
+                );
             }
             let record = SessionRecord {
                 path: CString::new(full).unwrap_or_default(),
@@ -403,24 +434,34 @@ struct SessionRecord {
 static RECORD: AtomicPtr<SessionRecord> = AtomicPtr::new(core::ptr::null_mut());
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// Stops the running session: flushes every thread and closes the file.
 /// Then appends the session's `end` line to the index. Runs as the shim's
 /// own code.
 fn stop_session() {
-    if LIFECYCLE.compare_exchange(RUNNING, STOPPED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if LIFECYCLE
+        .compare_exchange(RUNNING, STOPPED, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         return;
     }
     let result = alloctrace_core::stop();
     if let Err(e) = result {
         // SAFETY: TRACE_PATH holds null or a leaked box.
         let path = unsafe { TRACE_PATH.load(Ordering::Acquire).as_ref() };
-        let path = path.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let path = path
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         message(&format!("writing the trace {path} failed: {}", e));
     }
     // SAFETY: RECORD holds null or a leaked box.
@@ -435,7 +476,11 @@ fn stop_session() {
         // NUL-terminated.
         let bytes = unsafe {
             let mut st: libc::stat = core::mem::zeroed();
-            if libc::stat(record.path.as_ptr(), &mut st) == 0 { st.st_size as u64 } else { 0 }
+            if libc::stat(record.path.as_ptr(), &mut st) == 0 {
+                st.st_size as u64
+            } else {
+                0
+            }
         };
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
@@ -452,7 +497,10 @@ fn stop_session() {
 
 /// `bytes` with tabs and line breaks replaced, for one index field.
 fn clean(bytes: &[u8]) -> Vec<u8> {
-    bytes.iter().map(|&c| if c == b'\t' || c == b'\n' { b'?' } else { c }).collect()
+    bytes
+        .iter()
+        .map(|&c| if c == b'\t' || c == b'\n' { b'?' } else { c })
+        .collect()
 }
 
 /// `path` made absolute with the current directory.
@@ -471,7 +519,18 @@ fn absolute(path: &CString) -> Vec<u8> {
 /// Appends an `untraced` line: this process could not be traced, and why.
 fn untraced_line(index: &CString, pid: i32, why: &str) {
     let program = clean(&program_name());
-    append_index(index, &[b"untraced\t", pid.to_string().as_bytes(), b"\t", &program, b"\t", &clean(why.as_bytes())].concat());
+    append_index(
+        index,
+        &[
+            b"untraced\t",
+            pid.to_string().as_bytes(),
+            b"\t",
+            &program,
+            b"\t",
+            &clean(why.as_bytes()),
+        ]
+        .concat(),
+    );
 }
 
 /// Appends one line (`line` and a line break) to ALLOCTRACE_INDEX, the
@@ -497,7 +556,10 @@ fn append_index(index: &CString, line: &[u8]) {
     // below. O_APPEND makes the one write atomic with respect to other
     // processes appending lines.
     unsafe {
-        let fd = libc::open(index.as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NOFOLLOW);
+        let fd = libc::open(
+            index.as_ptr(),
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        );
         if fd < 0 {
             return;
         }

@@ -410,8 +410,10 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     let code = unsafe { (*info).si_code };
     // A hardware fault repeats when its instruction runs again; a machine
     // check the kernel reports ahead of any access (BUS_MCEERR_AO) does not.
-    let fault = matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL)
-        && code > 0
+    let fault = matches!(
+        sig,
+        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+    ) && code > 0
         && !(sig == libc::SIGBUS && code == BUS_MCEERR_AO);
     if !(fault && may_resume) {
         requeue(sig, info);
@@ -471,7 +473,8 @@ extern "C" fn on_reset(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     // SA_SIGINFO saying which signature it has.
     unsafe {
         if program.sa_flags & libc::SA_SIGINFO != 0 {
-            let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = core::mem::transmute(handler);
+            let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+                core::mem::transmute(handler);
             f(sig, info, ctx);
         } else {
             let f: extern "C" fn(c_int) = core::mem::transmute(handler);
@@ -488,7 +491,11 @@ extern "C" fn on_reset(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
 /// # Safety
 /// As sigaction(2).
 #[no_mangle]
-pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
     let Some(real) = real_sigaction() else {
         set_errno(libc::ENOSYS);
         return -1;
@@ -522,7 +529,11 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
 /// # Safety
 /// As sigaction(2).
 #[no_mangle]
-pub unsafe extern "C" fn __sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+pub unsafe extern "C" fn __sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
     // SAFETY: forwarded.
     unsafe { sigaction(sig, act, old) }
 }
@@ -533,7 +544,9 @@ pub unsafe extern "C" fn __sigaction(sig: c_int, act: *const libc::sigaction, ol
 /// other's result translated from the view just before: the kernel and
 /// the view still agree afterwards (adopt reads the kernel).
 fn via(sig: c_int, call: impl FnOnce() -> libc::sighandler_t) -> libc::sighandler_t {
-    let Some(real) = real_sigaction() else { return call() };
+    let Some(real) = real_sigaction() else {
+        return call();
+    };
     if !is_handled(sig) || guard::get() == guard::OWN {
         return call();
     }
@@ -554,7 +567,12 @@ fn via(sig: c_int, call: impl FnOnce() -> libc::sighandler_t) -> libc::sighandle
     r
 }
 
-fn call_signal(cache: &AtomicPtr<c_void>, name: &[u8], sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+fn call_signal(
+    cache: &AtomicPtr<c_void>,
+    name: &[u8],
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
     let Some(f) = real_signal(cache, name) else {
         set_errno(libc::ENOSYS);
         return libc::SIG_ERR;

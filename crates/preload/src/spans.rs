@@ -65,7 +65,11 @@ const INITIAL_CAP: usize = 4096;
 
 impl Table {
     pub const fn new() -> Table {
-        Table { ptr: core::ptr::null_mut(), len: 0, cap: 0 }
+        Table {
+            ptr: core::ptr::null_mut(),
+            len: 0,
+            cap: 0,
+        }
     }
 
     #[cfg(test)]
@@ -89,7 +93,10 @@ impl Table {
     /// The class of the span holding `addr`, if any.
     pub fn class_at(&self, addr: usize) -> Option<u64> {
         let i = self.first_ending_after(addr);
-        self.spans().get(i).filter(|s| s.base <= addr).map(|s| s.class)
+        self.spans()
+            .get(i)
+            .filter(|s| s.base <= addr)
+            .map(|s| s.class)
     }
 
     /// Makes room for one more span. False when memory cannot be had.
@@ -97,7 +104,11 @@ impl Table {
         if self.len < self.cap {
             return true;
         }
-        let new_cap = if self.cap == 0 { INITIAL_CAP } else { self.cap * 2 };
+        let new_cap = if self.cap == 0 {
+            INITIAL_CAP
+        } else {
+            self.cap * 2
+        };
         let new_bytes = new_cap * core::mem::size_of::<Span>();
         // SAFETY: raw system calls on memory this table owns.
         let p = unsafe {
@@ -167,22 +178,42 @@ impl Table {
                 break;
             }
             sink.event(SpanEvent::Free { base: s.base });
-            let left = (s.base < start).then_some(Span { base: s.base, end: start, class: s.class });
-            let right = (s.end > end).then_some(Span { base: end, end: s.end, class: s.class });
+            let left = (s.base < start).then_some(Span {
+                base: s.base,
+                end: start,
+                class: s.class,
+            });
+            let right = (s.end > end).then_some(Span {
+                base: end,
+                end: s.end,
+                class: s.class,
+            });
             match (left, right) {
                 (None, None) => self.remove_at(i),
                 (Some(piece), None) | (None, Some(piece)) => {
                     self.set(i, piece);
-                    sink.event(SpanEvent::Alloc { base: piece.base, len: piece.end - piece.base, class: piece.class });
+                    sink.event(SpanEvent::Alloc {
+                        base: piece.base,
+                        len: piece.end - piece.base,
+                        class: piece.class,
+                    });
                     i += 1;
                 }
                 (Some(l), Some(r)) => {
                     self.set(i, l);
-                    sink.event(SpanEvent::Alloc { base: l.base, len: l.end - l.base, class: l.class });
+                    sink.event(SpanEvent::Alloc {
+                        base: l.base,
+                        len: l.end - l.base,
+                        class: l.class,
+                    });
                     // No room for the right piece: it is forgotten, and so
                     // never freed in the trace (a leak, not an anomaly).
                     if self.insert_at(i + 1, r) {
-                        sink.event(SpanEvent::Alloc { base: r.base, len: r.end - r.base, class: r.class });
+                        sink.event(SpanEvent::Alloc {
+                            base: r.base,
+                            len: r.end - r.base,
+                            class: r.class,
+                        });
                     }
                     i += 2;
                 }
@@ -196,13 +227,23 @@ impl Table {
     pub fn map(&mut self, start: usize, end: usize, class: u64, sink: &mut impl Sink) -> bool {
         self.unmap(start, end, sink);
         let i = self.first_ending_after(start);
-        if !self.insert_at(i, Span { base: start, end, class }) {
+        if !self.insert_at(
+            i,
+            Span {
+                base: start,
+                end,
+                class,
+            },
+        ) {
             return false;
         }
-        sink.event(SpanEvent::Alloc { base: start, len: end - start, class });
+        sink.event(SpanEvent::Alloc {
+            base: start,
+            len: end - start,
+            class,
+        });
         true
     }
-
 }
 
 impl Default for Table {
@@ -221,7 +262,10 @@ pub struct Shared {
 // SAFETY: the table is only touched with the lock held.
 unsafe impl Sync for Shared {}
 
-pub static SPANS: Shared = Shared { lock: AtomicU32::new(0), table: UnsafeCell::new(Table::new()) };
+pub static SPANS: Shared = Shared {
+    lock: AtomicU32::new(0),
+    table: UnsafeCell::new(Table::new()),
+};
 
 /// The span table, locked. Unlocks on drop.
 pub struct Locked(());
@@ -230,7 +274,11 @@ impl Shared {
     /// Takes the lock (a futex mutex: no allocation, sleeps in the kernel
     /// when contended).
     pub fn lock(&self) -> Locked {
-        if self.lock.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if self
+            .lock
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             while self.lock.swap(2, Ordering::Acquire) != 0 {
                 // SAFETY: futex wait on our own word; spurious wakeups loop.
                 unsafe {
@@ -250,7 +298,14 @@ impl Shared {
     fn unlock(&self) {
         if self.lock.swap(0, Ordering::Release) == 2 {
             // SAFETY: futex wake on our own word.
-            unsafe { libc::syscall(libc::SYS_futex, self.lock.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1u32) };
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.lock.as_ptr(),
+                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                    1u32,
+                )
+            };
         }
     }
 
@@ -300,7 +355,11 @@ mod tests {
         SpanEvent::Free { base }
     }
     fn alloc(base: usize, len: usize) -> SpanEvent {
-        SpanEvent::Alloc { base, len, class: 0 }
+        SpanEvent::Alloc {
+            base,
+            len,
+            class: 0,
+        }
     }
 
     #[test]
@@ -325,16 +384,39 @@ mod tests {
         assert_eq!(ev.0, [free(12 * P), alloc(12 * P, 6 * P)]);
         ev.0.clear();
         t.unmap(14 * P, 15 * P, &mut ev);
-        assert_eq!(ev.0, [free(12 * P), alloc(12 * P, 2 * P), alloc(15 * P, 3 * P)]);
+        assert_eq!(
+            ev.0,
+            [free(12 * P), alloc(12 * P, 2 * P), alloc(15 * P, 3 * P)]
+        );
         ev.0.clear();
         assert_eq!(t.len(), 3);
 
         // One range across several spans.
         t.unmap(13 * P, 35 * P, &mut ev);
-        assert_eq!(ev.0, [free(12 * P), alloc(12 * P, P), free(15 * P), free(30 * P), alloc(35 * P, 5 * P)]);
+        assert_eq!(
+            ev.0,
+            [
+                free(12 * P),
+                alloc(12 * P, P),
+                free(15 * P),
+                free(30 * P),
+                alloc(35 * P, 5 * P)
+            ]
+        );
         assert_eq!(
             t.spans(),
-            [Span { base: 12 * P, end: 13 * P, class: 0 }, Span { base: 35 * P, end: 40 * P, class: 0 }]
+            [
+                Span {
+                    base: 12 * P,
+                    end: 13 * P,
+                    class: 0
+                },
+                Span {
+                    base: 35 * P,
+                    end: 40 * P,
+                    class: 0
+                }
+            ]
         );
         assert_eq!(t.class_at(36 * P), Some(0));
         assert_eq!(t.class_at(20 * P), None);
@@ -349,7 +431,15 @@ mod tests {
         t.map(5 * P, 15 * P, CLASS_FILE, &mut ev);
         assert_eq!(
             ev.0,
-            [free(0), alloc(0, 5 * P), SpanEvent::Alloc { base: 5 * P, len: 10 * P, class: CLASS_FILE }]
+            [
+                free(0),
+                alloc(0, 5 * P),
+                SpanEvent::Alloc {
+                    base: 5 * P,
+                    len: 10 * P,
+                    class: CLASS_FILE
+                }
+            ]
         );
         assert_eq!(t.class_at(12 * P), Some(CLASS_FILE));
     }

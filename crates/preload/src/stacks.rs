@@ -59,7 +59,9 @@ fn recording() -> bool {
 /// Records the calling thread's stack as allocated (`exists` false) or as
 /// existing since before the session (`exists` true), in session `epoch`.
 fn record_stack(exists: bool, epoch: u64) {
-    let Some((base, size)) = current_stack() else { return };
+    let Some((base, size)) = current_stack() else {
+        return;
+    };
     let prev = guard::replace(guard::IN_EVENT);
     if exists {
         events::stack_exists(base, size);
@@ -78,7 +80,11 @@ pub fn snapshot(epoch: u64) {
 /// Records the free of this thread's stack, if this session recorded it.
 fn end_stack() {
     let (base, epoch) = STACK.with(|s| s.replace((0, 0)));
-    if base != 0 && epoch == session::EPOCH.load(Ordering::Acquire) && recording() && guard::get() != guard::OWN {
+    if base != 0
+        && epoch == session::EPOCH.load(Ordering::Acquire)
+        && recording()
+        && guard::get() != guard::OWN
+    {
         let prev = guard::replace(guard::IN_EVENT);
         events::stack_free(base);
         guard::replace(prev);
@@ -131,10 +137,16 @@ pub unsafe extern "C" fn pthread_create(
     routine: Routine,
     arg: *mut c_void,
 ) -> c_int {
-    let Some(real_create) = real::pthread_create() else { return libc::EAGAIN };
+    let Some(real_create) = real::pthread_create() else {
+        return libc::EAGAIN;
+    };
     // SAFETY: the routine types differ only in their unwind ABI.
-    let real_create: unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, Routine, *mut c_void) -> c_int =
-        unsafe { core::mem::transmute(real_create) };
+    let real_create: unsafe extern "C" fn(
+        *mut libc::pthread_t,
+        *const libc::pthread_attr_t,
+        Routine,
+        *mut c_void,
+    ) -> c_int = unsafe { core::mem::transmute(real_create) };
     let internal = guard::get() == guard::OWN;
     if !internal && !session::wrap_threads() {
         // SAFETY: the caller's arguments, unchanged.
@@ -142,14 +154,24 @@ pub unsafe extern "C" fn pthread_create(
     }
     // The shim's own heap: never traced, and never the program's allocator
     // (which may be jemalloc or another interposer).
-    let block = crate::own::alloc(core::mem::size_of::<Start>(), core::mem::align_of::<Start>().max(16)).cast::<Start>();
+    let block = crate::own::alloc(
+        core::mem::size_of::<Start>(),
+        core::mem::align_of::<Start>().max(16),
+    )
+    .cast::<Start>();
     if block.is_null() {
         // SAFETY: the caller's arguments, unchanged: the thread runs
         // without stack events.
         return unsafe { real_create(thread, attr, routine, arg) };
     }
     // SAFETY: block is fresh, suitably aligned memory for a Start.
-    unsafe { block.write(Start { routine, arg, internal }) };
+    unsafe {
+        block.write(Start {
+            routine,
+            arg,
+            internal,
+        })
+    };
     // SAFETY: the trampoline takes ownership of the block if the thread starts.
     let rc = unsafe { real_create(thread, attr, trampoline, block.cast()) };
     if rc != 0 {

@@ -6,8 +6,8 @@ use std::fmt;
 
 use alloctrace_format::pages::{self, Layout, Word};
 use alloctrace_format::{
-    exact_log2, get_uvarint, BatchKind, EventKind, VarintError, ENTRY_TAG, EVENT_KIND_MASK, LONG_FORM,
-    MAX_STACK_ORDER,
+    exact_log2, get_uvarint, BatchKind, EventKind, VarintError, ENTRY_TAG, EVENT_KIND_MASK,
+    LONG_FORM, MAX_STACK_ORDER,
 };
 
 use crate::event::{GenerationEnd, GenerationInfo, TypeInfo};
@@ -195,7 +195,10 @@ pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
     if tagged {
         entry = next(c, kind.arg_count() + 1)?;
         if alloctrace_format::EntryPoint::from_tag(entry).is_none() {
-            return Err(c.error_at(start, format_args!("unknown entry point {entry} on a {} event", kind.name())));
+            return Err(c.error_at(
+                start,
+                format_args!("unknown entry point {entry} on a {} event", kind.name()),
+            ));
         }
     }
     let short_stack_size =
@@ -417,7 +420,9 @@ fn window_varint(w: &[u8; WINDOW], at: &mut usize) -> Option<u64> {
         *at = i + 1;
         return Some(u64::from(b));
     }
-    let word = <[u8; 8]>::try_from(&w[i..i + 8]).ok().map(u64::from_le_bytes)?;
+    let word = <[u8; 8]>::try_from(&w[i..i + 8])
+        .ok()
+        .map(u64::from_le_bytes)?;
     let (v, len) = varint_in_word(word)?;
     *at = i + len;
     Some(v)
@@ -677,9 +682,7 @@ pub(crate) fn page_event(
         };
         // A layout is set: an event before it was refused above.
         let layout = st.layout.unwrap_or(ANY_LAYOUT);
-        let time_base = st
-            .time_base
-            .unwrap_or(st.base_ticks >> layout.lost_bits);
+        let time_base = st.time_base.unwrap_or(st.base_ticks >> layout.lost_bits);
         // lost_bits is at most 32 (Layout::from_payload), so the factor fits.
         let ticks = time_base
             .checked_add(delta)
@@ -770,7 +773,10 @@ mod tests {
                 }
             }
         }
-        assert!(accepted > 10_000 && refused > 10_000, "{accepted} accepted, {refused} refused");
+        assert!(
+            accepted > 10_000 && refused > 10_000,
+            "{accepted} accepted, {refused} refused"
+        );
     }
 
     /// `fast_varint` against `get_uvarint` on every length and position
@@ -852,6 +858,9 @@ mod tests {
             }
         }
         // Both verdicts were exercised.
-        assert!(accepted > 10_000 && refused > 10_000, "{accepted} accepted, {refused} refused");
+        assert!(
+            accepted > 10_000 && refused > 10_000,
+            "{accepted} accepted, {refused} refused"
+        );
     }
 }

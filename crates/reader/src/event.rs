@@ -146,7 +146,9 @@ impl EventData {
     /// as page words and have no kind byte.
     pub fn event_kind(&self) -> Option<EventKind> {
         Some(match self {
-            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => return None,
+            EventData::PageAlloc { .. }
+            | EventData::PageFree { .. }
+            | EventData::PageScav { .. } => return None,
             EventData::SpanExists { .. } => EventKind::SpanExists,
             EventData::SpanAlloc { .. } => EventKind::SpanAlloc,
             EventData::SpanFree => EventKind::SpanFree,

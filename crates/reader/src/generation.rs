@@ -6,7 +6,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::ops::Range;
 
-use alloctrace_format::{exact_log2, pages, restore_address, unzigzag, AddressClass, BatchKind, EventKind};
+use alloctrace_format::{
+    exact_log2, pages, restore_address, unzigzag, AddressClass, BatchKind, EventKind,
+};
 
 use crate::decode::{self, BatchContext, Cursor, PageEvent, PagesState, RawEvent};
 use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, TypeInfo};
@@ -115,7 +117,13 @@ impl Clock {
             // No clock pair at the end (generation cut off): use the rate.
             _ => (1_000_000_000, info.ticks_per_sec.max(1)),
         };
-        Clock::from_ratio(info.start_ticks, info.start_mono_ns, ns_per, ticks_per, origin_ns)
+        Clock::from_ratio(
+            info.start_ticks,
+            info.start_mono_ns,
+            ns_per,
+            ticks_per,
+            origin_ns,
+        )
     }
 
     /// `ticks_per` must not be 0.
@@ -344,7 +352,9 @@ impl Emitter {
                 pages: PagesState::new(batch.thread, batch.base_ticks),
                 ids: Ids::default(),
             };
-            if let Some((ticks, pending)) = decode_next(&gen.raw, batch, &mut cursor, batch.base_ticks)? {
+            if let Some((ticks, pending)) =
+                decode_next(&gen.raw, batch, &mut cursor, batch.base_ticks)?
+            {
                 cursor.pending = Some(pending);
                 keys.push(key(ticks, i));
             }
@@ -793,7 +803,14 @@ mod tests {
     use super::Clock;
 
     /// `Clock::time_ns` against the i128 computation it replaces.
-    fn check_time(ticks: u64, start_ticks: u64, start_mono_ns: u64, ns_per: u64, ticks_per: u64, origin_ns: u64) {
+    fn check_time(
+        ticks: u64,
+        start_ticks: u64,
+        start_mono_ns: u64,
+        ns_per: u64,
+        ticks_per: u64,
+        origin_ns: u64,
+    ) {
         let clock = Clock::from_ratio(start_ticks, start_mono_ns, ns_per, ticks_per, origin_ns);
         let (before, dt) = if ticks >= start_ticks {
             (false, ticks - start_ticks)
@@ -803,8 +820,13 @@ mod tests {
         let scaled = u128::from(dt) * u128::from(ns_per) / u128::from(ticks_per.max(1));
         let scaled = i128::try_from(scaled).unwrap_or(i128::MAX);
         let start = i128::from(start_mono_ns);
-        let ns = if before { start.saturating_sub(scaled) } else { start.saturating_add(scaled) };
-        let want = u64::try_from(ns.saturating_sub(i128::from(origin_ns)).max(0)).unwrap_or(u64::MAX);
+        let ns = if before {
+            start.saturating_sub(scaled)
+        } else {
+            start.saturating_add(scaled)
+        };
+        let want =
+            u64::try_from(ns.saturating_sub(i128::from(origin_ns)).max(0)).unwrap_or(u64::MAX);
         assert_eq!(
             clock.time_ns(ticks),
             want,
@@ -815,7 +837,17 @@ mod tests {
     #[test]
     fn time_ns_matches_the_saturating_formula() {
         let mut next = crate::test_util::xorshift(0x0123_4567_89ab_cdef);
-        let edges = [0, 1, 2, 1000, 1 << 32, 1 << 62, u64::MAX / 3, u64::MAX - 1, u64::MAX];
+        let edges = [
+            0,
+            1,
+            2,
+            1000,
+            1 << 32,
+            1 << 62,
+            u64::MAX / 3,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
         let pick = move |r: u64| -> u64 {
             match r % 4 {
                 0 => edges[(r >> 8) as usize % edges.len()],
@@ -830,7 +862,14 @@ mod tests {
             // Near the start, on a real clock's scale.
             let start = v[1] % (1 << 50);
             let origin = v[5] % (1 << 40);
-            check_time(start + v[0] % 4_000_000_000, start, origin + v[2] % 1_000_000, 1_000_000_000, 2_999_999_937, origin);
+            check_time(
+                start + v[0] % 4_000_000_000,
+                start,
+                origin + v[2] % 1_000_000,
+                1_000_000_000,
+                2_999_999_937,
+                origin,
+            );
         }
     }
 
@@ -838,7 +877,11 @@ mod tests {
     fn check(dt: u64, ns_per: u64, ticks_per: u64) {
         let clock = Clock::from_ratio(0, 0, ns_per, ticks_per, 0);
         let want = u128::from(dt) * u128::from(ns_per) / u128::from(ticks_per);
-        assert_eq!(clock.scale(dt), want, "dt {dt}, ns_per {ns_per}, ticks_per {ticks_per}");
+        assert_eq!(
+            clock.scale(dt),
+            want,
+            "dt {dt}, ns_per {ns_per}, ticks_per {ticks_per}"
+        );
     }
 
     #[test]
@@ -871,7 +914,11 @@ mod tests {
         let mut next = crate::test_util::xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..200_000 {
             let (a, b, c) = (next(), next(), next());
-            let (sa, sb, sc) = ((next() % 64) as u32, (next() % 64) as u32, (next() % 64) as u32);
+            let (sa, sb, sc) = (
+                (next() % 64) as u32,
+                (next() % 64) as u32,
+                (next() % 64) as u32,
+            );
             check(a >> sa, b >> sb, (c >> sc).max(1));
         }
         // Rates of real clocks: a TSC near 3 GHz over a second of ns.

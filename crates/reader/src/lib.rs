@@ -89,8 +89,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Read};
 
 use alloctrace_format::{
-    batch_checksum, has_trailers, BatchKind, FileHeader, HeaderError, BATCH_PREFIX_LEN, FILE_HEADER_LEN, MAGIC,
-    MAX_BATCH_PAYLOAD, READABLE_VERSIONS, TRAILER_LEN,
+    batch_checksum, has_trailers, BatchKind, FileHeader, HeaderError, BATCH_PREFIX_LEN,
+    FILE_HEADER_LEN, MAGIC, MAX_BATCH_PAYLOAD, READABLE_VERSIONS, TRAILER_LEN,
 };
 
 use decode::{BatchContext, Cursor, PagesState};
@@ -98,8 +98,10 @@ use generation::{Emitter, EventBatch, Generation};
 use unpack::Unpacker;
 
 pub use error::ReadError;
+pub use event::{
+    Event, EventData, GenerationEnd, GenerationInfo, Record, TypeInfo, PAGE_EVENT_NAMES,
+};
 pub use generation::Clock;
-pub use event::{Event, EventData, GenerationEnd, GenerationInfo, Record, TypeInfo, PAGE_EVENT_NAMES};
 
 /// Default cap on the memory one open generation may hold (raw events plus
 /// its type table): 1 GiB.
@@ -292,7 +294,8 @@ impl<R: Read> TraceReader<R> {
         let Some(em) = &mut self.current else {
             return Ok(0);
         };
-        em.drain(max, f).inspect_err(|err| self.failed = Some(err.replay()))
+        em.drain(max, f)
+            .inspect_err(|err| self.failed = Some(err.replay()))
     }
 
     /// Everything but the hot path of [`next_record`](Self::next_record).
@@ -447,7 +450,9 @@ impl<R: Read> TraceReader<R> {
             }
             Frame::Failed { err, .. } => Err(err),
             Frame::Batch { kind, offset, len } => {
-                if matches!(kind, BatchKind::Events | BatchKind::CompactEvents) && !self.open.is_empty() {
+                if matches!(kind, BatchKind::Events | BatchKind::CompactEvents)
+                    && !self.open.is_empty()
+                {
                     return self.read_events_in_place(kind, offset, len);
                 }
                 let mut payload = std::mem::take(&mut self.scratch);
@@ -469,7 +474,12 @@ impl<R: Read> TraceReader<R> {
                 let raw = match &mut self.unpacker {
                     Some(unpacker) => unpacker.wait(seq)?,
                     // Not reached: an Unpacking frame comes from the unpacker.
-                    None => return Err(ReadError::malformed(offset, "internal error: no decompression under way")),
+                    None => {
+                        return Err(ReadError::malformed(
+                            offset,
+                            "internal error: no decompression under way",
+                        ))
+                    }
                 };
                 self.inner = Some((raw, 0, offset));
                 self.next_inner_batch()
@@ -487,16 +497,32 @@ impl<R: Read> TraceReader<R> {
         let n = match read_full(&mut self.input, &mut prefix[..1]) {
             Ok(1) => read_full(&mut self.input, &mut prefix[1..]).map(|n| n + 1),
             Ok(_) => return Frame::End { offset },
-            Err(e) => return Frame::Failed { offset, err: ReadError::io(offset, e), nothing_read: true },
+            Err(e) => {
+                return Frame::Failed {
+                    offset,
+                    err: ReadError::io(offset, e),
+                    nothing_read: true,
+                }
+            }
         };
         let n = match n {
             Ok(n) => n,
-            Err(e) => return Frame::Failed { offset, err: ReadError::io(offset, e), nothing_read: false },
+            Err(e) => {
+                return Frame::Failed {
+                    offset,
+                    err: ReadError::io(offset, e),
+                    nothing_read: false,
+                }
+            }
         };
         self.offset += n as u64;
         let Some(kind) = BatchKind::from_u8(prefix[0]) else {
             let err = ReadError::malformed(offset, format!("unknown batch kind {}", prefix[0]));
-            return Frame::Failed { offset, err, nothing_read: false };
+            return Frame::Failed {
+                offset,
+                err,
+                nothing_read: false,
+            };
         };
         if n < BATCH_PREFIX_LEN {
             return Frame::Cut { offset };
@@ -510,7 +536,11 @@ impl<R: Read> TraceReader<R> {
                     kind.name()
                 ),
             );
-            return Frame::Failed { offset, err, nothing_read: false };
+            return Frame::Failed {
+                offset,
+                err,
+                nothing_read: false,
+            };
         }
         Frame::Batch { kind, offset, len }
     }
@@ -536,24 +566,48 @@ impl<R: Read> TraceReader<R> {
         if got != len as usize {
             return Ok(false);
         }
-        verify_trailer(&mut self.input, &mut self.offset, self.trailers, kind, batch_offset, payload)
+        verify_trailer(
+            &mut self.input,
+            &mut self.offset,
+            self.trailers,
+            kind,
+            batch_offset,
+            payload,
+        )
     }
 
     /// For a compressed batch: reads its payload and queues it for
     /// decompression (starting the thread at the first); any other frame
     /// is returned as it is.
     fn queue(&mut self, frame: Frame) -> Frame {
-        let Frame::Batch { kind: kind @ (BatchKind::Compressed | BatchKind::CompressedModeled), offset, len } = frame
+        let Frame::Batch {
+            kind: kind @ (BatchKind::Compressed | BatchKind::CompressedModeled),
+            offset,
+            len,
+        } = frame
         else {
             return frame;
         };
-        let mut payload = self.unpacker.as_mut().map(|u| u.payload_buffer()).unwrap_or_default();
+        let mut payload = self
+            .unpacker
+            .as_mut()
+            .map(|u| u.payload_buffer())
+            .unwrap_or_default();
         match self.read_payload(&mut payload, kind, offset, len) {
-            Err(err) => return Frame::Failed { offset, err, nothing_read: false },
+            Err(err) => {
+                return Frame::Failed {
+                    offset,
+                    err,
+                    nothing_read: false,
+                }
+            }
             Ok(false) => return Frame::Cut { offset },
             Ok(true) => {}
         }
-        let seq = self.unpacker.get_or_insert_with(Unpacker::start).submit(kind, offset, payload);
+        let seq = self
+            .unpacker
+            .get_or_insert_with(Unpacker::start)
+            .submit(kind, offset, payload);
         Frame::Unpacking { offset, seq }
     }
 
@@ -562,7 +616,9 @@ impl<R: Read> TraceReader<R> {
     /// compressed batch (its payload is read in its turn).
     fn read_ahead(&mut self) {
         let want = self.unpacker.as_ref().map_or(0, |u| u.ahead());
-        while self.ahead.len() < want && matches!(self.ahead.back(), None | Some(Frame::Unpacking { .. })) {
+        while self.ahead.len() < want
+            && matches!(self.ahead.back(), None | Some(Frame::Unpacking { .. }))
+        {
             let frame = self.read_frame();
             let frame = self.queue(frame);
             self.ahead.push_back(frame);
@@ -574,9 +630,21 @@ impl<R: Read> TraceReader<R> {
     /// the common case, without a copy. A batch of another generation is
     /// moved out and handled as any other; the checks and their errors are
     /// those of `handle_batch`.
-    fn read_events_in_place(&mut self, kind: BatchKind, batch_offset: u64, len: u32) -> Result<(), ReadError> {
+    fn read_events_in_place(
+        &mut self,
+        kind: BatchKind,
+        batch_offset: u64,
+        len: u32,
+    ) -> Result<(), ReadError> {
         let max = self.max_generation_bytes;
-        let TraceReader { input, offset, open, scratch, trailers, .. } = self;
+        let TraceReader {
+            input,
+            offset,
+            open,
+            scratch,
+            trailers,
+            ..
+        } = self;
         let Some(newest) = open.last_mut() else {
             return Ok(());
         };
@@ -607,7 +675,10 @@ impl<R: Read> TraceReader<R> {
             self.cut_at(batch_offset);
             return Ok(());
         }
-        let ctx = BatchContext { kind, offset: batch_offset };
+        let ctx = BatchContext {
+            kind,
+            offset: batch_offset,
+        };
         let payload = newest.raw.get(start..).unwrap_or(&[]);
         let mut c = Cursor::new(payload, batch_offset + BATCH_PREFIX_LEN as u64, ctx);
         let header = decode::batch_header(&mut c);
@@ -661,26 +732,45 @@ impl<R: Read> TraceReader<R> {
             return Ok(());
         };
         let inner_error = |e: ReadError| e.inside_compressed(batch_offset);
-        let (Some(&kind_byte), Some(len)) = (raw.get(at), raw.get(at + 1..at + BATCH_PREFIX_LEN)) else {
-            return Err(inner_error(ReadError::malformed(at as u64, "batch cut short")));
+        let (Some(&kind_byte), Some(len)) = (raw.get(at), raw.get(at + 1..at + BATCH_PREFIX_LEN))
+        else {
+            return Err(inner_error(ReadError::malformed(
+                at as u64,
+                "batch cut short",
+            )));
         };
         let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
         let kind = match BatchKind::from_u8(kind_byte) {
             Some(BatchKind::Compressed | BatchKind::CompressedModeled) => {
-                return Err(inner_error(ReadError::malformed(at as u64, "a compressed batch inside another")))
+                return Err(inner_error(ReadError::malformed(
+                    at as u64,
+                    "a compressed batch inside another",
+                )))
             }
             Some(k) => k,
-            None => return Err(inner_error(ReadError::malformed(at as u64, format!("unknown batch kind {kind_byte}")))),
+            None => {
+                return Err(inner_error(ReadError::malformed(
+                    at as u64,
+                    format!("unknown batch kind {kind_byte}"),
+                )))
+            }
         };
         let start = at + BATCH_PREFIX_LEN;
         let Some(inner) = raw.get(start..start.saturating_add(len)) else {
-            return Err(inner_error(ReadError::malformed(at as u64, format!("{} batch cut short", kind.name()))));
+            return Err(inner_error(ReadError::malformed(
+                at as u64,
+                format!("{} batch cut short", kind.name()),
+            )));
         };
-        self.handle_batch(kind, at as u64, inner, Some(batch_offset)).map_err(inner_error)?;
+        self.handle_batch(kind, at as u64, inner, Some(batch_offset))
+            .map_err(inner_error)?;
         let next = start + len;
         if kind == BatchKind::TraceEnd {
             if next < raw.len() {
-                return Err(inner_error(ReadError::malformed(next as u64, "data after the trace-end batch")));
+                return Err(inner_error(ReadError::malformed(
+                    next as u64,
+                    "data after the trace-end batch",
+                )));
             }
             // Offsets in the file from here: not mapped.
             return self.nothing_after_trace_end();
@@ -721,7 +811,11 @@ impl<R: Read> TraceReader<R> {
             self.trace_end(&c, batch_offset)?;
             // Inside a compressed batch, the caller looks for more data
             // once it knows the trace end is the last batch inside.
-            return if inside.is_none() { self.nothing_after_trace_end() } else { Ok(()) };
+            return if inside.is_none() {
+                self.nothing_after_trace_end()
+            } else {
+                Ok(())
+            };
         }
         let idx = self.open_generation(number, batch_offset)?;
         let max = self.max_generation_bytes;
@@ -788,7 +882,10 @@ impl<R: Read> TraceReader<R> {
             // read_batch hands compressed batches to handle_compressed, which
             // refuses them nested.
             BatchKind::Compressed | BatchKind::CompressedModeled => {
-                return Err(ReadError::malformed(batch_offset, "a compressed batch inside another"));
+                return Err(ReadError::malformed(
+                    batch_offset,
+                    "a compressed batch inside another",
+                ));
             }
         }
         Ok(())
@@ -820,16 +917,27 @@ impl<R: Read> TraceReader<R> {
         match self.ahead.pop_front() {
             None => {
                 let mut probe = [0u8; 1];
-                let n = read_full(&mut self.input, &mut probe).map_err(|e| ReadError::io(self.offset, e))?;
+                let n = read_full(&mut self.input, &mut probe)
+                    .map_err(|e| ReadError::io(self.offset, e))?;
                 if n > 0 {
-                    return Err(ReadError::malformed(self.offset, "data after the trace-end batch"));
+                    return Err(ReadError::malformed(
+                        self.offset,
+                        "data after the trace-end batch",
+                    ));
                 }
             }
             Some(Frame::End { .. }) => {}
             // What the probe would have met.
-            Some(Frame::Failed { err, nothing_read: true, .. }) => return Err(err),
+            Some(Frame::Failed {
+                err,
+                nothing_read: true,
+                ..
+            }) => return Err(err),
             Some(frame) => {
-                return Err(ReadError::malformed(frame.offset(), "data after the trace-end batch"));
+                return Err(ReadError::malformed(
+                    frame.offset(),
+                    "data after the trace-end batch",
+                ));
             }
         }
         self.input_done = true;
@@ -887,9 +995,17 @@ enum Frame {
     Cut { offset: u64 },
     /// The batch at `offset` is malformed, or the input failed there
     /// (`nothing_read`: before its first byte).
-    Failed { offset: u64, err: ReadError, nothing_read: bool },
+    Failed {
+        offset: u64,
+        err: ReadError,
+        nothing_read: bool,
+    },
     /// A batch whose payload is still to be read.
-    Batch { kind: BatchKind, offset: u64, len: u32 },
+    Batch {
+        kind: BatchKind,
+        offset: u64,
+        len: u32,
+    },
     /// A compressed batch queued in the unpacker as job `seq`.
     Unpacking { offset: u64, seq: u64 },
 }

@@ -5,8 +5,8 @@
 //! Not part of the stable API.
 
 use alloctrace_format::{
-    batch_checksum, compress_address, pages, exact_log2, put_uvarint, BatchKind, EventKind, FileHeader, LONG_FORM,
-    BATCH_PREFIX_LEN, FILE_HEADER_LEN, MAX_VARINT_LEN, VERSION, VERSION_1,
+    batch_checksum, compress_address, exact_log2, pages, put_uvarint, BatchKind, EventKind,
+    FileHeader, BATCH_PREFIX_LEN, FILE_HEADER_LEN, LONG_FORM, MAX_VARINT_LEN, VERSION, VERSION_1,
 };
 
 use crate::{EventData, GenerationInfo, TypeInfo};
@@ -95,7 +95,8 @@ impl TraceBuilder {
     pub fn raw_batch(&mut self, batch: &[u8]) -> &mut Self {
         self.bytes.extend_from_slice(batch);
         if self.trailers {
-            self.bytes.extend_from_slice(&batch_checksum(&[batch]).to_le_bytes());
+            self.bytes
+                .extend_from_slice(&batch_checksum(&[batch]).to_le_bytes());
         }
         self
     }
@@ -304,13 +305,16 @@ impl EventsBody {
             // A call is always tagged; the builder tags it as a malloc.
             EventData::Call => self.raw_event(kind | alloctrace_format::ENTRY_TAG, ticks, &[0, 1]),
             // kind_of refused them above.
-            EventData::PageAlloc { .. } | EventData::PageFree { .. } | EventData::PageScav { .. } => self,
+            EventData::PageAlloc { .. }
+            | EventData::PageFree { .. }
+            | EventData::PageScav { .. } => self,
         }
     }
 }
 
 fn kind_of(data: &EventData) -> EventKind {
-    data.event_kind().expect("page events go in a PagesBody, not an events batch")
+    data.event_kind()
+        .expect("page events go in a PagesBody, not an events batch")
 }
 
 /// The body of a pages batch (FORMAT.md section 7), built one event at a
@@ -400,7 +404,8 @@ impl PagesBody {
         }
         let delta = units.wrapping_sub(self.time_base);
         if self.layout.fits(base) {
-            self.words.push(self.layout.event_word(kind, base, npages, delta));
+            self.words
+                .push(self.layout.event_word(kind, base, npages, delta));
             if self.layout.is_large(npages) {
                 self.words.push(npages);
             }
@@ -440,7 +445,12 @@ impl Rng {
 /// trailer after every batch (none inside compressed batches). A cut last
 /// batch stays cut, without a trailer.
 pub fn checksummed(v1: &[u8]) -> Vec<u8> {
-    let mut out = FileHeader { version: VERSION, flags: 0 }.encode().to_vec();
+    let mut out = FileHeader {
+        version: VERSION,
+        flags: 0,
+    }
+    .encode()
+    .to_vec();
     let mut batches = split_batches(v1);
     let cut = match batches.last() {
         Some(b) if b.len() != batch_len(b) => batches.pop(),
@@ -607,7 +617,11 @@ pub fn fuzz_check(name: &str, data: &[u8]) {
             Err(err) => {
                 assert!(err.offset() <= len, "{name}: {err}");
                 // A failed reader keeps failing the same way.
-                assert_eq!(reader.next_event().err().map(|e| e.offset()), Some(err.offset()), "{name}");
+                assert_eq!(
+                    reader.next_event().err().map(|e| e.offset()),
+                    Some(err.offset()),
+                    "{name}"
+                );
                 break;
             }
         }

@@ -103,7 +103,9 @@ impl Shared {
     /// the lock), and if it were the state is still consistent: every
     /// change under the lock is a single push or pop.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -137,7 +139,12 @@ impl Unpacker {
         });
         let theirs = Arc::clone(&shared);
         let thread = spawn
-            .then(|| std::thread::Builder::new().name("alloctrace-unpack".into()).spawn(move || work(&theirs)).ok())
+            .then(|| {
+                std::thread::Builder::new()
+                    .name("alloctrace-unpack".into())
+                    .spawn(move || work(&theirs))
+                    .ok()
+            })
             .flatten();
         Unpacker {
             shared,
@@ -178,7 +185,13 @@ impl Unpacker {
         let seq = self.next_seq;
         self.next_seq += 1;
         let out = self.outs.pop().unwrap_or_default();
-        let job = Job { seq, kind, offset, payload, out };
+        let job = Job {
+            seq,
+            kind,
+            offset,
+            payload,
+            out,
+        };
         self.shared.lock().queue.push_back(job);
         self.shared.queued.notify_one();
         seq
@@ -206,7 +219,12 @@ impl Unpacker {
             }
             // Job `seq` was submitted, so it is under way on the thread,
             // which notifies when it is done.
-            drop(shared.finished.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner()));
+            drop(
+                shared
+                    .finished
+                    .wait(state)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            );
         };
         self.payloads.push(done.payload);
         match done.result {
@@ -243,7 +261,10 @@ fn work(shared: &Shared) {
                 if let Some(job) = state.queue.pop_front() {
                     break job;
                 }
-                state = shared.queued.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+                state = shared
+                    .queued
+                    .wait(state)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
             }
         };
         let done = run(job, &mut scratch);
@@ -254,13 +275,25 @@ fn work(shared: &Shared) {
 
 /// Runs one job, catching a panic so that the reader's thread raises it.
 fn run(job: Job, scratch: &mut Scratch) -> Done {
-    let Job { seq, kind, offset, payload, out } = job;
-    let result = panic::catch_unwind(AssertUnwindSafe(|| unpack(kind, offset, &payload, out, scratch)));
+    let Job {
+        seq,
+        kind,
+        offset,
+        payload,
+        out,
+    } = job;
+    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+        unpack(kind, offset, &payload, out, scratch)
+    }));
     if result.is_err() {
         // The model may be half way through a batch: start afresh.
         *scratch = Scratch::default();
     }
-    Done { seq, payload, result }
+    Done {
+        seq,
+        payload,
+        result,
+    }
 }
 
 /// Decompresses a compressed batch (FORMAT.md section 2.1), or turns a
@@ -278,7 +311,10 @@ fn unpack(
     let at_payload = batch_offset + BATCH_PREFIX_LEN as u64;
     let mut pos = 0;
     let raw_len = alloctrace_format::get_uvarint(payload, &mut pos).map_err(|_| {
-        ReadError::malformed(at_payload, format!("{name} batch: its raw_len varint is truncated or overflows"))
+        ReadError::malformed(
+            at_payload,
+            format!("{name} batch: its raw_len varint is truncated or overflows"),
+        )
     })?;
     if raw_len > MAX_DECOMPRESSED_LEN {
         return Err(ReadError::malformed(
@@ -287,30 +323,49 @@ fn unpack(
         ));
     }
     // What the frame may hold: the batches, or their modeled stream.
-    let frame_limit = if modeled { model::max_modeled_len(raw_len) } else { raw_len };
+    let frame_limit = if modeled {
+        model::max_modeled_len(raw_len)
+    } else {
+        raw_len
+    };
     let frame = payload.get(pos..).unwrap_or(&[]);
     let does_not_decompress = |e: &dyn std::fmt::Display| {
-        ReadError::malformed(at_payload + pos as u64, format!("{name} batch does not decompress: {e}"))
+        ReadError::malformed(
+            at_payload + pos as u64,
+            format!("{name} batch does not decompress: {e}"),
+        )
     };
     // Streamed, so memory grows with the bytes that really come out,
     // never with the declared raw_len (a few bytes can declare 64 MiB):
     // room for what a frame of this size commonly holds is made ahead.
-    let data = if modeled { &mut scratch.modeled } else { &mut out };
+    let data = if modeled {
+        &mut scratch.modeled
+    } else {
+        &mut out
+    };
     data.clear();
-    data.reserve((frame_limit as usize).min(frame.len().saturating_mul(16).saturating_add(1 << 16)));
+    data.reserve(
+        (frame_limit as usize).min(frame.len().saturating_mul(16).saturating_add(1 << 16)),
+    );
     // The window a frame declares is allocated before anything comes out:
     // capped (alloctrace_format::MAX_WINDOW_LOG), so a few bytes cannot ask
     // for gigabytes.
     zstd::stream::read::Decoder::with_buffer(frame)
         .and_then(|mut decoder| {
             decoder.window_log_max(alloctrace_format::MAX_WINDOW_LOG)?;
-            decoder.take(frame_limit.saturating_add(1)).read_to_end(data)
+            decoder
+                .take(frame_limit.saturating_add(1))
+                .read_to_end(data)
         })
         .map_err(|e| does_not_decompress(&e))?;
     if data.len() as u64 > frame_limit {
         return Err(does_not_decompress(&format_args!(
             "it holds more than the {frame_limit} bytes {} {raw_len} raw bytes may take",
-            if modeled { "the modeled stream of" } else { "its" }
+            if modeled {
+                "the modeled stream of"
+            } else {
+                "its"
+            }
         )));
     }
     if modeled {
@@ -321,14 +376,20 @@ fn unpack(
         decoder.decode(data, raw_len, &mut out).map_err(|e| {
             ReadError::malformed(
                 batch_offset,
-                format!("{name} batch: at byte {} of its modeled stream: {}", e.at, e.what),
+                format!(
+                    "{name} batch: at byte {} of its modeled stream: {}",
+                    e.at, e.what
+                ),
             )
         })?;
     }
     if out.len() as u64 != raw_len {
         return Err(ReadError::malformed(
             at_payload,
-            format!("{name} batch decompresses to {} bytes, not the {raw_len} it declares", out.len()),
+            format!(
+                "{name} batch decompresses to {} bytes, not the {raw_len} it declares",
+                out.len()
+            ),
         ));
     }
     Ok(out)

@@ -4,7 +4,9 @@
 
 use alloctrace_format::model::Encoder;
 use alloctrace_format::{BatchKind, FILE_HEADER_LEN};
-use alloctrace_reader::testing::{checksummed, sample_trace, sample_trace_v1, varint, TraceBuilder};
+use alloctrace_reader::testing::{
+    checksummed, sample_trace, sample_trace_v1, varint, TraceBuilder,
+};
 use alloctrace_reader::{Event, ReadError, TraceReader};
 
 /// Reads everything; `Ok` carries the events and where the trace was cut.
@@ -39,7 +41,11 @@ fn modeled_v1(trace: &[u8]) -> Vec<u8> {
 /// detected (reading fails, or reports the trace cut) and how many were
 /// tried. `trace` itself must read cleanly.
 fn flips_detected(trace: &[u8]) -> (usize, usize) {
-    assert_eq!(read(trace).unwrap().1, None, "the undamaged trace reads to its end");
+    assert_eq!(
+        read(trace).unwrap().1,
+        None,
+        "the undamaged trace reads to its end"
+    );
     let mut detected = 0;
     let mut damaged = trace.to_vec();
     for bit in 0..trace.len() * 8 {
@@ -56,10 +62,22 @@ fn flips_detected(trace: &[u8]) -> (usize, usize) {
 fn every_single_bit_flip_of_a_version_2_trace_is_detected() {
     let plain_v1 = sample_trace_v1();
     let zstd_v1 = modeled_v1(&plain_v1);
-    let shim_v1 = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds/v1-shim-modeled.bin")).unwrap();
-    for (name, v1) in [("plain", plain_v1), ("zstd", zstd_v1), ("shim zstd", shim_v1)] {
+    let shim_v1 = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/seeds/v1-shim-modeled.bin"
+    ))
+    .unwrap();
+    for (name, v1) in [
+        ("plain", plain_v1),
+        ("zstd", zstd_v1),
+        ("shim zstd", shim_v1),
+    ] {
         let v2 = checksummed(&v1);
-        assert_eq!(read(&v2).unwrap(), read(&v1).unwrap(), "{name}: both versions read the same");
+        assert_eq!(
+            read(&v2).unwrap(),
+            read(&v1).unwrap(),
+            "{name}: both versions read the same"
+        );
         let (before, n1) = flips_detected(&v1);
         let (after, n2) = flips_detected(&v2);
         println!(
@@ -67,8 +85,14 @@ fn every_single_bit_flip_of_a_version_2_trace_is_detected() {
             100.0 * before as f64 / n1 as f64,
             100.0 * after as f64 / n2 as f64
         );
-        assert_eq!(after, n2, "{name}: every flip of the version-2 trace is detected");
-        assert!(before < n1, "{name}: the version-1 trace lets some through (the test can fail)");
+        assert_eq!(
+            after, n2,
+            "{name}: every flip of the version-2 trace is detected"
+        );
+        assert!(
+            before < n1,
+            "{name}: the version-1 trace lets some through (the test can fail)"
+        );
     }
 }
 
@@ -100,13 +124,18 @@ fn a_damaged_batch_is_named_by_offset_and_kind() {
     zstd[last] ^= 0x80;
     let e = read(&zstd).unwrap_err();
     assert_eq!(e.offset(), FILE_HEADER_LEN as u64, "{e}");
-    assert!(e.what().contains("checksum mismatch in the batch at byte offset 16 (kind 9,"), "{e}");
+    assert!(
+        e.what()
+            .contains("checksum mismatch in the batch at byte offset 16 (kind 9,"),
+        "{e}"
+    );
 }
 
 #[test]
 fn a_cut_trailer_is_a_truncation() {
     let mut t = TraceBuilder::new();
-    t.info(&alloctrace_reader::testing::info(1)).generation_end(1, 2000, 5_001_000, 0);
+    t.info(&alloctrace_reader::testing::info(1))
+        .generation_end(1, 2000, 5_001_000, 0);
     let info_end = t.len();
     t.trace_end(1);
     let whole = t.finish();
@@ -115,7 +144,11 @@ fn a_cut_trailer_is_a_truncation() {
         let cut = &whole[..whole.len() - 4 + keep];
         let (events, truncated) = read(cut).unwrap();
         assert!(events.is_empty());
-        assert_eq!(truncated, Some(info_end as u64), "trailer cut after {keep} bytes");
+        assert_eq!(
+            truncated,
+            Some(info_end as u64),
+            "trailer cut after {keep} bytes"
+        );
     }
     assert_eq!(read(&whole).unwrap().1, None, "the whole trace is not cut");
 }
@@ -131,7 +164,12 @@ fn version_1_traces_read_as_before() {
     assert_eq!(read(&sample_trace()).unwrap(), (events, None));
     // Every v1 seed of the fuzzer still reads as it did.
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds");
-    for name in ["v1-sample.bin", "v1-one-pair.bin", "v1-shim-modeled.bin", "v1-empty.bin"] {
+    for name in [
+        "v1-sample.bin",
+        "v1-one-pair.bin",
+        "v1-shim-modeled.bin",
+        "v1-empty.bin",
+    ] {
         let bytes = std::fs::read(format!("{dir}/{name}")).unwrap();
         let (_, cut) = read(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(cut, None, "{name}");

@@ -3,8 +3,12 @@
 //! an offset, never a panic or a large allocation.
 
 use alloctrace_format::model::Encoder;
-use alloctrace_format::{zigzag, BatchKind, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_DECOMPRESSED_LEN};
-use alloctrace_reader::testing::{info, sample_trace_v1, varint, EventsBody, PagesBody, Rng, TraceBuilder};
+use alloctrace_format::{
+    zigzag, BatchKind, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_DECOMPRESSED_LEN,
+};
+use alloctrace_reader::testing::{
+    info, sample_trace_v1, varint, EventsBody, PagesBody, Rng, TraceBuilder,
+};
 use alloctrace_reader::{Event, EventData, ReadError, TraceReader};
 
 fn read(bytes: &[u8]) -> Result<(Vec<Event>, Option<u64>), ReadError> {
@@ -46,7 +50,10 @@ fn packed(split: Option<usize>) -> Vec<u8> {
         None => (batches, &[][..]),
     };
     let mut out = head.to_vec();
-    out.extend(compressed_batch(inside.len() as u64, &zstd::bulk::compress(inside, 3).unwrap()));
+    out.extend(compressed_batch(
+        inside.len() as u64,
+        &zstd::bulk::compress(inside, 3).unwrap(),
+    ));
     out.extend_from_slice(after);
     out
 }
@@ -65,14 +72,29 @@ fn malformed_compressed_batches() {
     let body = &plain[FILE_HEADER_LEN..];
     let frame = zstd::bulk::compress(body, 3).unwrap();
     let cases: Vec<(Vec<u8>, &str)> = vec![
-        (compressed_batch(MAX_DECOMPRESSED_LEN + 1, &frame), "above the limit"),
-        (compressed_batch(body.len() as u64, b"not a zstd frame"), "does not decompress"),
-        (compressed_batch(body.len() as u64 + 10, &frame), "decompresses to"),
-        (compressed_batch(body.len() as u64 - 1, &frame), "does not decompress"),
+        (
+            compressed_batch(MAX_DECOMPRESSED_LEN + 1, &frame),
+            "above the limit",
+        ),
+        (
+            compressed_batch(body.len() as u64, b"not a zstd frame"),
+            "does not decompress",
+        ),
+        (
+            compressed_batch(body.len() as u64 + 10, &frame),
+            "decompresses to",
+        ),
+        (
+            compressed_batch(body.len() as u64 - 1, &frame),
+            "does not decompress",
+        ),
         (
             {
                 let inner = compressed_batch(body.len() as u64, &frame);
-                compressed_batch(inner.len() as u64, &zstd::bulk::compress(&inner, 3).unwrap())
+                compressed_batch(
+                    inner.len() as u64,
+                    &zstd::bulk::compress(&inner, 3).unwrap(),
+                )
             },
             "inside another",
         ),
@@ -94,10 +116,16 @@ fn each_is_malformed(head: &[u8], cases: Vec<(Vec<u8>, &str)>) {
         let mut bytes = head.to_vec();
         bytes.extend(batch);
         match read(&bytes) {
-            Ok(r) => panic!("expected an error containing {want:?}, read {} events", r.0.len()),
+            Ok(r) => panic!(
+                "expected an error containing {want:?}, read {} events",
+                r.0.len()
+            ),
             Err(e) => {
                 assert!(e.is_malformed(), "{e}");
-                assert!((FILE_HEADER_LEN as u64..bytes.len() as u64).contains(&e.offset()), "{e}");
+                assert!(
+                    (FILE_HEADER_LEN as u64..bytes.len() as u64).contains(&e.offset()),
+                    "{e}"
+                );
                 assert!(e.to_string().contains(want), "{e} (wanted {want:?})");
             }
         }
@@ -144,7 +172,11 @@ fn compact_trace() -> Vec<u8> {
         let base = ticks[thread];
         let mut body = Vec::new();
         let mut previous = [0u64; 3];
-        let mut event = |body: &mut Vec<u8>, kind_byte: u8, ticks: &mut u64, args: &[u64], class: Option<usize>| {
+        let mut event = |body: &mut Vec<u8>,
+                         kind_byte: u8,
+                         ticks: &mut u64,
+                         args: &[u64],
+                         class: Option<usize>| {
             body.push(kind_byte);
             let delta = 1 + rng.below(300);
             *ticks += delta;
@@ -171,22 +203,62 @@ fn compact_trace() -> Vec<u8> {
                 let args = if tagged { vec![old, 4] } else { vec![old] };
                 event(&mut body, kind, ticks, &args, Some(1));
             }
-            let id = if old != 0 && i % 3 != 0 { old } else { 0x1000 + (thread as u64) * 0x100_0000 + i as u64 * 8 };
-            event(&mut body, 5 | ENTRY_TAG, ticks, &[id, 16 + (i as u64 % 240), 0, 1], Some(1));
+            let id = if old != 0 && i % 3 != 0 {
+                old
+            } else {
+                0x1000 + (thread as u64) * 0x100_0000 + i as u64 * 8
+            };
+            event(
+                &mut body,
+                5 | ENTRY_TAG,
+                ticks,
+                &[id, 16 + (i as u64 % 240), 0, 1],
+                Some(1),
+            );
             rings[thread][slot] = id;
             match i % 500 {
                 1 => event(&mut body, 10 | ENTRY_TAG, ticks, &[0, 4], None),
-                2 => event(&mut body, 2 | ENTRY_TAG, ticks, &[0x40 + i as u64, 3, 5, 11], Some(0)),
-                3 => event(&mut body, 3 | ENTRY_TAG, ticks, &[0x40 + i as u64 - 1, 12], Some(0)),
+                2 => event(
+                    &mut body,
+                    2 | ENTRY_TAG,
+                    ticks,
+                    &[0x40 + i as u64, 3, 5, 11],
+                    Some(0),
+                ),
+                3 => event(
+                    &mut body,
+                    3 | ENTRY_TAG,
+                    ticks,
+                    &[0x40 + i as u64 - 1, 12],
+                    Some(0),
+                ),
                 4 => event(&mut body, 8, ticks, &[0x90 + i as u64, 13], Some(2)),
                 5 => event(&mut body, 9, ticks, &[0x90 + i as u64 - 1], Some(2)),
-                6 => event(&mut body, 5 | LONG_FORM | ENTRY_TAG, ticks, &[0x10008, 24, 0, 1], None),
-                7 => event(&mut body, 6 | LONG_FORM | ENTRY_TAG, ticks, &[0x10008, 4], None),
+                6 => event(
+                    &mut body,
+                    5 | LONG_FORM | ENTRY_TAG,
+                    ticks,
+                    &[0x10008, 24, 0, 1],
+                    None,
+                ),
+                7 => event(
+                    &mut body,
+                    6 | LONG_FORM | ENTRY_TAG,
+                    ticks,
+                    &[0x10008, 4],
+                    None,
+                ),
                 8 => event(&mut body, 4, ticks, &[0x7000 + i as u64, 48, 1], Some(1)),
                 _ => {}
             }
         }
-        t.batch(BatchKind::CompactEvents as u8, g, 1 + thread as u64, base, &body);
+        t.batch(
+            BatchKind::CompactEvents as u8,
+            g,
+            1 + thread as u64,
+            base,
+            &body,
+        );
     }
     let mut pages = PagesBody::new(12, 1, 1000);
     pages.event(1100, 0x7f00_0000_0000, &EventData::PageAlloc { npages: 3 });
@@ -229,7 +301,10 @@ fn modeled_batches_read_like_plain_ones() {
     let batches = &plain[FILE_HEADER_LEN..];
     let modeled = modeled_frame(batches).len();
     let zstd3 = zstd::bulk::compress(batches, 3).unwrap().len();
-    assert!(modeled * 4 < zstd3 * 3, "modeled {modeled} bytes, zstd level 3 {zstd3}");
+    assert!(
+        modeled * 4 < zstd3 * 3,
+        "modeled {modeled} bytes, zstd level 3 {zstd3}"
+    );
 }
 
 #[test]
@@ -246,21 +321,35 @@ fn malformed_modeled_batches() {
     // The first free's code in the IDs column: its column starts after
     // the nine lengths and the first four columns.
     let mut pos = 0;
-    let lens: Vec<usize> = (0..9).map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize).collect();
+    let lens: Vec<usize> = (0..9)
+        .map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize)
+        .collect();
     let ids_at = pos + lens[..4].iter().sum::<usize>();
     // Codes past the ring's first round (a free's or an allocation's):
     // each names nothing the model holds.
     damaged[ids_at + 64] = 0x7f;
     damaged[ids_at + 65] = 0x7f;
     let cases: Vec<(Vec<u8>, &str)> = vec![
-        (modeled_batch(MAX_DECOMPRESSED_LEN + 1, &frame), "above the limit"),
-        (modeled_batch(len, b"not a zstd frame"), "does not decompress"),
+        (
+            modeled_batch(MAX_DECOMPRESSED_LEN + 1, &frame),
+            "above the limit",
+        ),
+        (
+            modeled_batch(len, b"not a zstd frame"),
+            "does not decompress",
+        ),
         (modeled_batch(len + 10, &frame), "modeled stream"),
         (modeled_batch(len - 1, &frame), "modeled stream"),
-        (modeled_batch(len, &frame_of(&modeled[..modeled.len() - 3])), "modeled stream"),
+        (
+            modeled_batch(len, &frame_of(&modeled[..modeled.len() - 3])),
+            "modeled stream",
+        ),
         (modeled_batch(len, &frame_of(&damaged)), "code names no"),
         // A modeled stream longer than any of raw_len bytes may be.
-        (modeled_batch(3, &frame_of(&[0u8; 5000])), "does not decompress"),
+        (
+            modeled_batch(3, &frame_of(&[0u8; 5000])),
+            "does not decompress",
+        ),
         (
             {
                 let inner = modeled_batch(len, &frame);
@@ -302,7 +391,12 @@ fn trace_with_a_bad_event_late(lead: bool, tail: &[u8]) -> (Vec<u8>, u64) {
     t.info(&g);
     let mut many = EventsBody::new(1000);
     for i in 0..20_000u64 {
-        many.event(&g, 1001 + i, 0x10000 + 16 * (i % 64), &EventData::HeapObjectFree);
+        many.event(
+            &g,
+            1001 + i,
+            0x10000 + 16 * (i % 64),
+            &EventData::HeapObjectFree,
+        );
     }
     t.events(1, 1, &many);
     let mut bad = EventsBody::new(1000);
@@ -330,17 +424,34 @@ fn an_error_found_in_the_merge_names_the_compressed_batch() {
         // An unknown kind byte after a good event: found in a run.
         (true, &[0x3f, 1, 1], "unknown event kind 63"),
         // A varint cut by the end of the payload.
-        (true, &[6, 0x80], "heap_object_free event runs past the end of the payload"),
+        (
+            true,
+            &[6, 0x80],
+            "heap_object_free event runs past the end of the payload",
+        ),
         // The batch's only event, cut: found as the generation starts.
-        (false, &[6, 0x80], "heap_object_free event runs past the end of the payload"),
+        (
+            false,
+            &[6, 0x80],
+            "heap_object_free event runs past the end of the payload",
+        ),
         // A delta that takes the time past 2^64.
-        (true, &[6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02], "timestamp overflows"),
+        (
+            true,
+            &[
+                6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02,
+            ],
+            "timestamp overflows",
+        ),
     ];
     for (lead, tail, want) in cases {
         let (plain, bad_at) = trace_with_a_bad_event_late(lead, tail);
         let plain_error = read(&plain).expect_err("the plain trace is malformed");
         assert_eq!(plain_error.offset(), bad_at, "{plain_error}");
-        assert!(plain_error.what().contains(want), "{plain_error} (wanted {want:?})");
+        assert!(
+            plain_error.what().contains(want),
+            "{plain_error} (wanted {want:?})"
+        );
         let inner = &plain[FILE_HEADER_LEN..];
         let inner_at = bad_at - FILE_HEADER_LEN as u64;
         for kind in [BatchKind::Compressed, BatchKind::CompressedModeled] {
@@ -350,7 +461,10 @@ fn an_error_found_in_the_merge_names_the_compressed_batch() {
                 _ => modeled_frame(inner),
             };
             bytes.extend(batch_of_kind(kind, inner.len() as u64, &frame));
-            assert!(inner_at > bytes.len() as u64, "the bad byte must lie past the end of the file");
+            assert!(
+                inner_at > bytes.len() as u64,
+                "the bad byte must lie past the end of the file"
+            );
             let mut reader = TraceReader::new(&bytes[..]).unwrap();
             let mut events = 0;
             let err = loop {
@@ -423,7 +537,11 @@ fn packed_one_by_one(batches: &[&[u8]], broken: Option<usize>) -> (Vec<u8>, Vec<
     let mut offsets = Vec::new();
     for (i, batch) in batches.iter().enumerate() {
         offsets.push(out.len());
-        let kind = if i % 2 == 0 { BatchKind::CompressedModeled } else { BatchKind::Compressed };
+        let kind = if i % 2 == 0 {
+            BatchKind::CompressedModeled
+        } else {
+            BatchKind::Compressed
+        };
         let frame = match kind {
             _ if broken == Some(i) => b"not a zstd frame".to_vec(),
             BatchKind::Compressed => zstd::bulk::compress(batch, 3).unwrap(),
@@ -444,7 +562,10 @@ fn read_to_the_end(bytes: &[u8]) -> (Vec<Event>, Result<Option<u64>, ReadError>)
             Ok(None) => return (events, Ok(reader.truncated())),
             Err(err) => {
                 // Once failed, always the same error.
-                assert_eq!(reader.next_event().unwrap_err().to_string(), err.to_string());
+                assert_eq!(
+                    reader.next_event().unwrap_err().to_string(),
+                    err.to_string()
+                );
                 return (events, Err(err));
             }
         }
@@ -481,7 +602,10 @@ fn batches_decompressed_ahead_come_out_in_their_turn() {
             let err = err.unwrap_err();
             assert_eq!(events, want_events, "batch {k}");
             // At the frame, after the kind, length and raw_len.
-            assert!((offsets[k] as u64 + 6..offsets[k] as u64 + 10).contains(&err.offset()), "batch {k}: {err}");
+            assert!(
+                (offsets[k] as u64 + 6..offsets[k] as u64 + 10).contains(&err.offset()),
+                "batch {k}: {err}"
+            );
             assert!(err.to_string().contains("does not decompress"), "{err}");
 
             // The file ends inside batch k's prefix or payload.
@@ -508,15 +632,28 @@ fn data_after_a_compressed_trace_end_is_reported_at_its_offset() {
     let after = packed.len() as u64;
     let (_, end) = read_to_the_end(&packed);
     assert_eq!(end.unwrap(), None);
-    let extra_compressed = batch_of_kind(BatchKind::Compressed, 3, &zstd::bulk::compress(b"abc", 3).unwrap());
-    let tails: [&[u8]; 5] = [&[0], &[5, 0], &[0xee, 1, 2, 3, 4, 5], &extra_compressed, batches[0]];
+    let extra_compressed = batch_of_kind(
+        BatchKind::Compressed,
+        3,
+        &zstd::bulk::compress(b"abc", 3).unwrap(),
+    );
+    let tails: [&[u8]; 5] = [
+        &[0],
+        &[5, 0],
+        &[0xee, 1, 2, 3, 4, 5],
+        &extra_compressed,
+        batches[0],
+    ];
     for tail in tails {
         let mut bytes = packed.clone();
         bytes.extend_from_slice(tail);
         let (events, err) = read_to_the_end(&bytes);
         let err = err.unwrap_err();
         assert_eq!(err.offset(), after, "{err}");
-        assert!(err.to_string().contains("data after the trace-end batch"), "{err}");
+        assert!(
+            err.to_string().contains("data after the trace-end batch"),
+            "{err}"
+        );
         assert_eq!(events, read_to_the_end(&packed).0);
     }
 }
@@ -548,7 +685,10 @@ fn a_frame_that_declares_a_huge_window_is_refused() {
     assert_eq!(read(&ok).unwrap(), plain);
 
     let (frame, raw_len) = frame_with_window(26);
-    for batch in [compressed_batch(raw_len as u64, &frame), modeled_batch(raw_len as u64, &frame)] {
+    for batch in [
+        compressed_batch(raw_len as u64, &frame),
+        modeled_batch(raw_len as u64, &frame),
+    ] {
         let mut bytes = head.to_vec();
         bytes.extend(batch);
         let e = read(&bytes).expect_err("a 64 MiB window");
@@ -556,7 +696,11 @@ fn a_frame_that_declares_a_huge_window_is_refused() {
         // At the frame: after the batch prefix and the raw_len varint.
         let mut raw_len_varint = Vec::new();
         varint(&mut raw_len_varint, raw_len as u64);
-        assert_eq!(e.offset(), (FILE_HEADER_LEN + 5 + raw_len_varint.len()) as u64, "{e}");
+        assert_eq!(
+            e.offset(),
+            (FILE_HEADER_LEN + 5 + raw_len_varint.len()) as u64,
+            "{e}"
+        );
         assert!(e.to_string().contains("does not decompress"), "{e}");
     }
 }
@@ -571,11 +715,17 @@ fn a_batch_after_the_trace_end_inside_a_compressed_batch_is_reported() {
     let mut raw = inside.to_vec();
     raw.extend_from_slice(batches[0]);
     let mut bytes = head.to_vec();
-    bytes.extend(compressed_batch(raw.len() as u64, &zstd::bulk::compress(&raw, 3).unwrap()));
+    bytes.extend(compressed_batch(
+        raw.len() as u64,
+        &zstd::bulk::compress(&raw, 3).unwrap(),
+    ));
     let (events, err) = read_to_the_end(&bytes);
     let err = err.unwrap_err();
     assert_eq!(err.offset(), FILE_HEADER_LEN as u64, "{err}");
-    let want = format!("at byte {} of its decompressed data: data after the trace-end batch", inside.len());
+    let want = format!(
+        "at byte {} of its decompressed data: data after the trace-end batch",
+        inside.len()
+    );
     assert!(err.to_string().contains(&want), "{err} (wanted {want:?})");
     assert_eq!(events, read(&plain).unwrap().0);
 }

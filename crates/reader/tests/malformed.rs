@@ -2,7 +2,9 @@
 //! was wrong; cut-off traces yield what is complete; random damage never
 //! panics or hangs.
 
-use alloctrace_reader::testing::{info, sample_trace, sample_trace_v1, varint, EventsBody, Rng, TraceBuilder};
+use alloctrace_reader::testing::{
+    info, sample_trace, sample_trace_v1, varint, EventsBody, Rng, TraceBuilder,
+};
 use alloctrace_reader::{Event, EventData, ReadError, TraceReader};
 
 /// Reads everything; `Ok` carries the events and where the trace was cut.
@@ -165,7 +167,12 @@ fn every_malformed_pages_case_names_its_word() {
             "page event time goes backwards (tick 1536 after tick 1664)",
         ),
         (
-            words(&[layout.word(), time(8), layout.event_word(KIND_ALLOC, 0x7000_0000, 3, 9), short]),
+            words(&[
+                layout.word(),
+                time(8),
+                layout.event_word(KIND_ALLOC, 0x7000_0000, 3, 9),
+                short,
+            ]),
             24,
             "page event time goes backwards (tick 1664 after tick 2176)",
         ),

@@ -65,7 +65,11 @@ fn random_trace(rng: &mut Rng, generations: u64) -> (Vec<u8>, Vec<Key>) {
             }
         }
         generation.sort_by_key(|&(ticks, thread, order, _)| (ticks, thread, order));
-        expected.extend(generation.iter().map(|&(ticks, thread, _, addr)| (g, ticks, thread, addr)));
+        expected.extend(
+            generation
+                .iter()
+                .map(|&(ticks, thread, _, addr)| (g, ticks, thread, addr)),
+        );
         t.generation_end(g, gi.start_ticks + 1000, gi.start_mono_ns + 1000, 0);
     }
     t.trace_end(generations);
@@ -144,7 +148,9 @@ fn next_events_hands_out_what_next_event_does() {
             let at = 16 + rng.below(damaged.len() as u64 - 16) as usize;
             damaged[at] ^= 1 << rng.below(8);
         }
-        let Ok(_) = TraceReader::new(damaged.as_slice()) else { continue };
+        let Ok(_) = TraceReader::new(damaged.as_slice()) else {
+            continue;
+        };
         let want = one_by_one(&damaged);
         for max in [1, 3, 1 << 16] {
             let got = in_bulk(&damaged, max);
@@ -186,6 +192,9 @@ fn next_events_after_an_error_returns_it_again() {
     assert!(first.what().contains("unknown event kind 12"), "{first}");
     let mut calls = 0;
     let again = reader.next_events(10, |_| calls += 1).unwrap_err();
-    assert_eq!((again.offset(), again.to_string()), (first.offset(), first.to_string()));
+    assert_eq!(
+        (again.offset(), again.to_string()),
+        (first.offset(), first.to_string())
+    );
     assert_eq!(calls, 0);
 }

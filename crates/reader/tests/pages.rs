@@ -3,8 +3,8 @@
 //! layout round-trips for every page shift the writer uses.
 
 use alloctrace_format::pages::{
-    self, decode, sync_word, Layout, Word, KIND_ALLOC, KIND_FREE, KIND_SCAV, SYNC_LONG_EVENT, SYNC_THREAD,
-    SYNC_TIME,
+    self, decode, sync_word, Layout, Word, KIND_ALLOC, KIND_FREE, KIND_SCAV, SYNC_LONG_EVENT,
+    SYNC_THREAD, SYNC_TIME,
 };
 use alloctrace_reader::testing::{info, EventsBody, PagesBody, TraceBuilder};
 use alloctrace_reader::{Event, EventData, TraceReader, PAGE_EVENT_NAMES};
@@ -84,12 +84,36 @@ fn every_form_decodes_exactly() {
     assert_eq!(
         got,
         [
-            (1280, 3, false, 0x7f00_1234_e000, EventData::PageAlloc { npages: 1023 }),
-            (12 << 7, 3, false, 0x2000, EventData::PageFree { npages: 1024 }),
+            (
+                1280,
+                3,
+                false,
+                0x7f00_1234_e000,
+                EventData::PageAlloc { npages: 1023 }
+            ),
+            (
+                12 << 7,
+                3,
+                false,
+                0x2000,
+                EventData::PageFree { npages: 1024 }
+            ),
             (13 << 7, 3, true, 0x1001, EventData::PageScav { npages: 0 }),
-            (14 << 7, 3, true, u64::MAX - 4095, EventData::PageAlloc { npages: u64::MAX }),
+            (
+                14 << 7,
+                3,
+                true,
+                u64::MAX - 4095,
+                EventData::PageAlloc { npages: u64::MAX }
+            ),
             (late, 3, false, 0, EventData::PageScav { npages: 0 }),
-            (late, 3, true, 1 << 48, EventData::PageFree { npages: 1 << 40 }),
+            (
+                late,
+                3,
+                true,
+                1 << 48,
+                EventData::PageFree { npages: 1 << 40 }
+            ),
         ]
     );
     // 1 ns per tick from the clock pair, counted from tick 1000.
@@ -124,7 +148,9 @@ fn page_and_object_events_interleave_in_time_order() {
         .event(1280, 0x300000, &EventData::PageScav { npages: 3 });
     t.pages(1, 2, &pages2);
     let mut objects2 = EventsBody::new(1280);
-    objects2.event(&g, 1280, 0x10040, &free).event(&g, 1600, 0x10050, &free);
+    objects2
+        .event(&g, 1280, 0x10040, &free)
+        .event(&g, 1600, 0x10050, &free);
     t.events(1, 2, &objects2);
     // A second pages batch of thread 1 in the next generation.
     let mut g2 = info(2);

@@ -2,21 +2,37 @@
 //! `cargo test -p alloctrace-reader --test seeds -- --ignored`. Each seed
 //! in version 2 (checksummed) and in version 1 (`v1-*.bin`).
 
-use alloctrace_reader::testing::{checksummed, info, sample_trace, sample_trace_v1, EventsBody, TraceBuilder};
+use alloctrace_reader::testing::{
+    checksummed, info, sample_trace, sample_trace_v1, EventsBody, TraceBuilder,
+};
 use alloctrace_reader::{EventData, TypeInfo};
 
 fn seeds() -> Vec<(String, Vec<u8>)> {
     let mut all = Vec::new();
     for v1 in [false, true] {
         let prefix = if v1 { "v1-" } else { "" };
-        all.extend(seeds_of(v1).into_iter().map(|(name, bytes)| (format!("{prefix}{name}"), bytes)));
+        all.extend(
+            seeds_of(v1)
+                .into_iter()
+                .map(|(name, bytes)| (format!("{prefix}{name}"), bytes)),
+        );
     }
     all
 }
 
 fn seeds_of(v1: bool) -> Vec<(&'static str, Vec<u8>)> {
-    let builder = || if v1 { TraceBuilder::v1() } else { TraceBuilder::new() };
-    let sample = if v1 { sample_trace_v1() } else { sample_trace() };
+    let builder = || {
+        if v1 {
+            TraceBuilder::v1()
+        } else {
+            TraceBuilder::new()
+        }
+    };
+    let sample = if v1 {
+        sample_trace_v1()
+    } else {
+        sample_trace()
+    };
     let mut empty = builder();
     empty.trace_end(1);
 
