@@ -276,8 +276,11 @@ macro_rules! ffi_guard_or {
 /// compression.
 ///
 /// NULL does nothing. Any thread, at any time; it does not allocate.
+///
+/// # Safety
+/// `cfg` is NULL or points to writable memory for one `trace_config`.
 #[no_mangle]
-pub extern "C" fn trace_config_init(cfg: *mut trace_config) {
+pub unsafe extern "C" fn trace_config_init(cfg: *mut trace_config) {
     if cfg.is_null() {
         return;
     }
@@ -309,8 +312,12 @@ pub extern "C" fn trace_config_init(cfg: *mut trace_config) {
 /// TRACE_ERR_IO when the output cannot be created or written. `cfg` and
 /// `path` are only read during the call. Any thread; allocates, so not from
 /// inside a malloc that the process's own malloc calls would deadlock on.
+///
+/// # Safety
+/// `cfg` is NULL or points to a readable `trace_config` of at least
+/// `cfg->struct_size` bytes; a non-NULL `path` in it is NUL-terminated.
 #[no_mangle]
-pub extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
+pub unsafe extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
     ffi_guard!({
         // SAFETY: a non-NULL cfg points to a readable trace_config.
         let Some(cfg) = (unsafe { cfg.as_ref() }) else {
@@ -535,8 +542,11 @@ pub extern "C" fn trace_last_error_detail() -> *const c_char {
 /// allowed with `name_len` 0. Names over 1024 bytes are cut. Works before
 /// `trace_start`; each call makes a new ID. Any thread, also inside malloc
 /// (it never allocates or locks).
+///
+/// # Safety
+/// `name` is NULL or points to `name_len` readable bytes.
 #[no_mangle]
-pub extern "C" fn trace_type_register(
+pub unsafe extern "C" fn trace_type_register(
     name: *const c_char,
     name_len: libc::size_t,
     size: u64,

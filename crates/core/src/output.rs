@@ -788,9 +788,9 @@ mod tests {
         assert!(out.raw_fd() >= super::high_fd_base());
         out.write_batch(&[TRACE_END]).unwrap();
         let victim = std::fs::File::create(dir.join("victim")).unwrap();
-        // SAFETY: replaces the output's number with the victim, as a
-        // program could.
         assert_eq!(
+            // SAFETY: replaces the output's number with the victim, as a
+            // program could.
             unsafe { libc::dup2(victim.as_raw_fd(), out.raw_fd()) },
             out.raw_fd()
         );
@@ -812,8 +812,8 @@ mod tests {
         );
         let fd = out.raw_fd();
         out.close().unwrap();
-        // SAFETY: only asks whether the number is open.
         assert!(
+            // SAFETY: only asks whether the number is open.
             unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0,
             "the program's descriptor was closed"
         );

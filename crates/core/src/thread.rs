@@ -506,7 +506,7 @@ pub(crate) fn spawn_internal(
         let body = unsafe { Box::from_raw(arg.cast::<Body>()) };
         mark_internal();
         // A panic must not unwind into pthread's frames.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || body()));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
         core::ptr::null_mut()
     }
     let arg = Box::into_raw(Box::new(Box::new(body) as Body));

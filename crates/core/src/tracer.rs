@@ -194,8 +194,11 @@ extern "C" fn fork_child() {
         // without running their destructors (no unmapping of buffers, no
         // join of a thread that does not exist here).
         core::mem::forget(control.session.take());
-        core::mem::forget(control.writer.take());
-        core::mem::forget(control.advancer.take());
+        #[allow(clippy::forget_non_drop)] // forgetting is the point; harmless if they gain Drop
+        {
+            core::mem::forget(control.writer.take());
+            core::mem::forget(control.advancer.take());
+        }
     }
     drop(guard);
 }
@@ -1009,9 +1012,9 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     // Config::validate checked, so < 64; the parity index is 0 or 1 into
     // arrays of 2.
     let short = short_form(kind, addr, arg1);
-    // SAFETY: a non-null pointer in the slot's current-parity entry is held
-    // by this thread (invariant 1).
     let room = if generation != 0 {
+        // SAFETY: a non-null pointer in the slot's current-parity entry is
+        // held by this thread (invariant 1).
         unsafe { event_room(buf) }
     } else {
         None

@@ -38,8 +38,8 @@ fn slow_output_loses_nothing() {
                     unsafe { *libc::__errno_location() = SENTINEL };
                     events::heap_object_alloc(a, 8, 0);
                     events::heap_object_free(a);
-                    // SAFETY: as above.
                     assert_eq!(
+                        // SAFETY: as above.
                         unsafe { *libc::__errno_location() },
                         SENTINEL,
                         "errno changed by event {i}"

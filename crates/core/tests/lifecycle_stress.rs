@@ -94,11 +94,11 @@ fn run(dir: &std::path::Path) -> Vec<PathBuf> {
                     events::heap_object_alloc(addr, 16, 0);
                     events::heap_object_free(addr);
                     i += 1;
-                    if i % 1024 == 0 {
+                    if i.is_multiple_of(1024) {
                         // Threads come and go too.
                         events::thread_destroy();
                     }
-                    if i % 256 == 0 {
+                    if i.is_multiple_of(256) {
                         // Keeps the traces small; the point is the calls
                         // racing the lifecycle, not volume.
                         std::thread::sleep(Duration::from_micros(50));

@@ -226,7 +226,7 @@ mod tests {
         assert_eq!(expand(&s.pattern, 42), b"/tmp/x.42.%.trace");
         assert_eq!(ok(&[(BUFFER_SIZE, "4096")]).buffer_size, 4096);
         assert_eq!(ok(&[(BUFFER_SIZE, "16M")]).buffer_size, 16 << 20);
-        assert_eq!(ok(&[(RECORD, "mmap")]).heap, false);
+        assert!(!ok(&[(RECORD, "mmap")]).heap);
         assert!(ok(&[(RECORD, "all")]).stacks);
         assert!(!ok(&[(OVERWRITE, "0")]).overwrite);
         assert!(ok(&[(CLOCK, "coarse")]).coarse_clock);

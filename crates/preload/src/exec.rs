@@ -81,6 +81,7 @@ pub fn capture_environment() {
             }
         }
     }
+    // SAFETY: Dl_info is plain C data; all zeroes is a valid value.
     let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
     // SAFETY: dladdr with an address inside this library and a valid out
     // pointer; dli_fname, if set, is a NUL-terminated string ld.so keeps.

@@ -285,8 +285,8 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     }
     // SAFETY: forwarded.
     let rc = unsafe { real::posix_memalign(out, align, size) };
-    // SAFETY: the allocator wrote *out if it succeeded.
     let p = if rc == 0 {
+        // SAFETY: the allocator wrote *out, as it succeeded.
         unsafe { *out }
     } else {
         core::ptr::null_mut()

@@ -131,6 +131,16 @@ mod liveset;
 mod own;
 mod spans;
 
+/// The system page size, read by the constructor (4096 until then).
+pub(crate) static PAGE_SIZE: core::sync::atomic::AtomicUsize =
+    core::sync::atomic::AtomicUsize::new(4096);
+
+/// The system page size.
+#[inline(always)]
+pub(crate) fn page_size() -> usize {
+    PAGE_SIZE.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 #[cfg(not(test))]
 mod early;
 #[cfg(not(test))]
@@ -172,16 +182,6 @@ mod real {
         // SAFETY: as the caller's.
         unsafe { libc::memalign(align, size) }
     }
-}
-
-/// The system page size, read by the constructor (4096 until then).
-pub(crate) static PAGE_SIZE: core::sync::atomic::AtomicUsize =
-    core::sync::atomic::AtomicUsize::new(4096);
-
-/// The system page size.
-#[inline(always)]
-pub(crate) fn page_size() -> usize {
-    PAGE_SIZE.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 /// The constructor: ld.so runs it when it loads the library, before the

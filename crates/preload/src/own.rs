@@ -273,7 +273,7 @@ mod tests {
     #[test]
     fn alloc_free_reuse_realloc_align() {
         let a = alloc(10, 16);
-        assert!(contains(a) && a as usize % 16 == 0);
+        assert!(contains(a) && (a as usize).is_multiple_of(16));
         // SAFETY: a is ours.
         unsafe {
             a.cast::<u8>().write_bytes(7, 10);
@@ -291,7 +291,7 @@ mod tests {
         assert_eq!(c, d);
         for align in [32, 64, 4096, 1 << 16] {
             let p = alloc(100, align);
-            assert!(contains(p) && p as usize % align == 0, "{align}");
+            assert!(contains(p) && (p as usize).is_multiple_of(align), "{align}");
             // SAFETY: p is ours.
             unsafe { free(p) };
         }

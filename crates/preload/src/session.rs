@@ -302,6 +302,7 @@ fn start_session(kind: Kind) -> bool {
     let Some(s) = settings() else { return false };
     // SAFETY: getpid and getauxval have no preconditions.
     let pid = unsafe { libc::getpid() };
+    // SAFETY: as above.
     let page_size = match unsafe { libc::getauxval(libc::AT_PAGESZ) } {
         0 => 4096,
         p => p,

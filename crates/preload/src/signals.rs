@@ -382,8 +382,8 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     let saved_errno = errno();
     let prev = guard::replace(guard::OWN);
     let mut may_resume = true;
-    // SAFETY: getpid has no preconditions.
     if session::LIFECYCLE.load(Ordering::Acquire) == session::RUNNING
+        // SAFETY: getpid has no preconditions.
         && unsafe { libc::getpid() } == session::SESSION_PID.load(Ordering::Acquire)
     {
         let flushed = alloctrace_core::flush_for_fatal_signal();

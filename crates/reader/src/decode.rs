@@ -798,7 +798,7 @@ mod tests {
                 })
                 .collect();
             // Sometimes a well-formed varint of a chosen length, then more.
-            if next() % 2 == 0 {
+            if next().is_multiple_of(2) {
                 let v = next() >> (next() % 64);
                 let mut enc = vec![0u8; 10];
                 let end = alloctrace_format::put_uvarint(&mut enc, 0, v);

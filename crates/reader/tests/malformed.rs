@@ -608,7 +608,7 @@ fn truncation_at_every_byte_yields_complete_batches_and_the_cut() {
 fn truncation_at_every_byte(bytes: &[u8]) {
     let (all, cut) = read(bytes).unwrap();
     assert_eq!(cut, None);
-    let batches = batch_offsets(&bytes);
+    let batches = batch_offsets(bytes);
     let trace_end_at = *batches.last().unwrap();
     let mut previous = 0;
     for len in 0..bytes.len() {
