@@ -233,9 +233,12 @@ INSTALLED := $(BINDIR)/alloctrace \
   $(BASHCOMPDIR)/alloctrace $(ZSHCOMPDIR)/_alloctrace $(FISHCOMPDIR)/alloctrace.fish \
   $(DOCDIR)/LICENSE-MIT $(DOCDIR)/LICENSE-APACHE
 
+empty :=
+space := $(empty) $(empty)
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
   -e 's|@VERSION@|$(VERSION)|g' -e 's|@SOVERSION@|$(SOVERSION)|g' -e 's|@LIB_REAL@|$(LIB_REAL)|g' \
-  -e 's|@LIB_SONAME@|$(LIB_SONAME)|g' -e 's|@LIBS_PRIVATE@|$(LIBS_PRIVATE)|g'
+  -e 's|@LIB_SONAME@|$(LIB_SONAME)|g' -e 's|@LIBS_PRIVATE@|$(LIBS_PRIVATE)|g' \
+  -e 's|@LIBS_PRIVATE_CMAKE@|$(subst $(space),;,$(strip $(LIBS_PRIVATE)))|g'
 
 .PHONY: uninstall
 install: all

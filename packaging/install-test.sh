@@ -72,6 +72,10 @@ if command -v cmake >/dev/null; then
       ./build/example && "$prefix/bin/alloctrace" check example.trace >/dev/null); then
     ok "README example built with CMake find_package(alloctrace) and alloctrace::alloctrace"
   else cat "$dir/cmake/cmake.log"; bad "README example with CMake"; fi
+  if (cd "$dir/cmake" && ! readelf -d build/example_static | grep -q liballoctrace && rm -f example.trace &&
+      ./build/example_static && "$prefix/bin/alloctrace" check example.trace >/dev/null); then
+    ok "README example built with CMake and alloctrace::alloctrace_static, linked statically"
+  else bad "README example with CMake and alloctrace::alloctrace_static"; fi
 else skip "cmake not installed: the CMake consumer was not built"; fi
 
 # Man pages and completions, generated from the CLI's clap definition.
