@@ -188,6 +188,9 @@ extern "C" {
  * compression.
  *
  * NULL does nothing. Any thread, at any time; it does not allocate.
+ *
+ * # Safety
+ * `cfg` is NULL or points to writable memory for one `trace_config`.
  */
 void trace_config_init(struct trace_config *cfg);
 
@@ -200,6 +203,10 @@ void trace_config_init(struct trace_config *cfg);
  * TRACE_ERR_IO when the output cannot be created or written. `cfg` and
  * `path` are only read during the call. Any thread; allocates, so not from
  * inside a malloc that the process's own malloc calls would deadlock on.
+ *
+ * # Safety
+ * `cfg` is NULL or points to a readable `trace_config` of at least
+ * `cfg->struct_size` bytes; a non-NULL `path` in it is NUL-terminated.
  */
 enum trace_result trace_start(const struct trace_config *cfg);
 
@@ -274,6 +281,9 @@ const char *trace_last_error_detail(void);
  * allowed with `name_len` 0. Names over 1024 bytes are cut. Works before
  * `trace_start`; each call makes a new ID. Any thread, also inside malloc
  * (it never allocates or locks).
+ *
+ * # Safety
+ * `name` is NULL or points to `name_len` readable bytes.
  */
 uint64_t trace_type_register(const char *name, size_t name_len, uint64_t size, uint64_t ptr_bytes);
 
