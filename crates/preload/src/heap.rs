@@ -18,7 +18,7 @@
 //! another thread may get the same address from malloc and record its
 //! allocation, which must come after the free in the trace.
 //!
-//! In a session that starts with an inherited heap (session.rs, FILTER) an
+//! In a session that starts with an inherited heap (session.rs; state.rs's FILTER) an
 //! object's free is recorded only if the object is in the live set; the
 //! free of an inherited object is a T call.
 //!
@@ -38,7 +38,7 @@ use core::sync::atomic::Ordering;
 
 use alloctrace_core::events::{self, tagged, EntryPoint};
 
-use crate::{early, guard, liveset, own, real, session};
+use crate::{early, guard, liveset, own, real, state};
 
 /// memalign's alignment rule: rounded up to a power of two, at least 16.
 fn own_align(align: usize) -> usize {
@@ -50,12 +50,12 @@ fn own_align(align: usize) -> usize {
 
 #[inline(always)]
 fn recording() -> bool {
-    alloctrace_core::enabled() && session::HEAP.load(Ordering::Relaxed)
+    alloctrace_core::enabled() && state::HEAP.load(Ordering::Relaxed)
 }
 
 #[inline(always)]
 fn filtering() -> bool {
-    session::FILTER.load(Ordering::Relaxed)
+    state::FILTER.load(Ordering::Relaxed)
 }
 
 /// Records an allocation's outcome: alloc of `p`, or a call when it failed.
@@ -346,7 +346,7 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
     if guard::get() == guard::OWN {
-        return own::alloc(size, crate::page_size());
+        return own::alloc(size, state::page_size());
     }
     // SAFETY: forwarded.
     let p = unsafe { real::valloc(size) };
@@ -367,8 +367,8 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     if guard::get() == guard::OWN {
         return own::alloc(
-            size.div_ceil(crate::page_size()).max(1) * crate::page_size(),
-            crate::page_size(),
+            size.div_ceil(state::page_size()).max(1) * state::page_size(),
+            state::page_size(),
         );
     }
     // SAFETY: forwarded.

@@ -130,16 +130,7 @@ mod config;
 mod liveset;
 mod own;
 mod spans;
-
-/// The system page size, read by the constructor (4096 until then).
-pub(crate) static PAGE_SIZE: core::sync::atomic::AtomicUsize =
-    core::sync::atomic::AtomicUsize::new(4096);
-
-/// The system page size.
-#[inline(always)]
-pub(crate) fn page_size() -> usize {
-    PAGE_SIZE.load(core::sync::atomic::Ordering::Relaxed)
-}
+mod state;
 
 #[cfg(not(test))]
 mod early;
@@ -191,7 +182,7 @@ extern "C" fn init(_argc: core::ffi::c_int, _argv: *const *const u8, _envp: *con
     // SAFETY: getauxval has no preconditions.
     let page = unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize;
     if page.is_power_of_two() {
-        PAGE_SIZE.store(page, core::sync::atomic::Ordering::Relaxed);
+        state::PAGE_SIZE.store(page, core::sync::atomic::Ordering::Relaxed);
     }
     exec::init_execl();
     // A panic must not unwind into ld.so: catch it and run untraced.

@@ -17,9 +17,8 @@ use core::sync::atomic::Ordering;
 use alloctrace_core::events::{self, tagged, EntryPoint};
 
 use crate::spans::{SpanEvent, Table, CLASS_FILE, CLASS_SHARED, CLASS_UNKNOWN, SPANS};
-use crate::{guard, real, session};
-
-use crate::page_size;
+use crate::state::{self, page_size};
+use crate::{guard, real};
 
 #[inline(always)]
 fn pages(len: usize) -> usize {
@@ -82,7 +81,7 @@ pub fn snapshot(table: &mut Table) {
 #[inline(always)]
 fn recording() -> bool {
     alloctrace_core::enabled()
-        && session::MMAP.load(Ordering::Relaxed)
+        && state::MMAP.load(Ordering::Relaxed)
         && guard::get() == guard::NORMAL
 }
 

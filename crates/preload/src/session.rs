@@ -31,7 +31,7 @@
 //! traced (with the reason in words) and one when ALLOCTRACE_ONLY leaves a
 //! process out.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 use std::cell::Cell;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -40,36 +40,11 @@ use alloctrace_core::{ClockKind, Config, Error, Output};
 
 use crate::config::{self, Parsed, Settings};
 use crate::real::write_stderr;
+use crate::state::{
+    DISABLED, EPOCH, FAILED, FILTER, HEAP, LIFECYCLE, MMAP, RUNNING, SESSION_PID, STACKS, STOPPED,
+    UNINIT,
+};
 use crate::{guard, liveset, spans, stacks};
-
-pub const UNINIT: u8 = 0;
-pub const RUNNING: u8 = 1;
-pub const STOPPED: u8 = 2;
-pub const DISABLED: u8 = 3;
-pub const FAILED: u8 = 4;
-
-/// Where the shim is in its lifecycle (above). Written only as the shim's
-/// own code, read by the wrappers (exec, pthread_create).
-pub static LIFECYCLE: AtomicU8 = AtomicU8::new(UNINIT);
-
-/// Which families the session records. Written before the session starts.
-pub static HEAP: AtomicBool = AtomicBool::new(false);
-pub static MMAP: AtomicBool = AtomicBool::new(false);
-pub static STACKS: AtomicBool = AtomicBool::new(false);
-
-/// Whether frees are filtered through the live set (liveset.rs): set for
-/// sessions that start with an inherited heap.
-pub static FILTER: AtomicBool = AtomicBool::new(false);
-
-/// Counts the sessions this process (and its ancestors before fork) has
-/// started: a thread's stack is freed in the trace only if the stack was
-/// recorded in the same session.
-pub static EPOCH: AtomicU64 = AtomicU64::new(0);
-
-/// The process that runs the session. A vfork child (or a clone child that
-/// ran no fork handlers) shares or copies the parent's memory but has
-/// another pid: the exec wrappers leave the parent's session alone there.
-pub static SESSION_PID: AtomicI32 = AtomicI32::new(0);
 
 /// The settings, leaked once by the constructor.
 static SETTINGS: AtomicPtr<Settings> = AtomicPtr::new(core::ptr::null_mut());
@@ -660,14 +635,4 @@ pub fn stop_if_ours() -> bool {
 /// After an exec that failed: the program goes on, traced into a new file.
 pub fn after_failed_exec() {
     guard::own(|| start_session(Kind::AfterExec));
-}
-
-/// Whether pthread_create should wrap new threads (to record their stacks).
-#[inline]
-pub fn wrap_threads() -> bool {
-    match LIFECYCLE.load(Ordering::Acquire) {
-        DISABLED | FAILED => false,
-        UNINIT => true,
-        _ => STACKS.load(Ordering::Relaxed),
-    }
 }

@@ -89,7 +89,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
-use crate::{guard, session};
+use crate::{guard, session, state};
 
 /// The signals whose SIG_DFL action the shim takes over.
 pub const HANDLED: [c_int; 22] = [
@@ -326,7 +326,7 @@ pub fn init() {
         // SAFETY: getpid has no preconditions.
         OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         let Some(real) = real else { return };
-        if session::LIFECYCLE.load(Ordering::Acquire) != session::RUNNING {
+        if state::LIFECYCLE.load(Ordering::Acquire) != state::RUNNING {
             return;
         }
         // SAFETY: the handlers are extern "C" functions without arguments.
@@ -382,15 +382,15 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     let saved_errno = errno();
     let prev = guard::replace(guard::OWN);
     let mut may_resume = true;
-    if session::LIFECYCLE.load(Ordering::Acquire) == session::RUNNING
+    if state::LIFECYCLE.load(Ordering::Acquire) == state::RUNNING
         // SAFETY: getpid has no preconditions.
-        && unsafe { libc::getpid() } == session::SESSION_PID.load(Ordering::Acquire)
+        && unsafe { libc::getpid() } == state::SESSION_PID.load(Ordering::Acquire)
     {
         let flushed = alloctrace_core::flush_for_fatal_signal();
         if flushed.ended {
-            let _ = session::LIFECYCLE.compare_exchange(
-                session::RUNNING,
-                session::STOPPED,
+            let _ = state::LIFECYCLE.compare_exchange(
+                state::RUNNING,
+                state::STOPPED,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );

@@ -15,7 +15,7 @@ use core::sync::atomic::Ordering;
 
 use alloctrace_core::events;
 
-use crate::{guard, real, session};
+use crate::{guard, real, state};
 
 thread_local! {
     /// This thread's stack as recorded: (base, session epoch), or (0, 0).
@@ -53,7 +53,7 @@ fn current_stack() -> Option<(usize, usize)> {
 }
 
 fn recording() -> bool {
-    alloctrace_core::enabled() && session::STACKS.load(Ordering::Relaxed)
+    alloctrace_core::enabled() && state::STACKS.load(Ordering::Relaxed)
 }
 
 /// Records the calling thread's stack as allocated (`exists` false) or as
@@ -81,7 +81,7 @@ pub fn snapshot(epoch: u64) {
 fn end_stack() {
     let (base, epoch) = STACK.with(|s| s.replace((0, 0)));
     if base != 0
-        && epoch == session::EPOCH.load(Ordering::Acquire)
+        && epoch == state::EPOCH.load(Ordering::Acquire)
         && recording()
         && guard::get() != guard::OWN
     {
@@ -119,7 +119,7 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
         guard::own(alloctrace_core::events::thread_id);
     }
     if recording() && guard::get() == guard::NORMAL {
-        record_stack(false, session::EPOCH.load(Ordering::Acquire));
+        record_stack(false, state::EPOCH.load(Ordering::Acquire));
     }
     let _guard = StackGuard;
     // SAFETY: the creator's routine and argument.
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn pthread_create(
         *mut c_void,
     ) -> c_int = unsafe { core::mem::transmute(real_create) };
     let internal = guard::get() == guard::OWN;
-    if !internal && !session::wrap_threads() {
+    if !internal && !state::wrap_threads() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real_create(thread, attr, routine, arg) };
     }
