@@ -145,6 +145,8 @@ mod maps;
 #[cfg(not(test))]
 mod real;
 #[cfg(not(test))]
+mod run_env;
+#[cfg(not(test))]
 mod session;
 #[cfg(not(test))]
 mod signals;

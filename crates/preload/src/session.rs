@@ -114,7 +114,7 @@ pub fn init() {
             std::env::set_var(config::ROOT_PID, pid.to_string());
             settings.root_pid = Some(pid);
         }
-        crate::exec::capture_environment();
+        crate::run_env::capture_environment();
         if let Some(why) = not_traced_here(&settings, pid) {
             // Untraced, but the exec wrappers still carry the configuration,
             // so the programs this one starts are traced if they match.
