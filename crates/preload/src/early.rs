@@ -43,7 +43,7 @@ static DONE: AtomicUsize = AtomicUsize::new(0);
 #[inline(always)]
 pub fn active() -> bool {
     state::LIFECYCLE.load(Ordering::Relaxed) == state::UNINIT
-        && crate::guard::get() != crate::guard::OWN
+        && crate::reentrancy::get() != crate::reentrancy::OWN
 }
 
 fn log(addr: usize, size: usize) {

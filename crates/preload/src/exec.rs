@@ -21,7 +21,7 @@
 use core::ffi::{c_char, c_int};
 
 use crate::run_env::with_run_env;
-use crate::{guard, real, session};
+use crate::{real, reentrancy, session};
 
 extern "C" {
     static environ: *const *const c_char;
@@ -35,7 +35,7 @@ unsafe fn exec_with(
     envp: *const *const c_char,
     call: impl FnOnce(*const *const c_char) -> c_int,
 ) -> c_int {
-    if guard::get() == guard::OWN {
+    if reentrancy::get() == reentrancy::OWN {
         return call(envp);
     }
     // SAFETY: as the caller's envp.
@@ -141,7 +141,7 @@ unsafe fn spawn_with(
     let Some(next) = next else {
         return libc::ENOSYS;
     };
-    if guard::get() == guard::OWN {
+    if reentrancy::get() == reentrancy::OWN {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { next(pid, path, actions, attr, argv, envp) };
     }
@@ -269,7 +269,7 @@ pub unsafe extern "C" fn execle() {
 /// parent's, seen from a vfork child). Otherwise the trace is cut at the
 /// last batch the writer wrote, and readers report it truncated.
 fn stop_before_exit() {
-    if guard::get() == guard::NORMAL {
+    if reentrancy::get() == reentrancy::NORMAL {
         let _ = session::stop_if_ours();
     }
 }

@@ -25,7 +25,7 @@
 //! The arguments go to the next allocator unchanged and its answer (result,
 //! errno, posix_memalign's code) comes back unchanged: the shim checks
 //! nothing the allocator checks, so the program behaves as without it.
-//! Blocks of the shim's own heap (own.rs) never reach the allocator: free
+//! Blocks of the shim's own heap (private_heap.rs) never reach the allocator: free
 //! and realloc recognise them by address; calls in state OWN are served
 //! from that heap.
 //!
@@ -38,7 +38,7 @@ use core::sync::atomic::Ordering;
 
 use alloctrace_core::events::{self, tagged, EntryPoint};
 
-use crate::{early, guard, liveset, own, real, state};
+use crate::{early, liveset, private_heap, real, reentrancy, state};
 
 /// memalign's alignment rule: rounded up to a power of two, at least 16.
 fn own_align(align: usize) -> usize {
@@ -61,7 +61,7 @@ fn filtering() -> bool {
 /// Records an allocation's outcome: alloc of `p`, or a call when it failed.
 #[inline(always)]
 fn allocated(entry: EntryPoint, p: *mut c_void, size: usize) {
-    guard::event(|| {
+    reentrancy::event(|| {
         if p.is_null() {
             tagged::call(entry);
         } else {
@@ -89,8 +89,8 @@ fn freed(entry: EntryPoint, p: *mut c_void) {
 /// As malloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(size, 16);
+    if reentrancy::get() == reentrancy::OWN {
+        return private_heap::alloc(size, 16);
     }
     // SAFETY: forwarded.
     let p = unsafe { real::malloc(size) };
@@ -108,8 +108,8 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// As calloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::calloc(n, size);
+    if reentrancy::get() == reentrancy::OWN {
+        return private_heap::calloc(n, size);
     }
     // SAFETY: forwarded (the allocator checks n * size for overflow).
     let p = unsafe { real::calloc(n, size) };
@@ -127,18 +127,18 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 /// As free(3).
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if own::contains(p) {
+    if private_heap::contains(p) {
         // SAFETY: a block of the shim's own heap.
-        return unsafe { own::free(p) };
+        return unsafe { private_heap::free(p) };
     }
-    if p.is_null() && guard::get() == guard::OWN {
+    if p.is_null() && reentrancy::get() == reentrancy::OWN {
         // The shim's own free(NULL) (glibc makes two when one of the
         // tracer's threads exits): a no-op, kept from the next allocator
         // (an interposer after the shim counts only the program's calls).
         return;
     }
     if recording() {
-        guard::event(|| freed(EntryPoint::Free, p));
+        reentrancy::event(|| freed(EntryPoint::Free, p));
     } else if early::active() {
         early::free(p as usize);
     }
@@ -155,14 +155,14 @@ unsafe fn reallocate(
     size: usize,
     call: impl Fn(*mut c_void) -> *mut c_void,
 ) -> *mut c_void {
-    if own::contains(p) {
+    if private_heap::contains(p) {
         // SAFETY: a block of the shim's own heap.
-        return unsafe { own::realloc(p, size) };
+        return unsafe { private_heap::realloc(p, size) };
     }
-    if p.is_null() && guard::get() == guard::OWN {
-        return own::alloc(size, 16);
+    if p.is_null() && reentrancy::get() == reentrancy::OWN {
+        return private_heap::alloc(size, 16);
     }
-    if !recording() || guard::get() == guard::OWN {
+    if !recording() || reentrancy::get() == reentrancy::OWN {
         let log = early::active();
         let r = call(p);
         if log && (!r.is_null() || size == 0) {
@@ -178,11 +178,11 @@ unsafe fn reallocate(
     }
     if size == 0 {
         // glibc frees p and returns NULL.
-        guard::event(|| freed(entry, p));
+        reentrancy::event(|| freed(entry, p));
         let r = call(p);
         if !r.is_null() {
             // Another allocator's realloc(p, 0) may return a new block.
-            guard::event(|| {
+            reentrancy::event(|| {
                 if filtering() {
                     liveset::insert(r as usize);
                 }
@@ -192,14 +192,14 @@ unsafe fn reallocate(
         return r;
     }
     let mut tracked = true;
-    guard::event(|| {
+    reentrancy::event(|| {
         tracked = !filtering() || liveset::remove(p as usize);
         if tracked {
             events::heap_object_free(p as usize);
         }
     });
     let r = call(p);
-    guard::event(|| {
+    reentrancy::event(|| {
         if r.is_null() {
             // p is still allocated: live again in the trace.
             if tracked {
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
                 real::reallocarray(p, n, size)
             })
         },
-        None if own::contains(p) || guard::get() == guard::OWN => {
+        None if private_heap::contains(p) || reentrancy::get() == reentrancy::OWN => {
             real::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
         }
@@ -270,12 +270,12 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 /// As posix_memalign(3).
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if guard::get() == guard::OWN {
+    if reentrancy::get() == reentrancy::OWN {
         let word = core::mem::size_of::<*mut c_void>();
         if !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
             return libc::EINVAL;
         }
-        let p = own::alloc(size, align);
+        let p = private_heap::alloc(size, align);
         if p.is_null() {
             return libc::ENOMEM;
         }
@@ -307,8 +307,8 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 /// As aligned_alloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(size, own_align(align));
+    if reentrancy::get() == reentrancy::OWN {
+        return private_heap::alloc(size, own_align(align));
     }
     // SAFETY: forwarded.
     let p = unsafe { real::aligned_alloc(align, size) };
@@ -326,8 +326,8 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 /// As memalign(3).
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(size, own_align(align));
+    if reentrancy::get() == reentrancy::OWN {
+        return private_heap::alloc(size, own_align(align));
     }
     // SAFETY: forwarded.
     let p = unsafe { real::memalign(align, size) };
@@ -345,8 +345,8 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 /// As valloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(size, state::page_size());
+    if reentrancy::get() == reentrancy::OWN {
+        return private_heap::alloc(size, state::page_size());
     }
     // SAFETY: forwarded.
     let p = unsafe { real::valloc(size) };
@@ -365,8 +365,8 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 /// As pvalloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(
+    if reentrancy::get() == reentrancy::OWN {
+        return private_heap::alloc(
             size.div_ceil(state::page_size()).max(1) * state::page_size(),
             state::page_size(),
         );

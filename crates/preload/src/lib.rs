@@ -27,14 +27,14 @@
 //!   cached pointers; raw system calls for mmap/munmap/mremap/execve;
 //!   `dlsym(RTLD_NEXT)` for pthread_create, execvpe, fexecve and
 //!   posix_spawn(p).
-//! - **Reentrancy** (guard.rs): a const-initialised thread-local state,
+//! - **Reentrancy** (reentrancy.rs): a const-initialised thread-local state,
 //!   OWN while the shim runs its own code (configuration, start, stop,
 //!   dlsym, pthread_getattr_np) and on the tracer's own threads, so their
 //!   calls pass through untraced; IN_EVENT while the shim records a
 //!   mapping change or a stack, so a signal handler's mappings made then
 //!   pass through. (The core maps its buffers with raw system calls, which
 //!   no wrapper sees.)
-//! - **The shim's own heap** (own.rs): allocations made in state OWN come
+//! - **The shim's own heap** (private_heap.rs): allocations made in state OWN come
 //!   from a private lock-free heap, recognised by address when freed, so a
 //!   block glibc frees later on the shim's behalf (a thread-local destructor
 //!   registration, a TLS block) is never traced either.
@@ -128,7 +128,7 @@
 
 mod config;
 mod liveset;
-mod own;
+mod private_heap;
 mod spans;
 mod state;
 
@@ -137,13 +137,13 @@ mod early;
 #[cfg(not(test))]
 mod exec;
 #[cfg(not(test))]
-mod guard;
-#[cfg(not(test))]
 mod heap;
 #[cfg(not(test))]
 mod maps;
 #[cfg(not(test))]
 mod real;
+#[cfg(not(test))]
+mod reentrancy;
 #[cfg(not(test))]
 mod run_env;
 #[cfg(not(test))]

@@ -13,7 +13,7 @@
 //!                                                (open failed: FAILED)
 //! ```
 //!
-//! Every transition runs as the shim's own code (guard OWN), so the
+//! Every transition runs as the shim's own code (reentrancy state OWN), so the
 //! allocations of start and stop (threads, file names, the index line) are
 //! never traced.
 //!
@@ -44,7 +44,7 @@ use crate::state::{
     DISABLED, EPOCH, FAILED, FILTER, HEAP, LIFECYCLE, MMAP, RUNNING, SESSION_PID, STACKS, STOPPED,
     UNINIT,
 };
-use crate::{guard, liveset, spans, stacks};
+use crate::{liveset, reentrancy, spans, stacks};
 
 /// The settings, leaked once by the constructor.
 static SETTINGS: AtomicPtr<Settings> = AtomicPtr::new(core::ptr::null_mut());
@@ -74,7 +74,7 @@ fn message(msg: &str) {
 
 /// The constructor's work. Runs as the shim's own code.
 pub fn init() {
-    guard::own(|| {
+    reentrancy::own(|| {
         if LIFECYCLE.load(Ordering::Acquire) != UNINIT {
             return;
         }
@@ -323,9 +323,9 @@ fn start_session(kind: Kind) -> bool {
         alloctrace_core::events::thread_id();
         if kind == Kind::Root && s.heap {
             crate::early::replay(|addr, size| {
-                let prev = guard::replace(guard::IN_EVENT);
+                let prev = reentrancy::replace(reentrancy::IN_EVENT);
                 alloctrace_core::events::heap_object_exists(addr, size as u64, 0);
-                guard::replace(prev);
+                reentrancy::replace(prev);
             });
         }
         if s.mmap {
@@ -564,14 +564,14 @@ fn program_name() -> Vec<u8> {
 /// exit does (other handlers, destructors) is not traced: the session is
 /// over.
 extern "C" fn at_exit() {
-    guard::own(stop_session);
+    reentrancy::own(stop_session);
 }
 
 thread_local! {
     /// Set by fork_prepare when it took the span table lock.
     static FORK_HOLDS_SPANS: Cell<bool> = const { Cell::new(false) };
     /// The forking thread's state before fork_prepare.
-    static FORK_PREV_STATE: Cell<u8> = const { Cell::new(guard::NORMAL) };
+    static FORK_PREV_STATE: Cell<u8> = const { Cell::new(reentrancy::NORMAL) };
 }
 
 /// Runs first of the prepare handlers (they run in reverse order of
@@ -582,11 +582,11 @@ thread_local! {
 /// the span table whole across fork: no thread is inside it when the
 /// address space is copied.
 extern "C" fn fork_prepare() {
-    let prev = guard::replace(guard::OWN);
+    let prev = reentrancy::replace(reentrancy::OWN);
     FORK_PREV_STATE.with(|s| s.set(prev));
     // A fork from a signal handler that interrupted this thread inside the
     // shim must not wait for a lock this thread may hold.
-    if LIFECYCLE.load(Ordering::Acquire) == RUNNING && prev == guard::NORMAL {
+    if LIFECYCLE.load(Ordering::Acquire) == RUNNING && prev == reentrancy::NORMAL {
         core::mem::forget(spans::SPANS.lock());
         FORK_HOLDS_SPANS.with(|f| f.set(true));
     }
@@ -597,7 +597,7 @@ extern "C" fn fork_parent() {
     if FORK_HOLDS_SPANS.with(|f| f.replace(false)) {
         spans::SPANS.force_unlock();
     }
-    guard::replace(FORK_PREV_STATE.with(|s| s.get()));
+    reentrancy::replace(FORK_PREV_STATE.with(|s| s.get()));
 }
 
 /// Runs last of the child handlers, after the core's has turned tracing off
@@ -611,10 +611,10 @@ extern "C" fn fork_child() {
             LIFECYCLE.store(DISABLED, Ordering::Release);
         } else {
             LIFECYCLE.store(STOPPED, Ordering::Release);
-            guard::own(|| start_session(Kind::ForkChild));
+            reentrancy::own(|| start_session(Kind::ForkChild));
         }
     }
-    guard::replace(FORK_PREV_STATE.with(|s| s.get()));
+    reentrancy::replace(FORK_PREV_STATE.with(|s| s.get()));
 }
 
 /// Before exec or _exit: ends the session so its trace is complete (both
@@ -628,11 +628,11 @@ pub fn stop_if_ours() -> bool {
     if unsafe { libc::getpid() } != SESSION_PID.load(Ordering::Acquire) {
         return false;
     }
-    guard::own(stop_session);
+    reentrancy::own(stop_session);
     true
 }
 
 /// After an exec that failed: the program goes on, traced into a new file.
 pub fn after_failed_exec() {
-    guard::own(|| start_session(Kind::AfterExec));
+    reentrancy::own(|| start_session(Kind::AfterExec));
 }
