@@ -29,6 +29,14 @@
 //! and realloc recognise them by address; calls in state OWN are served
 //! from that heap.
 //!
+//! Each wrapper states only what is its own (the private heap's answer in
+//! state OWN, the next allocator's call, the entry point); the branch they
+//! share is written once: [`account`] (record when the session records the
+//! heap, log before the constructor, nothing otherwise), with
+//! [`account_alloc`] and [`allocate`] for the allocating calls. realloc and
+//! reallocarray ([`reallocate`]) record a free before the call and an
+//! allocation after it, so they take that branch around the call.
+//!
 //! Hot path: a relaxed load (tracing on?), the real call (a relaxed load of
 //! a cached function pointer and an indirect call), a thread-local state
 //! check and the event; no allocation, no lock, no system call.
@@ -40,8 +48,9 @@ use alloctrace_core::events::{self, tagged, EntryPoint};
 
 use crate::{early, liveset, private_heap, real, reentrancy, state};
 
-/// memalign's alignment rule: rounded up to a power of two, at least 16.
-fn own_align(align: usize) -> usize {
+/// memalign's alignment rule, for the shim's private heap: rounded up to a
+/// power of two, at least 16.
+fn private_align(align: usize) -> usize {
     align
         .checked_next_power_of_two()
         .unwrap_or(usize::MAX / 2 + 1)
@@ -83,23 +92,60 @@ fn freed(entry: EntryPoint, p: *mut c_void) {
     }
 }
 
+/// The branch every wrapper takes for its call: `trace` (the events) when
+/// the session records the heap, `log` (early.rs) before the constructor
+/// has decided, nothing otherwise. Inline, so the hot path stays a relaxed
+/// load and a branch before the events.
+#[inline(always)]
+fn account(trace: impl FnOnce(), log: impl FnOnce()) {
+    if recording() {
+        trace();
+    } else if early::active() {
+        log();
+    }
+}
+
+/// [`account`] for an allocation's outcome: `p` from a call asking for
+/// `size` bytes (null: the call failed).
+#[inline(always)]
+fn account_alloc(entry: EntryPoint, p: *mut c_void, size: usize) {
+    account(
+        || allocated(entry, p, size),
+        || early::alloc(p as usize, size),
+    );
+}
+
+/// A wrapper that allocates `size` bytes: in state OWN the shim's private
+/// heap (`private`), otherwise the next allocator's call (`next`), then
+/// the call accounted for.
+#[inline(always)]
+fn allocate(
+    entry: EntryPoint,
+    size: usize,
+    private: impl FnOnce() -> *mut c_void,
+    next: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
+    if reentrancy::get() == reentrancy::OWN {
+        return private();
+    }
+    let p = next();
+    account_alloc(entry, p, size);
+    p
+}
+
 /// Interposed malloc(3).
 ///
 /// # Safety
 /// As malloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        return private_heap::alloc(size, 16);
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::malloc(size) };
-    if recording() {
-        allocated(EntryPoint::Malloc, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::Malloc,
+        size,
+        || private_heap::alloc(size, 16),
+        // SAFETY: forwarded.
+        || unsafe { real::malloc(size) },
+    )
 }
 
 /// Interposed calloc(3).
@@ -108,17 +154,13 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// As calloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        return private_heap::calloc(n, size);
-    }
-    // SAFETY: forwarded (the allocator checks n * size for overflow).
-    let p = unsafe { real::calloc(n, size) };
-    if recording() {
-        allocated(EntryPoint::Calloc, p, n.wrapping_mul(size));
-    } else if early::active() {
-        early::alloc(p as usize, n.wrapping_mul(size));
-    }
-    p
+    allocate(
+        EntryPoint::Calloc,
+        n.wrapping_mul(size),
+        || private_heap::calloc(n, size),
+        // SAFETY: forwarded (the allocator checks n * size for overflow).
+        || unsafe { real::calloc(n, size) },
+    )
 }
 
 /// Interposed free(3).
@@ -137,11 +179,10 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         // (an interposer after the shim counts only the program's calls).
         return;
     }
-    if recording() {
-        reentrancy::event(|| freed(EntryPoint::Free, p));
-    } else if early::active() {
-        early::free(p as usize);
-    }
+    account(
+        || reentrancy::event(|| freed(EntryPoint::Free, p)),
+        || early::free(p as usize),
+    );
     // SAFETY: forwarded.
     unsafe { real::free(p) }
 }
@@ -253,9 +294,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
         None => {
             // SAFETY: forwarded: the allocator's answer and errno.
             let r = unsafe { real::reallocarray(p, n, size) };
-            if recording() {
-                allocated(EntryPoint::Reallocarray, r, n.wrapping_mul(size));
-            }
+            account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size));
             r
         }
     }
@@ -291,11 +330,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     } else {
         core::ptr::null_mut()
     };
-    if recording() {
-        allocated(EntryPoint::PosixMemalign, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
+    account_alloc(EntryPoint::PosixMemalign, p, size);
     rc
 }
 
@@ -307,17 +342,13 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 /// As aligned_alloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        return private_heap::alloc(size, own_align(align));
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::aligned_alloc(align, size) };
-    if recording() {
-        allocated(EntryPoint::AlignedAlloc, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::AlignedAlloc,
+        size,
+        || private_heap::alloc(size, private_align(align)),
+        // SAFETY: forwarded.
+        || unsafe { real::aligned_alloc(align, size) },
+    )
 }
 
 /// Interposed memalign(3).
@@ -326,17 +357,13 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 /// As memalign(3).
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        return private_heap::alloc(size, own_align(align));
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::memalign(align, size) };
-    if recording() {
-        allocated(EntryPoint::Memalign, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::Memalign,
+        size,
+        || private_heap::alloc(size, private_align(align)),
+        // SAFETY: forwarded.
+        || unsafe { real::memalign(align, size) },
+    )
 }
 
 /// Interposed valloc(3).
@@ -345,17 +372,13 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 /// As valloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        return private_heap::alloc(size, state::page_size());
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::valloc(size) };
-    if recording() {
-        allocated(EntryPoint::Valloc, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::Valloc,
+        size,
+        || private_heap::alloc(size, state::page_size()),
+        // SAFETY: forwarded.
+        || unsafe { real::valloc(size) },
+    )
 }
 
 /// Interposed pvalloc(3). The recorded size is the requested one (glibc
@@ -365,18 +388,14 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 /// As pvalloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        return private_heap::alloc(
-            size.div_ceil(state::page_size()).max(1) * state::page_size(),
-            state::page_size(),
-        );
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::pvalloc(size) };
-    if recording() {
-        allocated(EntryPoint::Pvalloc, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::Pvalloc,
+        size,
+        || {
+            let page = state::page_size();
+            private_heap::alloc(size.div_ceil(page).max(1) * page, page)
+        },
+        // SAFETY: forwarded.
+        || unsafe { real::pvalloc(size) },
+    )
 }
