@@ -25,7 +25,7 @@
 //! The arguments go to the next allocator unchanged and its answer (result,
 //! errno, posix_memalign's code) comes back unchanged: the shim checks
 //! nothing the allocator checks, so the program behaves as without it.
-//! Blocks of the shim's own heap (private_heap.rs) never reach the allocator: free
+//! Blocks of the shim's private heap (private_heap.rs) never reach the allocator: free
 //! and realloc recognise them by address; calls in state OWN are served
 //! from that heap.
 //!
@@ -170,7 +170,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     if private_heap::contains(p) {
-        // SAFETY: a block of the shim's own heap.
+        // SAFETY: a block of the shim's private heap.
         return unsafe { private_heap::free(p) };
     }
     if p.is_null() && reentrancy::get() == reentrancy::OWN {
@@ -197,7 +197,7 @@ unsafe fn reallocate(
     call: impl Fn(*mut c_void) -> *mut c_void,
 ) -> *mut c_void {
     if private_heap::contains(p) {
-        // SAFETY: a block of the shim's own heap.
+        // SAFETY: a block of the shim's private heap.
         return unsafe { private_heap::realloc(p, size) };
     }
     if p.is_null() && reentrancy::get() == reentrancy::OWN {
@@ -336,7 +336,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 
 /// Interposed aligned_alloc(3): the next aligned_alloc, whatever it does
 /// with an odd alignment (glibc 2.36 rounds it up, as memalign; 2.38
-/// refuses it). The shim's own heap rounds it up.
+/// refuses it). The shim's private heap rounds it up.
 ///
 /// # Safety
 /// As aligned_alloc(3).

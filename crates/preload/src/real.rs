@@ -9,7 +9,7 @@
 //!   glibc's versions are on Linux;
 //! - pthread_create, execvpe, fexecve, posix_spawn and posix_spawnp through
 //!   `dlsym(RTLD_NEXT)`, made in the shim's own state so dlsym's calloc is
-//!   served by the shim's own heap.
+//!   served by the shim's private heap.
 //!
 //! ## The allocator's entry points
 //!
@@ -20,7 +20,7 @@
 //! resolves them before tracing starts; a heap call made before the
 //! constructor (ld.so, other libraries' constructors) resolves them on
 //! first use. Resolution runs as the shim's own code (reentrancy state OWN), so the
-//! allocations dlsym makes come from the shim's own heap (private_heap.rs). A call
+//! allocations dlsym makes come from the shim's private heap (private_heap.rs). A call
 //! that reaches a bootstrap function *during* resolution (dlsym freeing a
 //! block it did not get from the shim's heap) goes to glibc's `__libc_*`
 //! entry point, as does any entry point dlsym cannot find. Two threads
@@ -550,7 +550,7 @@ fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> *mut c_void {
         return cached;
     }
     // dlsym may calloc (error state) and takes ld.so's lock: lookup does
-    // it as our own code, so the calloc comes from the shim's own heap. Two
+    // it as our own code, so the calloc comes from the shim's private heap. Two
     // threads racing here store the same pointer.
     let p = lookup(name, core::ptr::null_mut());
     cache.store(p, Ordering::Release);

@@ -2,10 +2,12 @@
 //! the constructor, by a forked child and after a failed exec; stopped at
 //! exit and before exec.
 //!
-//! [`LIFECYCLE`] is the state machine:
+//! The state machine is [`LIFECYCLE`], which lives in state.rs (with the
+//! other flags the wrappers read) so that the wrappers never depend on this
+//! module:
 //!
 //! ```text
-//! UNINIT --constructor--> RUNNING --exit, exec--> STOPPED
+//! UNINIT --constructor--> RUNNING --exit, exec, fatal signal--> STOPPED
 //!    |                       ^  \--fork (child)--> RUNNING (new file)
 //!    |                       |   \-fork, FOLLOW=0-> DISABLED
 //!    |                       \--- failed exec ---- STOPPED
@@ -13,9 +15,16 @@
 //!                                                (open failed: FAILED)
 //! ```
 //!
-//! Every transition runs as the shim's own code (reentrancy state OWN), so the
-//! allocations of start and stop (threads, file names, the index line) are
-//! never traced.
+//! This module makes every transition but one: signals.rs's fatal-signal
+//! handler moves RUNNING to STOPPED when the core has ended the session.
+//! Before a session turns events on, [`start_session`] writes state.rs's
+//! FILTER, EPOCH and SESSION_PID; the constructor writes HEAP, MMAP and
+//! STACKS once, before the first session. RUNNING is stored (Release)
+//! last, and a wrapper that reads it (Acquire) sees them.
+//!
+//! Every transition runs as the shim's own code (reentrancy state OWN), so
+//! the allocations of start and stop (threads, file names, the index line)
+//! are never traced.
 //!
 //! Which processes are traced (the constructor decides, per process image):
 //! all, unless ALLOCTRACE_ONLY names programs (then those whose name

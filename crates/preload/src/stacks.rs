@@ -105,7 +105,7 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
     // SAFETY: pthread_create below passed a Start written into this block,
     // which only this thread reads and frees.
     let start = unsafe { block.cast::<Start>().read() };
-    // SAFETY: the block came from the shim's own heap (private_heap::alloc below).
+    // SAFETY: the block came from the shim's private heap (private_heap::alloc below).
     unsafe { crate::private_heap::free(block) };
     if start.internal {
         reentrancy::replace(reentrancy::OWN);
@@ -152,7 +152,7 @@ pub unsafe extern "C" fn pthread_create(
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real_create(thread, attr, routine, arg) };
     }
-    // The shim's own heap: never traced, and never the program's allocator
+    // The shim's private heap: never traced, and never the program's allocator
     // (which may be jemalloc or another interposer).
     let block = crate::private_heap::alloc(
         core::mem::size_of::<Start>(),

@@ -3,9 +3,10 @@
 //! facts of the running session the wrappers need.
 //!
 //! This module is the leaf of the crate's graph: it uses nothing else of
-//! the crate. session.rs writes (almost) all of it; early.rs, heap.rs,
-//! maps.rs, stacks.rs, exec.rs (through session.rs) and signals.rs read it.
-//! So the wrappers do not depend on session.rs, and session.rs (which
+//! the crate. session.rs writes nearly all of it (lib.rs's constructor
+//! the page size, signals.rs's fatal-signal handler one transition);
+//! early.rs, heap.rs, maps.rs, stacks.rs and signals.rs read it. So the
+//! recording modules do not depend on session.rs, and session.rs (which
 //! calls down into early.rs, maps.rs and stacks.rs for a new session's
 //! snapshot) is not reached back from them.
 //!
