@@ -14,7 +14,7 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::session;
+use crate::state;
 
 /// Records the log holds.
 pub const CAPACITY: usize = 16384;
@@ -42,8 +42,8 @@ static DONE: AtomicUsize = AtomicUsize::new(0);
 /// Whether heap calls are logged: before the constructor has decided.
 #[inline(always)]
 pub fn active() -> bool {
-    session::LIFECYCLE.load(Ordering::Relaxed) == session::UNINIT
-        && crate::guard::get() != crate::guard::OWN
+    state::LIFECYCLE.load(Ordering::Relaxed) == state::UNINIT
+        && crate::reentrancy::get() != crate::reentrancy::OWN
 }
 
 fn log(addr: usize, size: usize) {

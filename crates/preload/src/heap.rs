@@ -18,16 +18,24 @@
 //! another thread may get the same address from malloc and record its
 //! allocation, which must come after the free in the trace.
 //!
-//! In a session that starts with an inherited heap (session.rs, FILTER) an
+//! In a session that starts with an inherited heap (session.rs; state.rs's FILTER) an
 //! object's free is recorded only if the object is in the live set; the
 //! free of an inherited object is a T call.
 //!
 //! The arguments go to the next allocator unchanged and its answer (result,
 //! errno, posix_memalign's code) comes back unchanged: the shim checks
 //! nothing the allocator checks, so the program behaves as without it.
-//! Blocks of the shim's own heap (own.rs) never reach the allocator: free
+//! Blocks of the shim's private heap (private_heap.rs) never reach the allocator: free
 //! and realloc recognise them by address; calls in state OWN are served
 //! from that heap.
+//!
+//! Each wrapper states only what is its own (the private heap's answer in
+//! state OWN, the next allocator's call, the entry point); the branch they
+//! share is written once: [`account`] (record when the session records the
+//! heap, log before the constructor, nothing otherwise), with
+//! [`account_alloc`] and [`allocate`] for the allocating calls. realloc and
+//! reallocarray ([`reallocate`]) record a free before the call and an
+//! allocation after it, so they take that branch around the call.
 //!
 //! Hot path: a relaxed load (tracing on?), the real call (a relaxed load of
 //! a cached function pointer and an indirect call), a thread-local state
@@ -38,10 +46,11 @@ use core::sync::atomic::Ordering;
 
 use alloctrace_core::events::{self, tagged, EntryPoint};
 
-use crate::{early, guard, liveset, own, real, session};
+use crate::{early, liveset, private_heap, real, reentrancy, state};
 
-/// memalign's alignment rule: rounded up to a power of two, at least 16.
-fn own_align(align: usize) -> usize {
+/// memalign's alignment rule, for the shim's private heap: rounded up to a
+/// power of two, at least 16.
+fn private_align(align: usize) -> usize {
     align
         .checked_next_power_of_two()
         .unwrap_or(usize::MAX / 2 + 1)
@@ -50,18 +59,18 @@ fn own_align(align: usize) -> usize {
 
 #[inline(always)]
 fn recording() -> bool {
-    alloctrace_core::enabled() && session::HEAP.load(Ordering::Relaxed)
+    alloctrace_core::enabled() && state::HEAP.load(Ordering::Relaxed)
 }
 
 #[inline(always)]
 fn filtering() -> bool {
-    session::FILTER.load(Ordering::Relaxed)
+    state::FILTER.load(Ordering::Relaxed)
 }
 
 /// Records an allocation's outcome: alloc of `p`, or a call when it failed.
 #[inline(always)]
 fn allocated(entry: EntryPoint, p: *mut c_void, size: usize) {
-    guard::event(|| {
+    reentrancy::event(|| {
         if p.is_null() {
             tagged::call(entry);
         } else {
@@ -83,23 +92,60 @@ fn freed(entry: EntryPoint, p: *mut c_void) {
     }
 }
 
+/// The branch every wrapper takes for its call: `trace` (the events) when
+/// the session records the heap, `log` (early.rs) before the constructor
+/// has decided, nothing otherwise. Inline, so the hot path stays a relaxed
+/// load and a branch before the events.
+#[inline(always)]
+fn account(trace: impl FnOnce(), log: impl FnOnce()) {
+    if recording() {
+        trace();
+    } else if early::active() {
+        log();
+    }
+}
+
+/// [`account`] for an allocation's outcome: `p` from a call asking for
+/// `size` bytes (null: the call failed).
+#[inline(always)]
+fn account_alloc(entry: EntryPoint, p: *mut c_void, size: usize) {
+    account(
+        || allocated(entry, p, size),
+        || early::alloc(p as usize, size),
+    );
+}
+
+/// A wrapper that allocates `size` bytes: in state OWN the shim's private
+/// heap (`private`), otherwise the next allocator's call (`next`), then
+/// the call accounted for.
+#[inline(always)]
+fn allocate(
+    entry: EntryPoint,
+    size: usize,
+    private: impl FnOnce() -> *mut c_void,
+    next: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
+    if reentrancy::get() == reentrancy::OWN {
+        return private();
+    }
+    let p = next();
+    account_alloc(entry, p, size);
+    p
+}
+
 /// Interposed malloc(3).
 ///
 /// # Safety
 /// As malloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(size, 16);
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::malloc(size) };
-    if recording() {
-        allocated(EntryPoint::Malloc, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::Malloc,
+        size,
+        || private_heap::alloc(size, 16),
+        // SAFETY: forwarded.
+        || unsafe { real::malloc(size) },
+    )
 }
 
 /// Interposed calloc(3).
@@ -108,17 +154,13 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// As calloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::calloc(n, size);
-    }
-    // SAFETY: forwarded (the allocator checks n * size for overflow).
-    let p = unsafe { real::calloc(n, size) };
-    if recording() {
-        allocated(EntryPoint::Calloc, p, n.wrapping_mul(size));
-    } else if early::active() {
-        early::alloc(p as usize, n.wrapping_mul(size));
-    }
-    p
+    allocate(
+        EntryPoint::Calloc,
+        n.wrapping_mul(size),
+        || private_heap::calloc(n, size),
+        // SAFETY: forwarded (the allocator checks n * size for overflow).
+        || unsafe { real::calloc(n, size) },
+    )
 }
 
 /// Interposed free(3).
@@ -127,21 +169,20 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 /// As free(3).
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if own::contains(p) {
-        // SAFETY: a block of the shim's own heap.
-        return unsafe { own::free(p) };
+    if private_heap::contains(p) {
+        // SAFETY: a block of the shim's private heap.
+        return unsafe { private_heap::free(p) };
     }
-    if p.is_null() && guard::get() == guard::OWN {
+    if p.is_null() && reentrancy::get() == reentrancy::OWN {
         // The shim's own free(NULL) (glibc makes two when one of the
         // tracer's threads exits): a no-op, kept from the next allocator
         // (an interposer after the shim counts only the program's calls).
         return;
     }
-    if recording() {
-        guard::event(|| freed(EntryPoint::Free, p));
-    } else if early::active() {
-        early::free(p as usize);
-    }
+    account(
+        || reentrancy::event(|| freed(EntryPoint::Free, p)),
+        || early::free(p as usize),
+    );
     // SAFETY: forwarded.
     unsafe { real::free(p) }
 }
@@ -155,14 +196,14 @@ unsafe fn reallocate(
     size: usize,
     call: impl Fn(*mut c_void) -> *mut c_void,
 ) -> *mut c_void {
-    if own::contains(p) {
-        // SAFETY: a block of the shim's own heap.
-        return unsafe { own::realloc(p, size) };
+    if private_heap::contains(p) {
+        // SAFETY: a block of the shim's private heap.
+        return unsafe { private_heap::realloc(p, size) };
     }
-    if p.is_null() && guard::get() == guard::OWN {
-        return own::alloc(size, 16);
+    if p.is_null() && reentrancy::get() == reentrancy::OWN {
+        return private_heap::alloc(size, 16);
     }
-    if !recording() || guard::get() == guard::OWN {
+    if !recording() || reentrancy::get() == reentrancy::OWN {
         let log = early::active();
         let r = call(p);
         if log && (!r.is_null() || size == 0) {
@@ -178,11 +219,11 @@ unsafe fn reallocate(
     }
     if size == 0 {
         // glibc frees p and returns NULL.
-        guard::event(|| freed(entry, p));
+        reentrancy::event(|| freed(entry, p));
         let r = call(p);
         if !r.is_null() {
             // Another allocator's realloc(p, 0) may return a new block.
-            guard::event(|| {
+            reentrancy::event(|| {
                 if filtering() {
                     liveset::insert(r as usize);
                 }
@@ -192,14 +233,14 @@ unsafe fn reallocate(
         return r;
     }
     let mut tracked = true;
-    guard::event(|| {
+    reentrancy::event(|| {
         tracked = !filtering() || liveset::remove(p as usize);
         if tracked {
             events::heap_object_free(p as usize);
         }
     });
     let r = call(p);
-    guard::event(|| {
+    reentrancy::event(|| {
         if r.is_null() {
             // p is still allocated: live again in the trace.
             if tracked {
@@ -246,16 +287,14 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
                 real::reallocarray(p, n, size)
             })
         },
-        None if own::contains(p) || guard::get() == guard::OWN => {
+        None if private_heap::contains(p) || reentrancy::get() == reentrancy::OWN => {
             real::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
         }
         None => {
             // SAFETY: forwarded: the allocator's answer and errno.
             let r = unsafe { real::reallocarray(p, n, size) };
-            if recording() {
-                allocated(EntryPoint::Reallocarray, r, n.wrapping_mul(size));
-            }
+            account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size));
             r
         }
     }
@@ -270,12 +309,12 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 /// As posix_memalign(3).
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if guard::get() == guard::OWN {
+    if reentrancy::get() == reentrancy::OWN {
         let word = core::mem::size_of::<*mut c_void>();
         if !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
             return libc::EINVAL;
         }
-        let p = own::alloc(size, align);
+        let p = private_heap::alloc(size, align);
         if p.is_null() {
             return libc::ENOMEM;
         }
@@ -291,33 +330,25 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     } else {
         core::ptr::null_mut()
     };
-    if recording() {
-        allocated(EntryPoint::PosixMemalign, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
+    account_alloc(EntryPoint::PosixMemalign, p, size);
     rc
 }
 
 /// Interposed aligned_alloc(3): the next aligned_alloc, whatever it does
 /// with an odd alignment (glibc 2.36 rounds it up, as memalign; 2.38
-/// refuses it). The shim's own heap rounds it up.
+/// refuses it). The shim's private heap rounds it up.
 ///
 /// # Safety
 /// As aligned_alloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(size, own_align(align));
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::aligned_alloc(align, size) };
-    if recording() {
-        allocated(EntryPoint::AlignedAlloc, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::AlignedAlloc,
+        size,
+        || private_heap::alloc(size, private_align(align)),
+        // SAFETY: forwarded.
+        || unsafe { real::aligned_alloc(align, size) },
+    )
 }
 
 /// Interposed memalign(3).
@@ -326,17 +357,13 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 /// As memalign(3).
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(size, own_align(align));
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::memalign(align, size) };
-    if recording() {
-        allocated(EntryPoint::Memalign, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::Memalign,
+        size,
+        || private_heap::alloc(size, private_align(align)),
+        // SAFETY: forwarded.
+        || unsafe { real::memalign(align, size) },
+    )
 }
 
 /// Interposed valloc(3).
@@ -345,17 +372,13 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 /// As valloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(size, crate::page_size());
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::valloc(size) };
-    if recording() {
-        allocated(EntryPoint::Valloc, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::Valloc,
+        size,
+        || private_heap::alloc(size, state::page_size()),
+        // SAFETY: forwarded.
+        || unsafe { real::valloc(size) },
+    )
 }
 
 /// Interposed pvalloc(3). The recorded size is the requested one (glibc
@@ -365,18 +388,14 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 /// As pvalloc(3).
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    if guard::get() == guard::OWN {
-        return own::alloc(
-            size.div_ceil(crate::page_size()).max(1) * crate::page_size(),
-            crate::page_size(),
-        );
-    }
-    // SAFETY: forwarded.
-    let p = unsafe { real::pvalloc(size) };
-    if recording() {
-        allocated(EntryPoint::Pvalloc, p, size);
-    } else if early::active() {
-        early::alloc(p as usize, size);
-    }
-    p
+    allocate(
+        EntryPoint::Pvalloc,
+        size,
+        || {
+            let page = state::page_size();
+            private_heap::alloc(size.div_ceil(page).max(1) * page, page)
+        },
+        // SAFETY: forwarded.
+        || unsafe { real::pvalloc(size) },
+    )
 }

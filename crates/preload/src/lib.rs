@@ -27,15 +27,15 @@
 //!   cached pointers; raw system calls for mmap/munmap/mremap/execve;
 //!   `dlsym(RTLD_NEXT)` for pthread_create, execvpe, fexecve and
 //!   posix_spawn(p).
-//! - **Reentrancy** (guard.rs): a const-initialised thread-local state,
+//! - **Reentrancy** (reentrancy.rs): a const-initialised thread-local state,
 //!   OWN while the shim runs its own code (configuration, start, stop,
 //!   dlsym, pthread_getattr_np) and on the tracer's own threads, so their
 //!   calls pass through untraced; IN_EVENT while the shim records a
 //!   mapping change or a stack, so a signal handler's mappings made then
 //!   pass through. (The core maps its buffers with raw system calls, which
 //!   no wrapper sees.)
-//! - **The shim's own heap** (own.rs): allocations made in state OWN come
-//!   from a private lock-free heap, recognised by address when freed, so a
+//! - **The shim's private heap** (private_heap.rs): allocations made in
+//!   state OWN come from a private lock-free heap, recognised by address when freed, so a
 //!   block glibc frees later on the shim's behalf (a thread-local destructor
 //!   registration, a TLS block) is never traced either.
 //! - **Events** (heap.rs, maps.rs, stacks.rs): exactly one entry-tagged
@@ -46,7 +46,12 @@
 //!   stops in an atexit handler (whichever thread calls exit), before exec,
 //!   and restarts in a forked child and after a failed exec, each time into
 //!   a file of its own.
-//! - **The run follows every exec and spawn** (exec.rs): the new program's
+//! - **Shared state** (state.rs): the lifecycle state, the families the
+//!   run records, the live-set filter, the session epoch and pid, the page
+//!   size: atomics session.rs writes and the wrappers read (the module
+//!   documents each one's writer and orderings).
+//! - **The run follows every exec and spawn** (exec.rs's wrappers,
+//!   run_env.rs's rule and environment builder): the new program's
 //!   environment gets the shim in LD_PRELOAD and the run's configuration,
 //!   whatever environment the program built, unless it sets
 //!   ALLOCTRACE_DISABLE.
@@ -59,6 +64,26 @@
 //!   program sees, and the kernel applies, exactly its own dispositions
 //!   otherwise. quick_exit ends the session through an at_quick_exit
 //!   handler.
+//!
+//! ## Module layers
+//!
+//! Each module uses only modules of the layers above it (no cycle;
+//! tests/module_graph.rs checks it):
+//!
+//! | layer | modules | uses |
+//! |---|---|---|
+//! | leaves | state.rs (shared atomics), reentrancy.rs (per-thread state), config.rs (the environment's settings) | nothing of the crate |
+//! | system | real.rs (the next functions, raw system calls); run_env.rs (the run's environment) | reentrancy; config |
+//! | memory | private_heap.rs, spans.rs (the span table), liveset.rs; early.rs (the log before the constructor) | real; reentrancy, state |
+//! | events | heap.rs, maps.rs, stacks.rs (the wrappers that record) | the layers above |
+//! | lifecycle | session.rs (start, stop, fork, the index) | the layers above |
+//! | control | exec.rs (exec, spawn, _exit), signals.rs (dispositions, the fatal-signal flush) | session and the layers above |
+//! | root | lib.rs (the constructor) | all |
+//!
+//! Lower layers never call up: what session.rs decides, the wrappers read
+//! from state.rs; what a new session needs of the wrappers' modules (the
+//! early log, the span table, the starting thread's stack) session.rs
+//! calls down for.
 //!
 //! ## Invariants
 //!
@@ -79,7 +104,7 @@
 //!    the trace would hold unknown frees.
 //! 6. An allocator call MUST go to the next allocator with its arguments
 //!    unchanged, and its answer (result, errno, return code) MUST reach the
-//!    program unchanged; a block of the shim's own heap MUST never reach
+//!    program unchanged; a block of the shim's private heap MUST never reach
 //!    it. Otherwise a program that links or preloads its own allocator
 //!    would get blocks from two allocators (and crash freeing one with the
 //!    other), or behave differently under the shim.
@@ -90,7 +115,7 @@
 //!   atexit handler pass through untraced: the core's events are off. The
 //!   first heap call made before the constructor resolves the next
 //!   allocator's entry points (as the shim's own code: dlsym's allocations
-//!   come from the shim's own heap); otherwise the constructor does.
+//!   come from the shim's private heap); otherwise the constructor does.
 //! - glibc's reallocarray calls realloc through the PLT, which would reach
 //!   the shim's realloc: when the next reallocarray is glibc's, the shim
 //!   does what it does (overflow check, next realloc), so the call is one
@@ -128,31 +153,24 @@
 
 mod config;
 mod liveset;
-mod own;
+mod private_heap;
 mod spans;
-
-/// The system page size, read by the constructor (4096 until then).
-pub(crate) static PAGE_SIZE: core::sync::atomic::AtomicUsize =
-    core::sync::atomic::AtomicUsize::new(4096);
-
-/// The system page size.
-#[inline(always)]
-pub(crate) fn page_size() -> usize {
-    PAGE_SIZE.load(core::sync::atomic::Ordering::Relaxed)
-}
+mod state;
 
 #[cfg(not(test))]
 mod early;
 #[cfg(not(test))]
 mod exec;
 #[cfg(not(test))]
-mod guard;
-#[cfg(not(test))]
 mod heap;
 #[cfg(not(test))]
 mod maps;
 #[cfg(not(test))]
 mod real;
+#[cfg(not(test))]
+mod reentrancy;
+#[cfg(not(test))]
+mod run_env;
 #[cfg(not(test))]
 mod session;
 #[cfg(not(test))]
@@ -191,7 +209,7 @@ extern "C" fn init(_argc: core::ffi::c_int, _argv: *const *const u8, _envp: *con
     // SAFETY: getauxval has no preconditions.
     let page = unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize;
     if page.is_power_of_two() {
-        PAGE_SIZE.store(page, core::sync::atomic::Ordering::Relaxed);
+        state::PAGE_SIZE.store(page, core::sync::atomic::Ordering::Relaxed);
     }
     exec::init_execl();
     // A panic must not unwind into ld.so: catch it and run untraced.

@@ -17,9 +17,8 @@ use core::sync::atomic::Ordering;
 use alloctrace_core::events::{self, tagged, EntryPoint};
 
 use crate::spans::{SpanEvent, Table, CLASS_FILE, CLASS_SHARED, CLASS_UNKNOWN, SPANS};
-use crate::{guard, real, session};
-
-use crate::page_size;
+use crate::state::{self, page_size};
+use crate::{real, reentrancy};
 
 #[inline(always)]
 fn pages(len: usize) -> usize {
@@ -69,11 +68,11 @@ impl crate::spans::Sink for Tagger {
 /// session that starts with mappings recorded by an earlier one (a forked
 /// child's inheritance). Called with the table locked, tracing on.
 pub fn snapshot(table: &mut Table) {
-    let prev = guard::replace(guard::IN_EVENT);
+    let prev = reentrancy::replace(reentrancy::IN_EVENT);
     for s in table.spans() {
         events::span_exists(s.base, pages(s.end - s.base), s.class);
     }
-    guard::replace(prev);
+    reentrancy::replace(prev);
 }
 
 /// Whether a call should be recorded: tracing on, mmap family wanted, and
@@ -82,15 +81,15 @@ pub fn snapshot(table: &mut Table) {
 #[inline(always)]
 fn recording() -> bool {
     alloctrace_core::enabled()
-        && session::MMAP.load(Ordering::Relaxed)
-        && guard::get() == guard::NORMAL
+        && state::MMAP.load(Ordering::Relaxed)
+        && reentrancy::get() == reentrancy::NORMAL
 }
 
 /// Runs the system call `call` and records it with `record`, under the span
 /// table lock and in state IN_EVENT, keeping the call's errno.
 #[inline]
 fn traced<R: Copy>(call: impl FnOnce() -> R, record: impl FnOnce(R, &mut Table, &mut Tagger)) -> R {
-    let prev = guard::replace(guard::IN_EVENT);
+    let prev = reentrancy::replace(reentrancy::IN_EVENT);
     let mut table = SPANS.lock();
     let r = call();
     let saved = real::errno();
@@ -98,7 +97,7 @@ fn traced<R: Copy>(call: impl FnOnce() -> R, record: impl FnOnce(R, &mut Table, 
     record(r, table.table(), &mut tagger);
     drop(table);
     real::set_errno(saved);
-    guard::replace(prev);
+    reentrancy::replace(prev);
     r
 }
 

@@ -9,7 +9,7 @@
 //!   glibc's versions are on Linux;
 //! - pthread_create, execvpe, fexecve, posix_spawn and posix_spawnp through
 //!   `dlsym(RTLD_NEXT)`, made in the shim's own state so dlsym's calloc is
-//!   served by the shim's own heap.
+//!   served by the shim's private heap.
 //!
 //! ## The allocator's entry points
 //!
@@ -19,8 +19,8 @@
 //! them ([`resolve_allocator`]) and then makes the call. The constructor
 //! resolves them before tracing starts; a heap call made before the
 //! constructor (ld.so, other libraries' constructors) resolves them on
-//! first use. Resolution runs as the shim's own code (guard OWN), so the
-//! allocations dlsym makes come from the shim's own heap (own.rs). A call
+//! first use. Resolution runs as the shim's own code (reentrancy state OWN), so the
+//! allocations dlsym makes come from the shim's private heap (private_heap.rs). A call
 //! that reaches a bootstrap function *during* resolution (dlsym freeing a
 //! block it did not get from the shim's heap) goes to glibc's `__libc_*`
 //! entry point, as does any entry point dlsym cannot find. Two threads
@@ -29,7 +29,7 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::guard;
+use crate::reentrancy;
 
 mod libc_malloc {
     use core::ffi::c_void;
@@ -114,7 +114,7 @@ unsafe extern "C" fn libc_usable_size(p: *mut c_void) -> usize {
 fn lookup(name: &[u8], fallback: *mut c_void) -> *mut c_void {
     debug_assert_eq!(name.last(), Some(&0));
     // SAFETY: RTLD_NEXT with a valid NUL-terminated name.
-    let p = guard::own(|| unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) });
+    let p = reentrancy::own(|| unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) });
     if p.is_null() {
         fallback
     } else {
@@ -212,7 +212,7 @@ unsafe extern "C" fn checked_reallocarray(p: *mut c_void, n: usize, size: usize)
 /// shim's own code): it must not resolve again.
 #[inline]
 fn resolving() -> bool {
-    guard::get() == guard::OWN
+    reentrancy::get() == reentrancy::OWN
 }
 
 unsafe extern "C" fn boot_malloc(size: usize) -> *mut c_void {
@@ -550,7 +550,7 @@ fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> *mut c_void {
         return cached;
     }
     // dlsym may calloc (error state) and takes ld.so's lock: lookup does
-    // it as our own code, so the calloc comes from the shim's own heap. Two
+    // it as our own code, so the calloc comes from the shim's private heap. Two
     // threads racing here store the same pointer.
     let p = lookup(name, core::ptr::null_mut());
     cache.store(p, Ordering::Release);

@@ -2,10 +2,12 @@
 //! the constructor, by a forked child and after a failed exec; stopped at
 //! exit and before exec.
 //!
-//! [`LIFECYCLE`] is the state machine:
+//! The state machine is [`LIFECYCLE`], which lives in state.rs (with the
+//! other flags the wrappers read) so that the wrappers never depend on this
+//! module:
 //!
 //! ```text
-//! UNINIT --constructor--> RUNNING --exit, exec--> STOPPED
+//! UNINIT --constructor--> RUNNING --exit, exec, fatal signal--> STOPPED
 //!    |                       ^  \--fork (child)--> RUNNING (new file)
 //!    |                       |   \-fork, FOLLOW=0-> DISABLED
 //!    |                       \--- failed exec ---- STOPPED
@@ -13,9 +15,16 @@
 //!                                                (open failed: FAILED)
 //! ```
 //!
-//! Every transition runs as the shim's own code (guard OWN), so the
-//! allocations of start and stop (threads, file names, the index line) are
-//! never traced.
+//! This module makes every transition but one: signals.rs's fatal-signal
+//! handler moves RUNNING to STOPPED when the core has ended the session.
+//! Before a session turns events on, [`start_session`] writes state.rs's
+//! FILTER, EPOCH and SESSION_PID; the constructor writes HEAP, MMAP and
+//! STACKS once, before the first session. RUNNING is stored (Release)
+//! last, and a wrapper that reads it (Acquire) sees them.
+//!
+//! Every transition runs as the shim's own code (reentrancy state OWN), so
+//! the allocations of start and stop (threads, file names, the index line)
+//! are never traced.
 //!
 //! Which processes are traced (the constructor decides, per process image):
 //! all, unless ALLOCTRACE_ONLY names programs (then those whose name
@@ -31,7 +40,7 @@
 //! traced (with the reason in words) and one when ALLOCTRACE_ONLY leaves a
 //! process out.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 use std::cell::Cell;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -40,36 +49,11 @@ use alloctrace_core::{ClockKind, Config, Error, Output};
 
 use crate::config::{self, Parsed, Settings};
 use crate::real::write_stderr;
-use crate::{guard, liveset, spans, stacks};
-
-pub const UNINIT: u8 = 0;
-pub const RUNNING: u8 = 1;
-pub const STOPPED: u8 = 2;
-pub const DISABLED: u8 = 3;
-pub const FAILED: u8 = 4;
-
-/// Where the shim is in its lifecycle (above). Written only as the shim's
-/// own code, read by the wrappers (exec, pthread_create).
-pub static LIFECYCLE: AtomicU8 = AtomicU8::new(UNINIT);
-
-/// Which families the session records. Written before the session starts.
-pub static HEAP: AtomicBool = AtomicBool::new(false);
-pub static MMAP: AtomicBool = AtomicBool::new(false);
-pub static STACKS: AtomicBool = AtomicBool::new(false);
-
-/// Whether frees are filtered through the live set (liveset.rs): set for
-/// sessions that start with an inherited heap.
-pub static FILTER: AtomicBool = AtomicBool::new(false);
-
-/// Counts the sessions this process (and its ancestors before fork) has
-/// started: a thread's stack is freed in the trace only if the stack was
-/// recorded in the same session.
-pub static EPOCH: AtomicU64 = AtomicU64::new(0);
-
-/// The process that runs the session. A vfork child (or a clone child that
-/// ran no fork handlers) shares or copies the parent's memory but has
-/// another pid: the exec wrappers leave the parent's session alone there.
-pub static SESSION_PID: AtomicI32 = AtomicI32::new(0);
+use crate::state::{
+    DISABLED, EPOCH, FAILED, FILTER, HEAP, LIFECYCLE, MMAP, RUNNING, SESSION_PID, STACKS, STOPPED,
+    UNINIT,
+};
+use crate::{liveset, reentrancy, spans, stacks};
 
 /// The settings, leaked once by the constructor.
 static SETTINGS: AtomicPtr<Settings> = AtomicPtr::new(core::ptr::null_mut());
@@ -99,7 +83,7 @@ fn message(msg: &str) {
 
 /// The constructor's work. Runs as the shim's own code.
 pub fn init() {
-    guard::own(|| {
+    reentrancy::own(|| {
         if LIFECYCLE.load(Ordering::Acquire) != UNINIT {
             return;
         }
@@ -139,7 +123,7 @@ pub fn init() {
             std::env::set_var(config::ROOT_PID, pid.to_string());
             settings.root_pid = Some(pid);
         }
-        crate::exec::capture_environment();
+        crate::run_env::capture_environment();
         if let Some(why) = not_traced_here(&settings, pid) {
             // Untraced, but the exec wrappers still carry the configuration,
             // so the programs this one starts are traced if they match.
@@ -348,9 +332,9 @@ fn start_session(kind: Kind) -> bool {
         alloctrace_core::events::thread_id();
         if kind == Kind::Root && s.heap {
             crate::early::replay(|addr, size| {
-                let prev = guard::replace(guard::IN_EVENT);
+                let prev = reentrancy::replace(reentrancy::IN_EVENT);
                 alloctrace_core::events::heap_object_exists(addr, size as u64, 0);
-                guard::replace(prev);
+                reentrancy::replace(prev);
             });
         }
         if s.mmap {
@@ -589,14 +573,14 @@ fn program_name() -> Vec<u8> {
 /// exit does (other handlers, destructors) is not traced: the session is
 /// over.
 extern "C" fn at_exit() {
-    guard::own(stop_session);
+    reentrancy::own(stop_session);
 }
 
 thread_local! {
     /// Set by fork_prepare when it took the span table lock.
     static FORK_HOLDS_SPANS: Cell<bool> = const { Cell::new(false) };
     /// The forking thread's state before fork_prepare.
-    static FORK_PREV_STATE: Cell<u8> = const { Cell::new(guard::NORMAL) };
+    static FORK_PREV_STATE: Cell<u8> = const { Cell::new(reentrancy::NORMAL) };
 }
 
 /// Runs first of the prepare handlers (they run in reverse order of
@@ -607,11 +591,11 @@ thread_local! {
 /// the span table whole across fork: no thread is inside it when the
 /// address space is copied.
 extern "C" fn fork_prepare() {
-    let prev = guard::replace(guard::OWN);
+    let prev = reentrancy::replace(reentrancy::OWN);
     FORK_PREV_STATE.with(|s| s.set(prev));
     // A fork from a signal handler that interrupted this thread inside the
     // shim must not wait for a lock this thread may hold.
-    if LIFECYCLE.load(Ordering::Acquire) == RUNNING && prev == guard::NORMAL {
+    if LIFECYCLE.load(Ordering::Acquire) == RUNNING && prev == reentrancy::NORMAL {
         core::mem::forget(spans::SPANS.lock());
         FORK_HOLDS_SPANS.with(|f| f.set(true));
     }
@@ -622,7 +606,7 @@ extern "C" fn fork_parent() {
     if FORK_HOLDS_SPANS.with(|f| f.replace(false)) {
         spans::SPANS.force_unlock();
     }
-    guard::replace(FORK_PREV_STATE.with(|s| s.get()));
+    reentrancy::replace(FORK_PREV_STATE.with(|s| s.get()));
 }
 
 /// Runs last of the child handlers, after the core's has turned tracing off
@@ -636,10 +620,10 @@ extern "C" fn fork_child() {
             LIFECYCLE.store(DISABLED, Ordering::Release);
         } else {
             LIFECYCLE.store(STOPPED, Ordering::Release);
-            guard::own(|| start_session(Kind::ForkChild));
+            reentrancy::own(|| start_session(Kind::ForkChild));
         }
     }
-    guard::replace(FORK_PREV_STATE.with(|s| s.get()));
+    reentrancy::replace(FORK_PREV_STATE.with(|s| s.get()));
 }
 
 /// Before exec or _exit: ends the session so its trace is complete (both
@@ -653,21 +637,11 @@ pub fn stop_if_ours() -> bool {
     if unsafe { libc::getpid() } != SESSION_PID.load(Ordering::Acquire) {
         return false;
     }
-    guard::own(stop_session);
+    reentrancy::own(stop_session);
     true
 }
 
 /// After an exec that failed: the program goes on, traced into a new file.
 pub fn after_failed_exec() {
-    guard::own(|| start_session(Kind::AfterExec));
-}
-
-/// Whether pthread_create should wrap new threads (to record their stacks).
-#[inline]
-pub fn wrap_threads() -> bool {
-    match LIFECYCLE.load(Ordering::Acquire) {
-        DISABLED | FAILED => false,
-        UNINIT => true,
-        _ => STACKS.load(Ordering::Relaxed),
-    }
+    reentrancy::own(|| start_session(Kind::AfterExec));
 }

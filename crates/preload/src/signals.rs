@@ -89,7 +89,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
-use crate::{guard, session};
+use crate::{reentrancy, session, state};
 
 /// The signals whose SIG_DFL action the shim takes over.
 pub const HANDLED: [c_int; 22] = [
@@ -219,7 +219,7 @@ fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> *mut c_void {
         return cached;
     }
     // SAFETY: RTLD_NEXT with a NUL-terminated name.
-    let p = guard::own(|| unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) });
+    let p = reentrancy::own(|| unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) });
     cache.store(p, Ordering::Release);
     p
 }
@@ -318,7 +318,7 @@ fn adopt(l: &mut Locked, real: Sigaction, sig: c_int) {
 /// SIG_DFL dispositions and registers the quick_exit handler. Called by
 /// the constructor after the session started.
 pub fn init() {
-    guard::own(|| {
+    reentrancy::own(|| {
         let real = real_sigaction();
         for (cache, name) in signal_functions() {
             let _ = real_signal(cache, name);
@@ -326,7 +326,7 @@ pub fn init() {
         // SAFETY: getpid has no preconditions.
         OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         let Some(real) = real else { return };
-        if session::LIFECYCLE.load(Ordering::Acquire) != session::RUNNING {
+        if state::LIFECYCLE.load(Ordering::Acquire) != state::RUNNING {
             return;
         }
         // SAFETY: the handlers are extern "C" functions without arguments.
@@ -357,7 +357,7 @@ extern "C" fn fork_child() {
 /// `_exit`, which the `_exit` wrapper never sees: this handler, registered
 /// first and so run last, ends the session as the atexit handler does.
 extern "C" fn on_quick_exit() {
-    if guard::get() == guard::NORMAL {
+    if reentrancy::get() == reentrancy::NORMAL {
         let _ = session::stop_if_ours();
     }
 }
@@ -380,17 +380,17 @@ fn signal_functions() -> [(&'static AtomicPtr<c_void>, &'static [u8]); 6] {
 /// then the default action (see the module docs).
 extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     let saved_errno = errno();
-    let prev = guard::replace(guard::OWN);
+    let prev = reentrancy::replace(reentrancy::OWN);
     let mut may_resume = true;
-    if session::LIFECYCLE.load(Ordering::Acquire) == session::RUNNING
+    if state::LIFECYCLE.load(Ordering::Acquire) == state::RUNNING
         // SAFETY: getpid has no preconditions.
-        && unsafe { libc::getpid() } == session::SESSION_PID.load(Ordering::Acquire)
+        && unsafe { libc::getpid() } == state::SESSION_PID.load(Ordering::Acquire)
     {
         let flushed = alloctrace_core::flush_for_fatal_signal();
         if flushed.ended {
-            let _ = session::LIFECYCLE.compare_exchange(
-                session::RUNNING,
-                session::STOPPED,
+            let _ = state::LIFECYCLE.compare_exchange(
+                state::RUNNING,
+                state::STOPPED,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
@@ -418,7 +418,7 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
     if !(fault && may_resume) {
         requeue(sig, info);
     }
-    guard::replace(prev);
+    reentrancy::replace(prev);
     set_errno(saved_errno);
 }
 
@@ -500,7 +500,7 @@ pub unsafe extern "C" fn sigaction(
         set_errno(libc::ENOSYS);
         return -1;
     };
-    if !is_handled(sig) || guard::get() == guard::OWN {
+    if !is_handled(sig) || reentrancy::get() == reentrancy::OWN {
         // SAFETY: forwarded.
         return unsafe { real(sig, act, old) };
     }
@@ -547,7 +547,7 @@ fn via(sig: c_int, call: impl FnOnce() -> libc::sighandler_t) -> libc::sighandle
     let Some(real) = real_sigaction() else {
         return call();
     };
-    if !is_handled(sig) || guard::get() == guard::OWN {
+    if !is_handled(sig) || reentrancy::get() == reentrancy::OWN {
         return call();
     }
     let before = {

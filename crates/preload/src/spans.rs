@@ -20,7 +20,7 @@
 //! The table lives in memory mapped with raw system calls and is guarded by
 //! a futex lock held across the system call and its events, so that the
 //! trace's order of span events matches the kernel's order of mappings.
-//! Threads in state IN_EVENT or OWN never take it (see guard.rs).
+//! Threads in state IN_EVENT or OWN never take it (see reentrancy.rs).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, Ordering};

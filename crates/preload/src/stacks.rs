@@ -15,7 +15,7 @@ use core::sync::atomic::Ordering;
 
 use alloctrace_core::events;
 
-use crate::{guard, real, session};
+use crate::{real, reentrancy, state};
 
 thread_local! {
     /// This thread's stack as recorded: (base, session epoch), or (0, 0).
@@ -35,7 +35,7 @@ struct Start {
 
 /// The calling thread's stack: (lowest address, size in bytes).
 fn current_stack() -> Option<(usize, usize)> {
-    guard::own(|| {
+    reentrancy::own(|| {
         // SAFETY: attr is initialised by pthread_getattr_np before use and
         // destroyed after; the out-pointers are valid.
         unsafe {
@@ -53,7 +53,7 @@ fn current_stack() -> Option<(usize, usize)> {
 }
 
 fn recording() -> bool {
-    alloctrace_core::enabled() && session::STACKS.load(Ordering::Relaxed)
+    alloctrace_core::enabled() && state::STACKS.load(Ordering::Relaxed)
 }
 
 /// Records the calling thread's stack as allocated (`exists` false) or as
@@ -62,13 +62,13 @@ fn record_stack(exists: bool, epoch: u64) {
     let Some((base, size)) = current_stack() else {
         return;
     };
-    let prev = guard::replace(guard::IN_EVENT);
+    let prev = reentrancy::replace(reentrancy::IN_EVENT);
     if exists {
         events::stack_exists(base, size);
     } else {
         events::stack_alloc(base, size);
     }
-    guard::replace(prev);
+    reentrancy::replace(prev);
     STACK.with(|s| s.set((base, epoch)));
 }
 
@@ -81,13 +81,13 @@ pub fn snapshot(epoch: u64) {
 fn end_stack() {
     let (base, epoch) = STACK.with(|s| s.replace((0, 0)));
     if base != 0
-        && epoch == session::EPOCH.load(Ordering::Acquire)
+        && epoch == state::EPOCH.load(Ordering::Acquire)
         && recording()
-        && guard::get() != guard::OWN
+        && reentrancy::get() != reentrancy::OWN
     {
-        let prev = guard::replace(guard::IN_EVENT);
+        let prev = reentrancy::replace(reentrancy::IN_EVENT);
         events::stack_free(base);
-        guard::replace(prev);
+        reentrancy::replace(prev);
     }
 }
 
@@ -105,10 +105,10 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
     // SAFETY: pthread_create below passed a Start written into this block,
     // which only this thread reads and frees.
     let start = unsafe { block.cast::<Start>().read() };
-    // SAFETY: the block came from the shim's own heap (own::alloc below).
-    unsafe { crate::own::free(block) };
+    // SAFETY: the block came from the shim's private heap (private_heap::alloc below).
+    unsafe { crate::private_heap::free(block) };
     if start.internal {
-        guard::replace(guard::OWN);
+        reentrancy::replace(reentrancy::OWN);
         // SAFETY: the creator's routine and argument.
         return unsafe { (start.routine)(start.arg) };
     }
@@ -116,10 +116,10 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
         // Claim the thread's slot as the shim's own code: the claim calls
         // pthread_setspecific, which callocs when the tracer's key is past
         // glibc's first 32; that block must not look like the program's.
-        guard::own(alloctrace_core::events::thread_id);
+        reentrancy::own(alloctrace_core::events::thread_id);
     }
-    if recording() && guard::get() == guard::NORMAL {
-        record_stack(false, session::EPOCH.load(Ordering::Acquire));
+    if recording() && reentrancy::get() == reentrancy::NORMAL {
+        record_stack(false, state::EPOCH.load(Ordering::Acquire));
     }
     let _guard = StackGuard;
     // SAFETY: the creator's routine and argument.
@@ -147,14 +147,14 @@ pub unsafe extern "C" fn pthread_create(
         Routine,
         *mut c_void,
     ) -> c_int = unsafe { core::mem::transmute(real_create) };
-    let internal = guard::get() == guard::OWN;
-    if !internal && !session::wrap_threads() {
+    let internal = reentrancy::get() == reentrancy::OWN;
+    if !internal && !state::wrap_threads() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real_create(thread, attr, routine, arg) };
     }
-    // The shim's own heap: never traced, and never the program's allocator
+    // The shim's private heap: never traced, and never the program's allocator
     // (which may be jemalloc or another interposer).
-    let block = crate::own::alloc(
+    let block = crate::private_heap::alloc(
         core::mem::size_of::<Start>(),
         core::mem::align_of::<Start>().max(16),
     )
@@ -176,7 +176,7 @@ pub unsafe extern "C" fn pthread_create(
     let rc = unsafe { real_create(thread, attr, trampoline, block.cast()) };
     if rc != 0 {
         // SAFETY: no thread was created, so the block is still ours.
-        unsafe { crate::own::free(block.cast()) };
+        unsafe { crate::private_heap::free(block.cast()) };
     }
     rc
 }

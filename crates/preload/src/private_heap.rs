@@ -1,4 +1,4 @@
-//! The shim's own heap: every allocation made in state OWN (the shim's own
+//! The shim's private heap: every allocation made in state OWN (the shim's own
 //! code and the tracer's threads, including what glibc allocates on their
 //! behalf) comes from here, never from glibc's heap.
 //!
@@ -27,7 +27,7 @@
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Bytes reserved for the shim's own heap.
+/// Bytes reserved for the shim's private heap.
 pub const RESERVE: usize = 1 << 30;
 const HEADER: usize = 16;
 const MIN_SHIFT: u32 = 5;
@@ -47,7 +47,7 @@ static CURSOR: AtomicUsize = AtomicUsize::new(0);
 /// high 32 bits a counter bumped at every change (ABA).
 static FREE: [AtomicU64; CLASSES] = [const { AtomicU64::new(0) }; CLASSES];
 
-/// Whether `p` is a block of the shim's own heap.
+/// Whether `p` is a block of the shim's private heap.
 ///
 /// Must not allocate or lock: runs in free.
 #[inline(always)]
