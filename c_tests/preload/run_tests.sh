@@ -442,7 +442,7 @@ shim_counter_after() {
 shim_counter_after shim
 shim_counter_after record
 
-# The run follows every exec and spawn (exec.rs): prog_follow starts a
+# The run follows every exec and spawn (run_env.rs, exec.rs): prog_follow starts a
 # child with its own LD_PRELOAD, a custom environment (posix_spawn(p),
 # execve, execle; with a wrong ALLOCTRACE_OUTPUT and ALLOCTRACE_OVERWRITE=1
 # in it), execl and execlp; `env -i` and `env -u LD_PRELOAD` start one with
