@@ -69,7 +69,7 @@ pub fn stack_free(base: usize) {
 /// 1), or 0 when the table is full. Names longer than 1024 bytes are cut.
 /// Works before tracing starts; every call makes a new ID.
 pub fn type_register(name: &[u8], size: u64, ptr_bytes: u64) -> u64 {
-    crate::types::register(name, size, ptr_bytes)
+    crate::type_table::register(name, size, ptr_bytes)
 }
 
 /// The calling thread's trace thread ID (as in the trace's batch headers),

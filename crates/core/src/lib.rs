@@ -9,7 +9,7 @@
 //!   the type table;
 //! - `tracer`: the session lifecycle and the event path (start, advance,
 //!   stop; its module docs state the design and invariants);
-//! - `thread`, `handshake`, `buffer`, `output`, `clock`, `types`: the
+//! - `thread`, `handshake`, `buffer`, `output`, `clock`, `type_table`: the
 //!   machinery under it;
 //! - `crash`: [`flush_for_fatal_signal`], saving the trace from the handler
 //!   of a signal that is about to kill the process.
@@ -40,7 +40,7 @@ pub mod tls;
 #[cfg(not(loom))]
 mod tracer;
 #[cfg(not(loom))]
-mod types;
+mod type_table;
 
 #[cfg(not(loom))]
 pub use clock::{ClockKind, COARSE_PERIOD};

@@ -113,7 +113,7 @@ use crate::clock::{self, ClockPair};
 use crate::output::{self, Output};
 use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};
-use crate::types;
+use crate::type_table;
 
 /// The running session, or null. Published by start before the first
 /// generation, cleared by stop after the last handshake; events read it only
@@ -897,7 +897,7 @@ fn write_info(session: &Session, generation: u64) {
 fn write_types(session: &Session, generation: u64) {
     let mut batch = MetaWriter::new(session, BatchKind::Types, generation);
     let mut any = false;
-    types::for_each(|t| {
+    type_table::for_each(|t| {
         any = true;
         batch.entry(&[t.id, t.size, t.ptr_bytes, t.name.len() as u64], t.name);
     });
