@@ -205,7 +205,7 @@ fn flush_own(slot: &ThreadSlot) -> bool {
                     // holds it.
                     cut_to_complete_page_events(unsafe { &mut *buf.as_ptr() });
                 }
-                tracer::hand_over(session, buf);
+                session.hand_over(buf);
             }
         }
         if mid_event {
@@ -266,7 +266,7 @@ fn drain_queue() {
     let Some(session) = (unsafe { SESSION.load(Ordering::SeqCst).as_ref() }) else {
         return;
     };
-    session.wake_writer();
+    session.writer.wake();
     let until = after(DRAIN_WAIT);
     while !session.pool.full_is_empty() && now_ns() < until {
         pause();
@@ -308,7 +308,7 @@ fn end_session() -> (bool, bool) {
 /// Ends `session` (CONTROL held): the last generation, the trace end, the
 /// writer's drain. Returns whether the writer drained.
 fn end_locked(session: &Session) -> bool {
-    session.advancer_exit.store(true, Ordering::Release);
+    session.advancer.exit.store(true, Ordering::Release);
     let last = SHARED.generation.load(Ordering::Relaxed);
     if last == 0 {
         return false;
@@ -328,7 +328,7 @@ fn end_locked(session: &Session) -> bool {
         }
         for stream in 0..STREAMS {
             if let Some(buf) = slot.take_buffer(parity, stream) {
-                tracer::hand_over(session, buf);
+                session.hand_over(buf);
             }
         }
         lost += slot.lost[parity].swap(0, Ordering::Relaxed);
@@ -341,11 +341,8 @@ fn end_locked(session: &Session) -> bool {
     tracer::MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
     DEADLINE_NS.with(|c| c.set(0));
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
-    session.stopping.store(true, Ordering::Release);
-    if let Some(t) = session.writer_thread.get() {
-        t.unpark();
-    }
-    while !session.writer_done.load(Ordering::Acquire) {
+    session.writer.stop();
+    while !session.writer.thread.is_done() {
         if now_ns() >= drain_until {
             return false;
         }

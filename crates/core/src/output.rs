@@ -69,13 +69,14 @@
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use alloctrace_format::{batch_checksum, BATCH_PREFIX_LEN, TRAILER_LEN};
 
-use crate::tracer::Session;
+use crate::buffer::BufferPool;
+use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
 
 /// How long the writer sleeps when the queue is empty. Producers never wait
 /// for it unless the memory bound is reached, and then they wake it.
@@ -577,36 +578,83 @@ fn errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-/// Starts the writer thread of a session and returns once it has marked
-/// itself internal. Called while tracing is still off, so the allocations
-/// the thread makes while starting (inside std, before our code runs) are
-/// never traced as the host's.
-///
-/// The handshake is an atomic flag, not a channel: the writer thread must
-/// not allocate or free anything once tracing is on (a custom allocator
-/// that traces itself would see calls that are not the host's).
-pub(crate) fn spawn_writer(
-    session: Arc<Session>,
-) -> std::io::Result<crate::thread::InternalThread> {
-    let theirs = Arc::clone(&session);
-    let handle = crate::thread::spawn_internal(c"alloctrace-writer", move || {
-        // Before the handshake, so while tracing is still off: all the
-        // compression state is allocated here.
-        let compression = if theirs.compress {
-            Compression::new()
-        } else {
-            None
-        };
-        theirs.output.make_private();
-        let _ = theirs.writer_thread.set(std::thread::current());
-        theirs.writer_ready.store(true, Ordering::Release);
-        run_writer(&theirs, compression);
-        theirs.writer_done.store(true, Ordering::Release);
-    })?;
-    while !session.writer_ready.load(Ordering::Acquire) {
-        std::thread::yield_now();
+/// The writer thread's part of a session: the output it writes to, and
+/// what it and the session's other threads tell each other.
+pub(crate) struct Writer {
+    pub(crate) output: Output,
+    /// Whether the writer thread compresses batches.
+    pub(crate) compress: bool,
+    /// Set by stop once every batch is queued; the writer drains and exits.
+    pub(crate) stopping: AtomicBool,
+    /// Set while the writer thread sleeps, so a waiting producer wakes it.
+    pub(crate) sleeping: AtomicBool,
+    /// First write error (errno), 0 if none.
+    pub(crate) io_error: AtomicI32,
+    /// The writer thread, once it is ready; done when it has written
+    /// everything and returns (a fatal-signal flush waits for that instead
+    /// of joining: crash.rs).
+    pub(crate) thread: ThreadSignals,
+}
+
+impl Writer {
+    pub(crate) fn new(output: Output, compress: bool) -> Writer {
+        Writer {
+            output,
+            compress,
+            stopping: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            io_error: AtomicI32::new(0),
+            thread: ThreadSignals::new(),
+        }
     }
-    Ok(handle)
+
+    /// Wakes the writer thread if it sleeps. A syscall: call only when a
+    /// producer has to wait for a buffer.
+    pub(crate) fn wake(&self) {
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.thread.wake();
+        }
+    }
+
+    /// Tells the writer thread to write what is queued and return, once
+    /// every batch of the session is queued.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.thread.wake();
+    }
+}
+
+/// What the writer thread needs of its session, implemented by the session
+/// layer (which is above this module, so it is passed down, not imported).
+pub(crate) trait WriterHost: Send + Sync + 'static {
+    /// The writer's part of the session.
+    fn writer(&self) -> &Writer;
+    /// The buffers: full ones to write, free ones to give back.
+    fn pool(&self) -> &BufferPool;
+    /// Called after each batch written (or discarded after an error) with
+    /// its length. Runs on the writer thread: must not allocate.
+    fn count_written(&self, n: usize);
+}
+
+/// Starts the writer thread of a session and returns once it is ready
+/// ([`spawn_ready`]). Called while tracing is still off: all the
+/// compression state is allocated before the thread is ready.
+pub(crate) fn spawn_writer<H: WriterHost>(session: &Arc<H>) -> std::io::Result<InternalThread> {
+    spawn_ready(
+        c"alloctrace-writer",
+        session,
+        |s| &s.writer().thread,
+        |s| {
+            let compression = if s.writer().compress {
+                Compression::new()
+            } else {
+                None
+            };
+            s.writer().output.make_private();
+            compression
+        },
+        |s, compression| run_writer(s, compression),
+    )
 }
 
 /// Batches gathered for one compressed batch before it is written.
@@ -717,53 +765,54 @@ impl Compression {
 /// Writes full batches out in queue order until the session stops. After a
 /// write error it keeps draining (and discarding), so producers never block
 /// on a dead output; stop reports the error.
-fn run_writer(session: &Session, mut compression: Option<Compression>) {
+fn run_writer<H: WriterHost>(session: &H, mut compression: Option<Compression>) {
+    let (writer, pool) = (session.writer(), session.pool());
     let record = |result: Result<(), i32>| {
         if let Err(e) = result {
-            session.io_error.store(e, Ordering::Relaxed);
+            writer.io_error.store(e, Ordering::Relaxed);
         }
     };
     loop {
         let mut wrote = false;
-        while let Some(buf) = session.pool.pop_full() {
+        while let Some(buf) = pool.pop_full() {
             // SAFETY: popping the full queue hands this thread the buffer.
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
-            if session.io_error.load(Ordering::Relaxed) == 0 {
+            if writer.io_error.load(Ordering::Relaxed) == 0 {
                 match compression.as_mut() {
-                    Some(c) if compress_next(session.pool.full_bytes()) => {
+                    Some(c) if compress_next(pool.full_bytes()) => {
                         c.staged.extend_from_slice(bytes);
                         if c.staged.len() >= COMPRESS_CHUNK {
-                            record(c.flush(&session.output));
+                            record(c.flush(&writer.output));
                         }
                     }
                     Some(c) => {
                         // Behind: the staged batches and this one go out
                         // as they are, in queue order.
-                        record(c.write_staged(&session.output));
-                        record(session.output.write_batch(&[bytes]));
+                        record(c.write_staged(&writer.output));
+                        record(writer.output.write_batch(&[bytes]));
                     }
-                    None => record(session.output.write_batch(&[bytes])),
+                    None => record(writer.output.write_batch(&[bytes])),
                 }
             }
             session.count_written(bytes.len());
-            session.pool.recycle(buf);
+            pool.recycle(buf);
             wrote = true;
         }
         // The queue is empty: write what is staged rather than hold it.
         if let Some(c) = compression.as_mut() {
-            if session.io_error.load(Ordering::Relaxed) == 0 {
-                record(c.flush(&session.output));
+            if writer.io_error.load(Ordering::Relaxed) == 0 {
+                record(c.flush(&writer.output));
             }
         }
-        if session.stopping.load(Ordering::Acquire) && session.pool.full_is_empty() {
+        if writer.stopping.load(Ordering::Acquire) && pool.full_is_empty() {
             return;
         }
         if !wrote {
-            session.writer_sleeping.store(true, Ordering::SeqCst);
-            if session.pool.full_is_empty() && !session.stopping.load(Ordering::Acquire) {
+            writer.sleeping.store(true, Ordering::SeqCst);
+            if pool.full_is_empty() && !writer.stopping.load(Ordering::Acquire) {
                 std::thread::park_timeout(IDLE_SLEEP);
             }
-            session.writer_sleeping.store(false, Ordering::Relaxed);
+            writer.sleeping.store(false, Ordering::Relaxed);
         }
     }
 }

@@ -99,7 +99,7 @@
 //!   start again (the LD_PRELOAD shim does, with a file of its own).
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
@@ -110,9 +110,9 @@ use alloctrace_format::{
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::clock::{self, ClockPair};
-use crate::output::{self, Output};
+use crate::output::{self, Output, Writer, WriterHost};
 use crate::shared::{inline_mode, SHARED};
-use crate::thread::{self, Stream, ThreadSlot, STREAMS};
+use crate::thread::{self, InternalThread, Stream, ThreadSignals, ThreadSlot, STREAMS};
 use crate::type_table;
 
 /// The running session, or null. Published by start before the first
@@ -210,61 +210,116 @@ pub(crate) struct Control {
     pub(crate) advancer: Option<thread::InternalThread>,
 }
 
-/// One tracing session: its buffers and its output.
+/// One tracing session, in named parts: its buffers, what its writer and
+/// advancer threads signal, its byte accounting, and what its info batches
+/// repeat.
 pub(crate) struct Session {
+    /// The batch buffers: free, held by threads, and full ones queued for
+    /// the writer.
     pub(crate) pool: BufferPool,
-    pub(crate) output: Output,
-    /// Set by stop once every batch is queued; the writer drains and exits.
-    pub(crate) stopping: AtomicBool,
-    /// Set while the writer thread sleeps, so a waiting producer wakes it.
-    pub(crate) writer_sleeping: AtomicBool,
-    /// Set by the writer thread once it is marked internal.
-    pub(crate) writer_ready: AtomicBool,
-    pub(crate) writer_thread: std::sync::OnceLock<std::thread::Thread>,
-    /// Set by the writer thread when it has written everything and returns
-    /// (a fatal-signal flush waits for it instead of joining: crash.rs).
-    pub(crate) writer_done: AtomicBool,
-    /// First write error (errno), 0 if none.
-    pub(crate) io_error: AtomicI32,
-    /// Whether the writer thread compresses batches.
-    pub(crate) compress: bool,
-    /// Bytes the writer thread has written (or discarded after an error).
-    pub(crate) bytes_written: AtomicU64,
-    /// `bytes_written` when the current generation started.
-    pub(crate) generation_start_bytes: AtomicU64,
-    /// Bytes after which the advancer ends a generation; 0 for never.
-    pub(crate) generation_bytes: u64,
+    /// The writer thread's part: the output and what the writer signals.
+    pub(crate) writer: Writer,
+    /// The advancer thread's part (advancer.rs).
+    pub(crate) advancer: AdvancerSignals,
+    /// The bytes written, against the generation budget.
+    pub(crate) bytes: ByteCount,
+    /// What the info batch of every generation repeats.
+    pub(crate) info: SessionInfo,
+}
+
+/// What the advancer thread and the rest of the session tell each other.
+pub(crate) struct AdvancerSignals {
     /// Set by the writer when the current generation is over its budget;
     /// taken by the advancer thread.
-    pub(crate) advance_wanted: AtomicBool,
+    pub(crate) wanted: AtomicBool,
     /// Tells the advancer thread to exit.
-    pub(crate) advancer_exit: AtomicBool,
-    /// Set by the advancer thread when it will run no more advances.
-    pub(crate) advancer_done: AtomicBool,
-    pub(crate) advancer_ready: AtomicBool,
-    pub(crate) advancer_thread: std::sync::OnceLock<std::thread::Thread>,
-    info: SessionInfo,
+    pub(crate) exit: AtomicBool,
+    /// The advancer thread, once ready; done when it will run no more
+    /// advances.
+    pub(crate) thread: ThreadSignals,
+}
+
+impl AdvancerSignals {
+    pub(crate) fn new() -> AdvancerSignals {
+        AdvancerSignals {
+            wanted: AtomicBool::new(false),
+            exit: AtomicBool::new(false),
+            thread: ThreadSignals::new(),
+        }
+    }
+}
+
+/// The session's byte accounting: what the writer thread has written, and
+/// where the current generation started, against the generation budget.
+pub(crate) struct ByteCount {
+    /// Bytes the writer thread has written (or discarded after an error).
+    pub(crate) written: AtomicU64,
+    /// `written` when the current generation started.
+    pub(crate) generation_start: AtomicU64,
+    /// Bytes after which the advancer ends a generation; 0 for never.
+    pub(crate) generation_bytes: u64,
+}
+
+impl ByteCount {
+    pub(crate) fn new(generation_bytes: u64) -> ByteCount {
+        ByteCount {
+            written: AtomicU64::new(0),
+            generation_start: AtomicU64::new(0),
+            generation_bytes,
+        }
+    }
 }
 
 /// What the info batch of every generation repeats.
 #[derive(Clone, Copy)]
-struct SessionInfo {
-    min_heap_addr: u64,
-    page_size: u64,
-    min_heap_align: u64,
-    min_stack_align: u64,
-    ticks_per_sec: u64,
-    pid: u64,
+pub(crate) struct SessionInfo {
+    pub(crate) min_heap_addr: u64,
+    pub(crate) page_size: u64,
+    pub(crate) min_heap_align: u64,
+    pub(crate) min_stack_align: u64,
+    pub(crate) ticks_per_sec: u64,
+    pub(crate) pid: u64,
 }
 
 impl Session {
-    /// Wakes the writer thread if it sleeps. A syscall: call only when a
-    /// producer has to wait for a buffer.
-    pub(crate) fn wake_writer(&self) {
-        if self.writer_sleeping.load(Ordering::Relaxed) {
-            if let Some(t) = self.writer_thread.get() {
-                t.unpark();
-            }
+    /// Seals a buffer and queues it for the writer, or recycles it when it
+    /// holds only a batch header.
+    ///
+    /// Must not allocate: runs on the event path when a buffer fills.
+    pub(crate) fn hand_over(&self, buf: NonNull<Buffer>) {
+        // SAFETY: the caller took the buffer out of its slot, so it holds it.
+        let b = unsafe { &mut *buf.as_ptr() };
+        if b.len == 0 {
+            self.pool.recycle(buf);
+            return;
+        }
+        b.seal();
+        self.pool.push_full(buf);
+    }
+}
+
+/// The writer thread's view of the session (output.rs is below this
+/// module: it gets these passed down).
+impl WriterHost for Session {
+    fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    /// Counts bytes out, and asks the advancer to end the generation once
+    /// it is over budget.
+    fn count_written(&self, n: usize) {
+        let bytes = &self.bytes;
+        let total = bytes.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        let start = bytes.generation_start.load(Ordering::Relaxed);
+        if bytes.generation_bytes > 0
+            && total.saturating_sub(start) >= bytes.generation_bytes
+            && !self.advancer.wanted.swap(true, Ordering::AcqRel)
+        {
+            self.advancer.thread.wake();
         }
     }
 }
@@ -437,6 +492,7 @@ pub fn start_with(
             )
             .map_err(Error::Io)?;
         debug_assert_eq!(FILE_HEADER_LEN, 16);
+        thread::set_exit_flush(flush_exiting_thread);
         thread::ensure_exit_key();
         thread::note_process();
         install_fork_handlers();
@@ -445,22 +501,9 @@ pub fn start_with(
         let max_buffers = (config.max_buffer_memory / config.buffer_size).max(64);
         let session = Arc::new(Session {
             pool: BufferPool::new(config.buffer_size, max_buffers),
-            output,
-            stopping: AtomicBool::new(false),
-            writer_sleeping: AtomicBool::new(false),
-            writer_ready: AtomicBool::new(false),
-            writer_thread: std::sync::OnceLock::new(),
-            writer_done: AtomicBool::new(false),
-            io_error: AtomicI32::new(0),
-            compress: config.compress,
-            bytes_written: AtomicU64::new(0),
-            generation_start_bytes: AtomicU64::new(0),
-            generation_bytes: config.generation_bytes,
-            advance_wanted: AtomicBool::new(false),
-            advancer_exit: AtomicBool::new(false),
-            advancer_done: AtomicBool::new(false),
-            advancer_ready: AtomicBool::new(false),
-            advancer_thread: std::sync::OnceLock::new(),
+            writer: Writer::new(output, config.compress),
+            advancer: AdvancerSignals::new(),
+            bytes: ByteCount::new(config.generation_bytes),
             info: SessionInfo {
                 min_heap_addr: config.min_heap_addr,
                 page_size: config.page_size,
@@ -473,18 +516,15 @@ pub fn start_with(
         });
         // A few buffers ready for the first threads (BufferPool::reserve).
         session.pool.reserve(4);
-        let writer = output::spawn_writer(Arc::clone(&session)).map_err(|_| Error::OutOfMemory)?;
+        let writer = output::spawn_writer(&session).map_err(|_| Error::OutOfMemory)?;
         let coarse = config.clock == clock::ClockKind::Coarse;
         clock::COARSE.store(coarse, Ordering::Relaxed);
         clock::publish();
         let advancer = if config.generation_bytes > 0 || coarse {
-            match spawn_advancer(Arc::clone(&session)) {
+            match spawn_advancer(&session, advance_own) {
                 Ok(a) => Some(a),
                 Err(_) => {
-                    session.stopping.store(true, Ordering::Release);
-                    if let Some(t) = session.writer_thread.get() {
-                        t.unpark();
-                    }
+                    session.writer.stop();
                     writer.join();
                     return Err(Error::OutOfMemory);
                 }
@@ -540,57 +580,45 @@ pub fn start_with(
     Ok(())
 }
 
-/// Starts the thread that ends a generation once it has written
-/// `generation_bytes`, and returns once it is marked internal (see
-/// output::spawn_writer for why). Not the writer thread: an advance waits
-/// for producers, which may be waiting for the writer.
-fn spawn_advancer(session: Arc<Session>) -> std::io::Result<thread::InternalThread> {
-    let theirs = Arc::clone(&session);
-    let handle = thread::spawn_internal(c"alloctrace-advancer", move || {
-        let _ = theirs.advancer_thread.set(std::thread::current());
-        theirs.advancer_ready.store(true, Ordering::Release);
-        // With the coarse clock this thread also publishes the time.
-        let coarse = clock::COARSE.load(Ordering::Relaxed);
-        let period = if coarse {
-            clock::COARSE_PERIOD
-        } else {
-            std::time::Duration::from_millis(100)
-        };
-        while !theirs.advancer_exit.load(Ordering::Acquire) {
-            std::thread::park_timeout(period);
-            if coarse {
-                clock::publish();
-            }
-            if theirs.generation_bytes > 0
-                && theirs.advance_wanted.swap(false, Ordering::AcqRel)
-                && !theirs.advancer_exit.load(Ordering::Acquire)
-            {
-                // This session's generation only: never one of a session
-                // started after this one was stopped.
-                let _ = advance_session(Some(&theirs));
-            }
-        }
-        theirs.advancer_done.store(true, Ordering::Release);
-    })?;
-    while !session.advancer_ready.load(Ordering::Acquire) {
-        std::thread::yield_now();
-    }
-    Ok(handle)
+/// How often the advancer looks at its flags when nobody wakes it (with the
+/// precise clock; with the coarse one, [`clock::COARSE_PERIOD`]).
+const PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Starts the advancer thread of `session`, which ends a generation once
+/// it has written `generation_bytes`, and returns once it is ready
+/// (`thread::spawn_ready`). `advance` ends the current generation of the
+/// session it is given, and only of that session (invariant 5).
+fn spawn_advancer(
+    session: &Arc<Session>,
+    advance: fn(&Session),
+) -> std::io::Result<InternalThread> {
+    thread::spawn_ready(
+        c"alloctrace-advancer",
+        session,
+        |s| &s.advancer.thread,
+        |_| (),
+        move |s, ()| run_advancer(s, advance),
+    )
 }
 
-impl Session {
-    /// Writer thread: counts bytes out, and asks the advancer to end the
-    /// generation once it is over budget.
-    pub(crate) fn count_written(&self, n: usize) {
-        let total = self.bytes_written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        let start = self.generation_start_bytes.load(Ordering::Relaxed);
-        if self.generation_bytes > 0
-            && total.saturating_sub(start) >= self.generation_bytes
-            && !self.advance_wanted.swap(true, Ordering::AcqRel)
+/// The advancer's loop, until stop (or a fatal-signal flush) sets `exit`.
+fn run_advancer(session: &Session, advance: fn(&Session)) {
+    let signals = &session.advancer;
+    // With the coarse clock this thread also publishes the time.
+    let coarse = clock::COARSE.load(Ordering::Relaxed);
+    let period = if coarse { clock::COARSE_PERIOD } else { PERIOD };
+    while !signals.exit.load(Ordering::Acquire) {
+        std::thread::park_timeout(period);
+        if coarse {
+            clock::publish();
+        }
+        if session.bytes.generation_bytes > 0
+            && signals.wanted.swap(false, Ordering::AcqRel)
+            && !signals.exit.load(Ordering::Acquire)
         {
-            if let Some(t) = self.advancer_thread.get() {
-                t.unpark();
-            }
+            // This session's generation only: never one of a session
+            // started after this one was stopped.
+            advance(session);
         }
     }
 }
@@ -600,12 +628,17 @@ pub fn advance() -> Result<(), Error> {
     advance_session(None)
 }
 
+/// The advancer thread's advance: of its own session only.
+fn advance_own(session: &Session) {
+    let _ = advance_session(Some(session));
+}
+
 /// [`advance`], of `only` if given: `NotStarted` when the running session
 /// is another one (the advancer thread of a session that has stopped).
-fn advance_session(only: Option<&Arc<Session>>) -> Result<(), Error> {
+fn advance_session(only: Option<&Session>) -> Result<(), Error> {
     with_control(|control| {
         let session = control.session.as_ref().ok_or(Error::NotStarted)?;
-        if only.is_some_and(|only| !Arc::ptr_eq(only, session)) {
+        if only.is_some_and(|only| !core::ptr::eq(only, Arc::as_ptr(session))) {
             return Err(Error::NotStarted);
         }
         let old = SHARED.generation.load(Ordering::Relaxed);
@@ -632,14 +665,12 @@ pub fn stop() -> Result<(), Error> {
     // while tracing is on (a traced allocator would see it).
     let session = with_control(|control| {
         let session = control.session.clone().ok_or(Error::NotStarted)?;
-        session.advancer_exit.store(true, Ordering::Release);
-        if let Some(t) = session.advancer_thread.get() {
-            t.unpark();
-        }
+        session.advancer.exit.store(true, Ordering::Release);
+        session.advancer.thread.wake();
         Ok(session)
     })?;
-    if session.advancer_thread.get().is_some() {
-        while !session.advancer_done.load(Ordering::Acquire) {
+    if session.advancer.thread.started() {
+        while !session.advancer.thread.is_done() {
             std::thread::yield_now();
         }
     }
@@ -662,19 +693,16 @@ pub fn stop() -> Result<(), Error> {
         let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
         end.finish();
         SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
-        session.stopping.store(true, Ordering::Release);
-        if let Some(t) = session.writer_thread.get() {
-            t.unpark();
-        }
+        session.writer.stop();
         if let Some(writer) = control.writer.take() {
             writer.join();
         }
         if let Some(advancer) = control.advancer.take() {
             advancer.join();
         }
-        let errno = session.io_error.load(Ordering::Relaxed);
+        let errno = session.writer.io_error.load(Ordering::Relaxed);
         // Leaves a descriptor the program closed or replaced alone.
-        let close_result = session.output.close();
+        let close_result = session.writer.output.close();
         drop(session);
         match (errno, close_result) {
             (0, Ok(())) => Ok(()),
@@ -707,11 +735,11 @@ fn end_generation(session: &Session, old: u64, new: u64) {
     }
     SHARED.generation.store(new, Ordering::SeqCst);
     crate::handshake::heavy_barrier();
-    session.generation_start_bytes.store(
-        session.bytes_written.load(Ordering::Relaxed),
+    session.bytes.generation_start.store(
+        session.bytes.written.load(Ordering::Relaxed),
         Ordering::Relaxed,
     );
-    session.advance_wanted.store(false, Ordering::Relaxed);
+    session.advancer.wanted.store(false, Ordering::Relaxed);
     let slots = thread::used_slots();
     for slot in slots {
         slot.seq.wait_quiescent();
@@ -721,7 +749,7 @@ fn end_generation(session: &Session, old: u64, new: u64) {
     for slot in slots {
         for stream in 0..STREAMS {
             if let Some(buf) = slot.take_buffer(parity, stream) {
-                hand_over(session, buf);
+                session.hand_over(buf);
             }
         }
         lost += slot.lost[parity].swap(0, Ordering::Relaxed);
@@ -741,21 +769,6 @@ pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     batch.varint(lost);
     batch.finish();
     count_generation_end(lost);
-}
-
-/// Seals a buffer and queues it for the writer, or recycles it when it
-/// holds only a batch header.
-///
-/// Must not allocate: runs on the event path when a buffer fills.
-pub(crate) fn hand_over(session: &Session, buf: NonNull<Buffer>) {
-    // SAFETY: the caller took the buffer out of its slot, so it holds it.
-    let b = unsafe { &mut *buf.as_ptr() };
-    if b.len == 0 {
-        session.pool.recycle(buf);
-        return;
-    }
-    b.seal();
-    session.pool.push_full(buf);
 }
 
 /// Flushes the current generation's buffers of `slot` and folds its lost
@@ -781,7 +794,7 @@ pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
         without_signals(|| {
             for stream in 0..STREAMS {
                 if let Some(buf) = slot.take_buffer(parity, stream) {
-                    hand_over(session, buf);
+                    session.hand_over(buf);
                 }
             }
         });
@@ -829,7 +842,7 @@ impl<'a> MetaWriter<'a> {
             }
             self.flush();
         }
-        let buf = self.session.pool.take(|| self.session.wake_writer())?;
+        let buf = self.session.pool.take(|| self.session.writer.wake())?;
         // SAFETY: take gave us the buffer.
         let b = unsafe { &mut *buf.as_ptr() };
         b.begin(self.kind, self.generation, 0, self.base_ticks);
@@ -858,7 +871,7 @@ impl<'a> MetaWriter<'a> {
 
     fn flush(&mut self) {
         if let Some(buf) = self.buf.take() {
-            hand_over(self.session, buf);
+            self.session.hand_over(buf);
         }
     }
 
@@ -1284,10 +1297,10 @@ fn refill(
     // buffer, not per event).
     without_signals(|| {
         if let Some(old) = NonNull::new(entry.swap(core::ptr::null_mut(), Ordering::Relaxed)) {
-            hand_over(session, old);
+            session.hand_over(old);
         }
     });
-    let buf = session.pool.take(|| session.wake_writer())?;
+    let buf = session.pool.take(|| session.writer.wake())?;
     // SAFETY: take gave us the buffer; it has room for a header and an event
     // because buffer sizes are at least MIN_BUFFER_SIZE.
     let b = unsafe { &mut *buf.as_ptr() };
