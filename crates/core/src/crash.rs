@@ -73,9 +73,10 @@ use std::sync::TryLockError;
 use alloctrace_format::{get_uvarint, pages, BatchKind, BATCH_PREFIX_LEN};
 
 use crate::buffer::Buffer;
+use crate::meta::{finish_generation, MetaWriter};
+use crate::session::{Session, CONTROL, IN_CONTROL, LOST_WITHOUT_SLOT, SESSION};
 use crate::shared::SHARED;
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};
-use crate::tracer::{self, Session, CONTROL, IN_CONTROL, LOST_WITHOUT_SLOT, SESSION};
 
 /// Longest wait for [`CONTROL`] (an advance or stop in progress on another
 /// thread usually ends within milliseconds).
@@ -337,8 +338,8 @@ fn end_locked(session: &Session) -> bool {
     // The tracer's own batches take free buffers: give up at the deadline
     // rather than wait for a writer that may be stuck.
     DEADLINE_NS.with(|c| c.set(drain_until));
-    tracer::finish_generation(session, last, lost);
-    tracer::MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
+    finish_generation(session, last, lost);
+    MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
     DEADLINE_NS.with(|c| c.set(0));
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
     session.writer.stop();

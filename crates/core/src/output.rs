@@ -65,7 +65,7 @@
 //!   holds the program's descriptors for a few microseconds, once, when
 //!   tracing starts.
 //! - A forked child keeps the parent's descriptor (the core forgets the
-//!   parent's session in the child, see tracer.rs) and never writes to it.
+//!   parent's session in the child, see session.rs) and never writes to it.
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
