@@ -877,6 +877,71 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A session as the writer thread sees it, without the session layer:
+    /// what `WriterHost` passes down is all the writer needs.
+    struct Host {
+        writer: super::Writer,
+        pool: crate::buffer::BufferPool,
+        counted: std::sync::atomic::AtomicUsize,
+    }
+
+    impl super::WriterHost for Host {
+        fn writer(&self) -> &super::Writer {
+            &self.writer
+        }
+        fn pool(&self) -> &crate::buffer::BufferPool {
+            &self.pool
+        }
+        fn count_written(&self, n: usize) {
+            self.counted
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_writer_thread_writes_and_counts_what_its_host_queues() {
+        use std::sync::atomic::Ordering;
+        let _serial = crate::buffer::tests::MAP_HOOK
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let dir = std::env::temp_dir().join(format!("alloctrace-host-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = std::ffi::CString::new(dir.join("t.trace").to_str().unwrap()).unwrap();
+        let host = std::sync::Arc::new(Host {
+            writer: super::Writer::new(Output::create(&path).unwrap(), false),
+            pool: crate::buffer::BufferPool::new(4096, 4),
+            counted: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let mut batch_len = 0;
+        for generation in 1..=2 {
+            let buf = host.pool.take(|| {}).unwrap();
+            // SAFETY: take gave us the buffer.
+            let b = unsafe { &mut *buf.as_ptr() };
+            b.begin(alloctrace_format::BatchKind::TraceEnd, generation, 0, 7);
+            b.seal();
+            batch_len += b.bytes().len();
+            host.pool.push_full(buf);
+        }
+        let thread = super::spawn_writer(&host).unwrap();
+        assert!(
+            host.writer.thread.started(),
+            "spawn_writer returns once it is ready"
+        );
+        host.writer.stop();
+        thread.join();
+        assert!(host.writer.thread.is_done());
+        host.writer.output.close().unwrap();
+        assert!(host.pool.full_is_empty());
+        assert_eq!(host.writer.io_error.load(Ordering::Relaxed), 0);
+        assert_eq!(host.counted.load(Ordering::Relaxed), batch_len);
+        assert_eq!(
+            std::fs::metadata(dir.join("t.trace")).unwrap().len() as usize,
+            batch_len + 2 * alloctrace_format::TRAILER_LEN,
+            "both batches, each with its trailer"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn compresses_until_the_backlog_passes_its_bound() {
         assert!(compress_next(0));
