@@ -11,9 +11,10 @@
 //!   state the design and invariants of the layer), `emit` (the event
 //!   path), `meta` (the tracer's own batches), `lifecycle` (start, advance,
 //!   stop), `advancer`, `fork`;
-//! - `thread`, `handshake`, `buffer`, `output`, `clock`, `type_table`,
-//!   `shared`, `tls`: the machinery under it, which never imports the
-//!   session layer (what it needs of a session is passed down);
+//! - `thread`, `handshake`, `buffer`, `writer` (the writer thread),
+//!   `output`, `clock`, `type_table`, `shared`, `tls`: the machinery under
+//!   it, which never imports the session layer (what it needs of a session
+//!   is passed down);
 //! - `crash`: [`flush_for_fatal_signal`], saving the trace from the handler
 //!   of a signal that is about to kill the process.
 //!
@@ -54,6 +55,8 @@ mod thread;
 pub mod tls;
 #[cfg(not(loom))]
 mod type_table;
+#[cfg(not(loom))]
+mod writer;
 
 #[cfg(not(loom))]
 pub use clock::{ClockKind, COARSE_PERIOD};

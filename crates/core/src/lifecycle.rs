@@ -15,13 +15,14 @@ use crate::clock;
 use crate::emit;
 use crate::fork::install_fork_handlers;
 use crate::meta::{finish_generation, write_info, MetaWriter};
-use crate::output::{self, Output, Writer};
+use crate::output::Output;
 use crate::session::{
     AdvancerSignals, ByteCount, Config, Control, Error, Session, SessionInfo, CONTROL, IN_CONTROL,
     LOST_WITHOUT_SLOT, SESSION,
 };
 use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, STREAMS};
+use crate::writer::{self, Writer};
 
 /// Runs `f` as a lifecycle call: refuses re-entry from the snapshot callback
 /// and holds [`CONTROL`].
@@ -96,7 +97,7 @@ pub fn start_with(
         });
         // A few buffers ready for the first threads (BufferPool::reserve).
         session.pool.reserve(4);
-        let writer = output::spawn_writer(&session).map_err(|_| Error::OutOfMemory)?;
+        let writer = writer::spawn_writer(&session).map_err(|_| Error::OutOfMemory)?;
         let coarse = config.clock == clock::ClockKind::Coarse;
         clock::COARSE.store(coarse, Ordering::Relaxed);
         clock::publish();

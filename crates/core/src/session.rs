@@ -12,8 +12,9 @@
 //! - fork.rs: the pthread_atfork handlers.
 //!
 //! Under it (and never importing it): thread.rs, handshake.rs, buffer.rs,
-//! output.rs (the writer thread, given what it needs through
-//! `output::WriterHost`), clock.rs, shared.rs, tls.rs. Above it: events.rs
+//! writer.rs (the writer thread, given what it needs through
+//! `writer::WriterHost`), output.rs, clock.rs, shared.rs, tls.rs,
+//! type_table.rs. Above it: events.rs
 //! and crash.rs. The invariants below are numbered; the code that relies on
 //! one says so ("invariant N", meaning this list).
 //!
@@ -27,7 +28,7 @@
 //! Each thread writes into its own batch buffers, `bufs[generation % 2]
 //! [stream]` of its [`ThreadSlot`], reused until full. A full buffer is
 //! sealed and pushed on the session's queue of full buffers; the writer
-//! thread (output.rs) writes it out and returns it to the free pool.
+//! thread (writer.rs) writes it out and returns it to the free pool.
 //!
 //! An advance (and stop, which is a last advance to generation 0) bumps
 //! [`SHARED.generation`](SHARED), runs the [handshake](crate::handshake) with every slot,
@@ -123,8 +124,8 @@ use alloctrace_format::exact_log2;
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::clock;
-use crate::output::{Writer, WriterHost};
 use crate::thread::{self, ThreadSignals};
+use crate::writer::{Writer, WriterHost};
 
 /// The running session, or null. Published by start before the first
 /// generation, cleared by stop after the last handshake; events read it only
@@ -242,7 +243,7 @@ impl Session {
     }
 }
 
-/// The writer thread's view of the session (output.rs is below this
+/// The writer thread's view of the session (writer.rs is below this
 /// module: it gets these passed down).
 impl WriterHost for Session {
     fn writer(&self) -> &Writer {
