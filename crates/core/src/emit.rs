@@ -31,40 +31,6 @@ pub fn enabled() -> bool {
     SHARED.generation.load(Ordering::Relaxed) != 0
 }
 
-/// Flushes the current generation's buffers of `slot` and folds its lost
-/// count into the global one. The caller is the slot's owner: the thread
-/// itself at its exit or in trace_thread_destroy, or a thread reclaiming the
-/// slot of a thread that is gone (thread.rs).
-///
-/// Only the current generation's parity: the other parity is empty unless
-/// an advance is between its generation store and its take, and then that
-/// advance takes it (taking it here could push a batch of the old
-/// generation after its generation-end batch, invariant 3).
-pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
-    if !slot.seq.try_begin() {
-        return;
-    }
-    let generation = SHARED.generation.load(Ordering::Acquire);
-    // SAFETY: a non-zero generation read inside the seqlock section keeps
-    // the session alive until seq.end() (stop waits for it).
-    let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
-    if let (1.., Some(session)) = (generation, session) {
-        let parity = (generation & 1) as usize;
-        // As in refill: a batch taken is pushed before a signal can look.
-        without_signals(|| {
-            for stream in 0..STREAMS {
-                if let Some(buf) = slot.take_buffer(parity, stream) {
-                    session.hand_over(buf);
-                }
-            }
-        });
-        let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
-        LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
-    }
-    // With tracing off every buffer is empty: stop took them all.
-    slot.seq.end();
-}
-
 /// Records one event. `addr` is compressed into an ID with the alignment of
 /// the kind's class; `arg1`, `arg2` are the remaining arguments (for stack
 /// alloc/exists, `arg1` is the size in bytes, written as its log2).
@@ -504,4 +470,39 @@ impl Drop for KeepErrno {
         // SAFETY: as in new.
         unsafe { *libc::__errno_location() = self.0 };
     }
+}
+
+/// Flushes the current generation's buffers of `slot` and folds its lost
+/// count into the global one. The caller is the slot's owner: the thread
+/// itself at its exit or in trace_thread_destroy, or a thread reclaiming the
+/// slot of a thread that is gone. thread.rs, which is below this module,
+/// calls it through the pointer start installs (`thread::set_exit_flush`).
+///
+/// Only the current generation's parity: the other parity is empty unless
+/// an advance is between its generation store and its take, and then that
+/// advance takes it (taking it here could push a batch of the old
+/// generation after its generation-end batch, invariant 3).
+pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
+    if !slot.seq.try_begin() {
+        return;
+    }
+    let generation = SHARED.generation.load(Ordering::Acquire);
+    // SAFETY: a non-zero generation read inside the seqlock section keeps
+    // the session alive until seq.end() (stop waits for it).
+    let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
+    if let (1.., Some(session)) = (generation, session) {
+        let parity = (generation & 1) as usize;
+        // As in refill: a batch taken is pushed before a signal can look.
+        without_signals(|| {
+            for stream in 0..STREAMS {
+                if let Some(buf) = slot.take_buffer(parity, stream) {
+                    session.hand_over(buf);
+                }
+            }
+        });
+        let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
+        LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
+    }
+    // With tracing off every buffer is empty: stop took them all.
+    slot.seq.end();
 }

@@ -14,16 +14,16 @@
 //! Under it (and never importing it): thread.rs, handshake.rs, buffer.rs,
 //! writer.rs (the writer thread, given what it needs through
 //! `writer::WriterHost`), output.rs, clock.rs, shared.rs, tls.rs,
-//! type_table.rs. Above it: events.rs
-//! and crash.rs. The invariants below are numbered; the code that relies on
-//! one says so ("invariant N", meaning this list).
+//! type_table.rs. Above it: events.rs and crash.rs. The invariants below are
+//! numbered; the code that relies on one says so ("invariant N", meaning
+//! this list).
 //!
 //! ## Design
 //!
 //! Tracing runs in *sessions* (trace_start .. trace_stop), each writing one
 //! trace, divided into *generations* (FORMAT.md section 6). The current
-//! generation lives in [`SHARED.generation`](SHARED); 0 means tracing is off, which is all
-//! the event path checks before returning when disabled.
+//! generation lives in [`SHARED.generation`][SHARED]; 0 means tracing is
+//! off, which is all the event path checks before returning when disabled.
 //!
 //! Each thread writes into its own batch buffers, `bufs[generation % 2]
 //! [stream]` of its [`ThreadSlot`], reused until full. A full buffer is
@@ -31,38 +31,39 @@
 //! thread (writer.rs) writes it out and returns it to the free pool.
 //!
 //! An advance (and stop, which is a last advance to generation 0) bumps
-//! [`SHARED.generation`](SHARED), runs the [handshake](crate::handshake) with every slot,
-//! then takes every slot's previous-generation buffers, including those of
-//! idle or blocked threads, writes the type table and a generation-end
-//! batch, and so completes the old generation. Besides `trace_advance`, the
-//! tracer's advancer thread (advancer.rs) ends a generation once the writer
-//! has written `generation_bytes` of it, which bounds what a reader holds
-//! in memory. The tracer's own batches (info, types, generation end, trace
-//! end; meta.rs) are written by the thread running start/advance/stop into
-//! buffers of its own, with thread ID 0.
+//! [`SHARED.generation`][SHARED], runs the [handshake](crate::handshake)
+//! with every slot, then takes every slot's previous-generation buffers,
+//! including those of idle or blocked threads, writes the type table and a
+//! generation-end batch, and so completes the old generation. Besides
+//! `trace_advance`, the tracer's advancer thread (advancer.rs) ends a
+//! generation once the writer has written `generation_bytes` of it, which
+//! bounds what a reader holds in memory. The tracer's own batches (info,
+//! types, generation end, trace end; meta.rs) are written by the thread
+//! running start/advance/stop into buffers of its own, with thread ID 0.
 //!
 //! An event takes one of two paths (emit.rs). The fast path
-//! (`write_event_fast`) handles the common case (a slot, room in the
-//! buffer, an address on the grid, membarrier available) with no call and
-//! no stack frame; everything else goes to the slow path (`emit_slow`:
-//! claim a slot, refill, long form, count a loss). Both make the same three steps, each written once:
-//! the timestamp (`next_ticks`), the choice of form and the address's ID
-//! (`short_form`, the format crate's `short_form` with the session's
-//! alignment of the kind's class), and the bytes (`append_event`, the
-//! format crate's `encode_event`, the writer's only event encoder). The C
-//! header's inline path (include/alloctrace_inline.h) is the fast path
+//! (`write_event_fast`) handles the common case (a slot, room in the buffer,
+//! an address on the grid, membarrier available) with no call and no stack
+//! frame; everything else goes to the slow path (`emit_slow`: claim a slot,
+//! refill, long form, count a loss). Both make the same three steps, each
+//! written once: the timestamp (`next_ticks`), the choice of form and the
+//! address's ID (`short_form`, the format crate's `short_form` with the
+//! session's alignment of the kind's class), and the bytes (`append_event`,
+//! the format crate's `encode_event`, the writer's only event encoder). The
+//! C header's inline path (include/alloctrace_inline.h) is the fast path
 //! again, in C, over the same layouts ([`SHARED`](crate::shared::SHARED),
 //! `ThreadSlot`, `Buffer`, whose offsets are asserted), with the format's
 //! numbers generated from the format crate into include/alloctrace_format.h
-//! and the same invariants; it falls back to the exported functions, i.e.
-//! to emit.rs. c_tests/test_inline_encoding.c checks that it writes the
-//! same bytes as emit.rs for every event kind and address class.
+//! and the same invariants; it falls back to the exported functions, i.e. to
+//! emit.rs. c_tests/test_inline_encoding.c checks that it writes the same
+//! bytes as emit.rs for every event kind and address class.
 //!
 //! ## Invariants
 //!
-//! 1. A thread MUST read [`SHARED.generation`](SHARED) only between `seq.try_begin()` and
-//!    `seq.end()` of its slot, and touch buffers only of the parity it read.
-//!    Otherwise an advance could take a buffer the thread is still writing.
+//! 1. A thread MUST read [`SHARED.generation`][SHARED] only between
+//!    `seq.try_begin()` and `seq.end()` of its slot, and touch buffers only
+//!    of the parity it read. Otherwise an advance could take a buffer the
+//!    thread is still writing.
 //! 2. Advance and stop MUST store the new generation before waiting on any
 //!    slot's seqlock, and take old-parity buffers only after the wait.
 //!    Otherwise a thread could keep writing to a taken buffer.
@@ -80,8 +81,8 @@
 //!    ending (and joining the advancer of) a session that never got its exit
 //!    signal would wait forever with [`CONTROL`] held.
 //! 6. The event path MUST NOT allocate, lock or panic, and makes syscalls
-//!    only when it needs a new buffer (or a slot, thread.rs). Otherwise it could deadlock or recurse
-//!    inside the host's malloc.
+//!    only when it needs a new buffer (or a slot, thread.rs). Otherwise it
+//!    could deadlock or recurse inside the host's malloc.
 //! 7. An event that cannot be recorded MUST be counted in its generation's
 //!    `lost_events`. Otherwise the trace would lie about what happened.
 //!
@@ -108,13 +109,17 @@
 //!   one `NotStarted`, also when a start slipped in between (invariant 5;
 //!   tests/lifecycle_stress.rs).
 //! - More threads than slots: events of slotless threads are counted lost.
-//! - fork: the first start registers pthread_atfork handlers (fork.rs). Prepare takes
-//!   [`CONTROL`] so no start/advance/stop is half done at the fork; the
-//!   child turns tracing off and forgets the parent's session (its buffers
-//!   and queue may be mid-update by threads the child does not have, and
-//!   its trace is the parent's), so the child's events cost nothing and
+//! - fork: the first start registers pthread_atfork handlers (fork.rs).
+//!   Prepare takes [`CONTROL`] so no start/advance/stop is half done at the
+//!   fork; the child turns tracing off and forgets the parent's session (its
+//!   buffers and queue may be mid-update by threads the child does not have,
+//!   and its trace is the parent's), so the child's events cost nothing and
 //!   never reach the parent's file. A child that wants its own trace calls
 //!   start again (the LD_PRELOAD shim does, with a file of its own).
+//!
+//! [`ThreadSlot`]: crate::thread::ThreadSlot
+//! [SHARED]: crate::shared::SHARED
+
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::cell::Cell;
@@ -148,6 +153,8 @@ thread_local! {
     pub(crate) static IN_CONTROL: Cell<bool> = const { Cell::new(false) };
 }
 
+/// What [`CONTROL`] guards: the running session and the handles of its
+/// two threads, joined by stop.
 pub(crate) struct Control {
     pub(crate) session: Option<Arc<Session>>,
     pub(crate) writer: Option<thread::InternalThread>,
