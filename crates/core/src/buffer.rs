@@ -139,7 +139,7 @@ impl Buffer {
     /// is at least `MIN_BUFFER_SIZE`), grows by [`Buffer::put_varint`] and
     /// [`Buffer::put_bytes`] (clamped to `cap`), [`Buffer::put_word`] (only
     /// with 8 bytes of room) and the event path's `append_event` (only with
-    /// `MAX_EVENT_LEN` bytes of room, tracer.rs), and is reset to 0 by
+    /// `MAX_EVENT_LEN` bytes of room, emit.rs), and is reset to 0 by
     /// recycle. No foreign value reaches it. A plain subtraction, on the
     /// event path's fast path.
     #[inline(always)]

@@ -73,9 +73,10 @@ use std::sync::TryLockError;
 use alloctrace_format::{get_uvarint, pages, BatchKind, BATCH_PREFIX_LEN};
 
 use crate::buffer::Buffer;
+use crate::meta::{finish_generation, MetaWriter};
+use crate::session::{Session, CONTROL, IN_CONTROL, LOST_WITHOUT_SLOT, SESSION};
 use crate::shared::SHARED;
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};
-use crate::tracer::{self, Session, CONTROL, IN_CONTROL, LOST_WITHOUT_SLOT, SESSION};
 
 /// Longest wait for [`CONTROL`] (an advance or stop in progress on another
 /// thread usually ends within milliseconds).
@@ -205,7 +206,7 @@ fn flush_own(slot: &ThreadSlot) -> bool {
                     // holds it.
                     cut_to_complete_page_events(unsafe { &mut *buf.as_ptr() });
                 }
-                tracer::hand_over(session, buf);
+                session.hand_over(buf);
             }
         }
         if mid_event {
@@ -266,7 +267,7 @@ fn drain_queue() {
     let Some(session) = (unsafe { SESSION.load(Ordering::SeqCst).as_ref() }) else {
         return;
     };
-    session.wake_writer();
+    session.writer.wake();
     let until = after(DRAIN_WAIT);
     while !session.pool.full_is_empty() && now_ns() < until {
         pause();
@@ -308,7 +309,7 @@ fn end_session() -> (bool, bool) {
 /// Ends `session` (CONTROL held): the last generation, the trace end, the
 /// writer's drain. Returns whether the writer drained.
 fn end_locked(session: &Session) -> bool {
-    session.advancer_exit.store(true, Ordering::Release);
+    session.advancer.exit.store(true, Ordering::Release);
     let last = SHARED.generation.load(Ordering::Relaxed);
     if last == 0 {
         return false;
@@ -328,7 +329,7 @@ fn end_locked(session: &Session) -> bool {
         }
         for stream in 0..STREAMS {
             if let Some(buf) = slot.take_buffer(parity, stream) {
-                tracer::hand_over(session, buf);
+                session.hand_over(buf);
             }
         }
         lost += slot.lost[parity].swap(0, Ordering::Relaxed);
@@ -337,15 +338,12 @@ fn end_locked(session: &Session) -> bool {
     // The tracer's own batches take free buffers: give up at the deadline
     // rather than wait for a writer that may be stuck.
     DEADLINE_NS.with(|c| c.set(drain_until));
-    tracer::finish_generation(session, last, lost);
-    tracer::MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
+    finish_generation(session, last, lost);
+    MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
     DEADLINE_NS.with(|c| c.set(0));
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
-    session.stopping.store(true, Ordering::Release);
-    if let Some(t) = session.writer_thread.get() {
-        t.unpark();
-    }
-    while !session.writer_done.load(Ordering::Acquire) {
+    session.writer.stop();
+    while !session.writer.thread.is_done() {
         if now_ns() >= drain_until {
             return false;
         }

@@ -7,7 +7,7 @@
 
 use alloctrace_format::EventKind;
 
-use crate::tracer::{emit, emit_tagged};
+use crate::emit::{emit, emit_tagged};
 
 pub use alloctrace_format::EntryPoint;
 
@@ -69,13 +69,13 @@ pub fn stack_free(base: usize) {
 /// 1), or 0 when the table is full. Names longer than 1024 bytes are cut.
 /// Works before tracing starts; every call makes a new ID.
 pub fn type_register(name: &[u8], size: u64, ptr_bytes: u64) -> u64 {
-    crate::types::register(name, size, ptr_bytes)
+    crate::type_table::register(name, size, ptr_bytes)
 }
 
 /// The calling thread's trace thread ID (as in the trace's batch headers),
 /// claiming a slot if needed; 0 when tracing is off or no slot is free.
 pub fn thread_id() -> u64 {
-    if !crate::tracer::enabled() {
+    if !crate::emit::enabled() {
         return 0;
     }
     match crate::thread::current_or_claim() {
@@ -110,7 +110,7 @@ pub fn thread_destroy() {
 /// `npages` pages at `base` were allocated (page tracer).
 #[inline]
 pub fn page_alloc(base: usize, npages: usize) {
-    crate::tracer::emit_page(
+    crate::emit::emit_page(
         alloctrace_format::pages::KIND_ALLOC,
         base as u64,
         npages as u64,
@@ -120,7 +120,7 @@ pub fn page_alloc(base: usize, npages: usize) {
 /// `npages` pages at `base` were freed (page tracer).
 #[inline]
 pub fn page_free(base: usize, npages: usize) {
-    crate::tracer::emit_page(
+    crate::emit::emit_page(
         alloctrace_format::pages::KIND_FREE,
         base as u64,
         npages as u64,
@@ -130,7 +130,7 @@ pub fn page_free(base: usize, npages: usize) {
 /// `npages` pages at `base` were scavenged: returned to the OS (page tracer).
 #[inline]
 pub fn page_scav(base: usize, npages: usize) {
-    crate::tracer::emit_page(
+    crate::emit::emit_page(
         alloctrace_format::pages::KIND_SCAV,
         base as u64,
         npages as u64,

@@ -7,10 +7,14 @@
 //! Layers:
 //! - [`events`]: the event calls (heap objects, spans, stacks, pages) and
 //!   the type table;
-//! - `tracer`: the session lifecycle and the event path (start, advance,
-//!   stop; its module docs state the design and invariants);
-//! - `thread`, `handshake`, `buffer`, `output`, `clock`, `types`: the
-//!   machinery under it;
+//! - the session layer: `session` (the session's state; its module docs
+//!   state the design and invariants of the layer), `emit` (the event
+//!   path), `meta` (the tracer's own batches), `lifecycle` (start, advance,
+//!   stop), `advancer`, `fork`;
+//! - `thread`, `handshake`, `buffer`, `writer` (the writer thread),
+//!   `output`, `clock`, `type_table`, `shared`, `tls`: the machinery under
+//!   it, which never imports the session layer (what it needs of a session
+//!   is passed down);
 //! - `crash`: [`flush_for_fatal_signal`], saving the trace from the handler
 //!   of a signal that is about to kill the process.
 //!
@@ -22,15 +26,27 @@ mod handshake;
 mod sync;
 
 #[cfg(not(loom))]
+mod advancer;
+#[cfg(not(loom))]
 mod buffer;
 #[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
 mod crash;
 #[cfg(not(loom))]
+mod emit;
+#[cfg(not(loom))]
 pub mod events;
 #[cfg(not(loom))]
+mod fork;
+#[cfg(not(loom))]
+mod lifecycle;
+#[cfg(not(loom))]
+mod meta;
+#[cfg(not(loom))]
 mod output;
+#[cfg(not(loom))]
+mod session;
 #[cfg(not(loom))]
 pub mod shared;
 #[cfg(not(loom))]
@@ -38,24 +54,27 @@ mod thread;
 #[cfg(not(loom))]
 pub mod tls;
 #[cfg(not(loom))]
-mod tracer;
+mod type_table;
 #[cfg(not(loom))]
-mod types;
+mod writer;
 
 #[cfg(not(loom))]
 pub use clock::{ClockKind, COARSE_PERIOD};
 #[cfg(not(loom))]
 pub use crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
+pub use emit::enabled;
+#[cfg(not(loom))]
+pub use lifecycle::{advance, start, start_with, stop};
+#[cfg(not(loom))]
+pub use meta::{written_totals, WrittenTotals};
+#[cfg(not(loom))]
 pub use output::Output;
 #[cfg(not(loom))]
-pub use tracer::{
-    advance, enabled, session_stats, start, start_with, stop, Config, Error, SessionStats,
-    DEFAULT_BUFFER_SIZE, DEFAULT_GENERATION_BYTES, MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
+pub use session::{
+    session_stats, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE, DEFAULT_GENERATION_BYTES,
+    MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
 };
-
-#[cfg(not(loom))]
-pub use tracer::{written_totals, WrittenTotals};
 
 #[cfg(loom)]
 pub use handshake::{heavy_barrier, SeqLock};

@@ -207,6 +207,27 @@ static PID: AtomicI32 = AtomicI32::new(0);
 /// The pthread key whose destructor flushes a thread's buffers at exit;
 /// `KEY_STATE` is 0 (not created), 1 (being created), 2 (ready), 3 (failed).
 static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
+
+/// What flushes a slot's buffers when its thread exits, gives it back or is
+/// found gone: installed by the session layer ([`set_exit_flush`]), which
+/// is above this module and owns the session the buffers go to. Unset until
+/// a session starts, when no slot holds a buffer.
+static EXIT_FLUSH: std::sync::OnceLock<fn(&ThreadSlot)> = std::sync::OnceLock::new();
+
+/// Installs the exit flush (see [`EXIT_FLUSH`]). Called by trace_start,
+/// before any thread can claim a slot in the session; the same function
+/// every time, so only the first call stores it.
+pub(crate) fn set_exit_flush(flush: fn(&ThreadSlot)) {
+    let _ = EXIT_FLUSH.set(flush);
+}
+
+/// Runs the installed exit flush on `slot`, whose owner the caller is. No
+/// lock, no allocation: a load of the installed pointer.
+fn flush_exiting(slot: &ThreadSlot) {
+    if let Some(flush) = EXIT_FLUSH.get() {
+        flush(slot);
+    }
+}
 static KEY_STATE: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
@@ -353,7 +374,7 @@ fn try_reclaim(slot: &ThreadSlot, from: u32) -> bool {
     }
     // We are the slot's owner now (invariant 1): flush the dead thread's
     // current-generation buffers as it would have.
-    crate::tracer::flush_exiting_thread(slot);
+    flush_exiting(slot);
     true
 }
 
@@ -423,7 +444,7 @@ unsafe extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     if !ptr::eq(current, slot) {
         return;
     }
-    crate::tracer::flush_exiting_thread(current);
+    flush_exiting(current);
     current.state.store(SLOT_EXITING, Ordering::Release);
 }
 
@@ -432,7 +453,7 @@ unsafe extern "C" fn on_thread_exit(value: *mut libc::c_void) {
 /// thread ID.
 pub(crate) fn release_current() {
     let Some(slot) = current() else { return };
-    crate::tracer::flush_exiting_thread(slot);
+    flush_exiting(slot);
     set_current(ptr::null());
     slot.owner.store(0, Ordering::Relaxed);
     slot.tid.store(0, Ordering::Relaxed);
@@ -528,4 +549,73 @@ pub(crate) fn spawn_internal(
         libc::pthread_setname_np(id, name.as_ptr());
         Ok(InternalThread(id))
     }
+}
+
+/// One of the tracer's own threads as its session sees it: the thread's
+/// handle, published by the thread once it is ready (so others can wake
+/// it), and whether it has finished its work. Both only ever go from unset
+/// to set.
+pub(crate) struct ThreadSignals {
+    thread: std::sync::OnceLock<std::thread::Thread>,
+    done: core::sync::atomic::AtomicBool,
+}
+
+impl ThreadSignals {
+    pub(crate) const fn new() -> ThreadSignals {
+        ThreadSignals {
+            thread: std::sync::OnceLock::new(),
+            done: core::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the thread was started (and is, or was, ready).
+    pub(crate) fn started(&self) -> bool {
+        self.thread.get().is_some()
+    }
+
+    /// Wakes the thread if it was started and parks. A syscall.
+    pub(crate) fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
+    /// Whether the thread has finished its work and is returning: waiting
+    /// for this, not joining, frees nothing on the waiting thread.
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+}
+
+/// Spawns one of the tracer's own threads ([`spawn_internal`]) and returns
+/// once it is ready: it runs `setup`, publishes its handle in the
+/// [`ThreadSignals`] that `signals` finds in `owner`, then runs `run` with
+/// what `setup` made, and marks itself done when `run` returns.
+///
+/// Called while tracing is still off, so what the thread allocates before
+/// it is ready (inside std, and in `setup`) is never traced as the host's.
+/// The wait is on the published handle, not a channel: the thread must not
+/// allocate or free anything once tracing is on (a custom allocator that
+/// traces itself would see calls that are not the host's).
+pub(crate) fn spawn_ready<T, S>(
+    name: &core::ffi::CStr,
+    owner: &std::sync::Arc<T>,
+    signals: fn(&T) -> &ThreadSignals,
+    setup: impl FnOnce(&T) -> S + Send + 'static,
+    run: impl FnOnce(&T, S) + Send + 'static,
+) -> std::io::Result<InternalThread>
+where
+    T: Send + Sync + 'static,
+{
+    let theirs = std::sync::Arc::clone(owner);
+    let handle = spawn_internal(name, move || {
+        let made = setup(&theirs);
+        let _ = signals(&theirs).thread.set(std::thread::current());
+        run(&theirs, made);
+        signals(&theirs).done.store(true, Ordering::Release);
+    })?;
+    while !signals(owner).started() {
+        std::thread::yield_now();
+    }
+    Ok(handle)
 }

@@ -1,4 +1,4 @@
-//! Event calls cannot panic (tracer.rs invariant 6) whatever values the
+//! Event calls cannot panic (session.rs invariant 6) whatever values the
 //! caller passes: addresses, sizes, npages and type IDs at 0 and at their
 //! maximum, under configurations at the edges of what validate accepts
 //! (the largest alignments and page size, the highest min_heap_addr), and

@@ -80,12 +80,12 @@ struct Slot {
     /// Set by the advancer once it has written generation 1's end batch.
     generation_end: AtomicBool,
     /// Set when a batch of generation 1 was pushed after its end batch: the
-    /// bug (invariant 3 of tracer.rs).
+    /// bug (invariant 3 of session.rs).
     pushed_after_end: AtomicBool,
 }
 
 /// The flush of an exiting thread, or of the thread that reclaims the slot
-/// of one that is gone (tracer.rs flush_exiting_thread): inside the
+/// of one that is gone (emit.rs flush_exiting_thread): inside the
 /// seqlock, it takes the buffer of the parity it read only.
 fn flush_current_parity(s: &Slot) {
     assert!(s.seq.try_begin());

@@ -1,0 +1,290 @@
+//! The session's lifecycle: start (and start_with), advance and stop, each
+//! whole under `CONTROL` (invariant 4 of session.rs), and
+//! `end_generation`, the handshake that completes a generation (invariants
+//! 2 and 3). Stop runs in two phases around the advancer's exit
+//! (invariant 5).
+
+use core::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use alloctrace_format::{BatchKind, FileHeader, FILE_HEADER_LEN, VERSION};
+
+use crate::advancer;
+use crate::buffer::BufferPool;
+use crate::clock;
+use crate::emit;
+use crate::fork::install_fork_handlers;
+use crate::meta::{finish_generation, write_info, MetaWriter};
+use crate::output::Output;
+use crate::session::{
+    AdvancerSignals, ByteCount, Config, Control, Error, Session, SessionInfo, CONTROL, IN_CONTROL,
+    LOST_WITHOUT_SLOT, SESSION,
+};
+use crate::shared::{inline_mode, SHARED};
+use crate::thread::{self, Stream, STREAMS};
+use crate::writer::{self, Writer};
+
+/// Runs `f` as a lifecycle call: refuses re-entry from the snapshot callback
+/// and holds [`CONTROL`].
+fn with_control<T>(f: impl FnOnce(&mut Control) -> Result<T, Error>) -> Result<T, Error> {
+    if IN_CONTROL.with(|c| c.get()) {
+        return Err(Error::Busy);
+    }
+    let mut control = CONTROL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    IN_CONTROL.with(|c| c.set(true));
+    let result = f(&mut control);
+    IN_CONTROL.with(|c| c.set(false));
+    result
+}
+
+/// Starts tracing into `output`. `snapshot`, if any, runs once tracing is on,
+/// to emit the *_exists events of memory that is already live.
+pub fn start(
+    config: &Config,
+    output: Output,
+    snapshot: Option<&mut dyn FnMut()>,
+) -> Result<(), Error> {
+    start_with(config, || Ok(output), snapshot)
+}
+
+/// Like [`start`], but opens the output only once the configuration and the
+/// state allow the start, so a refused start never creates or truncates a
+/// file.
+pub fn start_with(
+    config: &Config,
+    open_output: impl FnOnce() -> Result<Output, Error>,
+    snapshot: Option<&mut dyn FnMut()>,
+) -> Result<(), Error> {
+    config.validate()?;
+    with_control(|control| {
+        if control.session.is_some() {
+            return Err(Error::AlreadyStarted);
+        }
+        let output = open_output()?;
+        output
+            .write_all(
+                &FileHeader {
+                    version: VERSION,
+                    flags: 0,
+                }
+                .encode(),
+            )
+            .map_err(Error::Io)?;
+        debug_assert_eq!(FILE_HEADER_LEN, 16);
+        thread::set_exit_flush(emit::flush_exiting_thread);
+        thread::ensure_exit_key();
+        thread::note_process();
+        install_fork_handlers();
+        let asymmetric = crate::handshake::enable_asymmetric_fences();
+
+        let max_buffers = (config.max_buffer_memory / config.buffer_size).max(64);
+        let session = Arc::new(Session {
+            pool: BufferPool::new(config.buffer_size, max_buffers),
+            writer: Writer::new(output, config.compress),
+            advancer: AdvancerSignals::new(),
+            bytes: ByteCount::new(config.generation_bytes),
+            info: SessionInfo {
+                min_heap_addr: config.min_heap_addr,
+                page_size: config.page_size,
+                min_heap_align: config.min_heap_align,
+                min_stack_align: config.min_stack_align,
+                ticks_per_sec: clock::ticks_per_sec(),
+                // SAFETY: getpid has no preconditions.
+                pid: unsafe { libc::getpid() } as u64,
+            },
+        });
+        // A few buffers ready for the first threads (BufferPool::reserve).
+        session.pool.reserve(4);
+        let writer = writer::spawn_writer(&session).map_err(|_| Error::OutOfMemory)?;
+        let coarse = config.clock == clock::ClockKind::Coarse;
+        clock::COARSE.store(coarse, Ordering::Relaxed);
+        clock::publish();
+        let advancer = if config.generation_bytes > 0 || coarse {
+            match advancer::spawn(&session, advance_own) {
+                Ok(a) => Some(a),
+                Err(_) => {
+                    session.writer.stop();
+                    writer.join();
+                    return Err(Error::OutOfMemory);
+                }
+            }
+        } else {
+            None
+        };
+
+        SHARED
+            .min_heap_addr
+            .store(config.min_heap_addr, Ordering::Relaxed);
+        SHARED
+            .page_shift
+            .store(config.page_size.trailing_zeros(), Ordering::Relaxed);
+        SHARED
+            .heap_shift
+            .store(config.min_heap_align.trailing_zeros(), Ordering::Relaxed);
+        SHARED
+            .stack_shift
+            .store(config.min_stack_align.trailing_zeros(), Ordering::Relaxed);
+        // The header's inline path stamps events with rdtsc and uses only a
+        // compiler fence on its side of the handshake.
+        let mode = match (asymmetric && cfg!(target_arch = "x86_64"), coarse) {
+            (false, _) => inline_mode::OUT_OF_LINE,
+            (true, false) => inline_mode::PRECISE,
+            (true, true) => inline_mode::COARSE,
+        };
+        SHARED.inline_mode.store(mode, Ordering::Relaxed);
+        for lost in &LOST_WITHOUT_SLOT {
+            lost.store(0, Ordering::Relaxed);
+        }
+        // Counts left from a signal handler after the last session ended
+        // belong to no generation of this trace.
+        for slot in thread::used_slots() {
+            for lost in &slot.lost {
+                lost.store(0, Ordering::Relaxed);
+            }
+        }
+        SESSION.store(Arc::as_ptr(&session).cast_mut(), Ordering::SeqCst);
+
+        write_info(&session, 1);
+        SHARED.generation.store(1, Ordering::SeqCst);
+        control.session = Some(session);
+        control.writer = Some(writer);
+        control.advancer = advancer;
+        Ok(())
+    })?;
+    if let Some(snapshot) = snapshot {
+        IN_CONTROL.with(|c| c.set(true));
+        snapshot();
+        IN_CONTROL.with(|c| c.set(false));
+    }
+    Ok(())
+}
+
+/// Ends the current generation and starts the next.
+pub fn advance() -> Result<(), Error> {
+    advance_session(None)
+}
+
+/// The advancer thread's advance (advancer.rs): of its own session only.
+fn advance_own(session: &Session) {
+    let _ = advance_session(Some(session));
+}
+
+/// [`advance`], of `only` if given: `NotStarted` when the running session
+/// is another one (the advancer thread of a session that has stopped).
+fn advance_session(only: Option<&Session>) -> Result<(), Error> {
+    with_control(|control| {
+        let session = control.session.as_ref().ok_or(Error::NotStarted)?;
+        if only.is_some_and(|only| !core::ptr::eq(only, Arc::as_ptr(session))) {
+            return Err(Error::NotStarted);
+        }
+        let old = SHARED.generation.load(Ordering::Relaxed);
+        let new = old + 1;
+        write_info(session, new);
+        if clock::COARSE.load(Ordering::Relaxed) {
+            // After the new generation's start time was read, before any
+            // event can be in it: its coarse times are never before its start.
+            clock::publish();
+        }
+        end_generation(session, old, new);
+        Ok(())
+    })
+}
+
+/// Flushes everything, ends the trace and closes the output (a path it
+/// opened; a descriptor the caller passed stays open). Returns the first
+/// write error, if any: EBADF when the program closed or replaced the
+/// output's descriptor (output.rs), which is then not closed.
+pub fn stop() -> Result<(), Error> {
+    // The advancer may be waiting for CONTROL inside advance(): ask it to
+    // stop and wait for it without holding CONTROL. Wait on a flag, not by
+    // joining: a join frees memory on this thread, which must not happen
+    // while tracing is on (a traced allocator would see it).
+    let session = with_control(|control| {
+        let session = control.session.clone().ok_or(Error::NotStarted)?;
+        session.advancer.exit.store(true, Ordering::Release);
+        session.advancer.thread.wake();
+        Ok(session)
+    })?;
+    if session.advancer.thread.started() {
+        while !session.advancer.thread.is_done() {
+            std::thread::yield_now();
+        }
+    }
+    with_control(|control| {
+        // Between the two phases another thread may have stopped this
+        // session and started a new one: that one is not ours to end (its
+        // advancer was never told to exit, so joining it would never
+        // return), and ours is already stopped.
+        if !control
+            .session
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &session))
+        {
+            return Err(Error::NotStarted);
+        }
+        drop(session);
+        let session = control.session.take().ok_or(Error::NotStarted)?;
+        let last = SHARED.generation.load(Ordering::Relaxed);
+        end_generation(&session, last, 0);
+        let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
+        end.finish();
+        SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
+        session.writer.stop();
+        if let Some(writer) = control.writer.take() {
+            writer.join();
+        }
+        if let Some(advancer) = control.advancer.take() {
+            advancer.join();
+        }
+        let errno = session.writer.io_error.load(Ordering::Relaxed);
+        // Leaves a descriptor the program closed or replaced alone.
+        let close_result = session.writer.output.close();
+        drop(session);
+        match (errno, close_result) {
+            (0, Ok(())) => Ok(()),
+            (0, Err(e)) | (e, _) => Err(Error::Io(e)),
+        }
+    })
+}
+
+/// Stores `new` as the generation (0 to stop), waits for every thread to
+/// leave the old one, and completes the old generation in the trace.
+fn end_generation(session: &Session, old: u64, new: u64) {
+    if new != 0 {
+        // Every thread that writes now needs a fresh buffer in the new
+        // generation: have them ready (BufferPool::reserve).
+        let writing = thread::used_slots()
+            .iter()
+            .filter(|s| {
+                !s.bufs[(old & 1) as usize][Stream::Events as usize]
+                    .load(Ordering::Relaxed)
+                    .is_null()
+            })
+            .count();
+        session.pool.reserve(writing + 2);
+    }
+    SHARED.generation.store(new, Ordering::SeqCst);
+    crate::handshake::heavy_barrier();
+    session.bytes.generation_start.store(
+        session.bytes.written.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
+    session.advancer.wanted.store(false, Ordering::Relaxed);
+    let slots = thread::used_slots();
+    for slot in slots {
+        slot.seq.wait_quiescent();
+    }
+    let parity = (old & 1) as usize;
+    let mut lost = LOST_WITHOUT_SLOT[parity].swap(0, Ordering::Relaxed);
+    for slot in slots {
+        for stream in 0..STREAMS {
+            if let Some(buf) = slot.take_buffer(parity, stream) {
+                session.hand_over(buf);
+            }
+        }
+        lost += slot.lost[parity].swap(0, Ordering::Relaxed);
+    }
+    finish_generation(session, old, lost);
+}

@@ -1,0 +1,178 @@
+//! The tracer's own batches, which the thread running start, advance or
+//! stop writes with thread ID 0: the info batch that opens a generation,
+//! the type table (type_table.rs) and the generation-end batch that close
+//! it, and the trace end ([`MetaWriter`], [`finish_generation`]); and the
+//! process's count of generations written ([`written_totals`]).
+//!
+//! Relies on invariants 3 (`finish_generation` runs only once every batch
+//! of the generation is queued) and 4 (its callers hold `CONTROL`) of
+//! session.rs.
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use alloctrace_format::{uvarint_len, BatchKind};
+
+use crate::buffer::Buffer;
+use crate::clock::{self, ClockPair};
+use crate::session::Session;
+use crate::type_table;
+
+/// Writes the type table and the generation-end batch of `old`, whose
+/// batches are all queued, with `lost` events lost in it.
+pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
+    write_types(session, old);
+    let end = ClockPair::now();
+    let mut batch = MetaWriter::new(session, BatchKind::GenerationEnd, old);
+    batch.base_ticks(end.ticks);
+    batch.varint(end.ticks);
+    batch.varint(end.mono_ns);
+    batch.varint(lost);
+    batch.finish();
+    count_generation_end(lost);
+}
+
+/// A tracer batch (info, types, generation end, trace end) under
+/// construction, spilling into further batches of the same kind when full.
+pub(crate) struct MetaWriter<'a> {
+    session: &'a Session,
+    kind: BatchKind,
+    generation: u64,
+    base_ticks: u64,
+    buf: Option<NonNull<Buffer>>,
+    header_len: usize,
+}
+
+impl<'a> MetaWriter<'a> {
+    pub(crate) fn new(session: &'a Session, kind: BatchKind, generation: u64) -> MetaWriter<'a> {
+        MetaWriter {
+            session,
+            kind,
+            generation,
+            base_ticks: clock::ticks(),
+            buf: None,
+            header_len: 0,
+        }
+    }
+
+    fn base_ticks(&mut self, ticks: u64) {
+        self.base_ticks = ticks;
+    }
+
+    /// The current buffer, with at least `n` bytes of room.
+    fn room(&mut self, n: usize) -> Option<&mut Buffer> {
+        if let Some(buf) = self.buf {
+            // SAFETY: this writer holds the buffer.
+            if unsafe { (*buf.as_ptr()).fits(n) } {
+                // SAFETY: as above, this writer holds the buffer.
+                return self.buf.map(|b| unsafe { &mut *b.as_ptr() });
+            }
+            self.flush();
+        }
+        let buf = self.session.pool.take(|| self.session.writer.wake())?;
+        // SAFETY: take gave us the buffer.
+        let b = unsafe { &mut *buf.as_ptr() };
+        b.begin(self.kind, self.generation, 0, self.base_ticks);
+        self.header_len = b.len;
+        self.buf = Some(buf);
+        Some(b)
+    }
+
+    fn varint(&mut self, v: u64) {
+        if let Some(b) = self.room(uvarint_len(v)) {
+            b.put_varint(v);
+        }
+    }
+
+    /// Writes one entry (varints then bytes) so that it is never split
+    /// across batches.
+    fn entry(&mut self, varints: &[u64], bytes: &[u8]) {
+        let n = varints.iter().map(|&v| uvarint_len(v)).sum::<usize>() + bytes.len();
+        if let Some(b) = self.room(n) {
+            for &v in varints {
+                b.put_varint(v);
+            }
+            b.put_bytes(bytes);
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.session.hand_over(buf);
+        }
+    }
+
+    /// Queues the batch, writing an empty one if nothing was written.
+    pub(crate) fn finish(&mut self) {
+        if self.buf.is_none() {
+            let _ = self.room(0);
+        }
+        self.flush();
+    }
+}
+
+/// Writes the info batch that opens generation `generation`.
+pub(crate) fn write_info(session: &Session, generation: u64) {
+    let info = session.info;
+    let start = ClockPair::now();
+    let mut batch = MetaWriter::new(session, BatchKind::Info, generation);
+    batch.base_ticks(start.ticks);
+    for v in [
+        info.min_heap_addr,
+        info.page_size,
+        info.min_heap_align,
+        info.min_stack_align,
+        start.ticks,
+        start.mono_ns,
+        clock::wall_ns(),
+        info.ticks_per_sec,
+        info.pid,
+    ] {
+        batch.varint(v);
+    }
+    batch.finish();
+}
+
+/// Writes every registered type into generation `generation`.
+fn write_types(session: &Session, generation: u64) {
+    let mut batch = MetaWriter::new(session, BatchKind::Types, generation);
+    let mut any = false;
+    type_table::for_each(|t| {
+        any = true;
+        batch.entry(&[t.id, t.size, t.ptr_bytes, t.name.len() as u64], t.name);
+    });
+    if any {
+        batch.finish();
+    }
+}
+
+/// Generation-end batches this process has written, over all its
+/// sessions, and the events they counted as lost (see [`written_totals`]).
+static WRITTEN_GENERATIONS: AtomicU64 = AtomicU64::new(0);
+static WRITTEN_LOST: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one generation-end batch (finish_generation, under CONTROL).
+fn count_generation_end(lost: u64) {
+    WRITTEN_GENERATIONS.fetch_add(1, Ordering::Relaxed);
+    WRITTEN_LOST.fetch_add(lost, Ordering::Relaxed);
+}
+
+/// What this process's sessions have written so far: generations
+/// completed and the events their generation-end batches count as lost.
+/// Monotonic over the process's life (a forked child starts from its
+/// parent's counts): take it when a session starts and when `stop`
+/// returns, and subtract, to get the session's totals without reading its
+/// trace (the LD_PRELOAD shim reports them this way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WrittenTotals {
+    pub generations: u64,
+    pub lost_events: u64,
+}
+
+/// See [`WrittenTotals`].
+pub fn written_totals() -> WrittenTotals {
+    WrittenTotals {
+        generations: WRITTEN_GENERATIONS.load(Ordering::Relaxed),
+        lost_events: WRITTEN_LOST.load(Ordering::Relaxed),
+    }
+}

@@ -1,0 +1,412 @@
+//! The session layer: the state of a tracing session, and the design and
+//! invariants of the whole layer, which is cut along its seams:
+//!
+//! - session.rs (this file): the session's state ([`Session`] and its
+//!   parts, [`CONTROL`], [`SESSION`]), its configuration and its errors;
+//! - emit.rs: the event path (`emit`, `write_event_fast`, `emit_slow`,
+//!   `emit_page`, `refill`) and a thread's flush at its exit;
+//! - meta.rs: the tracer's own batches (info, types, generation end,
+//!   trace end) and `finish_generation`;
+//! - lifecycle.rs: start, advance, stop, and `end_generation`;
+//! - advancer.rs: the thread that ends over-budget generations;
+//! - fork.rs: the pthread_atfork handlers.
+//!
+//! Under it (and never importing it): thread.rs, handshake.rs, buffer.rs,
+//! writer.rs (the writer thread, given what it needs through
+//! `writer::WriterHost`), output.rs, clock.rs, shared.rs, tls.rs,
+//! type_table.rs. Above it: events.rs and crash.rs. The invariants below are
+//! numbered; the code that relies on one says so ("invariant N", meaning
+//! this list).
+//!
+//! ## Design
+//!
+//! Tracing runs in *sessions* (trace_start .. trace_stop), each writing one
+//! trace, divided into *generations* (FORMAT.md section 6). The current
+//! generation lives in [`SHARED.generation`][SHARED]; 0 means tracing is
+//! off, which is all the event path checks before returning when disabled.
+//!
+//! Each thread writes into its own batch buffers, `bufs[generation % 2]
+//! [stream]` of its [`ThreadSlot`], reused until full. A full buffer is
+//! sealed and pushed on the session's queue of full buffers; the writer
+//! thread (writer.rs) writes it out and returns it to the free pool.
+//!
+//! An advance (and stop, which is a last advance to generation 0) bumps
+//! [`SHARED.generation`][SHARED], runs the [handshake](crate::handshake)
+//! with every slot, then takes every slot's previous-generation buffers,
+//! including those of idle or blocked threads, writes the type table and a
+//! generation-end batch, and so completes the old generation. Besides
+//! `trace_advance`, the tracer's advancer thread (advancer.rs) ends a
+//! generation once the writer has written `generation_bytes` of it, which
+//! bounds what a reader holds in memory. The tracer's own batches (info,
+//! types, generation end, trace end; meta.rs) are written by the thread
+//! running start/advance/stop into buffers of its own, with thread ID 0.
+//!
+//! An event takes one of two paths (emit.rs). The fast path
+//! (`write_event_fast`) handles the common case (a slot, room in the buffer,
+//! an address on the grid, membarrier available) with no call and no stack
+//! frame; everything else goes to the slow path (`emit_slow`: claim a slot,
+//! refill, long form, count a loss). Both make the same three steps, each
+//! written once: the timestamp (`next_ticks`), the choice of form and the
+//! address's ID (`short_form`, the format crate's `short_form` with the
+//! session's alignment of the kind's class), and the bytes (`append_event`,
+//! the format crate's `encode_event`, the writer's only event encoder). The
+//! C header's inline path (include/alloctrace_inline.h) is the fast path
+//! again, in C, over the same layouts ([`SHARED`](crate::shared::SHARED),
+//! `ThreadSlot`, `Buffer`, whose offsets are asserted), with the format's
+//! numbers generated from the format crate into include/alloctrace_format.h
+//! and the same invariants; it falls back to the exported functions, i.e. to
+//! emit.rs. c_tests/test_inline_encoding.c checks that it writes the same
+//! bytes as emit.rs for every event kind and address class.
+//!
+//! ## Invariants
+//!
+//! 1. A thread MUST read [`SHARED.generation`][SHARED] only between
+//!    `seq.try_begin()` and `seq.end()` of its slot, and touch buffers only
+//!    of the parity it read. Otherwise an advance could take a buffer the
+//!    thread is still writing.
+//! 2. Advance and stop MUST store the new generation before waiting on any
+//!    slot's seqlock, and take old-parity buffers only after the wait.
+//!    Otherwise a thread could keep writing to a taken buffer.
+//! 3. Every batch of generation `g` MUST be pushed before the generation-end
+//!    batch of `g`. The full queue is FIFO and the handshake orders every
+//!    thread's pushes before the advancer's; otherwise a reader would close
+//!    the generation early.
+//! 4. start, advance and stop MUST hold [`CONTROL`]. Otherwise two advances
+//!    could interleave and a third generation could open before the first
+//!    one ends (FORMAT.md allows at most two open).
+//! 5. A session's advancer thread MUST advance only its own session, and
+//!    stop's second phase MUST end only the session whose advancer its first
+//!    phase told to exit. Stop releases [`CONTROL`] between its phases, so
+//!    another thread may stop that session and start a new one meanwhile:
+//!    ending (and joining the advancer of) a session that never got its exit
+//!    signal would wait forever with [`CONTROL`] held.
+//! 6. The event path MUST NOT allocate, lock or panic, and makes syscalls
+//!    only when it needs a new buffer (or a slot, thread.rs). Otherwise it
+//!    could deadlock or recurse inside the host's malloc.
+//! 7. An event that cannot be recorded MUST be counted in its generation's
+//!    `lost_events`. Otherwise the trace would lie about what happened.
+//!
+//! ## Corner cases
+//!
+//! - Thread exit: a pthread key destructor flushes the thread's buffers
+//!   and marks its slot exiting; the thread keeps the slot and its thread
+//!   ID for the events it still records (other destructors, glibc's
+//!   `free(NULL)` calls after them), which advance and stop take as any idle
+//!   thread's. The slot is reclaimed, and what it holds flushed, only once
+//!   the thread is gone (thread.rs). The reclaimer owns the slot's seqlock
+//!   from then on, so the handshake is unchanged.
+//! - Calls before start or after stop see generation 0 and return.
+//! - A signal about to kill the process: its handler may call
+//!   `flush_for_fatal_signal` (crash.rs), which ends the session as stop
+//!   does but with every wait bounded, and with the signalled thread's own
+//!   buffers handed over directly (it may be inside an event).
+//! - A signal handler emitting while its thread is inside the event path
+//!   finds the slot's seqlock odd; that event is counted as lost.
+//! - Calls from the snapshot callback to start/advance/stop return
+//!   TRACE_ERR_BUSY instead of deadlocking on [`CONTROL`].
+//! - start, stop and advance from several threads at once: each call is
+//!   whole under [`CONTROL`]; two stops of one session give one `Ok` and
+//!   one `NotStarted`, also when a start slipped in between (invariant 5;
+//!   tests/lifecycle_stress.rs).
+//! - More threads than slots: events of slotless threads are counted lost.
+//! - fork: the first start registers pthread_atfork handlers (fork.rs).
+//!   Prepare takes [`CONTROL`] so no start/advance/stop is half done at the
+//!   fork; the child turns tracing off and forgets the parent's session (its
+//!   buffers and queue may be mid-update by threads the child does not have,
+//!   and its trace is the parent's), so the child's events cost nothing and
+//!   never reach the parent's file. A child that wants its own trace calls
+//!   start again (the LD_PRELOAD shim does, with a file of its own).
+//!
+//! [`ThreadSlot`]: crate::thread::ThreadSlot
+//! [SHARED]: crate::shared::SHARED
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
+
+use alloctrace_format::exact_log2;
+
+use crate::buffer::{Buffer, BufferPool};
+use crate::clock;
+use crate::thread::{self, ThreadSignals};
+use crate::writer::{Writer, WriterHost};
+
+/// The running session, or null. Published by start before the first
+/// generation, cleared by stop after the last handshake; events read it only
+/// inside their seqlock section with a non-zero generation.
+pub(crate) static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Events lost by threads without a slot, per generation parity.
+pub(crate) static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Serialises start, advance and stop (invariant 4).
+pub(crate) static CONTROL: Mutex<Control> = Mutex::new(Control {
+    session: None,
+    writer: None,
+    advancer: None,
+});
+
+thread_local! {
+    /// Set while this thread runs start/advance/stop, so a snapshot callback
+    /// calling them gets an error instead of a self-deadlock.
+    pub(crate) static IN_CONTROL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// What [`CONTROL`] guards: the running session and the handles of its
+/// two threads, joined by stop.
+pub(crate) struct Control {
+    pub(crate) session: Option<Arc<Session>>,
+    pub(crate) writer: Option<thread::InternalThread>,
+    /// The thread that ends over-budget generations.
+    pub(crate) advancer: Option<thread::InternalThread>,
+}
+
+/// One tracing session, in named parts: its buffers, what its writer and
+/// advancer threads signal, its byte accounting, and what its info batches
+/// repeat.
+pub(crate) struct Session {
+    /// The batch buffers: free, held by threads, and full ones queued for
+    /// the writer.
+    pub(crate) pool: BufferPool,
+    /// The writer thread's part: the output and what the writer signals.
+    pub(crate) writer: Writer,
+    /// The advancer thread's part (advancer.rs).
+    pub(crate) advancer: AdvancerSignals,
+    /// The bytes written, against the generation budget.
+    pub(crate) bytes: ByteCount,
+    /// What the info batch of every generation repeats.
+    pub(crate) info: SessionInfo,
+}
+
+/// What the advancer thread and the rest of the session tell each other.
+pub(crate) struct AdvancerSignals {
+    /// Set by the writer when the current generation is over its budget;
+    /// taken by the advancer thread.
+    pub(crate) wanted: AtomicBool,
+    /// Tells the advancer thread to exit.
+    pub(crate) exit: AtomicBool,
+    /// The advancer thread, once ready; done when it will run no more
+    /// advances.
+    pub(crate) thread: ThreadSignals,
+}
+
+impl AdvancerSignals {
+    pub(crate) fn new() -> AdvancerSignals {
+        AdvancerSignals {
+            wanted: AtomicBool::new(false),
+            exit: AtomicBool::new(false),
+            thread: ThreadSignals::new(),
+        }
+    }
+}
+
+/// The session's byte accounting: what the writer thread has written, and
+/// where the current generation started, against the generation budget.
+pub(crate) struct ByteCount {
+    /// Bytes the writer thread has written (or discarded after an error).
+    pub(crate) written: AtomicU64,
+    /// `written` when the current generation started.
+    pub(crate) generation_start: AtomicU64,
+    /// Bytes after which the advancer ends a generation; 0 for never.
+    pub(crate) generation_bytes: u64,
+}
+
+impl ByteCount {
+    pub(crate) fn new(generation_bytes: u64) -> ByteCount {
+        ByteCount {
+            written: AtomicU64::new(0),
+            generation_start: AtomicU64::new(0),
+            generation_bytes,
+        }
+    }
+}
+
+/// What the info batch of every generation repeats.
+#[derive(Clone, Copy)]
+pub(crate) struct SessionInfo {
+    pub(crate) min_heap_addr: u64,
+    pub(crate) page_size: u64,
+    pub(crate) min_heap_align: u64,
+    pub(crate) min_stack_align: u64,
+    pub(crate) ticks_per_sec: u64,
+    pub(crate) pid: u64,
+}
+
+impl Session {
+    /// Seals a buffer and queues it for the writer, or recycles it when it
+    /// holds only a batch header.
+    ///
+    /// Must not allocate: runs on the event path when a buffer fills.
+    pub(crate) fn hand_over(&self, buf: NonNull<Buffer>) {
+        // SAFETY: the caller took the buffer out of its slot, so it holds it.
+        let b = unsafe { &mut *buf.as_ptr() };
+        if b.len == 0 {
+            self.pool.recycle(buf);
+            return;
+        }
+        b.seal();
+        self.pool.push_full(buf);
+    }
+}
+
+/// The writer thread's view of the session (writer.rs is below this
+/// module: it gets these passed down).
+impl WriterHost for Session {
+    fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    /// Counts bytes out, and asks the advancer to end the generation once
+    /// it is over budget.
+    fn count_written(&self, n: usize) {
+        let bytes = &self.bytes;
+        let total = bytes.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        let start = bytes.generation_start.load(Ordering::Relaxed);
+        if bytes.generation_bytes > 0
+            && total.saturating_sub(start) >= bytes.generation_bytes
+            && !self.advancer.wanted.swap(true, Ordering::AcqRel)
+        {
+            self.advancer.thread.wake();
+        }
+    }
+}
+
+/// Errors of the lifecycle calls; the C API maps them to `trace_result`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// Invalid configuration: the message says which field.
+    BadConfig(&'static str),
+    AlreadyStarted,
+    NotStarted,
+    /// An I/O error, with errno.
+    Io(i32),
+    OutOfMemory,
+    /// Called from inside the snapshot callback.
+    Busy,
+}
+
+/// Words for the user: `Io` as the system's text for its errno
+/// (strerror), e.g. "No space left on device".
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Error::BadConfig(what) => write!(f, "bad configuration: {what}"),
+            Error::AlreadyStarted => f.write_str("tracing is already started"),
+            Error::NotStarted => f.write_str("tracing is not started"),
+            Error::Io(errno) => {
+                let mut buf = [0 as libc::c_char; 256];
+                // SAFETY: buf is writable for its length; the XSI
+                // strerror_r NUL-terminates what it writes.
+                let ok = unsafe { libc::strerror_r(errno, buf.as_mut_ptr(), buf.len() - 1) } == 0;
+                // SAFETY: as above; buf ends with a NUL either way (zeroed).
+                let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+                if ok && !text.is_empty() {
+                    f.write_str(&text)
+                } else {
+                    write!(f, "unknown error {errno}")
+                }
+            }
+            Error::OutOfMemory => f.write_str("out of memory (buffers or the tracer's threads)"),
+            Error::Busy => f.write_str("called from inside the snapshot callback"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A validated configuration (see `trace_config` in the C API).
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub min_heap_addr: u64,
+    pub page_size: u64,
+    pub min_heap_align: u64,
+    pub min_stack_align: u64,
+    /// Bytes per batch buffer.
+    pub buffer_size: usize,
+    /// Which clock stamps events.
+    pub clock: clock::ClockKind,
+    /// Compress batches with zstd in the writer thread.
+    pub compress: bool,
+    /// Upper bound on buffer memory, in bytes; producers wait beyond it.
+    pub max_buffer_memory: usize,
+    /// A generation that has written this many bytes is ended by the
+    /// tracer's advancer thread, so a reader (which holds one or two
+    /// generations in memory) never needs more than about twice this,
+    /// however long the trace. 0 turns automatic advances off.
+    pub generation_bytes: u64,
+}
+
+/// Default size at which the advancer thread ends a generation.
+pub const DEFAULT_GENERATION_BYTES: u64 = 16 << 20;
+
+/// Default bytes per batch buffer.
+pub const DEFAULT_BUFFER_SIZE: usize = 64 << 10;
+/// Smallest and largest buffer size accepted.
+pub const MIN_BUFFER_SIZE: usize = 4096;
+pub const MAX_BUFFER_SIZE: usize = alloctrace_format::MAX_BATCH_PAYLOAD as usize;
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            min_heap_addr: 0,
+            page_size: 4096,
+            min_heap_align: 8,
+            min_stack_align: 4096,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+            clock: clock::ClockKind::Precise,
+            compress: false,
+            max_buffer_memory: 256 << 20,
+            generation_bytes: DEFAULT_GENERATION_BYTES,
+        }
+    }
+}
+
+impl Config {
+    /// Checks every field, naming the first bad one.
+    pub fn validate(&self) -> Result<(), Error> {
+        match exact_log2(self.page_size) {
+            Some(shift)
+                if (alloctrace_format::pages::MIN_PAGE_SHIFT
+                    ..=alloctrace_format::pages::MAX_PAGE_SHIFT)
+                    .contains(&shift) => {}
+            _ => {
+                return Err(Error::BadConfig(
+                    "page_size must be a power of two from 16 to 2^40",
+                ))
+            }
+        }
+        if exact_log2(self.min_heap_align).is_none() {
+            return Err(Error::BadConfig("min_heap_align must be a power of two"));
+        }
+        if exact_log2(self.min_stack_align).is_none() {
+            return Err(Error::BadConfig("min_stack_align must be a power of two"));
+        }
+        if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {
+            return Err(Error::BadConfig(
+                "buffer_size must be 0 (default) or 4096..16777216",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Statistics of the running session, for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SessionStats {
+    pub buffers_mapped: usize,
+    pub producer_waits: usize,
+}
+
+/// Statistics of the running session, if any.
+pub fn session_stats() -> Option<SessionStats> {
+    let control = CONTROL.lock().unwrap_or_else(|p| p.into_inner());
+    control.session.as_ref().map(|s| SessionStats {
+        buffers_mapped: s.pool.mapped(),
+        producer_waits: s.pool.waits(),
+    })
+}

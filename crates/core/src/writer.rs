@@ -1,0 +1,339 @@
+//! The writer thread: drains the session's queue of full buffers into the
+//! output (output.rs) in queue order, compressing them when the session
+//! asks (FORMAT.md section 2.2), and gives the buffers back to the pool.
+//!
+//! It is below the session layer and never imports it: what it needs of a
+//! session is passed down ([`WriterHost`], implemented by session.rs), and
+//! its part of the session ([`Writer`]) is defined here. It allocates
+//! nothing once it is ready (all the compression state is made before),
+//! so a custom allocator that traces itself never sees it; it blocks every
+//! signal (thread.rs `spawn_internal`).
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::buffer::BufferPool;
+use crate::output::Output;
+use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
+
+/// How long the writer sleeps when the queue is empty. Producers never wait
+/// for it unless the memory bound is reached, and then they wake it.
+const IDLE_SLEEP: Duration = Duration::from_millis(1);
+
+/// The writer thread's part of a session: the output it writes to, and
+/// what it and the session's other threads tell each other.
+pub(crate) struct Writer {
+    pub(crate) output: Output,
+    /// Whether the writer thread compresses batches.
+    pub(crate) compress: bool,
+    /// Set by stop once every batch is queued; the writer drains and exits.
+    pub(crate) stopping: AtomicBool,
+    /// Set while the writer thread sleeps, so a waiting producer wakes it.
+    pub(crate) sleeping: AtomicBool,
+    /// First write error (errno), 0 if none.
+    pub(crate) io_error: AtomicI32,
+    /// The writer thread, once it is ready; done when it has written
+    /// everything and returns (a fatal-signal flush waits for that instead
+    /// of joining: crash.rs).
+    pub(crate) thread: ThreadSignals,
+}
+
+impl Writer {
+    pub(crate) fn new(output: Output, compress: bool) -> Writer {
+        Writer {
+            output,
+            compress,
+            stopping: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            io_error: AtomicI32::new(0),
+            thread: ThreadSignals::new(),
+        }
+    }
+
+    /// Wakes the writer thread if it sleeps. A syscall: call only when a
+    /// producer has to wait for a buffer.
+    pub(crate) fn wake(&self) {
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.thread.wake();
+        }
+    }
+
+    /// Tells the writer thread to write what is queued and return, once
+    /// every batch of the session is queued.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.thread.wake();
+    }
+}
+
+/// What the writer thread needs of its session, implemented by the session
+/// layer (which is above this module, so it is passed down, not imported).
+pub(crate) trait WriterHost: Send + Sync + 'static {
+    /// The writer's part of the session.
+    fn writer(&self) -> &Writer;
+    /// The buffers: full ones to write, free ones to give back.
+    fn pool(&self) -> &BufferPool;
+    /// Called after each batch written (or discarded after an error) with
+    /// its length. Runs on the writer thread: must not allocate.
+    fn count_written(&self, n: usize);
+}
+
+/// Starts the writer thread of a session and returns once it is ready
+/// ([`spawn_ready`]). Called while tracing is still off: all the
+/// compression state is allocated before the thread is ready.
+pub(crate) fn spawn_writer<H: WriterHost>(session: &Arc<H>) -> std::io::Result<InternalThread> {
+    spawn_ready(
+        c"alloctrace-writer",
+        session,
+        |s| &s.writer().thread,
+        |s| {
+            let compression = if s.writer().compress {
+                Compression::new()
+            } else {
+                None
+            };
+            s.writer().output.make_private();
+            compression
+        },
+        |s, compression| run_writer(s, compression),
+    )
+}
+
+/// Batches gathered for one compressed batch before it is written.
+const COMPRESS_CHUNK: usize = 1 << 20;
+
+/// How far behind the writer may fall while it compresses: with more than
+/// this many bytes of full buffers waiting, it writes batches as they are
+/// until it has caught up. Compression thus never makes producers wait for
+/// buffers (the memory bound stays for the disk's speed alone), and
+/// `trace_stop` waits for at most this much compression; the trace grows
+/// only for the batches written while catching up (both kinds of batch mix
+/// freely in a trace).
+const COMPRESS_BACKLOG: usize = 8 << 20;
+
+/// Whether the writer compresses the next batch, with `waiting` bytes of
+/// full buffers queued behind it.
+fn compress_next(waiting: usize) -> bool {
+    waiting <= COMPRESS_BACKLOG
+}
+
+/// The zstd level of modeled batches. The model leaves zstd little to
+/// find beyond what its fastest levels find: on the benchmark workload
+/// level 1 is within 2% of level 3's size at several times its speed.
+const MODELED_LEVEL: i32 = 1;
+
+/// The writer thread's compression state: batches waiting to be
+/// compressed together, the model that transforms them, and a reusable
+/// compressor. Every buffer is allocated here, once, with room for a
+/// chunk: staging whole buffers of up to COMPRESS_CHUNK plus one more
+/// thread buffer (64 KiB by default) never grows them, so the writer
+/// allocates nothing per batch unless threads use larger buffers (then
+/// the buffers grow once to the largest chunk seen).
+struct Compression {
+    staged: Vec<u8>,
+    /// The modeled stream of `staged` (alloctrace_format::model).
+    modeled: Vec<u8>,
+    /// The zstd frame being written.
+    frame: Vec<u8>,
+    encoder: alloctrace_format::model::Encoder,
+    compressor: zstd::bulk::Compressor<'static>,
+}
+
+impl Compression {
+    /// Runs on the writer thread only, never on the threads that emit
+    /// events, before tracing is on.
+    fn new() -> Option<Compression> {
+        let room = COMPRESS_CHUNK + (64 << 10);
+        let mut c = Compression {
+            staged: Vec::with_capacity(room),
+            modeled: Vec::with_capacity(room + room / 4),
+            frame: Vec::with_capacity(room),
+            encoder: alloctrace_format::model::Encoder::with_capacity(room),
+            compressor: zstd::bulk::Compressor::new(MODELED_LEVEL).ok()?,
+        };
+        // zstd sizes its workspace at the first compression, for the size
+        // of the input: one of a chunk's size now, so it need not grow later.
+        c.modeled.resize(COMPRESS_CHUNK, 0);
+        let _ = c.compressor.compress_to_buffer(&c.modeled, &mut c.frame);
+        c.modeled.clear();
+        c.frame.clear();
+        Some(c)
+    }
+
+    /// Writes the staged batches as one modeled compressed batch (FORMAT.md
+    /// section 2.2), or as they are if compression fails or does not pay.
+    fn flush(&mut self, output: &Output) -> Result<(), i32> {
+        use alloctrace_format::{model, put_uvarint, BatchKind, BATCH_PREFIX_LEN, MAX_VARINT_LEN};
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let raw_len = self.staged.len();
+        // The frame must be smaller than the batches to pay: its buffer's
+        // capacity bounds it (zstd fails when it would not fit).
+        self.frame.reserve(raw_len.saturating_sub(self.frame.len()));
+        let modeled = self.encoder.encode(&self.staged, &mut self.modeled)
+            && self.modeled.len() as u64 <= model::max_modeled_len(raw_len as u64);
+        let compressed = modeled
+            && matches!(
+                self.compressor.compress_to_buffer(&self.modeled, &mut self.frame),
+                Ok(n) if n + 16 < raw_len
+            );
+        if !compressed {
+            return self.write_staged(output);
+        }
+        let result = {
+            let mut head = [0u8; BATCH_PREFIX_LEN + MAX_VARINT_LEN];
+            head[0] = BatchKind::CompressedModeled as u8;
+            let n = put_uvarint(&mut head, BATCH_PREFIX_LEN, raw_len as u64);
+            let payload = (n - BATCH_PREFIX_LEN + self.frame.len()) as u32;
+            head[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
+            output.write_batch(&[&head[..n], &self.frame])
+        };
+        self.staged.clear();
+        result
+    }
+
+    /// Writes the staged batches as they are, each with its trailer.
+    fn write_staged(&mut self, output: &Output) -> Result<(), i32> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let result = output.write_batches(&self.staged);
+        self.staged.clear();
+        result
+    }
+}
+
+/// Writes full batches out in queue order until the session stops. After a
+/// write error it keeps draining (and discarding), so producers never block
+/// on a dead output; stop reports the error.
+fn run_writer<H: WriterHost>(session: &H, mut compression: Option<Compression>) {
+    let (writer, pool) = (session.writer(), session.pool());
+    let record = |result: Result<(), i32>| {
+        if let Err(e) = result {
+            writer.io_error.store(e, Ordering::Relaxed);
+        }
+    };
+    loop {
+        let mut wrote = false;
+        while let Some(buf) = pool.pop_full() {
+            // SAFETY: popping the full queue hands this thread the buffer.
+            let bytes = unsafe { (*buf.as_ptr()).bytes() };
+            if writer.io_error.load(Ordering::Relaxed) == 0 {
+                match compression.as_mut() {
+                    Some(c) if compress_next(pool.full_bytes()) => {
+                        c.staged.extend_from_slice(bytes);
+                        if c.staged.len() >= COMPRESS_CHUNK {
+                            record(c.flush(&writer.output));
+                        }
+                    }
+                    Some(c) => {
+                        // Behind: the staged batches and this one go out
+                        // as they are, in queue order.
+                        record(c.write_staged(&writer.output));
+                        record(writer.output.write_batch(&[bytes]));
+                    }
+                    None => record(writer.output.write_batch(&[bytes])),
+                }
+            }
+            session.count_written(bytes.len());
+            pool.recycle(buf);
+            wrote = true;
+        }
+        // The queue is empty: write what is staged rather than hold it.
+        if let Some(c) = compression.as_mut() {
+            if writer.io_error.load(Ordering::Relaxed) == 0 {
+                record(c.flush(&writer.output));
+            }
+        }
+        if writer.stopping.load(Ordering::Acquire) && pool.full_is_empty() {
+            return;
+        }
+        if !wrote {
+            writer.sleeping.store(true, Ordering::SeqCst);
+            if pool.full_is_empty() && !writer.stopping.load(Ordering::Acquire) {
+                std::thread::park_timeout(IDLE_SLEEP);
+            }
+            writer.sleeping.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{compress_next, Output, COMPRESS_BACKLOG};
+
+    /// A session as the writer thread sees it, without the session layer:
+    /// what `WriterHost` passes down is all the writer needs.
+    struct Host {
+        writer: super::Writer,
+        pool: crate::buffer::BufferPool,
+        counted: std::sync::atomic::AtomicUsize,
+    }
+
+    impl super::WriterHost for Host {
+        fn writer(&self) -> &super::Writer {
+            &self.writer
+        }
+        fn pool(&self) -> &crate::buffer::BufferPool {
+            &self.pool
+        }
+        fn count_written(&self, n: usize) {
+            self.counted
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_writer_thread_writes_and_counts_what_its_host_queues() {
+        use std::sync::atomic::Ordering;
+        let _serial = crate::buffer::tests::MAP_HOOK
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let dir = std::env::temp_dir().join(format!("alloctrace-host-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = std::ffi::CString::new(dir.join("t.trace").to_str().unwrap()).unwrap();
+        let host = std::sync::Arc::new(Host {
+            writer: super::Writer::new(Output::create(&path).unwrap(), false),
+            pool: crate::buffer::BufferPool::new(4096, 4),
+            counted: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let mut batch_len = 0;
+        for generation in 1..=2 {
+            let buf = host.pool.take(|| {}).unwrap();
+            // SAFETY: take gave us the buffer.
+            let b = unsafe { &mut *buf.as_ptr() };
+            b.begin(alloctrace_format::BatchKind::TraceEnd, generation, 0, 7);
+            b.seal();
+            batch_len += b.bytes().len();
+            host.pool.push_full(buf);
+        }
+        let thread = super::spawn_writer(&host).unwrap();
+        assert!(
+            host.writer.thread.started(),
+            "spawn_writer returns once it is ready"
+        );
+        host.writer.stop();
+        thread.join();
+        assert!(host.writer.thread.is_done());
+        host.writer.output.close().unwrap();
+        assert!(host.pool.full_is_empty());
+        assert_eq!(host.writer.io_error.load(Ordering::Relaxed), 0);
+        assert_eq!(host.counted.load(Ordering::Relaxed), batch_len);
+        assert_eq!(
+            std::fs::metadata(dir.join("t.trace")).unwrap().len() as usize,
+            batch_len + 2 * alloctrace_format::TRAILER_LEN,
+            "both batches, each with its trailer"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn compresses_until_the_backlog_passes_its_bound() {
+        assert!(compress_next(0));
+        assert!(compress_next(COMPRESS_BACKLOG));
+        assert!(!compress_next(COMPRESS_BACKLOG + 1));
+        assert!(!compress_next(usize::MAX));
+    }
+}
