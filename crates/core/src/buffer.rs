@@ -80,6 +80,21 @@ impl Buffer {
             return None;
         }
         let map_len = (DATA_OFFSET + cap).next_multiple_of(4096);
+        // Miri interprets libc's mmap but not the raw syscall: under Miri
+        // (`make miri`) the same mapping comes from there.
+        #[cfg(miri)]
+        // SAFETY: as below; MAP_FAILED is -1.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            ) as libc::c_long
+        };
+        #[cfg(not(miri))]
         // SAFETY: an anonymous private mapping with no address hint has no
         // preconditions; we check for failure (-1) below.
         let p = unsafe {
@@ -98,7 +113,9 @@ impl Buffer {
         if p == -1 {
             return None;
         }
-        let buf = p as *mut Buffer;
+        // An integer to a pointer: takes the exposed provenance of the
+        // whole mapping, which data() relies on.
+        let buf = core::ptr::with_exposed_provenance_mut::<Buffer>(p as usize);
         // SAFETY: the mapping is fresh, writable, page-aligned and larger
         // than a Buffer.
         unsafe {
@@ -121,21 +138,30 @@ impl Buffer {
         // SAFETY: the caller guarantees the buffer is ours and unused.
         unsafe {
             let len = (*buf.as_ptr()).map_len;
+            #[cfg(miri)]
+            libc::munmap(buf.as_ptr().cast::<libc::c_void>(), len);
+            #[cfg(not(miri))]
             libc::syscall(libc::SYS_munmap, buf.as_ptr().cast::<libc::c_void>(), len);
         }
     }
 
     /// Pointer to the first batch byte.
+    ///
+    /// Derived from the mapping's address, not from `self`: a reference to
+    /// the header carries provenance for the header's bytes only, so a
+    /// pointer computed from it may not reach the batch bytes that follow
+    /// (Miri's Stacked Borrows rejects that). The mapping's provenance was
+    /// exposed when [`Buffer::map`] turned the mmap's integer result into
+    /// a pointer; the address gets it back. The same machine code.
     #[inline(always)]
     pub(crate) fn data(&mut self) -> *mut u8 {
-        // SAFETY: the batch bytes follow the header inside one mapping.
-        unsafe { (self as *mut Buffer).cast::<u8>().add(DATA_OFFSET) }
+        core::ptr::with_exposed_provenance_mut::<u8>((self as *mut Buffer).addr() + DATA_OFFSET)
     }
 
     /// Bytes still free in the batch.
     ///
     /// Cannot underflow: `len <= cap` always. `len` is set by
-    /// [`Buffer::begin`] (at most [`MAX_HEADER_LEN`], below every cap, which
+    /// [`Buffer::begin`] (at most `MAX_BATCH_HEADER_LEN`, below every cap, which
     /// is at least `MIN_BUFFER_SIZE`), grows by [`Buffer::put_varint`] and
     /// [`Buffer::put_bytes`] (clamped to `cap`), [`Buffer::put_word`] (only
     /// with 8 bytes of room) and the event path's `append_event` (only with
@@ -166,7 +192,7 @@ impl Buffer {
     ///
     /// Must not allocate: runs on the event path when a buffer is refilled.
     /// Cannot panic: `put_uvarint` skips bytes past the slice, and the cap
-    /// (at least `MIN_BUFFER_SIZE`) holds [`MAX_HEADER_LEN`] anyway.
+    /// (at least `MIN_BUFFER_SIZE`) holds `MAX_BATCH_HEADER_LEN` anyway.
     pub(crate) fn begin(&mut self, kind: BatchKind, generation: u64, thread: u64, base_ticks: u64) {
         let bytes = self.all_bytes_mut();
         if let Some(b) = bytes.first_mut() {
@@ -444,9 +470,55 @@ impl Drop for BufferPool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::session::MIN_BUFFER_SIZE;
+    use alloctrace_format::MAX_BATCH_HEADER_LEN as MAX_HEADER_LEN;
 
     /// Held by unit tests that map buffers: the failure hook is global.
     pub(crate) static MAP_HOOK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A buffer's life through the pool, every unsafe access of this file
+    /// on the way (Miri runs it: `make miri`): mapped, a batch begun,
+    /// filled past its room (clamped), sealed, queued full, written out,
+    /// recycled and taken again empty, unmapped when the pool drops.
+    #[test]
+    fn a_buffer_goes_round_the_pool_and_never_writes_past_its_room() {
+        let _serial = MAP_HOOK.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = BufferPool::new(MIN_BUFFER_SIZE, 2);
+        let mut b = pool.take(|| ()).expect("a fresh buffer");
+        // SAFETY: the pool handed this buffer to us alone.
+        let buf = unsafe { b.as_mut() };
+        assert_eq!((buf.len, buf.cap), (0, MIN_BUFFER_SIZE));
+        buf.begin(BatchKind::Events, 1, 7, 300);
+        let header = buf.len;
+        assert!(header > BATCH_PREFIX_LEN && header <= MAX_HEADER_LEN);
+        buf.put_varint(u64::MAX);
+        buf.put_word(0x0102_0304_0506_0708);
+        let room = buf.room();
+        buf.put_bytes(&vec![0xab; room + 100]);
+        assert_eq!(buf.room(), 0, "put_bytes is clamped to the room");
+        buf.put_word(1);
+        buf.put_varint(1);
+        assert_eq!(buf.len, buf.cap, "nothing written past the room");
+        assert!(!buf.fits(1));
+        buf.seal();
+        let bytes = buf.bytes();
+        assert_eq!(bytes[0], BatchKind::Events as u8);
+        let payload = u32::from_le_bytes(bytes[1..BATCH_PREFIX_LEN].try_into().unwrap());
+        assert_eq!(payload as usize, MIN_BUFFER_SIZE - BATCH_PREFIX_LEN);
+        assert_eq!(
+            bytes[header + 10..header + 18],
+            0x0102_0304_0506_0708u64.to_le_bytes()
+        );
+        pool.push_full(b);
+        assert!(!pool.full_is_empty());
+        let b = pool.pop_full().expect("the queued buffer");
+        pool.recycle(b);
+        let mut again = pool.take(|| ()).expect("the recycled buffer");
+        // SAFETY: ours alone again.
+        assert_eq!(unsafe { again.as_mut() }.len, 0, "recycled empty");
+        pool.recycle(again);
+        assert_eq!(pool.mapped(), 1);
+    }
 
     /// An mmap that never succeeds with no buffer in circulation: the take
     /// waits [`MAP_REFUSED_WAIT`], gives up (the caller counts the event
