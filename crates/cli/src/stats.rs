@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::{self, JoinHandle};
 
 use alloctrace_format::{EntryPoint, ENTRY_POINTS, EVENT_KINDS};
-use alloctrace_reader::{Clock, Event, EventData, Record, PAGE_EVENT_NAMES};
+use alloctrace_reader::{Clock, Event, EventData, Step, PAGE_EVENT_NAMES};
 use hashbrown::hash_table::{Entry, HashTable};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use serde_json::{json, Value};
@@ -440,6 +440,8 @@ impl Feed {
 /// (type tables), the page events, and the feed of the others.
 struct Reading {
     feed: Feed,
+    /// The clock of the generation being read (from its start on).
+    clock: Option<Clock>,
     /// Type IDs of the current generation's type table.
     generation_types: BTreeSet<u64>,
     /// Ticks of the last event handed out.
@@ -721,51 +723,40 @@ pub fn collect(input: &Input) -> Result<Stats, Failure> {
     let mut stats = Stats::new(size);
     let mut reading = Reading {
         feed: Feed::start()?,
+        clock: None,
         generation_types: BTreeSet::new(),
         last_ticks: 0,
         page_threads: BTreeMap::new(),
     };
     let mut progress = Progress::new(size);
     let result = loop {
-        let clock = reader.clock();
-        let generation = reader.info().map(|info| info.generation);
-        let drained = match (&clock, generation) {
-            (Some(clock), Some(generation)) => {
-                reading.feed.open(generation, *clock);
-                reader.next_events(
-                    1 << 16,
-                    #[inline(always)]
-                    |e| stats.event(&mut reading, e, clock),
-                )
-            }
-            // No generation yet: nothing to hand out (but an error).
-            _ => reader.next_events(1, |_| {}),
+        // Events come only after their generation's start, which sets the
+        // clock.
+        let step = match reading.clock {
+            Some(clock) => reader.next_step(
+                1 << 16,
+                #[inline(always)]
+                |e| stats.event(&mut reading, e, &clock),
+            ),
+            None => reader.next_step(1, |_| {}),
         };
-        match drained {
-            Ok(0) => {}
-            Ok(_) => {
+        match step {
+            Ok(Step::Events(_)) => {
                 // Times grow with ticks within a generation, so the last
                 // event handed out is its latest so far.
-                if let Some(clock) = clock {
+                if let Some(clock) = reading.clock {
                     stats.duration_ns = stats.duration_ns.max(clock.time_ns(reading.last_ticks));
                 }
                 progress.update(reader.bytes_read());
-                continue;
             }
-            Err(err) => break Err(err),
-        }
-        match reader.next_record() {
-            Ok(Some(Record::GenerationStart { .. })) => {
-                stats.generation_start(&mut reading, &reader)
-            }
-            Ok(Some(Record::Event(e))) => {
-                if let Some(clock) = reader.clock() {
-                    reading.feed.open(e.generation, clock);
-                    stats.event(&mut reading, &e, &clock);
+            Ok(Step::GenerationStart { generation }) => {
+                stats.generation_start(&mut reading, &reader);
+                reading.clock = reader.clock();
+                if let Some(clock) = reading.clock {
+                    reading.feed.open(generation, clock);
                 }
-                stats.duration_ns = stats.duration_ns.max(e.time_ns);
             }
-            Ok(None) => break Ok(()),
+            Ok(Step::End) => break Ok(()),
             Err(err) => break Err(err),
         }
     };
