@@ -25,6 +25,9 @@
 //! - A trace-end batch: the reader checks it, then calls
 //!   [`BatchSource::after_trace_end`], which refuses any data after it
 //!   (inside its compressed batch, read ahead, or still in the input).
+//! - Once done, [`BatchSource::next`] hands out nothing more and changes
+//!   nothing (the reader never asks, but a caller that did would not see
+//!   a complete trace turn into a cut one).
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
@@ -171,8 +174,11 @@ impl<R: Read> BatchSource<R> {
     }
 
     /// The next batch, or `None` when the input has ended (cleanly or cut:
-    /// the source is then done).
+    /// the source is then done) or a trace-end batch was read.
     pub fn next(&mut self) -> Result<Option<Batch<'_>>, ReadError> {
+        if self.done {
+            return Ok(None);
+        }
         if let Some(inner) = &self.inner {
             if inner.at < inner.raw.len() {
                 return self.next_inner().map(Some);
@@ -583,4 +589,129 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{info, varint, EventsBody, TraceBuilder};
+    use crate::EventData;
+
+    /// What a batch handed out says: kind, offset, payload length, and the
+    /// compressed batch holding it.
+    type Seen = (BatchKind, u64, usize, Option<u64>);
+
+    /// Every batch `source` hands out, payloads read; the error that ended
+    /// the reading, if any.
+    fn drain(source: &mut BatchSource<&[u8]>) -> (Vec<Seen>, Option<ReadError>) {
+        let mut seen = Vec::new();
+        loop {
+            let (kind, offset, len) = match source.next() {
+                Ok(None) => return (seen, None),
+                Err(err) => return (seen, Some(err)),
+                Ok(Some(Batch::Inner {
+                    kind,
+                    offset,
+                    payload,
+                    compressed,
+                })) => {
+                    seen.push((kind, offset, payload.len(), Some(compressed)));
+                    if kind == BatchKind::TraceEnd {
+                        if let Err(err) = source.after_trace_end() {
+                            return (seen, Some(err));
+                        }
+                    }
+                    continue;
+                }
+                Ok(Some(Batch::InFile { kind, offset, len })) => (kind, offset, len),
+            };
+            match source.read_payload(kind, offset, len) {
+                Ok(Some(payload)) => seen.push((kind, offset, payload.len(), None)),
+                Ok(None) => {}
+                Err(err) => return (seen, Some(err)),
+            }
+            if kind == BatchKind::TraceEnd {
+                if let Err(err) = source.after_trace_end() {
+                    return (seen, Some(err));
+                }
+            }
+        }
+    }
+
+    /// An info batch in the file, then a compressed batch holding an
+    /// events batch, the generation end and the trace end; and the inner
+    /// batches' bytes.
+    fn trace() -> (Vec<u8>, Vec<u8>) {
+        let mut inner = TraceBuilder::v1();
+        let mut body = EventsBody::new(1000);
+        body.event(&info(1), 1001, 0x10010, &EventData::HeapObjectFree);
+        inner
+            .events(1, 1, &body)
+            .generation_end(1, 2000, 5_001_000, 0)
+            .trace_end(1);
+        let inner = inner.bytes()[FILE_HEADER_LEN..].to_vec();
+        let mut payload = Vec::new();
+        varint(&mut payload, inner.len() as u64);
+        payload.extend(zstd::bulk::compress(&inner, 1).unwrap());
+        let mut compressed = vec![BatchKind::Compressed as u8];
+        compressed.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        compressed.extend_from_slice(&payload);
+        let mut t = TraceBuilder::new();
+        t.info(&info(1)).raw_batch(&compressed);
+        (t.finish(), inner)
+    }
+
+    #[test]
+    fn batches_come_out_in_file_order_those_inside_compressed_ones_too() {
+        let (bytes, inner) = trace();
+        let mut source = BatchSource::new(bytes.as_slice()).unwrap();
+        let (seen, err) = drain(&mut source);
+        assert!(err.is_none(), "{err:?}");
+        let compressed = seen[0].1 + (BATCH_PREFIX_LEN + seen[0].2 + TRAILER_LEN) as u64;
+        let kinds: Vec<(BatchKind, Option<u64>)> = seen.iter().map(|s| (s.0, s.3)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (BatchKind::Info, None),
+                (BatchKind::Events, Some(compressed)),
+                (BatchKind::GenerationEnd, Some(compressed)),
+                (BatchKind::TraceEnd, Some(compressed)),
+            ]
+        );
+        assert_eq!(seen[0].1, FILE_HEADER_LEN as u64);
+        // Inner offsets count from the start of the decompressed data.
+        assert_eq!(seen[1].1, 0);
+        let inner_end = seen[3].1 as usize + BATCH_PREFIX_LEN + seen[3].2;
+        assert_eq!(inner_end, inner.len());
+        assert!(source.done());
+        assert_eq!(source.truncated(), None);
+        assert_eq!(source.offset(), bytes.len() as u64);
+    }
+
+    #[test]
+    fn a_cut_trailer_cuts_its_batch_and_data_after_the_trace_end_is_refused() {
+        let (bytes, _) = trace();
+        // Cut inside the compressed batch's trailer: only the info batch.
+        let cut = &bytes[..bytes.len() - 1];
+        let mut source = BatchSource::new(cut).unwrap();
+        let (seen, err) = drain(&mut source);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(seen.len(), 1);
+        assert!(source.done());
+        let compressed = FILE_HEADER_LEN + BATCH_PREFIX_LEN + seen[0].2 + TRAILER_LEN;
+        assert_eq!(source.truncated(), Some(compressed as u64));
+        // A byte after the trace end (here after the compressed batch that
+        // holds it): refused at that byte, after every batch before it.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        let mut source = BatchSource::new(longer.as_slice()).unwrap();
+        let (seen, err) = drain(&mut source);
+        assert_eq!(seen.len(), 4);
+        let err = err.expect("data after the trace end");
+        assert_eq!(err.offset(), bytes.len() as u64, "{err}");
+        assert!(
+            err.what().contains("data after the trace-end batch"),
+            "{err}"
+        );
+    }
 }
