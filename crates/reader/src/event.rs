@@ -176,3 +176,17 @@ pub enum Record {
     },
     Event(Event),
 }
+
+/// What [`TraceReader::next_step`](crate::TraceReader::next_step) did: the
+/// records of [`Record`], with the events a run at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// This many events (at least one) of the generation being read were
+    /// handed to the closure, in time order.
+    Events(usize),
+    /// As [`Record::GenerationStart`]: the events of `generation` follow.
+    GenerationStart { generation: u64 },
+    /// The end of the trace ([`next_record`](crate::TraceReader::next_record)
+    /// returns `None`); every later call returns it again.
+    End,
+}

@@ -244,7 +244,7 @@ pub(crate) struct Emitter {
     cursors: Vec<BatchCursor>,
     /// An error met decoding a batch's next event after events were
     /// handed out in the same call: returned by the next call, so that
-    /// `next_event` and `next_events` hand out the same events before it.
+    /// runs of any length hand out the same events before it.
     error: Option<ReadError>,
 }
 
@@ -370,14 +370,6 @@ impl Emitter {
             cursors,
             error: None,
         })
-    }
-
-    /// The next event, or `None` when every event is out.
-    #[inline]
-    pub fn next(&mut self) -> Result<Option<Event>, ReadError> {
-        let mut next = None;
-        self.drain(1, |event| next = Some(event.clone()))?;
-        Ok(next)
     }
 
     /// Hands the next events, at most `max`, to `emit` in time order;

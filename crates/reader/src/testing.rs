@@ -591,7 +591,7 @@ pub fn sample_trace_v1() -> Vec<u8> {
 /// failed reader that fails differently the next time, more records than
 /// input bytes. (A panic inside the reader fails the caller all the same.)
 pub fn fuzz_check(name: &str, data: &[u8]) {
-    use crate::{Record, TraceReader};
+    use crate::{Record, Step, TraceReader};
     let len = data.len() as u64;
     let mut reader = match TraceReader::new(data) {
         Ok(reader) => reader,
@@ -630,4 +630,39 @@ pub fn fuzz_check(name: &str, data: &[u8]) {
         assert!(records <= len, "{name}: more records than input bytes");
     }
     assert!(reader.bytes_read() <= len, "{name}");
+    // The same records and the same end a run of events at a time, read
+    // in step with `next_record` (nothing is kept: a few bytes of input
+    // can decompress to millions of events).
+    let (Ok(mut one), Ok(mut runs)) = (TraceReader::new(data), TraceReader::new(data)) else {
+        panic!("{name}: a file header read once does not read again");
+    };
+    let mut run = Vec::new();
+    loop {
+        let step = runs.next_step(5, |e| run.push(e.clone()));
+        for event in run.drain(..) {
+            let got = one.next_record().map_err(|e| e.to_string());
+            assert_eq!(got, Ok(Some(Record::Event(event))), "{name}");
+        }
+        if let Ok(Step::Events(n)) = step {
+            assert!((1..=5).contains(&n), "{name}: {n} events");
+            continue;
+        }
+        let got = one.next_record();
+        match step {
+            Ok(Step::Events(_)) => {}
+            Ok(Step::GenerationStart { generation }) => {
+                let want = Some(Record::GenerationStart { generation });
+                assert_eq!(got.map_err(|e| e.to_string()), Ok(want), "{name}");
+            }
+            Ok(Step::End) => {
+                assert_eq!(got.map_err(|e| e.to_string()), Ok(None), "{name}");
+                break;
+            }
+            Err(err) => {
+                let got = got.map(|_| ()).map_err(|e| (e.offset(), e.to_string()));
+                assert_eq!(got, Err((err.offset(), err.to_string())), "{name}");
+                break;
+            }
+        }
+    }
 }

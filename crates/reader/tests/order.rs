@@ -1,11 +1,11 @@
-//! The merge against a plain sort, and `next_events` against `next_event`,
+//! The merge against a plain sort, and `next_step` against `next_record`,
 //! on random traces: many batches per thread, threads interleaved in the
 //! file, equal ticks across threads and batches, a thread's batches out of
 //! time order, pages batches beside events batches.
 
 use alloctrace_format::pages::TIME_LOST_BITS;
 use alloctrace_reader::testing::{info, EventsBody, PagesBody, Rng, TraceBuilder};
-use alloctrace_reader::{Event, EventData, ReadError, Record, TraceReader};
+use alloctrace_reader::{Event, EventData, ReadError, Record, Step, TraceReader};
 
 /// What identifies an event in these traces: its generation, ticks, thread
 /// and address (every address is used once).
@@ -80,41 +80,74 @@ fn key(e: &Event) -> Key {
     (e.generation, e.ticks, e.thread, e.addr)
 }
 
-/// Every event with `next_event`, and the error that ended the read.
-fn one_by_one(bytes: &[u8]) -> (Vec<Event>, Option<ReadError>) {
+/// Every record with `next_record`, and the error that ended the read.
+fn one_by_one(bytes: &[u8]) -> (Vec<Record>, Option<ReadError>) {
     let mut reader = TraceReader::new(bytes).expect("header");
-    let mut events = Vec::new();
+    let mut records = Vec::new();
     loop {
-        match reader.next_event() {
-            Ok(Some(e)) => events.push(e),
-            Ok(None) => return (events, None),
-            Err(err) => return (events, Some(err)),
+        match reader.next_record() {
+            Ok(Some(record)) => records.push(record),
+            Ok(None) => return (records, None),
+            Err(err) => return (records, Some(err)),
         }
     }
 }
 
-/// Every event with `next_events` in calls of at most `max` (and
-/// `next_record` between generations), and the error that ended the read.
-fn in_bulk(bytes: &[u8], max: usize) -> (Vec<Event>, Option<ReadError>) {
+/// The events of `records`.
+fn events(records: &[Record]) -> Vec<&Event> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(e),
+            Record::GenerationStart { .. } => None,
+        })
+        .collect()
+}
+
+/// Every record with `next_step` in runs of at most `max` events (with
+/// `mixed`, every other call is a `next_record`), and the error that ended
+/// the read.
+fn in_bulk(bytes: &[u8], max: usize, mixed: bool) -> (Vec<Record>, Option<ReadError>) {
     let mut reader = TraceReader::new(bytes).expect("header");
-    let mut events = Vec::new();
-    loop {
-        loop {
-            match reader.next_events(max, |e| events.push(e.clone())) {
-                Ok(0) => break,
-                Ok(n) => assert!(n <= max, "{n} events for at most {max}"),
-                Err(err) => return (events, Some(err)),
+    let mut records = Vec::new();
+    for call in 0u64.. {
+        if mixed && call % 2 == 1 {
+            match reader.next_record() {
+                Ok(Some(record)) => records.push(record),
+                Ok(None) => return (records, None),
+                Err(err) => return (records, Some(err)),
             }
+            continue;
         }
-        match reader.next_record() {
-            Ok(Some(Record::GenerationStart { generation })) => {
-                assert_eq!(reader.info().map(|i| i.generation), Some(generation));
+        let mut run = Vec::new();
+        let step = reader.next_step(max, |e| run.push(e.clone()));
+        match step {
+            Ok(Step::Events(n)) => {
+                assert!(
+                    (1..=max.max(1)).contains(&n),
+                    "{n} events for at most {max}"
+                );
+                assert_eq!(run.len(), n);
+                let generation = reader.info().map(|i| i.generation);
+                assert!(run.iter().all(|e| Some(e.generation) == generation));
+                records.extend(run.into_iter().map(Record::Event));
             }
-            Ok(Some(Record::Event(e))) => events.push(e),
-            Ok(None) => return (events, None),
-            Err(err) => return (events, Some(err)),
+            Ok(Step::GenerationStart { generation }) => {
+                assert!(run.is_empty());
+                assert_eq!(reader.info().map(|i| i.generation), Some(generation));
+                records.push(Record::GenerationStart { generation });
+            }
+            Ok(Step::End) => {
+                assert!(run.is_empty());
+                // And again.
+                assert_eq!(reader.next_step(max, |_| panic!()).unwrap(), Step::End);
+                assert_eq!(reader.next_record().unwrap(), None);
+                return (records, None);
+            }
+            Err(err) => return (records, Some(err)),
         }
     }
+    unreachable!()
 }
 
 #[test]
@@ -123,26 +156,34 @@ fn merge_orders_as_a_sort_by_ticks_thread_and_file_order() {
     for _ in 0..300 {
         let generations = 1 + rng.below(3);
         let (bytes, expected) = random_trace(&mut rng, generations);
-        let (events, err) = one_by_one(&bytes);
+        let (records, err) = one_by_one(&bytes);
         assert!(err.is_none(), "{err:?}");
-        let got: Vec<Key> = events.iter().map(key).collect();
+        let got: Vec<Key> = events(&records).into_iter().map(key).collect();
         assert_eq!(got, expected);
     }
 }
 
 #[test]
-fn next_events_hands_out_what_next_event_does() {
+fn next_step_hands_out_what_next_record_does() {
     let mut rng = Rng::new(0x5eed_0002);
     for round in 0..300 {
         let generations = 1 + rng.below(3);
         let (bytes, _) = random_trace(&mut rng, generations);
         let want = one_by_one(&bytes);
-        for max in [1, 2, 7, 1 << 16] {
-            let got = in_bulk(&bytes, max);
-            assert_eq!(got.0, want.0, "round {round}, max {max}");
-            assert!(got.1.is_none(), "{:?}", got.1);
+        let starts = want
+            .0
+            .iter()
+            .filter(|r| matches!(r, Record::GenerationStart { .. }))
+            .count();
+        assert_eq!(starts as u64, generations);
+        for max in [0, 1, 2, 7, 1 << 16] {
+            for mixed in [false, true] {
+                let got = in_bulk(&bytes, max, mixed);
+                assert_eq!(got.0, want.0, "round {round}, max {max}, mixed {mixed}");
+                assert!(got.1.is_none(), "{:?}", got.1);
+            }
         }
-        // Damaged: the same events before the same error.
+        // Damaged: the same records before the same error.
         let mut damaged = bytes.clone();
         for _ in 0..1 + rng.below(3) {
             let at = 16 + rng.below(damaged.len() as u64 - 16) as usize;
@@ -153,19 +194,22 @@ fn next_events_hands_out_what_next_event_does() {
         };
         let want = one_by_one(&damaged);
         for max in [1, 3, 1 << 16] {
-            let got = in_bulk(&damaged, max);
-            assert_eq!(got.0, want.0, "damaged round {round}, max {max}");
-            assert_eq!(
-                got.1.as_ref().map(|e| (e.offset(), e.to_string())),
-                want.1.as_ref().map(|e| (e.offset(), e.to_string())),
-                "damaged round {round}, max {max}"
-            );
+            for mixed in [false, true] {
+                let got = in_bulk(&damaged, max, mixed);
+                let what = format!("damaged round {round}, max {max}, mixed {mixed}");
+                assert_eq!(got.0, want.0, "{what}");
+                assert_eq!(
+                    got.1.as_ref().map(|e| (e.offset(), e.to_string())),
+                    want.1.as_ref().map(|e| (e.offset(), e.to_string())),
+                    "{what}"
+                );
+            }
         }
     }
 }
 
 #[test]
-fn next_events_after_an_error_returns_it_again() {
+fn next_step_after_an_error_returns_it_again() {
     let mut t = TraceBuilder::new();
     t.info(&info(1));
     let mut b = EventsBody::new(1000);
@@ -177,21 +221,16 @@ fn next_events_after_an_error_returns_it_again() {
     // The events before the bad one come out first (in time order).
     let mut events = 0;
     let first = loop {
-        match reader.next_events(10, |_| events += 1) {
-            Ok(0) => {}
-            Ok(_) => continue,
-            Err(err) => break err,
-        }
-        match reader.next_record() {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("no error"),
+        match reader.next_step(10, |_| events += 1) {
+            Ok(Step::End) => panic!("no error"),
+            Ok(_) => {}
             Err(err) => break err,
         }
     };
     assert_eq!(events, 1);
     assert!(first.what().contains("unknown event kind 12"), "{first}");
     let mut calls = 0;
-    let again = reader.next_events(10, |_| calls += 1).unwrap_err();
+    let again = reader.next_step(10, |_| calls += 1).unwrap_err();
     assert_eq!(
         (again.offset(), again.to_string()),
         (first.offset(), first.to_string())
