@@ -757,7 +757,7 @@ mod tests {
             }
         };
         let (mut accepted, mut refused) = (0u32, 0u32);
-        for _ in 0..20_000 {
+        for _ in 0..crate::test_util::rounds(20_000) {
             let len = (next() % 160) as usize;
             let buf: Vec<u8> = (0..len).map(|_| pick(next())).collect();
             for pos in 0..=buf.len() {
@@ -774,7 +774,8 @@ mod tests {
             }
         }
         assert!(
-            accepted > 10_000 && refused > 10_000,
+            accepted as usize > crate::test_util::rounds(10_000)
+                && refused as usize > crate::test_util::rounds(10_000),
             "{accepted} accepted, {refused} refused"
         );
     }
@@ -785,7 +786,7 @@ mod tests {
     #[test]
     fn fast_varint_agrees_with_get_uvarint() {
         let mut next = crate::test_util::xorshift(0x1234_5678_9abc_def1);
-        for _ in 0..200_000 {
+        for _ in 0..crate::test_util::rounds(200_000) {
             let len = (next() % 14) as usize;
             let mut buf: Vec<u8> = (0..len)
                 .map(|_| {
@@ -841,7 +842,7 @@ mod tests {
             }
         };
         let (mut accepted, mut refused) = (0u32, 0u32);
-        for _ in 0..300_000 {
+        for _ in 0..crate::test_util::rounds(300_000) {
             let len = (next() % 24) as usize;
             let buf: Vec<u8> = (0..len).map(|_| pick(next())).collect();
             let mut fast_pos = 0;
@@ -859,7 +860,8 @@ mod tests {
         }
         // Both verdicts were exercised.
         assert!(
-            accepted > 10_000 && refused > 10_000,
+            accepted as usize > crate::test_util::rounds(10_000)
+                && refused as usize > crate::test_util::rounds(10_000),
             "{accepted} accepted, {refused} refused"
         );
     }

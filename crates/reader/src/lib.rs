@@ -433,4 +433,15 @@ mod test_util {
             x
         }
     }
+
+    /// A randomized test's number of rounds: `n`, or a thousandth of it
+    /// under Miri (`make miri`), which interprets about a thousand times
+    /// slower.
+    pub(crate) const fn rounds(n: usize) -> usize {
+        if cfg!(miri) {
+            n / 1000
+        } else {
+            n
+        }
+    }
 }

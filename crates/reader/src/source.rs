@@ -662,6 +662,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "zstd is C, which Miri cannot run")]
     fn batches_come_out_in_file_order_those_inside_compressed_ones_too() {
         let (bytes, inner) = trace();
         let mut source = BatchSource::new(bytes.as_slice()).unwrap();
@@ -689,6 +690,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "zstd is C, which Miri cannot run")]
     fn a_cut_trailer_cuts_its_batch_and_data_after_the_trace_end_is_refused() {
         let (bytes, _) = trace();
         // Cut inside the compressed batch's trailer: only the info batch.
