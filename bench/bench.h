@@ -21,7 +21,7 @@ static inline uint64_t mono_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The trace clock on x86-64 (crates/core/src/clock.rs). */
+/* The trace clock on x86-64 (crates/writer/src/clock.rs). */
 static inline uint64_t ticks(void) { return __rdtsc(); }
 
 /* Ticks per ns, measured over `ms` milliseconds against CLOCK_MONOTONIC. */
@@ -52,7 +52,7 @@ static inline size_t workload_size(uint64_t r) {
     return 16 + (size_t)(u * v / 273);
 }
 
-/* Unsigned LEB128, as put_varint_raw in crates/core/src/tracer.rs. */
+/* Unsigned LEB128, as put_uvarint in crates/format/src/lib.rs. */
 static inline uint8_t *put_uvarint(uint8_t *p, uint64_t v) {
     while (v >= 0x80) {
         *p++ = (uint8_t)v | 0x80;

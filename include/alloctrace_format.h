@@ -61,7 +61,7 @@
 #define ALLOCTRACE_ARGS_STACK_FREE_ 1
 #define ALLOCTRACE_LOG2_SIZE_STACK_FREE_ 0
 
-/* The library's private layout (crates/core/src/shared.rs, buffer.rs): the
+/* The library's private layout (crates/writer/src/shared.rs, buffer.rs): the
  * inline_mode values of struct alloctrace_shared_, and the offset of the
  * batch bytes from a buffer's struct alloctrace_batch_. */
 #define ALLOCTRACE_MODE_OUT_OF_LINE_ 0

@@ -22,7 +22,7 @@
  * they are the disabled check plus the out-of-line call.
  *
  * The structs below mirror the library's private layout (asserted in its
- * Rust source: crates/core/src/{shared,thread,buffer}.rs) and the event
+ * Rust source: crates/writer/src/{shared,thread,buffer}.rs) and the event
  * encoding of docs/FORMAT.md section 3 (compact events batches), whose
  * numbers (event kinds, address classes, argument counts, MAX_EVENT_LEN,
  * the kind byte's flags; the inline modes and the batch bytes' offset)
@@ -61,7 +61,7 @@
 extern "C" {
 #endif
 
-/* Private: the state every event reads (crates/core/src/shared.rs). */
+/* Private: the state every event reads (crates/writer/src/shared.rs). */
 struct alloctrace_shared_ {
     uint64_t generation; /* 0 while tracing is off */
     uint64_t min_heap_addr;
@@ -74,7 +74,7 @@ struct alloctrace_shared_ {
 extern struct alloctrace_shared_ *const alloctrace_inline_v1;
 
 /* Private: a batch buffer's header; the batch bytes follow at offset 64
- * (crates/core/src/buffer.rs). */
+ * (crates/writer/src/buffer.rs). */
 struct alloctrace_batch_ {
     size_t len;            /* batch bytes written */
     size_t cap;            /* batch bytes available */
@@ -82,7 +82,7 @@ struct alloctrace_batch_ {
     uint64_t prev_id[3];   /* base of the next ID delta: span, heap, stack */
 };
 
-/* Private: a thread's writer (crates/core/src/thread.rs, ThreadSlot). */
+/* Private: a thread's writer (crates/writer/src/thread.rs, ThreadSlot). */
 struct trace_writer {
     uint64_t seq_;                        /* seqlock: odd inside an event */
     uint64_t last_ticks_;                 /* the thread's last timestamp */
@@ -120,12 +120,12 @@ static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uin
  * ALLOCTRACE_CLASS_*_; `nargs` arguments after the address; `stack_size`
  * when a1 is a stack size written as its log2: the ALLOCTRACE_*_ numbers
  * of the kind in alloctrace_format.h) in w's current batch, exactly as the
- * library's write_event_fast does (crates/core/src/tracer.rs, with the
+ * library's write_event_fast does (crates/writer/src/emit.rs, with the
  * format crate's short_form and encode_event). Returns 1 when recorded or
  * tracing is off, 0 when the caller must take the out-of-line path. Changes
  * nothing before it knows it can finish.
  *
- * The seqlock section is the library's (tracer.rs, invariant 1): seq is
+ * The seqlock section is the library's (crates/writer/src/session.rs, invariant 1): seq is
  * made odd, a compiler fence (inline mode is on only where the advancer
  * uses membarrier), the generation is loaded, the batch of its parity is
  * written, and seq is made even with release.

@@ -15,7 +15,7 @@
 //!   panic, and a guard costs: `catch_unwind` around their body made a
 //!   disabled call 2.30 -> 2.45 ns and an enabled one 9.99 -> 10.36 ns
 //!   (bench/event_cost, best of 15, CPU time). The proof is written where
-//!   the operations are (tracer.rs `write_event_fast`, `append_event`,
+//!   the operations are (emit.rs `write_event_fast`, `append_event`,
 //!   `write_page_event`; buffer.rs `Buffer::room`, `begin`, `put_bytes`,
 //!   `seal`): the caller's values (addresses, sizes, npages, type IDs)
 //!   meet only wrapping, bitwise and comparison operations; shifts come
@@ -31,7 +31,7 @@
 
 use core::ffi::{c_char, c_int, c_void, CStr};
 
-use alloctrace_core::{self as tracer, events, ClockKind, Config, Error, Output};
+use alloctrace_writer::{self as tracer, events, ClockKind, Config, Error, Output};
 
 /// The result of a lifecycle call.
 #[repr(C)]
@@ -449,8 +449,8 @@ pub extern "C" fn trace_thread_destroy() {
 /// instead of writing a bad trace.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
-pub static alloctrace_inline_v1: &alloctrace_core::shared::Shared =
-    &alloctrace_core::shared::SHARED;
+pub static alloctrace_inline_v1: &alloctrace_writer::shared::Shared =
+    &alloctrace_writer::shared::SHARED;
 
 /// A thread's writer: the handle of the inline event calls
 /// (`trace_writer_heap_object_alloc` and the rest, defined in the header).

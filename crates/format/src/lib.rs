@@ -4,7 +4,7 @@
 //! docs/FORMAT.md is the byte-level specification; this crate is its code.
 //! Everything here is plain data and pure functions: no allocation, no I/O,
 //! no panics on any input, so the writer may call it from inside malloc.
-//! The one exception is [`model`], the transform of modeled compressed
+//! The one exception is [`compression_model`], the transform of modeled compressed
 //! batches, which only the writer thread and the reader use: it allocates
 //! its fixed-size state once and grows vectors its caller reuses.
 //!
@@ -22,7 +22,7 @@
 
 extern crate alloc;
 
-pub mod model;
+pub mod compression_model;
 
 /// The first eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"ALCTRACE";
@@ -121,7 +121,7 @@ pub enum BatchKind {
     /// together. No batch header. Written by earlier versions; still read.
     Compressed = 8,
     /// CompressedModeled [varint raw_len, zstd frame of a modeled stream]:
-    /// whole batches, transformed by [`model`] and compressed together by
+    /// whole batches, transformed by [`compression_model`] and compressed together by
     /// the writer thread. No batch header.
     CompressedModeled = 9,
 }
@@ -644,7 +644,7 @@ fn put_event_varint(out: &mut [u8; MAX_EVENT_LEN], pos: usize, mut v: u64) -> us
 /// `args` is `[first, second, third, entry]` as written: the first is the
 /// zigzag ID delta ([`IdDeltas::encode`]) in short form and the address in
 /// long form; the second a stack size's log2 in short form ([`short_form`]).
-/// The only event encoder of the writer (tracer.rs, fast and slow path);
+/// The only event encoder of the writer (the writer crate's emit.rs, fast and slow path);
 /// the C header's inline path writes the same bytes. Pure: no allocation,
 /// no panic.
 #[inline(always)]

@@ -9,10 +9,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use alloctrace_core::shared::{inline_mode, BATCH_DATA_OFFSET};
 use alloctrace_format::{
     AddressClass, EventKind, ENTRY_TAG, EVENT_KINDS, LONG_FORM, MAX_EVENT_LEN, MAX_VARINT_LEN,
 };
+use alloctrace_writer::shared::{inline_mode, BATCH_DATA_OFFSET};
 
 fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
@@ -119,7 +119,7 @@ fn format_header() -> String {
     }
     for line in [
         "",
-        "/* The library's private layout (crates/core/src/shared.rs, buffer.rs): the",
+        "/* The library's private layout (crates/writer/src/shared.rs, buffer.rs): the",
         " * inline_mode values of struct alloctrace_shared_, and the offset of the",
         " * batch bytes from a buffer's struct alloctrace_batch_. */",
     ] {

@@ -32,10 +32,10 @@ use alloctrace_options::{Clock, Compression, Families};
 
 // The options crate states the core's limits for the CLI, which does not
 // link the core: they must be the core's.
-const _: () = assert!(alloctrace_options::MIN_BUFFER_SIZE == alloctrace_core::MIN_BUFFER_SIZE);
-const _: () = assert!(alloctrace_options::MAX_BUFFER_SIZE == alloctrace_core::MAX_BUFFER_SIZE);
+const _: () = assert!(alloctrace_options::MIN_BUFFER_SIZE == alloctrace_writer::MIN_BUFFER_SIZE);
+const _: () = assert!(alloctrace_options::MAX_BUFFER_SIZE == alloctrace_writer::MAX_BUFFER_SIZE);
 const _: () =
-    assert!(alloctrace_options::DEFAULT_BUFFER_SIZE == alloctrace_core::DEFAULT_BUFFER_SIZE);
+    assert!(alloctrace_options::DEFAULT_BUFFER_SIZE == alloctrace_writer::DEFAULT_BUFFER_SIZE);
 
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
@@ -119,7 +119,7 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
     });
     let buffer_size = field!(
         BUFFER_SIZE,
-        alloctrace_core::DEFAULT_BUFFER_SIZE,
+        alloctrace_writer::DEFAULT_BUFFER_SIZE,
         |v: &Vec<u8>| { alloctrace_options::parse_buffer_size(v) }
     );
     let families = field!(RECORD, Families::ALL, |v: &Vec<u8>| Families::parse(v));

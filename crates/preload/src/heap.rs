@@ -44,7 +44,7 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering;
 
-use alloctrace_core::events::{self, tagged, EntryPoint};
+use alloctrace_writer::events::{self, tagged, EntryPoint};
 
 use crate::{early, liveset, private_heap, real, reentrancy, state};
 
@@ -59,7 +59,7 @@ fn private_align(align: usize) -> usize {
 
 #[inline(always)]
 fn recording() -> bool {
-    alloctrace_core::enabled() && state::HEAP.load(Ordering::Relaxed)
+    alloctrace_writer::enabled() && state::HEAP.load(Ordering::Relaxed)
 }
 
 #[inline(always)]

@@ -18,7 +18,7 @@
 //!   naked exports; `make preload-test` checks the list with `nm -D`).
 //!   Exporting a `trace_*` function would hijack any
 //!   same-named symbol of the traced program, so the shim links the core
-//!   (alloctrace-core, which has no C symbols), not the C API.
+//!   (alloctrace-writer, which has no C symbols), not the C API.
 //! - **Real functions** without recursion (real.rs): the allocator entry
 //!   points are the *next* definitions in the lookup order
 //!   (`dlsym(RTLD_NEXT)`: glibc's, or the jemalloc, tcmalloc or mimalloc

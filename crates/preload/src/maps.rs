@@ -14,7 +14,7 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering;
 
-use alloctrace_core::events::{self, tagged, EntryPoint};
+use alloctrace_writer::events::{self, tagged, EntryPoint};
 
 use crate::spans::{SpanEvent, Table, CLASS_FILE, CLASS_SHARED, CLASS_UNKNOWN, SPANS};
 use crate::state::{self, page_size};
@@ -80,7 +80,7 @@ pub fn snapshot(table: &mut Table) {
 /// the shim's own code, not a signal handler inside either).
 #[inline(always)]
 fn recording() -> bool {
-    alloctrace_core::enabled()
+    alloctrace_writer::enabled()
         && state::MMAP.load(Ordering::Relaxed)
         && reentrancy::get() == reentrancy::NORMAL
 }

@@ -1,11 +1,11 @@
 //! The per-thread reentrancy state.
 //!
-//! The core's client TLS word (alloctrace_core::tls): zero on every new
+//! The core's client TLS word (alloctrace_writer::tls): zero on every new
 //! thread, no destructor, two instructions to read on x86-64; reading or
 //! writing it never allocates or registers anything, so it is safe from the
 //! first malloc ld.so makes to the last free of a dying thread.
 
-use alloctrace_core::tls::{self, Word};
+use alloctrace_writer::tls::{self, Word};
 
 /// The thread runs the program's code: interposed calls are traced.
 pub const NORMAL: u8 = 0;

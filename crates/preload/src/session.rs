@@ -45,7 +45,7 @@ use std::cell::Cell;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 
-use alloctrace_core::{ClockKind, Config, Error, Output};
+use alloctrace_writer::{ClockKind, Config, Error, Output};
 
 use crate::config::{self, Parsed, Settings};
 use crate::real::write_stderr;
@@ -329,11 +329,11 @@ fn start_session(kind: Kind) -> bool {
     let mut snapshot = || {
         // This thread's slot, claimed as the shim's own code (see the
         // trampoline in stacks.rs).
-        alloctrace_core::events::thread_id();
+        alloctrace_writer::events::thread_id();
         if kind == Kind::Root && s.heap {
             crate::early::replay(|addr, size| {
                 let prev = reentrancy::replace(reentrancy::IN_EVENT);
-                alloctrace_core::events::heap_object_exists(addr, size as u64, 0);
+                alloctrace_writer::events::heap_object_exists(addr, size as u64, 0);
                 reentrancy::replace(prev);
             });
         }
@@ -344,7 +344,7 @@ fn start_session(kind: Kind) -> bool {
             stacks::snapshot(epoch);
         }
     };
-    let result = alloctrace_core::start_with(
+    let result = alloctrace_writer::start_with(
         &config,
         || match open_output(s, kind, pid as u32) {
             Ok((output, path)) => {
@@ -373,7 +373,7 @@ fn start_session(kind: Kind) -> bool {
             let record = SessionRecord {
                 path: CString::new(full).unwrap_or_default(),
                 start_ns: monotonic_ns(),
-                base: alloctrace_core::written_totals(),
+                base: alloctrace_writer::written_totals(),
             };
             // The old record is leaked on purpose, as TRACE_PATH's.
             let _ = RECORD.swap(Box::into_raw(Box::new(record)), Ordering::AcqRel);
@@ -412,7 +412,7 @@ fn start_session(kind: Kind) -> bool {
 struct SessionRecord {
     path: CString,
     start_ns: u64,
-    base: alloctrace_core::WrittenTotals,
+    base: alloctrace_writer::WrittenTotals,
 }
 
 /// The running session's record (leaked per session, as TRACE_PATH).
@@ -440,7 +440,7 @@ fn stop_session() {
     {
         return;
     }
-    let result = alloctrace_core::stop();
+    let result = alloctrace_writer::stop();
     if let Err(e) = result {
         // SAFETY: TRACE_PATH holds null or a leaked box.
         let path = unsafe { TRACE_PATH.load(Ordering::Acquire).as_ref() };
@@ -452,7 +452,7 @@ fn stop_session() {
     // SAFETY: RECORD holds null or a leaked box.
     let record = unsafe { RECORD.load(Ordering::Acquire).as_ref() };
     if let (Some(index), Some(record)) = (settings().and_then(|s| s.index.as_ref()), record) {
-        let now = alloctrace_core::written_totals();
+        let now = alloctrace_writer::written_totals();
         let status = match result {
             Ok(()) => "ok".to_string(),
             Err(e) => format!("writing failed: {}", e),
@@ -526,7 +526,7 @@ fn untraced_line(index: &CString, pid: i32, why: &str) {
 /// - `end  PID  STATUS  GENERATIONS  LOST  BYTES  DURATION_NS  PATH`: the
 ///   session tracing into PATH ended; STATUS is `ok` (the trace is
 ///   complete) or `writing failed: REASON`; GENERATIONS and LOST are the
-///   core's counts ([`alloctrace_core::written_totals`]), BYTES the file's
+///   core's counts ([`alloctrace_writer::written_totals`]), BYTES the file's
 ///   size after the stop, DURATION_NS the session's length;
 /// - `untraced  PID  PROGRAM  REASON`: the process could not be traced
 ///   (REASON in words: a bad setting, a trace file that cannot be created);

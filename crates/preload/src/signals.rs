@@ -36,7 +36,7 @@
 //! - **The fatal path** ([`on_fatal`], SA_SIGINFO, SA_ONSTACK for SIGSEGV
 //!   and SIGBUS so a thread with an alternate stack survives a stack
 //!   overflow long enough): as the shim's own code, flush
-//!   (`alloctrace_core::flush_for_fatal_signal`: the crashing thread's
+//!   (`alloctrace_writer::flush_for_fatal_signal`: the crashing thread's
 //!   buffers, then the whole session with bounded waits, see crash.rs),
 //!   restore SIG_DFL, and let the signal act as it would have: a hardware
 //!   fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL sent by the kernel) returns
@@ -386,7 +386,7 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
         // SAFETY: getpid has no preconditions.
         && unsafe { libc::getpid() } == state::SESSION_PID.load(Ordering::Acquire)
     {
-        let flushed = alloctrace_core::flush_for_fatal_signal();
+        let flushed = alloctrace_writer::flush_for_fatal_signal();
         if flushed.ended {
             let _ = state::LIFECYCLE.compare_exchange(
                 state::RUNNING,

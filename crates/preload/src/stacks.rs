@@ -13,7 +13,7 @@ use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering;
 
-use alloctrace_core::events;
+use alloctrace_writer::events;
 
 use crate::{real, reentrancy, state};
 
@@ -53,7 +53,7 @@ fn current_stack() -> Option<(usize, usize)> {
 }
 
 fn recording() -> bool {
-    alloctrace_core::enabled() && state::STACKS.load(Ordering::Relaxed)
+    alloctrace_writer::enabled() && state::STACKS.load(Ordering::Relaxed)
 }
 
 /// Records the calling thread's stack as allocated (`exists` false) or as
@@ -112,11 +112,11 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
         // SAFETY: the creator's routine and argument.
         return unsafe { (start.routine)(start.arg) };
     }
-    if alloctrace_core::enabled() {
+    if alloctrace_writer::enabled() {
         // Claim the thread's slot as the shim's own code: the claim calls
         // pthread_setspecific, which callocs when the tracer's key is past
         // glibc's first 32; that block must not look like the program's.
-        reentrancy::own(alloctrace_core::events::thread_id);
+        reentrancy::own(alloctrace_writer::events::thread_id);
     }
     if recording() && reentrancy::get() == reentrancy::NORMAL {
         record_stack(false, state::EPOCH.load(Ordering::Acquire));

@@ -13,7 +13,7 @@
 //! | item | means | written by | stores | loads |
 //! |---|---|---|---|---|
 //! | [`LIFECYCLE`] | the lifecycle state (session.rs's state machine) | session.rs (as the shim's own code); signals.rs's fatal-signal handler (RUNNING to STOPPED once the core ended the session) | Release; transitions out of RUNNING by compare-exchange (AcqRel) | Acquire; Relaxed in early.rs's hot check (`early::active`) |
-//! | [`HEAP`], [`MMAP`], [`STACKS`] | the families the run records (ALLOCTRACE_FAMILIES) | session.rs's constructor work, once, before the first session starts | Relaxed | Relaxed, after `alloctrace_core::enabled()` |
+//! | [`HEAP`], [`MMAP`], [`STACKS`] | the families the run records (ALLOCTRACE_FAMILIES) | session.rs's constructor work, once, before the first session starts | Relaxed | Relaxed, after `alloctrace_writer::enabled()` |
 //! | [`FILTER`] | frees are filtered through the live set (liveset.rs) | session.rs, before each session starts | Release | Relaxed (heap.rs's hot path) |
 //! | [`EPOCH`] | the number of sessions started | session.rs, as each session starts | fetch_add (AcqRel) | Acquire (stacks.rs) |
 //! | [`SESSION_PID`] | the process that runs the session | session.rs, as each session starts | Release | Acquire (session.rs, signals.rs) |

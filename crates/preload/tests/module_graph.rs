@@ -21,7 +21,7 @@ fn uses(source: &str) -> Vec<String> {
         let before = rest[..i].chars().next_back();
         rest = &rest[i + "crate::".len()..];
         if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue; // alloctrace_core::..., not this crate
+            continue; // alloctrace_writer::..., not this crate
         }
         if let Some(group) = rest.strip_prefix('{') {
             // use crate::{a, b::{c, d}, e}: the top-level items.
@@ -141,7 +141,7 @@ fn the_shared_state_is_a_leaf() {
 
 #[test]
 fn the_parser_sees_use_lists_paths_and_cycles() {
-    let source = "use crate::{a, b::{c, d}, e};\n// crate::commented\nfn f() { crate::g::h(); alloctrace_core::x(); }\n";
+    let source = "use crate::{a, b::{c, d}, e};\n// crate::commented\nfn f() { crate::g::h(); alloctrace_writer::x(); }\n";
     assert_eq!(uses(source), ["a", "b", "e", "g"]);
     let mut g = BTreeMap::new();
     g.insert("a".to_string(), vec!["b".to_string()]);

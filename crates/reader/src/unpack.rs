@@ -39,7 +39,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use alloctrace_format::model::{self, Decoder};
+use alloctrace_format::compression_model::{self, Decoder};
 use alloctrace_format::{BatchKind, BATCH_PREFIX_LEN, MAX_DECOMPRESSED_LEN};
 
 use crate::ReadError;
@@ -324,7 +324,7 @@ fn unpack(
     }
     // What the frame may hold: the batches, or their modeled stream.
     let frame_limit = if modeled {
-        model::max_modeled_len(raw_len)
+        compression_model::max_modeled_len(raw_len)
     } else {
         raw_len
     };
@@ -419,6 +419,7 @@ mod tests {
     /// With the thread or without, queued ahead or not, each job's result
     /// comes out when asked for, in order, the error at its batch.
     #[test]
+    #[cfg_attr(miri, ignore = "zstd is C, which Miri cannot run")]
     fn results_come_out_in_order_with_or_without_the_thread() {
         for threaded in [true, false] {
             let mut unpacker = Unpacker::new(threaded);

@@ -2,7 +2,7 @@
 //! trace is detected, a damaged batch is named by its offset and kind, a
 //! trailer cut off is a truncation, and version-1 traces read as before.
 
-use alloctrace_format::model::Encoder;
+use alloctrace_format::compression_model::Encoder;
 use alloctrace_format::{BatchKind, FILE_HEADER_LEN};
 use alloctrace_reader::testing::{
     checksummed, sample_trace, sample_trace_v1, varint, TraceBuilder,

@@ -2,7 +2,7 @@
 //! inner batches stood in the file; every malformed case is an error with
 //! an offset, never a panic or a large allocation.
 
-use alloctrace_format::model::Encoder;
+use alloctrace_format::compression_model::Encoder;
 use alloctrace_format::{
     zigzag, BatchKind, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_DECOMPRESSED_LEN,
 };

@@ -3,19 +3,19 @@
 
 use std::ffi::CString;
 
-use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::events;
 
 fn record(path: &std::path::Path, compress: bool) -> Vec<(u64, u64)> {
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         compress,
         buffer_size: 16 << 10,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cpath).unwrap(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .unwrap();
@@ -27,7 +27,7 @@ fn record(path: &std::path::Path, compress: bool) -> Vec<(u64, u64)> {
                     events::heap_object_alloc(a, 16 + (i % 240) as u64, 0);
                     events::heap_object_free(a);
                     if i % 50_000 == 0 {
-                        let _ = alloctrace_core::advance();
+                        let _ = alloctrace_writer::advance();
                     }
                 }
             })
@@ -36,7 +36,7 @@ fn record(path: &std::path::Path, compress: bool) -> Vec<(u64, u64)> {
     for w in workers {
         w.join().unwrap();
     }
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
     let mut reader =
         TraceReader::new(std::io::BufReader::new(std::fs::File::open(path).unwrap())).unwrap();
     let mut out = Vec::new();

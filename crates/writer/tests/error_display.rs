@@ -1,7 +1,7 @@
 //! Errors print as words (issue 10, item 3): `Io` as the system's text for
 //! its errno, not `Io(28)`.
 
-use alloctrace_core::Error;
+use alloctrace_writer::Error;
 
 #[test]
 fn errors_print_as_words() {

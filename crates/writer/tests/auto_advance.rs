@@ -4,8 +4,8 @@
 
 use std::ffi::CString;
 
-use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::events;
 
 #[test]
 fn long_traces_are_cut_into_generations() {
@@ -14,14 +14,14 @@ fn long_traces_are_cut_into_generations() {
     let path = dir.join("auto.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
     const BUDGET: u64 = 256 << 10;
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         buffer_size: 16 << 10,
         generation_bytes: BUDGET,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cpath).unwrap(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .unwrap();
@@ -36,7 +36,7 @@ fn long_traces_are_cut_into_generations() {
         events::heap_object_alloc(a, 48, 0);
         events::heap_object_free(a);
     }
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
 
     let size = std::fs::metadata(&path).unwrap().len();
     let mut reader =

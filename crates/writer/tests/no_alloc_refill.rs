@@ -80,9 +80,9 @@ fn run(compress: bool) {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = std::ffi::CString::new(dir.join("t.trace").to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config {
-        buffer_size: alloctrace_core::MIN_BUFFER_SIZE,
-        max_buffer_memory: 32 * alloctrace_core::MIN_BUFFER_SIZE,
+    let config = alloctrace_writer::Config {
+        buffer_size: alloctrace_writer::MIN_BUFFER_SIZE,
+        max_buffer_memory: 32 * alloctrace_writer::MIN_BUFFER_SIZE,
         generation_bytes: 256 << 10,
         compress,
         ..Default::default()
@@ -95,28 +95,28 @@ fn run(compress: bool) {
     // Four steps: every worker is running (its thread start freed what it
     // allocated) / go / done / disarmed, so the workers may exit.
     let steps: Arc<[Barrier; 4]> = Arc::new(std::array::from_fn(|_| Barrier::new(THREADS + 1)));
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&path).unwrap(),
+        alloctrace_writer::Output::create(&path).unwrap(),
         None,
     )
     .unwrap();
-    let ty = alloctrace_core::events::type_register(b"Node", 32, 8);
+    let ty = alloctrace_writer::events::type_register(b"Node", 32, 8);
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             let steps = Arc::clone(&steps);
             std::thread::spawn(move || {
-                alloctrace_core::events::heap_object_alloc(0x1000 + t * 64, 32, ty);
+                alloctrace_writer::events::heap_object_alloc(0x1000 + t * 64, 32, ty);
                 steps[0].wait();
                 steps[1].wait();
                 for i in 0..EVENTS {
                     let a = 0x10_0000 + (t << 32) + i * 64;
-                    alloctrace_core::events::heap_object_alloc(a, 48, ty);
-                    alloctrace_core::events::heap_object_free(a);
-                    alloctrace_core::events::span_alloc(a << 12, 2, 5);
-                    alloctrace_core::events::span_free(a << 12);
-                    alloctrace_core::events::page_alloc(a << 12, 3);
-                    alloctrace_core::events::page_free(a << 12, 3);
+                    alloctrace_writer::events::heap_object_alloc(a, 48, ty);
+                    alloctrace_writer::events::heap_object_free(a);
+                    alloctrace_writer::events::span_alloc(a << 12, 2, 5);
+                    alloctrace_writer::events::span_free(a << 12);
+                    alloctrace_writer::events::page_alloc(a << 12, 3);
+                    alloctrace_writer::events::page_free(a << 12, 3);
                 }
                 steps[2].wait();
                 steps[3].wait();
@@ -134,8 +134,8 @@ fn run(compress: bool) {
     for w in workers {
         w.join().unwrap();
     }
-    let stats = alloctrace_core::session_stats().unwrap();
-    alloctrace_core::stop().unwrap();
+    let stats = alloctrace_writer::session_stats().unwrap();
+    alloctrace_writer::stop().unwrap();
     std::fs::remove_dir_all(&dir).ok();
     assert!(
         stats.producer_waits > 0 || stats.buffers_mapped > 4,

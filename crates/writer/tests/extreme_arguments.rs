@@ -3,20 +3,25 @@
 //! maximum, under configurations at the edges of what validate accepts
 //! (the largest alignments and page size, the highest min_heap_addr), and
 //! a type name far over the length limit. Every event comes back exactly.
-//! Run it in a debug build too (`cargo test -p alloctrace-core --test
+//! Run it in a debug build too (`cargo test -p alloctrace-writer --test
 //! extreme_arguments`), where arithmetic overflow would panic.
 
-use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
+use alloctrace_writer::events;
 
 const VALUES: [usize; 6] = [0, 1, 4095, 4096, usize::MAX / 2 + 1, usize::MAX];
 
-fn run(config: alloctrace_core::Config, tag: &str) {
+fn run(config: alloctrace_writer::Config, tag: &str) {
     let dir = std::env::temp_dir().join(format!("alloctrace-extreme-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.trace");
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    alloctrace_core::start(&config, alloctrace_core::Output::create(&c).unwrap(), None).unwrap();
+    alloctrace_writer::start(
+        &config,
+        alloctrace_writer::Output::create(&c).unwrap(),
+        None,
+    )
+    .unwrap();
     let long_name = vec![b'x'; 1 << 20];
     let ty = events::type_register(&long_name, u64::MAX, u64::MAX);
     let mut expected = Vec::new();
@@ -70,7 +75,7 @@ fn run(config: alloctrace_core::Config, tag: &str) {
             events::page_scav(a, v);
         }
     }
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
     let mut got = Vec::new();
@@ -92,14 +97,14 @@ fn run(config: alloctrace_core::Config, tag: &str) {
 #[test]
 fn extreme_arguments_and_configs_are_recorded_exactly() {
     run(
-        alloctrace_core::Config {
+        alloctrace_writer::Config {
             buffer_size: 4096,
             ..Default::default()
         },
         "default",
     );
     run(
-        alloctrace_core::Config {
+        alloctrace_writer::Config {
             buffer_size: 4096,
             min_heap_addr: u64::MAX,
             min_heap_align: 1 << 63,
@@ -110,7 +115,7 @@ fn extreme_arguments_and_configs_are_recorded_exactly() {
         "edges",
     );
     run(
-        alloctrace_core::Config {
+        alloctrace_writer::Config {
             min_heap_align: 1,
             min_stack_align: 1,
             page_size: 16,

@@ -40,11 +40,11 @@ mod imp {
     core::arch::global_asm!(
         ".pushsection .tbss,\"awT\",@nobits",
         ".p2align 4",
-        ".globl alloctrace_core_tls",
-        ".hidden alloctrace_core_tls",
-        ".type alloctrace_core_tls,@object",
-        ".size alloctrace_core_tls,16",
-        "alloctrace_core_tls:",
+        ".globl alloctrace_writer_tls",
+        ".hidden alloctrace_writer_tls",
+        ".type alloctrace_writer_tls,@object",
+        ".size alloctrace_writer_tls,16",
+        "alloctrace_writer_tls:",
         ".zero 16",
         ".popsection",
     );
@@ -57,7 +57,7 @@ mod imp {
         // thread-pointer offset; reads no other memory.
         unsafe {
             core::arch::asm!(
-                "mov {off}, qword ptr [rip + alloctrace_core_tls@GOTTPOFF]",
+                "mov {off}, qword ptr [rip + alloctrace_writer_tls@GOTTPOFF]",
                 off = out(reg) off,
                 options(nostack, preserves_flags, pure, readonly),
             );

@@ -8,15 +8,15 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Barrier};
 
-use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
+use alloctrace_writer::events;
 
 /// Bit 0: ended and drained, bit 1: own buffers flushed, bit 2: mid event,
 /// bit 3: ran.
 static RESULT: AtomicU8 = AtomicU8::new(0);
 
 extern "C" fn on_usr1(_: libc::c_int) {
-    let r = alloctrace_core::flush_for_fatal_signal();
+    let r = alloctrace_writer::flush_for_fatal_signal();
     RESULT.store(
         (r.ended && r.drained) as u8 | (r.own_flushed as u8) << 1 | (r.mid_event as u8) << 2 | 8,
         Ordering::SeqCst,
@@ -44,13 +44,13 @@ fn a_fatal_signal_flush_completes_the_trace() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("crash.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cpath).unwrap(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .unwrap();
@@ -91,7 +91,7 @@ fn a_fatal_signal_flush_completes_the_trace() {
         "ran, own buffers flushed, ended, not mid-event (bits {r:#b})"
     );
     assert!(
-        !alloctrace_core::enabled(),
+        !alloctrace_writer::enabled(),
         "tracing is off after the flush"
     );
     let (allocs, truncated) = read_allocs(&path);
@@ -110,16 +110,16 @@ fn a_fatal_signal_flush_completes_the_trace() {
     // CONTROL, so tracing can start again.
     let again = dir.join("again.trace");
     let cagain = CString::new(again.to_str().unwrap()).unwrap();
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cagain).unwrap(),
+        alloctrace_writer::Output::create(&cagain).unwrap(),
         None,
     )
     .unwrap();
     for i in 0..10 {
         events::heap_object_alloc(0x9000_0000 + i * 16, 16, 0);
     }
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
     assert_eq!(read_allocs(&again), (10, None));
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -7,8 +7,8 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
-use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
+use alloctrace_writer::events;
 
 const THREADS: usize = 4;
 const EVENTS_PER_THREAD: usize = if cfg!(debug_assertions) {
@@ -30,15 +30,15 @@ fn every_event_comes_back_in_order() {
     let path = dir.join("e2e.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
     // Small buffers so that many refills happen.
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         buffer_size: 4096,
         min_heap_align: 16,
         ..Default::default()
     };
     let ty = events::type_register(b"pair", 16, 0);
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cpath).unwrap(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .unwrap();
@@ -49,7 +49,7 @@ fn every_event_comes_back_in_order() {
         std::thread::spawn(move || {
             let mut advances = 0;
             while running.load(Ordering::Relaxed) {
-                alloctrace_core::advance().unwrap();
+                alloctrace_writer::advance().unwrap();
                 advances += 1;
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
@@ -84,7 +84,7 @@ fn every_event_comes_back_in_order() {
     let ids: Vec<(u64, u64)> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     running.store(false, Ordering::Relaxed);
     let advances = advancer.join().unwrap();
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
 
     let mut reader =
         TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();

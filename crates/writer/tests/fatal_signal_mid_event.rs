@@ -11,8 +11,8 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
-use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
+use alloctrace_writer::events;
 
 /// Events completed by the child's loop.
 static DONE: AtomicU64 = AtomicU64::new(0);
@@ -20,7 +20,7 @@ static DONE: AtomicU64 = AtomicU64::new(0);
 static REPORT_FD: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_alarm(_: libc::c_int) {
-    let r = alloctrace_core::flush_for_fatal_signal();
+    let r = alloctrace_writer::flush_for_fatal_signal();
     let report = [
         DONE.load(Ordering::SeqCst),
         (r.ended && r.drained) as u64,
@@ -37,13 +37,13 @@ extern "C" fn on_alarm(_: libc::c_int) {
 /// The child: traces into `path`, records events until the timer fires.
 fn child(path: &CString, pages: bool, delay_us: i64, fd: libc::c_int) -> ! {
     REPORT_FD.store(fd, Ordering::SeqCst);
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(path).unwrap(),
+        alloctrace_writer::Output::create(path).unwrap(),
         None,
     )
     .unwrap();

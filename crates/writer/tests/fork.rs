@@ -5,8 +5,8 @@
 
 use std::ffi::CString;
 
-use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::events;
 
 fn read_addresses(path: &std::path::Path) -> Vec<u64> {
     let mut reader =
@@ -27,13 +27,13 @@ fn child_is_clean_and_parent_trace_is_exact() {
     let child_path = dir.join("child.trace");
     let cpath = CString::new(parent_path.to_str().unwrap()).unwrap();
     let child_cpath = CString::new(child_path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cpath).unwrap(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .unwrap();
@@ -54,26 +54,26 @@ fn child_is_clean_and_parent_trace_is_exact() {
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         let mut status = 0;
-        if alloctrace_core::enabled() {
+        if alloctrace_writer::enabled() {
             status |= 1;
         }
         // Must return at once, not wait for a writer thread the child lacks.
         for i in 0..100_000usize {
             events::heap_object_alloc(0x2000_0000 + i * 8, 8, 0);
         }
-        if alloctrace_core::advance().is_ok() {
+        if alloctrace_writer::advance().is_ok() {
             status |= 2;
         }
         // The child's own trace.
-        match alloctrace_core::Output::create_new(&child_cpath) {
+        match alloctrace_writer::Output::create_new(&child_cpath) {
             Ok(out) => {
-                if alloctrace_core::start(&config, out, None).is_err() {
+                if alloctrace_writer::start(&config, out, None).is_err() {
                     status |= 4;
                 }
                 for i in 0..10usize {
                     events::heap_object_alloc(0x3000_0000 + i * 8, 8, 0);
                 }
-                if alloctrace_core::stop().is_err() {
+                if alloctrace_writer::stop().is_err() {
                     status |= 8;
                 }
             }
@@ -96,7 +96,7 @@ fn child_is_clean_and_parent_trace_is_exact() {
         events::heap_object_alloc(0x1000_0000 + i * 8, 8, 0);
     }
     busy.join().unwrap();
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
 
     let parent = read_addresses(&parent_path);
     assert_eq!(
@@ -116,7 +116,7 @@ fn child_is_clean_and_parent_trace_is_exact() {
 
     // create_new refuses an existing file.
     assert_eq!(
-        alloctrace_core::Output::create_new(&child_cpath).err(),
+        alloctrace_writer::Output::create_new(&child_cpath).err(),
         Some(libc::EEXIST)
     );
     std::fs::remove_dir_all(&dir).ok();

@@ -4,8 +4,8 @@
 
 mod common;
 
-use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::events;
 
 #[test]
 fn slow_output_loses_nothing() {
@@ -13,14 +13,14 @@ fn slow_output_loses_nothing() {
     let (write_fd, drain) = common::slow_pipe();
 
     // 64 buffers of 4 KiB at most: far less than the trace.
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         buffer_size: 4096,
         max_buffer_memory: 64 * 4096,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::borrowed_fd(write_fd),
+        alloctrace_writer::Output::borrowed_fd(write_fd),
         None,
     )
     .unwrap();
@@ -51,8 +51,8 @@ fn slow_output_loses_nothing() {
     for w in workers {
         w.join().unwrap();
     }
-    let stats = alloctrace_core::session_stats().unwrap();
-    alloctrace_core::stop().unwrap();
+    let stats = alloctrace_writer::session_stats().unwrap();
+    alloctrace_writer::stop().unwrap();
     // SAFETY: we own the write end; closing it ends the drain thread.
     unsafe { libc::close(write_fd) };
     let trace = drain.join().unwrap();

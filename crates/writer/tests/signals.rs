@@ -5,8 +5,8 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use alloctrace_core::events;
 use alloctrace_reader::{EventData, TraceReader};
+use alloctrace_writer::events;
 
 static HANDLER_EVENTS: AtomicU64 = AtomicU64::new(0);
 
@@ -21,13 +21,13 @@ fn handler_events_are_recorded_or_counted() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sig.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cpath).unwrap(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .unwrap();
@@ -68,7 +68,7 @@ fn handler_events_are_recorded_or_counted() {
         libc::setitimer(libc::ITIMER_REAL, &timer, core::ptr::null_mut());
         libc::signal(libc::SIGALRM, libc::SIG_IGN);
     }
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
 
     let mut reader =
         TraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();

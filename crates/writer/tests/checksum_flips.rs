@@ -4,20 +4,20 @@
 
 use std::ffi::CString;
 
-use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::events;
 
 /// A small trace of a few hundred events in two generations.
 fn record(path: &std::path::Path, compress: bool) -> Vec<u8> {
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         compress,
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cpath).unwrap(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .unwrap();
@@ -26,10 +26,10 @@ fn record(path: &std::path::Path, compress: bool) -> Vec<u8> {
         events::heap_object_alloc(a, 16 + (i % 240) as u64, 0);
         events::heap_object_free(a);
         if i == 300 {
-            alloctrace_core::advance().unwrap();
+            alloctrace_writer::advance().unwrap();
         }
     }
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
     std::fs::read(path).unwrap()
 }
 

@@ -6,8 +6,8 @@
 
 use std::process::Command;
 
-use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::events;
 
 const CHILD_ENV: &str = "ALLOCTRACE_TEST_MEMBARRIER_CHILD";
 
@@ -22,15 +22,15 @@ fn trace_path(name: &str) -> std::path::PathBuf {
 
 fn start(path: &std::path::Path) -> bool {
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &Default::default(),
-        alloctrace_core::Output::create(&c).unwrap(),
+        alloctrace_writer::Output::create(&c).unwrap(),
         None,
     )
     .unwrap();
-    if !alloctrace_core::asymmetric_fences() {
+    if !alloctrace_writer::asymmetric_fences() {
         eprintln!("membarrier is not available here: writers use real fences, nothing to inject");
-        alloctrace_core::stop().unwrap();
+        alloctrace_writer::stop().unwrap();
         return false;
     }
     true
@@ -46,12 +46,12 @@ fn transient_membarrier_failures_are_retried() {
         events::heap_object_alloc(0x1000 + i * 16, 16, 0);
     }
     // Fewer failures than attempts: the advance must still complete.
-    alloctrace_core::inject_membarrier_failures(alloctrace_core::MEMBARRIER_ATTEMPTS - 1);
-    alloctrace_core::advance().unwrap();
+    alloctrace_writer::inject_membarrier_failures(alloctrace_writer::MEMBARRIER_ATTEMPTS - 1);
+    alloctrace_writer::advance().unwrap();
     for i in 0..100usize {
         events::heap_object_free(0x1000 + i * 16);
     }
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
     let mut n = 0;
@@ -74,8 +74,8 @@ fn membarrier_child() {
         std::process::exit(77);
     }
     events::heap_object_alloc(0x1000, 16, 0);
-    alloctrace_core::inject_membarrier_failures(u32::MAX);
-    let _ = alloctrace_core::advance();
+    alloctrace_writer::inject_membarrier_failures(u32::MAX);
+    let _ = alloctrace_writer::advance();
     // Reached only if the advance went on with a one-sided fence.
     std::process::exit(3);
 }

@@ -136,7 +136,7 @@ struct Compression {
     modeled: Vec<u8>,
     /// The zstd frame being written.
     frame: Vec<u8>,
-    encoder: alloctrace_format::model::Encoder,
+    encoder: alloctrace_format::compression_model::Encoder,
     compressor: zstd::bulk::Compressor<'static>,
 }
 
@@ -149,7 +149,7 @@ impl Compression {
             staged: Vec::with_capacity(room),
             modeled: Vec::with_capacity(room + room / 4),
             frame: Vec::with_capacity(room),
-            encoder: alloctrace_format::model::Encoder::with_capacity(room),
+            encoder: alloctrace_format::compression_model::Encoder::with_capacity(room),
             compressor: zstd::bulk::Compressor::new(MODELED_LEVEL).ok()?,
         };
         // zstd sizes its workspace at the first compression, for the size
@@ -164,7 +164,9 @@ impl Compression {
     /// Writes the staged batches as one modeled compressed batch (FORMAT.md
     /// section 2.2), or as they are if compression fails or does not pay.
     fn flush(&mut self, output: &Output) -> Result<(), i32> {
-        use alloctrace_format::{model, put_uvarint, BatchKind, BATCH_PREFIX_LEN, MAX_VARINT_LEN};
+        use alloctrace_format::{
+            compression_model, put_uvarint, BatchKind, BATCH_PREFIX_LEN, MAX_VARINT_LEN,
+        };
         if self.staged.is_empty() {
             return Ok(());
         }
@@ -173,7 +175,7 @@ impl Compression {
         // capacity bounds it (zstd fails when it would not fit).
         self.frame.reserve(raw_len.saturating_sub(self.frame.len()));
         let modeled = self.encoder.encode(&self.staged, &mut self.modeled)
-            && self.modeled.len() as u64 <= model::max_modeled_len(raw_len as u64);
+            && self.modeled.len() as u64 <= compression_model::max_modeled_len(raw_len as u64);
         let compressed = modeled
             && matches!(
                 self.compressor.compress_to_buffer(&self.modeled, &mut self.frame),

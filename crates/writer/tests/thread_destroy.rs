@@ -7,8 +7,8 @@
 
 use std::ffi::CString;
 
-use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::events;
 
 #[test]
 fn events_before_and_after_thread_destroy_keep_their_thread_ids() {
@@ -16,9 +16,9 @@ fn events_before_and_after_thread_destroy_keep_their_thread_ids() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.trace");
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    alloctrace_core::start(
-        &alloctrace_core::Config::default(),
-        alloctrace_core::Output::create(&cpath).unwrap(),
+    alloctrace_writer::start(
+        &alloctrace_writer::Config::default(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .unwrap();
@@ -41,7 +41,7 @@ fn events_before_and_after_thread_destroy_keep_their_thread_ids() {
     })
     .join()
     .unwrap();
-    alloctrace_core::stop().unwrap();
+    alloctrace_writer::stop().unwrap();
     assert_ne!(first, second, "thread_destroy gives the thread a new ID");
 
     let mut reader =

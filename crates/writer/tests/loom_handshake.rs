@@ -15,11 +15,11 @@
 //! with a fence on the advancer's side only; the last model below shows
 //! that this would be wrong.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p alloctrace-core --test loom_handshake`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test --release -p alloctrace-writer --test loom_handshake`
 //! (`make loom`).
 #![cfg(loom)]
 
-use alloctrace_core::SeqLock;
+use alloctrace_writer::SeqLock;
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use loom::sync::Arc;
 
@@ -60,7 +60,7 @@ fn advance_never_takes_a_buffer_in_use() {
             })
         };
         shared.generation.store(2, Ordering::SeqCst);
-        alloctrace_core::heavy_barrier();
+        alloctrace_writer::heavy_barrier();
         shared.seq.wait_quiescent();
         shared.old_taken.store(true, Ordering::SeqCst);
         writer.join().unwrap();
@@ -134,7 +134,7 @@ fn reclaim_of_a_dead_threads_slot_keeps_generation_order() {
         };
         // The advance: new generation, handshake, take the old parity.
         slot.generation.store(2, Ordering::SeqCst);
-        alloctrace_core::heavy_barrier();
+        alloctrace_writer::heavy_barrier();
         slot.seq.wait_quiescent();
         slot.bufs[1].swap(false, Ordering::AcqRel);
         slot.generation_end.store(true, Ordering::SeqCst);

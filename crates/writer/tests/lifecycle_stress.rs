@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alloctrace_core::{events, ClockKind, Config, Error, Output};
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::{events, ClockKind, Config, Error, Output};
 
 const CONTROLLERS: usize = 4;
 const EMITTERS: usize = 2;
@@ -139,7 +139,7 @@ fn run(dir: &std::path::Path) -> Vec<PathBuf> {
                             };
                             let opened = Arc::new(AtomicBool::new(false));
                             let flag = Arc::clone(&opened);
-                            let r = alloctrace_core::start_with(
+                            let r = alloctrace_writer::start_with(
                                 &config,
                                 || {
                                     flag.store(true, Ordering::Relaxed);
@@ -155,11 +155,11 @@ fn run(dir: &std::path::Path) -> Vec<PathBuf> {
                                 Err(e) => panic!("start: {e:?}"),
                             }
                         }
-                        1 => match alloctrace_core::stop() {
+                        1 => match alloctrace_writer::stop() {
                             Ok(()) | Err(Error::NotStarted) => {}
                             Err(e) => panic!("stop: {e:?}"),
                         },
-                        _ => match alloctrace_core::advance() {
+                        _ => match alloctrace_writer::advance() {
                             Ok(()) | Err(Error::NotStarted) => {}
                             Err(e) => panic!("advance: {e:?}"),
                         },
@@ -171,7 +171,7 @@ fn run(dir: &std::path::Path) -> Vec<PathBuf> {
     for c in controllers {
         c.join().unwrap();
     }
-    match alloctrace_core::stop() {
+    match alloctrace_writer::stop() {
         Ok(()) | Err(Error::NotStarted) => {}
         Err(e) => panic!("final stop: {e:?}"),
     }

@@ -19,9 +19,9 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use alloctrace_core::events;
 use alloctrace_format::pages::{Layout, TIME_LOST_BITS};
 use alloctrace_reader::{EventData, TraceReader};
+use alloctrace_writer::events;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
 
@@ -130,7 +130,7 @@ fn emit(worker: usize, ops: &[Op]) -> u64 {
             Pause::Sleep(us) => std::thread::sleep(Duration::from_micros(us)),
         }
         if op.advance {
-            alloctrace_core::advance().expect("advance");
+            alloctrace_writer::advance().expect("advance");
         }
     }
     events::thread_id()
@@ -148,15 +148,15 @@ fn run_case(dir: &std::path::Path, shift: u32, ops: &[Vec<Op>; 2]) -> Result<(),
     let n = CASES.fetch_add(1, Ordering::Relaxed);
     let path = dir.join(format!("pages-{n}.trace"));
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         page_size: 1 << shift,
         // Small buffers: many batches, many refills.
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::create(&cpath).unwrap(),
+        alloctrace_writer::Output::create(&cpath).unwrap(),
         None,
     )
     .expect("start");
@@ -168,7 +168,7 @@ fn run_case(dir: &std::path::Path, shift: u32, ops: &[Vec<Op>; 2]) -> Result<(),
             .collect();
         workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
-    alloctrace_core::stop().expect("stop");
+    alloctrace_writer::stop().expect("stop");
     prop_assert!(
         ids[0] != ids[1] && ids[0] != 0 && ids[1] != 0,
         "thread ids {:?}",

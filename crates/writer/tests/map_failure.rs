@@ -4,29 +4,29 @@
 
 mod common;
 
-use alloctrace_core::events;
 use alloctrace_reader::TraceReader;
+use alloctrace_writer::events;
 
 #[test]
 fn refused_mmap_waits_for_a_buffer_instead_of_losing_events() {
     // A slow reader, so that threads run out of free buffers.
     let (write_fd, drain) = common::slow_pipe();
 
-    let config = alloctrace_core::Config {
+    let config = alloctrace_writer::Config {
         buffer_size: 4096,
         max_buffer_memory: 64 * 4096,
         ..Default::default()
     };
-    alloctrace_core::start(
+    alloctrace_writer::start(
         &config,
-        alloctrace_core::Output::borrowed_fd(write_fd),
+        alloctrace_writer::Output::borrowed_fd(write_fd),
         None,
     )
     .unwrap();
     // From here every new buffer mapping fails: only the few buffers start
     // mapped circulate, far below the 64 allowed.
     const INJECTED: u32 = 1_000_000_000;
-    alloctrace_core::inject_map_failures(INJECTED);
+    alloctrace_writer::inject_map_failures(INJECTED);
     const THREADS: usize = 2;
     const PAIRS: usize = 50_000;
     let workers: Vec<_> = (0..THREADS)
@@ -43,9 +43,9 @@ fn refused_mmap_waits_for_a_buffer_instead_of_losing_events() {
     for w in workers {
         w.join().unwrap();
     }
-    let left = alloctrace_core::inject_map_failures(0);
-    let stats = alloctrace_core::session_stats().unwrap();
-    alloctrace_core::stop().unwrap();
+    let left = alloctrace_writer::inject_map_failures(0);
+    let stats = alloctrace_writer::session_stats().unwrap();
+    alloctrace_writer::stop().unwrap();
     // SAFETY: we own the write end; closing it ends the drain thread.
     unsafe { libc::close(write_fd) };
     let trace = drain.join().unwrap();
