@@ -302,7 +302,7 @@ uninstall:
 # --static) and with CMake, man pages and completions, `alloctrace record`
 # finding the shim, and uninstall leaving nothing.
 install-test: all
-	@MAKE="$(MAKE) --no-print-directory" CC="$(CC)" CWARN="$(CWARN)" RELEASE=$(RELEASE) \
+	@MAKE="$(MAKE) --no-print-directory" TEST_CC="$(CC)" CWARN="$(CWARN)" RELEASE=$(RELEASE) \
 	  LIB_REAL=$(LIB_REAL) LIB_SONAME=$(LIB_SONAME) MAN_PAGES="$(MAN_PAGES)" packaging/install-test.sh
 
 # The files `make install` puts (with this PREFIX), one a line.

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # make install-test: installs into temporary prefixes and uses the result as
 # a user or a distribution would. Run from the repository root by the
-# Makefile, which passes MAKE, CC, CWARN, RELEASE, LIB_REAL, LIB_SONAME and
-# MAN_PAGES. Prints one line per check and "install-test: N passed, M failed".
+# Makefile, which passes MAKE, TEST_CC, CWARN, RELEASE, LIB_REAL, LIB_SONAME
+# and MAN_PAGES. Prints one line per check and "install-test: N passed, M
+# failed". The C compiler comes as TEST_CC, not CC: a CC in the environment
+# of the make install below would make cargo rebuild zstd-sys (its build
+# script reruns when CC changes), hence relink liballoctrace.so, and the
+# next `make test` would relink every C test.
 set -u
 pass=0; fail=0
 ok()   { echo "ok   install: $*"; pass=$((pass+1)); }
@@ -52,12 +56,12 @@ check "lib/liballoctrace.so -> $LIB_SONAME -> $LIB_REAL" \
 # statically against liballoctrace.a with `pkg-config --static`.
 if command -v pkg-config >/dev/null; then
   export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
-  if (cd "$dir" && $CC $CWARN example.c $(pkg-config --cflags --libs alloctrace) -Wl,-rpath,"$prefix/lib" -o example &&
+  if (cd "$dir" && $TEST_CC $CWARN example.c $(pkg-config --cflags --libs alloctrace) -Wl,-rpath,"$prefix/lib" -o example &&
       readelf -d example | grep -q "NEEDED.*\[$LIB_SONAME\]" && ./example && "$prefix/bin/alloctrace" check example.trace >/dev/null); then
     ok "README example built with pkg-config --cflags --libs alloctrace, needs $LIB_SONAME, its trace checks ok"
   else bad "README example with pkg-config"; fi
   libs=$(pkg-config --static --libs alloctrace | sed 's/-lalloctrace\b/-l:liballoctrace.a/')
-  if (cd "$dir" && rm -f example.trace && $CC $CWARN example.c $(pkg-config --cflags alloctrace) $libs -o example_static &&
+  if (cd "$dir" && rm -f example.trace && $TEST_CC $CWARN example.c $(pkg-config --cflags alloctrace) $libs -o example_static &&
       ! readelf -d example_static | grep -q liballoctrace && ./example_static && "$prefix/bin/alloctrace" check example.trace >/dev/null); then
     ok "README example linked statically with pkg-config --static --libs ($libs), its trace checks ok"
   else bad "README example with pkg-config --static ($libs)"; fi
