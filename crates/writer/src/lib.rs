@@ -30,6 +30,9 @@ mod advancer;
 #[cfg(not(loom))]
 mod buffer;
 #[cfg(not(loom))]
+#[allow(dead_code)] // used by the event path once call stacks are recorded (issue 12)
+mod call_stack_table;
+#[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
 mod crash;
@@ -40,11 +43,16 @@ pub mod events;
 #[cfg(not(loom))]
 mod fork;
 #[cfg(not(loom))]
+#[allow(dead_code)] // used by the event path once call stacks are recorded (issue 12)
+mod frame_table;
+#[cfg(not(loom))]
 mod lifecycle;
 #[cfg(not(loom))]
 mod meta;
 #[cfg(not(loom))]
 mod output;
+#[cfg(not(loom))]
+mod reserved;
 #[cfg(not(loom))]
 mod session;
 #[cfg(not(loom))]
