@@ -82,8 +82,8 @@ loom:
 
 # Miri (a nightly toolchain's interpreter that reports undefined behaviour)
 # runs what it can: the format's encoders and decoders, the compression
-# model, the reader's decoders, and the writer's buffers and type table
-# (their unsafe code; raw syscalls become libc's mmap under cfg(miri)).
+# model, the reader's decoders, and the writer's buffers and its type,
+# frame and call-stack tables (their unsafe code; raw syscalls become libc's mmap under cfg(miri)).
 # Rounds are scaled down under Miri; zstd and the event path's syscalls
 # are C or kernel work it cannot run. Skipped, saying so, without Miri.
 MIRI := $(CARGO) +nightly miri
@@ -94,8 +94,9 @@ miri:
 	  $(MIRI) test -q -p alloctrace-format --lib; \
 	  $(MIRI) test -q -p alloctrace-format --test compression_model -- any_batches many_batches size_classes codes_the_model; \
 	  $(MIRI) test -q -p alloctrace-reader --lib; \
-	  $(MIRI) test -q -p alloctrace-writer --lib -- type_table buffer::tests::a_buffer; \
-	  echo "miri: format, compression model, reader decoders, writer buffers and type table: no undefined behaviour"; fi
+	  $(MIRI) test -q -p alloctrace-writer --lib -- type_table buffer::tests::a_buffer frame_table \
+	    call_stack_table::tests::stacks call_stack_table::tests::a_generation call_stack_table::tests::threads; \
+	  echo "miri: format, compression model, reader decoders, writer buffers, type, frame and call-stack tables: no undefined behaviour"; fi
 
 c-test: header-compat c-test-plain c-test-writer c-test-asan
 

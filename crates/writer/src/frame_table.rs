@@ -1,0 +1,175 @@
+//! The frame table: frames of a runtime's own code (a Lua or Python
+//! function, a JIT stub) registered with `trace_frame_register`, which its
+//! call stacks name beside native return addresses (docs/FORMAT.md, "Call
+//! stacks, frames and modules").
+//!
+//! Process-wide and append-only, like the type table, in memory of its own
+//! (reserved.rs): registering never calls malloc nor locks, so a runtime
+//! may register from inside its allocator. IDs are stable for the process;
+//! each generation lists the frames its call stacks use ([`mark_used`] from
+//! call_stack_table.rs's marking, [`for_each_used`] at the generation's
+//! end), with the same parity rule as the call-stack table (its invariants
+//! 3 and 4).
+//!
+//! Frame 0 is not registered: it is the format's truncation marker.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use crate::reserved::{Arena, Region, Span};
+
+/// Most frames the table holds; registrations past it return 0.
+pub(crate) const MAX_FRAMES: usize = 1 << 20;
+/// Bytes reserved for all function and file names together.
+const NAME_ARENA_LEN: usize = 64 << 20;
+/// Longest function or file name kept; longer ones are cut.
+pub(crate) const MAX_NAME_LEN: usize = 1024;
+
+/// The bit that marks a registered frame in the C API's frame values: no
+/// user-space address has it, so a frame value is never mistaken for a
+/// native return address.
+pub(crate) const REGISTERED: u64 = 1 << 63;
+
+struct FrameEntry {
+    line: u32,
+    function: Span,
+    file: Span,
+    /// Set (Release) once the fields above are written.
+    ready: AtomicBool,
+    /// The last generation of each parity that used the frame.
+    used: [AtomicU64; 2],
+}
+
+const ENTRIES_LEN: usize = MAX_FRAMES * core::mem::size_of::<FrameEntry>();
+
+static ENTRIES: Region<ENTRIES_LEN> = Region::new();
+/// The next frame ID; 0 is the truncation marker. May run past MAX_FRAMES.
+static NEXT: AtomicUsize = AtomicUsize::new(1);
+static NAMES: Arena<NAME_ARENA_LEN> = Arena::new();
+
+/// The entry with ID `id` (`0 < id < MAX_FRAMES`), if its registration is
+/// complete. No reference to an entry exists before: its plain fields may
+/// be being written until `ready` is published.
+fn ready_entry(entries: *mut u8, id: usize) -> Option<&'static FrameEntry> {
+    debug_assert!(id > 0 && id < MAX_FRAMES);
+    // SAFETY: id < MAX_FRAMES is inside the region, mapped for good
+    // (reserved.rs invariant 1) and zeroed; only the atomic `ready` is
+    // touched before it says the entry is written (Acquire), after which
+    // the plain fields never change.
+    unsafe {
+        let e = entries.cast::<FrameEntry>().add(id);
+        (*e).ready.load(Ordering::Acquire).then(|| &*e)
+    }
+}
+
+/// Registers a frame and returns its ID (at least 1), or 0 when the table
+/// is full or cannot be mapped. Names longer than [`MAX_NAME_LEN`] are cut;
+/// out of name space, a frame keeps its line without names.
+pub(crate) fn register(function: &[u8], file: &[u8], line: u32) -> u64 {
+    let Some(entries) = ENTRIES.base() else {
+        return 0;
+    };
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    if id >= MAX_FRAMES {
+        return 0;
+    }
+    let function = NAMES.push(&function[..function.len().min(MAX_NAME_LEN)]);
+    let file = NAMES.push(&file[..file.len().min(MAX_NAME_LEN)]);
+    // SAFETY: id < MAX_FRAMES is inside the region; fetch_add gave this call
+    // the entry alone, and nobody reads its plain fields before `ready`.
+    unsafe {
+        let e = entries.cast::<FrameEntry>().add(id);
+        core::ptr::addr_of_mut!((*e).line).write(line);
+        core::ptr::addr_of_mut!((*e).function).write(function);
+        core::ptr::addr_of_mut!((*e).file).write(file);
+        (*e).ready.store(true, Ordering::Release);
+    }
+    id as u64
+}
+
+/// Whether `id` names a registered frame.
+pub(crate) fn is_defined(id: u64) -> bool {
+    let Some(entries) = ENTRIES.base_if_mapped() else {
+        return false;
+    };
+    id > 0
+        && id < MAX_FRAMES as u64
+        && (id as usize) < NEXT.load(Ordering::Relaxed)
+        && ready_entry(entries, id as usize).is_some()
+}
+
+/// Marks frame `id` as used by `generation` (from the call-stack table's
+/// marking, inside the event's seqlock section).
+pub(crate) fn mark_used(id: u64, generation: u64) {
+    if let Some(entries) = ENTRIES.base_if_mapped() {
+        if id > 0 && id < MAX_FRAMES as u64 {
+            if let Some(e) = ready_entry(entries, id as usize) {
+                let mark = &e.used[(generation & 1) as usize];
+                if mark.load(Ordering::Relaxed) != generation {
+                    mark.store(generation, Ordering::Release);
+                }
+            }
+        }
+    }
+}
+
+/// A registered frame, as written into a frames batch.
+pub(crate) struct FrameRecord<'a> {
+    pub(crate) id: u64,
+    pub(crate) line: u32,
+    pub(crate) function: &'a [u8],
+    pub(crate) file: &'a [u8],
+}
+
+/// Calls `f` for every frame `generation` used, in ID order.
+pub(crate) fn for_each_used(generation: u64, mut f: impl FnMut(FrameRecord<'_>)) {
+    let Some(entries) = ENTRIES.base_if_mapped() else {
+        return;
+    };
+    let end = NEXT.load(Ordering::Acquire).min(MAX_FRAMES);
+    for id in 1..end {
+        let Some(e) = ready_entry(entries, id) else {
+            continue;
+        };
+        if e.used[(generation & 1) as usize].load(Ordering::Acquire) == generation {
+            f(FrameRecord {
+                id: id as u64,
+                line: e.line,
+                function: NAMES.get(e.function),
+                file: NAMES.get(e.file),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generation_lists_the_registered_frames_it_used() {
+        let g = 2_000_001;
+        let a = register(b"eval_loop", b"vm.c", 120);
+        let b = register(&[b'f'; MAX_NAME_LEN + 5], b"", 0);
+        let unused = register(b"never", b"x.lua", 1);
+        assert!(a >= 1 && b == a + 1 && unused == b + 1);
+        assert!(is_defined(a) && !is_defined(0) && !is_defined(u64::MAX));
+        mark_used(b, g);
+        mark_used(a, g);
+        mark_used(a, g);
+        let mut seen = Vec::new();
+        for_each_used(g, |f| {
+            seen.push((f.id, f.line, f.function.to_vec(), f.file.to_vec()))
+        });
+        assert_eq!(
+            seen,
+            vec![
+                (a, 120, b"eval_loop".to_vec(), b"vm.c".to_vec()),
+                (b, 0, vec![b'f'; MAX_NAME_LEN], Vec::new()),
+            ]
+        );
+        // The next generation of the same parity starts empty.
+        let mut later = 0;
+        for_each_used(g + 2, |_| later += 1);
+        assert_eq!(later, 0);
+    }
+}
