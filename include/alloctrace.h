@@ -288,6 +288,43 @@ const char *trace_last_error_detail(void);
 uint64_t trace_type_register(const char *name, size_t name_len, uint64_t size, uint64_t ptr_bytes);
 
 /**
+ * Registers a frame of the runtime's own code (a Lua or Python function, a
+ * JIT stub) and returns its frame value for `trace_stack_register`: a
+ * value that can never be mistaken for a native address (bit 63 set). 0
+ * when the frame table is full. `func` and `file` need not be
+ * NUL-terminated; NULL is allowed with length 0; names over 1024 bytes are
+ * cut; `line` 0 means unknown. Works before `trace_start`; every call
+ * makes a new frame. Any thread, also inside malloc (it never allocates or
+ * locks).
+ *
+ * # Safety
+ * `func` is NULL or points to `func_len` readable bytes; so is `file` with
+ * `file_len`.
+ */
+uint64_t trace_frame_register(const char *func,
+                              size_t func_len,
+                              const char *file,
+                              size_t file_len,
+                              uint32_t line);
+
+/**
+ * Interns a call stack and returns its stack ID for the `_stack` event
+ * calls (stable for the process: register once, use it in every
+ * generation); 0 means no stack. `frames` holds `n` frames, innermost
+ * first: native return addresses and values from `trace_frame_register`,
+ * freely mixed. Returns 0 for NULL or `n` 0, a frame of 0, or a value that
+ * names no registered frame, or when the stack table is full (1 Mi frames
+ * of distinct stacks, shared prefixes counted once). Stacks deeper than
+ * 1024 frames keep their innermost 1023 under a truncation mark. Works
+ * before `trace_start`. Any thread, also inside malloc (it never allocates
+ * or locks).
+ *
+ * # Safety
+ * `frames` is NULL or points to `n` readable `uint64_t`.
+ */
+uint64_t trace_stack_register(const uint64_t *frames, size_t n);
+
+/**
  * Records that a span of `npages` pages at `base` existed when tracing
  * started (call from the snapshot callback). `kind_class` is yours to
  * define. Any thread, also inside malloc.

@@ -553,14 +553,74 @@ pub unsafe extern "C" fn trace_type_register(
     ptr_bytes: u64,
 ) -> u64 {
     ffi_guard_or!(0, {
-        let name: &[u8] = if name.is_null() || name_len == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller passes name_len readable bytes at name.
-            unsafe { core::slice::from_raw_parts(name.cast(), name_len) }
-        };
+        // SAFETY: the caller passes name_len readable bytes at name.
+        let name = unsafe { bytes(name, name_len) };
         events::type_register(name, size, ptr_bytes)
     })
+}
+
+/// Registers a frame of the runtime's own code (a Lua or Python function, a
+/// JIT stub) and returns its frame value for `trace_stack_register`: a
+/// value that can never be mistaken for a native address (bit 63 set). 0
+/// when the frame table is full. `func` and `file` need not be
+/// NUL-terminated; NULL is allowed with length 0; names over 1024 bytes are
+/// cut; `line` 0 means unknown. Works before `trace_start`; every call
+/// makes a new frame. Any thread, also inside malloc (it never allocates or
+/// locks).
+///
+/// # Safety
+/// `func` is NULL or points to `func_len` readable bytes; so is `file` with
+/// `file_len`.
+#[no_mangle]
+pub unsafe extern "C" fn trace_frame_register(
+    func: *const c_char,
+    func_len: libc::size_t,
+    file: *const c_char,
+    file_len: libc::size_t,
+    line: u32,
+) -> u64 {
+    ffi_guard_or!(0, {
+        // SAFETY: the caller's contract above.
+        let (func, file) = unsafe { (bytes(func, func_len), bytes(file, file_len)) };
+        events::frame_register(func, file, line)
+    })
+}
+
+/// Interns a call stack and returns its stack ID for the `_stack` event
+/// calls (stable for the process: register once, use it in every
+/// generation); 0 means no stack. `frames` holds `n` frames, innermost
+/// first: native return addresses and values from `trace_frame_register`,
+/// freely mixed. Returns 0 for NULL or `n` 0, a frame of 0, or a value that
+/// names no registered frame, or when the stack table is full (1 Mi frames
+/// of distinct stacks, shared prefixes counted once). Stacks deeper than
+/// 1024 frames keep their innermost 1023 under a truncation mark. Works
+/// before `trace_start`. Any thread, also inside malloc (it never allocates
+/// or locks).
+///
+/// # Safety
+/// `frames` is NULL or points to `n` readable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn trace_stack_register(frames: *const u64, n: libc::size_t) -> u64 {
+    ffi_guard_or!(0, {
+        if frames.is_null() || n == 0 {
+            return 0;
+        }
+        // SAFETY: the caller passes n readable u64 at frames.
+        events::stack_register(unsafe { core::slice::from_raw_parts(frames, n) })
+    })
+}
+
+/// `len` bytes at `p` as a slice; empty for NULL or 0.
+///
+/// # Safety
+/// `p` is NULL or points to `len` readable bytes that outlive the slice.
+unsafe fn bytes<'a>(p: *const c_char, len: libc::size_t) -> &'a [u8] {
+    if p.is_null() || len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { core::slice::from_raw_parts(p.cast(), len) }
+    }
 }
 
 /// Records that a span of `npages` pages at `base` existed when tracing

@@ -72,6 +72,71 @@ pub fn type_register(name: &[u8], size: u64, ptr_bytes: u64) -> u64 {
     crate::type_table::register(name, size, ptr_bytes)
 }
 
+/// The most frames a registered stack keeps: deeper stacks keep their
+/// innermost `MAX_STACK_DEPTH - 1` frames under the truncation marker.
+pub const MAX_STACK_DEPTH: usize = 1024;
+
+/// The bit of a registered frame's value: no user-space address has it.
+pub const REGISTERED_FRAME: u64 = crate::frame_table::REGISTERED;
+
+/// Registers a frame of a runtime's own code (a Lua or Python function, a
+/// JIT stub) and returns its frame value, `REGISTERED_FRAME | id`: never a
+/// native address. 0 when the frame table is full. Names longer than 1024
+/// bytes are cut. Works before tracing starts; every call makes a new frame.
+/// Never allocates nor locks (a runtime may call it inside malloc).
+pub fn frame_register(function: &[u8], file: &[u8], line: u32) -> u64 {
+    match crate::frame_table::register(function, file, line) {
+        0 => 0,
+        id => REGISTERED_FRAME | id,
+    }
+}
+
+/// The frame word (docs/FORMAT.md) of a frame value: a native return
+/// address or a value from [`frame_register`]; `None` for 0 and for a
+/// registered value that names no frame.
+fn frame_word(value: u64) -> Option<u64> {
+    if value & REGISTERED_FRAME == 0 {
+        (value != 0).then_some(value << 1)
+    } else {
+        let id = value & !REGISTERED_FRAME;
+        crate::frame_table::is_defined(id).then_some(id << 1 | 1)
+    }
+}
+
+/// The frame word of the truncation marker: registered frame 0.
+const TRUNCATED: u64 = 1;
+
+/// Interns a call stack given innermost frame first, native return
+/// addresses and [`frame_register`] values freely mixed, and returns its
+/// stack ID (stable for the process); 0 ("no stack") for an empty stack, a
+/// frame value that is 0 or names no registered frame, or a full table.
+/// A stack deeper than [`MAX_STACK_DEPTH`] keeps its innermost frames
+/// under the truncation marker. Never allocates nor locks.
+pub fn stack_register(frames: &[u64]) -> u64 {
+    let kept = if frames.len() > MAX_STACK_DEPTH {
+        &frames[..MAX_STACK_DEPTH - 1]
+    } else {
+        frames
+    };
+    let mut parent = 0;
+    if kept.len() < frames.len() {
+        parent = crate::call_stack_table::intern_child(0, TRUNCATED);
+        if parent == 0 {
+            return 0;
+        }
+    }
+    for &value in kept.iter().rev() {
+        let Some(word) = frame_word(value) else {
+            return 0;
+        };
+        parent = crate::call_stack_table::intern_child(parent, word);
+        if parent == 0 {
+            return 0;
+        }
+    }
+    u64::from(parent)
+}
+
 /// The calling thread's trace thread ID (as in the trace's batch headers),
 /// claiming a slot if needed; 0 when tracing is off or no slot is free.
 pub fn thread_id() -> u64 {
