@@ -1,0 +1,94 @@
+//! Micro-benchmark of the two captures (one run, plain std::time; not a
+//! test): ns per capture and per frame for the frame-pointer walk and the
+//! cached DWARF walk, with the capture made at the end of a C call chain of
+//! 10, 30 and 60 frames (frame pointers on: both walks see every frame;
+//! and, for DWARF, the same chain built without frame pointers).
+//!
+//! `cargo run --release -p alloctrace-unwind --example capture_bench`
+
+use core::ffi::{c_int, c_void};
+use std::time::Instant;
+
+use alloctrace_unwind::{
+    capture_dwarf, capture_fp, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
+};
+
+type Cb = extern "C" fn(*mut c_void);
+
+extern "C" {
+    fn unwt_fp_level(n: c_int, cb: Cb, ctx: *mut c_void);
+    fn unwt_nofp_level(n: c_int, cb: Cb, ctx: *mut c_void);
+}
+
+extern "C" fn trampoline<F: FnMut()>(ctx: *mut c_void) {
+    // SAFETY: ctx is the &mut F passed by `through_c`, alive for the call.
+    let f = unsafe { &mut *ctx.cast::<F>() };
+    f();
+}
+
+fn through_c<F: FnMut()>(mut f: F, fp: bool, levels: c_int) {
+    let ctx = (&mut f as *mut F).cast();
+    // SAFETY: the chain calls trampoline::<F>(ctx) once, at its end.
+    unsafe {
+        if fp {
+            unwt_fp_level(levels, trampoline::<F>, ctx)
+        } else {
+            unwt_nofp_level(levels, trampoline::<F>, ctx)
+        }
+    }
+}
+
+const ROUNDS: u32 = 200_000;
+
+/// (ns per capture, frames per capture)
+fn time(mut capture: impl FnMut() -> Walk) -> (f64, usize) {
+    let w = capture(); // warm-up (fills the DWARF rule cache)
+    let t = Instant::now();
+    for _ in 0..ROUNDS {
+        std::hint::black_box(capture());
+    }
+    (t.elapsed().as_nanos() as f64 / f64::from(ROUNDS), w.len)
+}
+
+fn main() {
+    let bounds = StackBounds::current().expect("stack bounds");
+    let modules = Modules::snapshot();
+    // SAFETY: nothing is loaded or unloaded while the benchmark runs.
+    let unwinder = unsafe { DwarfUnwinder::from_modules(&modules) };
+    let mut cache = DwarfCache::new();
+    let mut out = [0u64; 128];
+    println!("walk                      chain  frames  ns/capture  ns/frame");
+    for depth in [10, 30, 60] {
+        let levels = depth - 1; // unwt_*_level(n) makes n + 1 frames
+        let mut rows = Vec::new();
+        through_c(
+            || {
+                rows.push(("fp", time(|| capture_fp(0, &bounds, &mut out))));
+                rows.push((
+                    "dwarf (cached), fp chain",
+                    time(|| capture_dwarf(0, &bounds, &unwinder, &mut cache, &mut out)),
+                ));
+            },
+            true,
+            levels,
+        );
+        through_c(
+            || {
+                rows.push((
+                    "dwarf (cached), no-fp",
+                    time(|| capture_dwarf(0, &bounds, &unwinder, &mut cache, &mut out)),
+                ));
+            },
+            false,
+            levels,
+        );
+        for (name, (ns, frames)) in rows {
+            println!(
+                "{name:<25} {depth:>5}  {frames:>6}  {ns:>10.1}  {:>8.2}",
+                ns / frames.max(1) as f64
+            );
+        }
+    }
+    let (hits, misses) = cache.hits_and_misses();
+    println!("DWARF rule cache: {hits} hits, {misses} misses");
+}

@@ -1,0 +1,162 @@
+//! Captures against the oracle (the `backtrace` crate, libgcc's DWARF
+//! unwinder) through C frames with and without frame pointers.
+
+mod common;
+
+use alloctrace_unwind::{
+    capture_dwarf, capture_fp, DwarfCache, DwarfUnwinder, Modules, StackBounds,
+};
+use common::*;
+
+const DEPTH: usize = 256;
+
+struct Setup {
+    bounds: StackBounds,
+    unwinder: DwarfUnwinder,
+    cache: DwarfCache,
+}
+
+fn setup() -> Setup {
+    let modules = Modules::snapshot();
+    Setup {
+        bounds: StackBounds::current().expect("thread stack bounds"),
+        // SAFETY: the test loads nothing and unloads nothing while it runs.
+        unwinder: unsafe { DwarfUnwinder::from_modules(&modules) },
+        cache: DwarfCache::new(),
+    }
+}
+
+#[test]
+fn dwarf_walk_equals_oracle_through_c_frames_without_frame_pointers() {
+    let mut s = setup();
+    let (n_fp, n_nofp) = (3, 4);
+    let mut ours = vec![0u64; DEPTH];
+    let mut walk = None;
+    let mut reference = Vec::new();
+    through_c(
+        || {
+            walk = Some(capture_dwarf(
+                0,
+                &s.bounds,
+                &s.unwinder,
+                &mut s.cache,
+                &mut ours,
+            ));
+            reference = oracle();
+        },
+        // SAFETY: the C chain calls the callback with ctx, nothing else.
+        |cb, ctx| unsafe { unwt_fp_mixed(n_fp, n_nofp, cb, ctx) },
+    );
+    let walk = walk.unwrap();
+    ours.truncate(walk.len);
+    let k = assert_matches_oracle(&ours, &reference);
+    assert_eq!(count_in(&ours, "unwt_nofp_level"), n_nofp as usize + 1);
+    assert_eq!(count_in(&ours, "unwt_fp_mixed"), n_fp as usize + 1);
+    // The walk reached the end of the thread's stack, as the oracle did.
+    assert!(!walk.truncated, "{walk:?}");
+    assert_eq!(
+        k,
+        reference.len() - reference.iter().position(|&a| a == ours[1]).unwrap()
+    );
+}
+
+#[test]
+fn dwarf_walk_equals_oracle_through_rust_frames() {
+    let mut s = setup();
+    let mut ours = vec![0u64; DEPTH];
+    let mut reference = Vec::new();
+    let walk = rust_chain(5, &mut || {
+        let w = capture_dwarf(0, &s.bounds, &s.unwinder, &mut s.cache, &mut ours);
+        reference = oracle();
+        w
+    });
+    ours.truncate(walk.len);
+    assert_matches_oracle(&ours, &reference);
+    assert_eq!(count_in(&ours, "oracle::rust_chain"), 6);
+    assert!(!walk.truncated);
+}
+
+#[inline(never)]
+fn rust_chain(n: u32, f: &mut dyn FnMut() -> alloctrace_unwind::Walk) -> alloctrace_unwind::Walk {
+    let w = if n == 0 { f() } else { rust_chain(n - 1, f) };
+    std::hint::black_box(w)
+}
+
+#[test]
+fn fp_walk_equals_oracle_where_frame_pointers_exist() {
+    let s = setup();
+    let n = 5;
+    let mut ours = vec![0u64; DEPTH];
+    let mut walk = None;
+    let mut reference = Vec::new();
+    through_c(
+        || {
+            walk = Some(capture_fp(0, &s.bounds, &mut ours));
+            reference = oracle();
+        },
+        // SAFETY: as above.
+        |cb, ctx| unsafe { unwt_fp_level(n, cb, ctx) },
+    );
+    let walk = walk.unwrap();
+    ours.truncate(walk.len);
+    // Every address the FP walk gives is the oracle's, in order.
+    assert!(
+        is_subsequence(&ours[1..], &reference),
+        "{:x?} not in {:x?}",
+        ours,
+        reference
+    );
+    // The C frames with frame pointers are all there, except that the
+    // return address into the innermost unwt_fp_level is pushed by its call
+    // of the Rust trampoline, which (built without frame pointers, as Rust
+    // code is by default) makes no frame record: the walk goes from the
+    // capturing closure straight to unwt_fp_level's own record, whose
+    // return address is into the next level. With frame pointers in the
+    // trampoline it would be there too.
+    let in_c: Vec<u64> = reference
+        .iter()
+        .copied()
+        .filter(|&a| symbol(a) == "unwt_fp_level")
+        .collect();
+    assert_eq!(in_c.len(), n as usize + 1);
+    let found = count_in(&ours, "unwt_fp_level");
+    assert!(
+        found == n as usize || found == n as usize + 1,
+        "{found} {walk:?}"
+    );
+    assert!(is_subsequence(&in_c[in_c.len() - found..], &ours));
+    // Beyond the C chain the walk goes on through Rust frames (std's are
+    // built with frame pointers) or stops; either way it never invents an
+    // address (checked above) and ends without faulting.
+}
+
+#[test]
+fn fp_walk_skips_frames_without_frame_pointers() {
+    let s = setup();
+    let (n_fp, n_nofp) = (3, 4);
+    let mut ours = vec![0u64; DEPTH];
+    let mut walk = None;
+    let mut reference = Vec::new();
+    through_c(
+        || {
+            walk = Some(capture_fp(0, &s.bounds, &mut ours));
+            reference = oracle();
+        },
+        // SAFETY: as above.
+        |cb, ctx| unsafe { unwt_fp_mixed(n_fp, n_nofp, cb, ctx) },
+    );
+    let walk = walk.unwrap();
+    ours.truncate(walk.len);
+    assert!(
+        is_subsequence(&ours[1..], &reference),
+        "{ours:x?} vs {reference:x?}"
+    );
+    // The -O2 -fomit-frame-pointer frames leave rbp alone (it still holds
+    // the innermost unwt_fp_mixed's record), so the walk jumps from the
+    // callback to that record: it misses every unwt_nofp_level frame and
+    // the return address into the innermost unwt_fp_mixed (stored by its
+    // call, not in a record), then goes on through the other FP frames.
+    assert_eq!(count_in(&ours, "unwt_nofp_level"), 0);
+    assert_eq!(count_in(&ours, "unwt_fp_mixed"), n_fp as usize);
+    assert_eq!(count_in(&reference, "unwt_nofp_level"), n_nofp as usize + 1);
+}
