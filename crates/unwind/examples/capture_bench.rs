@@ -4,7 +4,14 @@
 //! 10, 30 and 60 frames (frame pointers on: both walks see every frame;
 //! and, for DWARF, the same chain built without frame pointers).
 //!
-//! `cargo run --release -p alloctrace-unwind --example capture_bench`
+//! `RUSTFLAGS="-C force-frame-pointers=yes" cargo run --release
+//! --target-dir target/fpbench -p alloctrace-unwind --example capture_bench`
+//!
+//! Without frame pointers in the Rust code between the C chain and the
+//! capture (the trampoline and this file's closures), optimised Rust uses
+//! rbp as an ordinary register and the frame-pointer walk stops after the
+//! first frame; the program says so. The same holds for any caller of
+//! `capture_fp` (see the crate docs).
 
 use core::ffi::{c_int, c_void};
 use std::time::Instant;
@@ -82,6 +89,12 @@ fn main() {
             false,
             levels,
         );
+        if rows[0].1 .1 < depth as usize {
+            println!(
+                "note: the fp walk saw {} of {depth} frames: build with -C force-frame-pointers=yes",
+                rows[0].1 .1
+            );
+        }
         for (name, (ns, frames)) in rows {
             println!(
                 "{name:<25} {depth:>5}  {frames:>6}  {ns:>10.1}  {:>8.2}",
