@@ -7,6 +7,10 @@
 //! `RUSTFLAGS="-C force-frame-pointers=yes" cargo run --release
 //! --target-dir target/fpbench -p alloctrace-unwind --example capture_bench`
 //!
+//! `capture_mixed` skips the Rust frames above the C chain by CFI (the
+//! number is found once with a DWARF capture and the `backtrace` crate's
+//! symbols) and walks frame pointers from the first C frame.
+//!
 //! Without frame pointers in the Rust code between the C chain and the
 //! capture (the trampoline and this file's closures), optimised Rust uses
 //! rbp as an ordinary register and the frame-pointer walk stops after the
@@ -17,7 +21,7 @@ use core::ffi::{c_int, c_void};
 use std::time::Instant;
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_fp, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
+    capture_dwarf, capture_fp, capture_mixed, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
 };
 
 type Cb = extern "C" fn(*mut c_void);
@@ -47,6 +51,17 @@ fn through_c<F: FnMut()>(mut f: F, fp: bool, levels: c_int) {
 
 const ROUNDS: u32 = 200_000;
 
+/// The demangled name (without hash) of the function holding `addr`.
+fn symbol(addr: u64) -> String {
+    let mut name = String::new();
+    backtrace::resolve(addr.wrapping_sub(1) as *mut c_void, |sym| {
+        if let (true, Some(n)) = (name.is_empty(), sym.name()) {
+            name = format!("{n:#}");
+        }
+    });
+    name
+}
+
 /// (ns per capture, frames per capture)
 fn time(mut capture: impl FnMut() -> Walk) -> (f64, usize) {
     let w = capture(); // warm-up (fills the DWARF rule cache)
@@ -64,13 +79,22 @@ fn main() {
     let unwinder = unsafe { DwarfUnwinder::from_modules(&modules) };
     let mut cache = DwarfCache::new();
     let mut out = [0u64; 128];
-    println!("walk                      chain  frames  ns/capture  ns/frame");
+    println!("walk                       chain  frames  ns/capture  ns/frame");
     for depth in [10, 30, 60] {
         let levels = depth - 1; // unwt_*_level(n) makes n + 1 frames
         let mut rows = Vec::new();
         through_c(
             || {
+                let w = capture_dwarf(0, &bounds, &unwinder, &mut cache, &mut out);
+                let skip = out[..w.len]
+                    .iter()
+                    .position(|&a| symbol(a) == "unwt_fp_level")
+                    .unwrap_or(0);
                 rows.push(("fp", time(|| capture_fp(0, &bounds, &mut out))));
+                rows.push((
+                    "mixed (cfi skip, then fp)",
+                    time(|| capture_mixed(skip, &bounds, &unwinder, &mut cache, &mut out)),
+                ));
                 rows.push((
                     "dwarf (cached), fp chain",
                     time(|| capture_dwarf(0, &bounds, &unwinder, &mut cache, &mut out)),
@@ -97,7 +121,7 @@ fn main() {
         }
         for (name, (ns, frames)) in rows {
             println!(
-                "{name:<25} {depth:>5}  {frames:>6}  {ns:>10.1}  {:>8.2}",
+                "{name:<26} {depth:>5}  {frames:>6}  {ns:>10.1}  {:>8.2}",
                 ns / frames.max(1) as f64
             );
         }

@@ -8,7 +8,7 @@ use framehop::{
     UnwindRegsNative, Unwinder, UnwinderNative,
 };
 
-use crate::bounds::StackBounds;
+use crate::bounds::{Fence, StackBounds};
 use crate::modules::Modules;
 use crate::Walk;
 
@@ -140,6 +140,71 @@ impl Default for DwarfCache {
     }
 }
 
+/// rip (the next instruction's address, in the calling function), rsp and
+/// rbp, read where the macro is expanded.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+macro_rules! registers_here {
+    () => {{
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: copies rip, rsp and rbp into registers; touches no memory.
+        unsafe {
+            core::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        (ip, sp, bp)
+    }};
+}
+
+/// One CFI unwinding step's outcome.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+enum Step {
+    /// The frame's return address; `regs` and `frame` now describe its caller.
+    Ret(u64),
+    /// The end of the stack (an end-of-stack rule or a zero return address).
+    End,
+    /// No rule applied, a read failed, or the stack pointer did not go up.
+    Fail,
+}
+
+/// Unwinds `frame` (with registers `regs`) by its CFI rule, or framehop's
+/// frame-pointer fallback where it has none.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn cfi_step<F: FnMut(u64) -> Result<u64, ()>>(
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    regs: &mut UnwindRegsNative,
+    frame: &mut FrameAddress,
+    read_stack: &mut F,
+) -> Step {
+    let prev_sp = regs.sp();
+    match unwinder
+        .inner
+        .unwind_frame(*frame, regs, &mut cache.inner, read_stack)
+    {
+        Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
+            // A zero return address: the outermost frame.
+            None => Step::End,
+            // The caller's frame must lie above this one's.
+            Some(_) if regs.sp() <= prev_sp => Step::Fail,
+            Some(next) => {
+                *frame = next;
+                Step::Ret(ret)
+            }
+        },
+        Ok(None) => Step::End,
+        Err(_) => Step::Fail,
+    }
+}
+
 /// Captures the calling thread's return addresses by DWARF CFI, innermost
 /// first, into `out`; returns how many it wrote and whether the walk
 /// stopped before the end of the stack.
@@ -169,20 +234,7 @@ pub fn capture_dwarf(
 ) -> Walk {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
-        let (ip, sp, bp): (u64, u64, u64);
-        // SAFETY: copies rip (the address of the next instruction, still in
-        // this function), rsp and rbp into registers; touches no memory.
-        unsafe {
-            core::arch::asm!(
-                "lea {ip}, [rip]",
-                "mov {sp}, rsp",
-                "mov {bp}, rbp",
-                ip = out(reg) ip,
-                sp = out(reg) sp,
-                bp = out(reg) bp,
-                options(nomem, nostack, preserves_flags),
-            );
-        }
+        let (ip, sp, bp) = registers_here!();
         let Some(fence) = bounds.fence(sp) else {
             return Walk {
                 len: 0,
@@ -195,41 +247,21 @@ pub fn capture_dwarf(
         let mut skip = skip;
         let mut n = 0usize;
         loop {
-            let prev_sp = regs.sp();
-            let ret = match unwinder.inner.unwind_frame(
-                frame,
-                &mut regs,
-                &mut cache.inner,
-                &mut read_stack,
-            ) {
-                Ok(Some(ret)) => ret,
-                Ok(None) => {
+            let ret = match cfi_step(unwinder, cache, &mut regs, &mut frame, &mut read_stack) {
+                Step::Ret(ret) => ret,
+                Step::End => {
                     return Walk {
                         len: n,
                         truncated: false,
                     }
                 }
-                Err(_) => {
+                Step::Fail => {
                     return Walk {
                         len: n,
                         truncated: true,
                     }
                 }
             };
-            let Some(next) = FrameAddress::from_return_address(ret) else {
-                // A zero return address: the outermost frame.
-                return Walk {
-                    len: n,
-                    truncated: false,
-                };
-            };
-            if regs.sp() <= prev_sp {
-                // The caller's frame must lie above this one's.
-                return Walk {
-                    len: n,
-                    truncated: true,
-                };
-            }
             if skip > 0 {
                 skip -= 1;
             } else {
@@ -242,7 +274,96 @@ pub fn capture_dwarf(
                 *slot = ret;
                 n += 1;
             }
-            frame = next;
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = (skip, bounds, unwinder, cache, out);
+        Walk {
+            len: 0,
+            truncated: true,
+        }
+    }
+}
+
+/// The fast mode for callers built without frame pointers: unwinds the
+/// capture's own frame and the `skip` frames above it by CFI (the tracer's
+/// own frames: their rules stay in `cache`, so each costs one cache hit),
+/// then follows frame pointers from the rbp that CFI recovered for the
+/// first kept frame.
+///
+/// This is what makes the frame-pointer walk usable from optimised Rust: a
+/// function compiled without frame pointers may hold anything in rbp while
+/// it runs, so [`capture_fp`](crate::capture_fp) called from such code (a
+/// malloc wrapper in a release build) stops after one frame. Here CFI
+/// restores the rbp of the first kept frame (the traced program's
+/// allocating function), which the caller's own frames saved. From there
+/// the walk is the frame-pointer walk, with its limits: it stops at, or
+/// skips past, frames without frame pointers.
+///
+/// Conventions as [`capture_dwarf`]: `out[0]` is the return address the
+/// walk keeps first (the `skip`-th above the caller's), `out.len()` is the
+/// depth limit, `truncated` as there. Must not allocate, lock, make a
+/// system call, panic or fault: it runs inside the host's malloc. On
+/// targets other than x86_64 Linux it returns an empty, truncated walk.
+#[inline(never)]
+pub fn capture_mixed(
+    skip: usize,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    out: &mut [u64],
+) -> Walk {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let (ip, sp, bp) = registers_here!();
+        let Some(fence) = bounds.fence(sp) else {
+            return Walk {
+                len: 0,
+                truncated: true,
+            };
+        };
+        let mut read_stack = |addr: u64| fence.read(addr).ok_or(());
+        let mut regs = UnwindRegsNative::new(ip, sp, bp);
+        let mut frame = FrameAddress::from_instruction_pointer(ip);
+        // CFI until the first kept return address.
+        let mut skip = skip;
+        let first = loop {
+            match cfi_step(unwinder, cache, &mut regs, &mut frame, &mut read_stack) {
+                Step::Ret(ret) if skip == 0 => break ret,
+                Step::Ret(_) => skip -= 1,
+                Step::End => {
+                    return Walk {
+                        len: 0,
+                        truncated: false,
+                    }
+                }
+                Step::Fail => {
+                    return Walk {
+                        len: 0,
+                        truncated: true,
+                    }
+                }
+            }
+        };
+        let Some(slot) = out.first_mut() else {
+            return Walk {
+                len: 0,
+                truncated: true,
+            };
+        };
+        *slot = first;
+        // Frame pointers from the kept frame's rbp; its record cannot lie
+        // below its stack pointer.
+        let fence = Fence {
+            lo: regs.sp().max(fence.lo),
+            hi: fence.hi,
+        };
+        let rest = &mut out[1..];
+        let w = crate::fp::walk(regs.bp(), fence, 0, rest.as_mut_ptr(), rest.len());
+        Walk {
+            len: 1 + w.len,
+            truncated: w.truncated,
         }
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]

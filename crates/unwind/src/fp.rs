@@ -129,7 +129,7 @@ extern "sysv64" fn fp_entry_inner(
 // Must not allocate, lock, make a system call, panic or fault: runs inside
 // malloc. Every read goes through `fence`.
 #[inline(always)]
-fn walk(mut fp: u64, fence: Fence, mut skip: usize, out: *mut u64, len: usize) -> Walk {
+pub(crate) fn walk(mut fp: u64, fence: Fence, mut skip: usize, out: *mut u64, len: usize) -> Walk {
     let mut n = 0usize;
     loop {
         if fp == 0 {

@@ -8,7 +8,7 @@ mod fp;
 mod modules;
 
 pub use bounds::StackBounds;
-pub use dwarf::{capture_dwarf, DwarfCache, DwarfUnwinder, MappedBytes};
+pub use dwarf::{capture_dwarf, capture_mixed, DwarfCache, DwarfUnwinder, MappedBytes};
 pub use fp::{capture_fp, walk_fp_chain};
 pub use modules::{LoadSegment, ModuleInfo, Modules};
 

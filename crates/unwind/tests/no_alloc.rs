@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_fp, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
+    capture_dwarf, capture_fp, capture_mixed, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
 };
 use common::*;
 
@@ -75,7 +75,8 @@ fn captures_never_allocate() {
         allocations_in(|| drop(std::hint::black_box(vec![1u8; 10]))),
         2
     );
-    let (mut fp_allocs, mut dwarf_allocs, mut frames) = (u64::MAX, u64::MAX, (0, 0));
+    let (mut fp_allocs, mut dwarf_allocs, mut mixed_allocs) = (u64::MAX, u64::MAX, u64::MAX);
+    let mut frames = (0, 0, 0);
     through_c(
         || {
             let mut last = Walk::default();
@@ -93,11 +94,22 @@ fn captures_never_allocate() {
                 }
             });
             frames.1 = last.len;
+            mixed_allocs = allocations_in(|| {
+                for _ in 0..10_000 {
+                    last = std::hint::black_box(capture_mixed(
+                        2, &bounds, &unwinder, &mut cache, &mut out,
+                    ));
+                }
+            });
+            frames.2 = last.len;
         },
         // SAFETY: as in common.
         |cb, ctx| unsafe { unwt_fp_mixed(3, 4, cb, ctx) },
     );
-    assert_eq!((fp_allocs, dwarf_allocs), (0, 0));
+    assert_eq!((fp_allocs, dwarf_allocs, mixed_allocs), (0, 0, 0));
     // The captures did walk (through C frames with and without frame pointers).
-    assert!(frames.0 >= 4 && frames.1 >= 12, "{frames:?}");
+    assert!(
+        frames.0 >= 4 && frames.1 >= 12 && frames.2 >= 2,
+        "{frames:?}"
+    );
 }
