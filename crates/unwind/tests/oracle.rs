@@ -186,7 +186,7 @@ fn frames_above(c_fn: &str, chain: impl Fn(Cb, *mut core::ffi::c_void)) -> usize
 #[test]
 fn mixed_walk_keeps_every_frame_pointer_frame_after_cfi_skipped_frames() {
     let n = 5;
-    // SAFETY (both chains): as above.
+    // SAFETY: as above.
     let chain = |cb, ctx| unsafe { unwt_fp_level(n, cb, ctx) };
     let skip = frames_above("unwt_fp_level", chain);
     let mut s = setup();
