@@ -54,6 +54,9 @@ impl Deref for MappedBytes {
 pub struct DwarfUnwinder {
     inner: UnwinderNative<MappedBytes, MustNotAllocateDuringUnwind>,
     modules: usize,
+    /// Readable, executable segments `[start, end)` of every module, sorted:
+    /// where a return address may be checked for the signal trampoline.
+    code: Vec<(u64, u64)>,
 }
 
 impl DwarfUnwinder {
@@ -70,6 +73,14 @@ impl DwarfUnwinder {
     pub unsafe fn from_modules(modules: &Modules) -> DwarfUnwinder {
         let mut inner = UnwinderNative::new();
         let mut count = 0;
+        let mut code: Vec<(u64, u64)> = modules
+            .modules()
+            .iter()
+            .flat_map(|m| m.segments.iter())
+            .filter(|s| s.flags & PF_RX == PF_RX && s.start < s.end)
+            .map(|s| (s.start, s.end))
+            .collect();
+        code.sort_unstable();
         for m in modules.modules() {
             if m.eh_frame_hdr == 0 || m.eh_frame == 0 {
                 continue;
@@ -102,7 +113,28 @@ impl DwarfUnwinder {
         DwarfUnwinder {
             inner,
             modules: count,
+            code,
         }
+    }
+
+    /// Whether `ra` is the start of the x86_64 signal trampoline
+    /// (`__restore_rt`: `mov $15, %rax; syscall`, the rt_sigreturn call the
+    /// kernel makes a handler return to).
+    // Must not allocate, lock or fault: runs inside malloc.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn is_sigreturn(&self, ra: u64) -> bool {
+        const CODE: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+        let i = self.code.partition_point(|&(start, _)| start <= ra);
+        let Some(&(_, end)) = i.checked_sub(1).and_then(|i| self.code.get(i)) else {
+            return false;
+        };
+        if ra >= end || end - ra < CODE.len() as u64 {
+            return false;
+        }
+        // SAFETY: [ra, ra + 9) lies inside a readable segment of a loaded
+        // module (from_modules' contract keeps it mapped).
+        let bytes = unsafe { core::ptr::read_unaligned(ra as *const [u8; 9]) };
+        bytes == CODE
     }
 
     /// How many modules have unwind tables registered.
@@ -162,6 +194,9 @@ macro_rules! registers_here {
     }};
 }
 
+/// `PF_R | PF_X`.
+const PF_RX: u32 = 4 | 1;
+
 /// One CFI unwinding step's outcome.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 enum Step {
@@ -186,6 +221,11 @@ fn cfi_step<F: FnMut(u64) -> Result<u64, ()>>(
     read_stack: &mut F,
 ) -> Step {
     let prev_sp = regs.sp();
+    if let FrameAddress::ReturnAddress(ra) = *frame {
+        if unwinder.is_sigreturn(ra.get()) {
+            return signal_frame_step(regs, frame, read_stack);
+        }
+    }
     match unwinder
         .inner
         .unwind_frame(*frame, regs, &mut cache.inner, read_stack)
@@ -203,6 +243,41 @@ fn cfi_step<F: FnMut(u64) -> Result<u64, ()>>(
         Ok(None) => Step::End,
         Err(_) => Step::Fail,
     }
+}
+
+/// Unwinds a signal frame: `frame` is the signal trampoline a handler
+/// returned to, `regs.sp()` points at the `ucontext_t` the kernel saved
+/// (the `rt_sigframe` after its return-address word). The interrupted
+/// code's rip, rsp and rbp come from its `uc_mcontext.gregs`; rip is an
+/// instruction pointer, not a return address (it is unwound as the first
+/// frame of a walk is). framehop cannot apply the trampoline's CFI
+/// expression, and its frame-pointer fallback would silently skip the
+/// interrupted frames.
+// Must not allocate, lock or panic: runs inside malloc (reads via the fence).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn signal_frame_step<F: FnMut(u64) -> Result<u64, ()>>(
+    regs: &mut UnwindRegsNative,
+    frame: &mut FrameAddress,
+    read_stack: &mut F,
+) -> Step {
+    // ucontext_t: uc_flags (8), uc_link (8), uc_stack (24), then mcontext
+    // gregs (REG_RBP = 10, REG_RSP = 15, REG_RIP = 16).
+    const GREGS: u64 = 40;
+    let uc = regs.sp();
+    let reg = |i: u64, read_stack: &mut F| read_stack(uc.wrapping_add(GREGS + 8 * i));
+    let (Ok(bp), Ok(sp), Ok(ip)) = (
+        reg(libc::REG_RBP as u64, read_stack),
+        reg(libc::REG_RSP as u64, read_stack),
+        reg(libc::REG_RIP as u64, read_stack),
+    ) else {
+        return Step::Fail;
+    };
+    if sp <= uc || ip == 0 {
+        return Step::Fail;
+    }
+    *regs = UnwindRegsNative::new(ip, sp, bp);
+    *frame = FrameAddress::from_instruction_pointer(ip);
+    Step::Ret(ip)
 }
 
 /// Captures the calling thread's return addresses by DWARF CFI, innermost
