@@ -96,13 +96,13 @@ impl DwarfUnwinder {
             // Section addresses as the object states them (the load bias
             // taken off): framehop resolves the header's pc- and
             // data-relative pointers against them.
-            let hdr_svma = m.eh_frame_hdr - m.bias;
-            let eh_svma = m.eh_frame - m.bias;
+            let hdr_svma = m.eh_frame_hdr.wrapping_sub(m.bias);
+            let eh_svma = m.eh_frame.wrapping_sub(m.bias);
             let info = ExplicitModuleSectionInfo {
                 base_svma: 0,
-                eh_frame_hdr_svma: Some(hdr_svma..hdr_svma + m.eh_frame_hdr_len),
+                eh_frame_hdr_svma: Some(hdr_svma..hdr_svma.wrapping_add(m.eh_frame_hdr_len)),
                 eh_frame_hdr: Some(hdr),
-                eh_frame_svma: Some(eh_svma..eh_svma + m.eh_frame_len),
+                eh_frame_svma: Some(eh_svma..eh_svma.wrapping_add(m.eh_frame_len)),
                 eh_frame: Some(eh),
                 ..Default::default()
             };

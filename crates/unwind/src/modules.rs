@@ -217,7 +217,7 @@ unsafe fn read_module(info: &libc::dl_phdr_info) -> Option<ModuleInfo> {
     };
     if let Some(p) = phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME) {
         let hdr = bias.wrapping_add(p.p_vaddr);
-        if p.p_memsz > 0 && m.contains(hdr) && m.contains(hdr + p.p_memsz - 1) {
+        if p.p_memsz > 0 && m.contains(hdr) && m.contains(hdr.saturating_add(p.p_memsz - 1)) {
             m.eh_frame_hdr = hdr;
             m.eh_frame_hdr_len = p.p_memsz;
             // SAFETY: the header lies inside a loaded segment (checked).
@@ -230,7 +230,7 @@ unsafe fn read_module(info: &libc::dl_phdr_info) -> Option<ModuleInfo> {
                     .find(|s| eh_frame >= s.start && eh_frame < s.end)
                 {
                     m.eh_frame = eh_frame;
-                    m.eh_frame_len = seg.end - eh_frame;
+                    m.eh_frame_len = seg.end.saturating_sub(eh_frame);
                 }
             }
         }
