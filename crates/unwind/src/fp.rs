@@ -38,7 +38,7 @@ pub fn capture_fp(skip: usize, bounds: &StackBounds, out: &mut [u64]) -> Walk {
         // reads only inside `bounds`, which describe this thread's stack
         // (StackBounds is !Send; its constructors guarantee readability).
         let packed =
-            unsafe { fp_entry(skip, bounds.lo(), bounds.hi(), out.as_mut_ptr(), out.len()) };
+            unsafe { capture_fp_raw(skip, bounds.lo(), bounds.hi(), out.as_mut_ptr(), out.len()) };
         Walk {
             len: (packed & !TRUNCATED_BIT) as usize,
             truncated: packed & TRUNCATED_BIT != 0,
@@ -72,17 +72,25 @@ pub unsafe fn walk_fp_chain(fp: u64, bounds: &StackBounds, skip: usize, out: &mu
     }
 }
 
-/// Bit 63 of the entry point's packed result: the walk was truncated.
-const TRUNCATED_BIT: u64 = 1 << 63;
+/// Bit 63 of [`capture_fp_raw`]'s result: the walk was truncated.
+pub const TRUNCATED_BIT: u64 = 1 << 63;
 
-/// The entry point: pushes a frame record (so the walk's first record is
-/// this call's, whatever the caller did with rbp), then calls
-/// [`fp_entry_inner`] with that record's address as the sixth argument.
-/// Stack alignment: rsp is 8 mod 16 at entry, 0 after the push, as the
-/// call needs.
+/// [`capture_fp`] with a C ABI, for callers that are not Rust (and for
+/// tests that call it from C frames): writes at most `len` addresses to
+/// `out` and returns their number, with bit 63 set when the walk was
+/// truncated. `lo`/`hi` are the calling thread's [`StackBounds`].
+///
+/// It pushes a frame record (so the walk's first record is this call's,
+/// whatever the caller did with rbp), then calls `fp_entry_inner` with
+/// that record's address as the sixth argument. Stack alignment: rsp is 8
+/// mod 16 at entry, 0 after the push, as the call needs.
+///
+/// # Safety
+/// `out` is valid for `len` writes; `[lo, hi)` are bounds as
+/// [`StackBounds::from_raw`] requires, for the calling thread.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[unsafe(naked)]
-unsafe extern "sysv64" fn fp_entry(
+pub unsafe extern "sysv64" fn capture_fp_raw(
     _skip: usize,
     _lo: u64,
     _hi: u64,
@@ -100,7 +108,7 @@ unsafe extern "sysv64" fn fp_entry(
     )
 }
 
-/// Body of [`fp_entry`]; `frame` is the record it pushed.
+/// Body of [`capture_fp_raw`]; `frame` is the record it pushed.
 // Must not allocate, lock, make a system call or panic: runs inside malloc.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 extern "sysv64" fn fp_entry_inner(

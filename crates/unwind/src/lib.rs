@@ -128,7 +128,9 @@ mod modules;
 
 pub use bounds::StackBounds;
 pub use dwarf::{capture_dwarf, capture_mixed, DwarfCache, DwarfUnwinder, MappedBytes};
-pub use fp::{capture_fp, walk_fp_chain};
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub use fp::capture_fp_raw;
+pub use fp::{capture_fp, walk_fp_chain, TRUNCATED_BIT};
 pub use modules::{LoadSegment, ModuleInfo, Modules};
 
 /// The default depth limit (frames per capture), as heaptrack's.

@@ -23,3 +23,28 @@ void unwt_fp_mixed(int n_fp, int n_nofp, unwt_cb cb, void *ctx) {
     else
         unwt_fp_mixed(n_fp - 1, n_nofp, cb, ctx);
 }
+
+/* A capture made from C: the raw frame-pointer entry point
+ * (alloctrace_unwind::capture_fp_raw) called by a C frame with a frame
+ * record, so no Rust frame (with or without frame pointers) sits between
+ * the chain and the walk. Used as the chains' callback, with ctx = job. */
+typedef unsigned long (*unwt_raw_capture)(size_t skip, unsigned long lo, unsigned long hi,
+                                          unsigned long *out, size_t len);
+
+struct unwt_fp_job {
+    unwt_raw_capture capture;
+    size_t skip;
+    unsigned long lo, hi;
+    unsigned long *out;
+    size_t len;
+    unsigned long result;
+    unwt_cb then; /* called after the capture (the oracle), may be NULL */
+    void *then_ctx;
+};
+
+void unwt_capture_leaf(void *ctx) {
+    struct unwt_fp_job *job = ctx;
+    job->result = job->capture(job->skip, job->lo, job->hi, job->out, job->len);
+    if (job->then)
+        job->then(job->then_ctx);
+}

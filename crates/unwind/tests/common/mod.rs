@@ -4,7 +4,7 @@
 
 use core::ffi::{c_int, c_void};
 
-pub type Cb = extern "C" fn(*mut c_void);
+pub type Cb = unsafe extern "C" fn(*mut c_void);
 
 extern "C" {
     /// n + 1 frames with frame pointers (-O0), then cb(ctx).
@@ -15,6 +15,59 @@ extern "C" {
     pub fn unwt_nofp_level(n: c_int, cb: Cb, ctx: *mut c_void);
     /// Calls cb(ctx) with rbp = garbage (with CFI saying where rbp was saved).
     pub fn unwt_garbage_rbp(garbage: u64, cb: Cb, ctx: *mut c_void);
+    /// A chain callback (C, with a frame record) that runs the FpJob `ctx`.
+    pub fn unwt_capture_leaf(ctx: *mut c_void);
+}
+
+/// `struct unwt_fp_job` of tests/c/fp_chain.c: a frame-pointer capture
+/// made from a C frame (so no Rust frame lies between the chain and the
+/// walk, whatever the Rust code's frame-pointer use), then `then(then_ctx)`.
+#[repr(C)]
+pub struct FpJob {
+    pub capture: unsafe extern "sysv64" fn(usize, u64, u64, *mut u64, usize) -> u64,
+    pub skip: usize,
+    pub lo: u64,
+    pub hi: u64,
+    pub out: *mut u64,
+    pub len: usize,
+    pub result: u64,
+    pub then: Option<Cb>,
+    pub then_ctx: *mut c_void,
+}
+
+/// Runs `chain(unwt_capture_leaf, job)`: the FP capture from C into a
+/// buffer of `depth`, then the oracle. Returns (addresses, walk, oracle).
+pub fn fp_capture_from_c(
+    bounds: &alloctrace_unwind::StackBounds,
+    depth: usize,
+    chain: impl FnOnce(Cb, *mut c_void),
+) -> (Vec<u64>, alloctrace_unwind::Walk, Vec<u64>) {
+    let mut out = vec![0u64; depth];
+    let mut reference = Vec::new();
+    let mut take_oracle = || reference = oracle();
+    let mut job = FpJob {
+        capture: alloctrace_unwind::capture_fp_raw,
+        skip: 0,
+        lo: bounds.lo(),
+        hi: bounds.hi(),
+        out: out.as_mut_ptr(),
+        len: out.len(),
+        result: 0,
+        then: Some(trampoline_for(&take_oracle)),
+        then_ctx: (&mut take_oracle as *mut _ as *mut c_void),
+    };
+    chain(unwt_capture_leaf, (&mut job as *mut FpJob).cast());
+    let walk = alloctrace_unwind::Walk {
+        len: (job.result & !alloctrace_unwind::TRUNCATED_BIT) as usize,
+        truncated: job.result & alloctrace_unwind::TRUNCATED_BIT != 0,
+    };
+    out.truncate(walk.len);
+    (out, walk, reference)
+}
+
+/// The trampoline for a closure of type F (the argument only names F).
+pub fn trampoline_for<F: FnMut()>(_: &F) -> Cb {
+    trampoline::<F>
 }
 
 extern "C" fn trampoline<F: FnMut()>(ctx: *mut c_void) {
