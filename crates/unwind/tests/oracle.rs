@@ -72,7 +72,11 @@ fn dwarf_walk_equals_oracle_through_rust_frames() {
     });
     ours.truncate(walk.len);
     assert_matches_oracle(&ours, &reference);
-    assert_eq!(count_in(&ours, "oracle::rust_chain"), 6);
+    // Six calls; an optimised build may fold some levels (the oracle sees
+    // the same frames: checked above).
+    let frames = count_in(&ours, "oracle::rust_chain");
+    assert_eq!(frames, count_in(&reference, "oracle::rust_chain"));
+    assert!(frames >= 2, "{frames}");
     assert!(!walk.truncated);
 }
 
