@@ -237,3 +237,38 @@ fn mixed_walk_stops_at_a_no_frame_pointer_frame_it_does_not_skip() {
     assert_eq!(count_in(&ours, "unwt_nofp_level"), 1);
     assert_eq!(count_in(&ours, "unwt_fp_mixed"), n_fp as usize);
 }
+
+#[test]
+fn mixed_walk_restores_rbp_that_skipped_frames_clobbered() {
+    let n = 4;
+    // unwt_garbage_rbp sets rbp to garbage for its callees (the Rust
+    // callback) and restores it on return; its CFI says where it saved it.
+    // SAFETY: as above.
+    let chain = |cb, ctx| unsafe { unwt_fp_then_garbage(n, 0xdead_beef_0000, cb, ctx) };
+    let skip = frames_above("unwt_fp_then_garbage", chain);
+    let mut s = setup();
+    let mut ours = vec![0u64; DEPTH];
+    let mut walk = None;
+    let mut reference = Vec::new();
+    through_c(
+        || {
+            walk = Some(capture_mixed(
+                skip,
+                &s.bounds,
+                &s.unwinder,
+                &mut s.cache,
+                &mut ours,
+            ));
+            reference = oracle();
+        },
+        chain,
+    );
+    ours.truncate(walk.unwrap().len);
+    // CFI unwound the skipped frames, unwt_garbage_rbp included, so the
+    // frame-pointer part starts from the real rbp of the innermost
+    // unwt_fp_then_garbage, not from the garbage: every level is there.
+    let c = n as usize + 1;
+    let p = reference.iter().position(|&a| a == ours[0]).unwrap();
+    assert_eq!(ours[..c], reference[p..p + c], "{walk:?}");
+    assert_eq!(count_in(&ours, "unwt_fp_then_garbage"), c);
+}

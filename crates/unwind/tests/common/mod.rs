@@ -15,6 +15,8 @@ extern "C" {
     pub fn unwt_nofp_level(n: c_int, cb: Cb, ctx: *mut c_void);
     /// Calls cb(ctx) with rbp = garbage (with CFI saying where rbp was saved).
     pub fn unwt_garbage_rbp(garbage: u64, cb: Cb, ctx: *mut c_void);
+    /// n + 1 frames with frame pointers, then unwt_garbage_rbp(garbage, cb, ctx).
+    pub fn unwt_fp_then_garbage(n: c_int, garbage: u64, cb: Cb, ctx: *mut c_void);
     /// A chain callback (C, with a frame record) that runs the FpJob `ctx`.
     pub fn unwt_capture_leaf(ctx: *mut c_void);
 }
