@@ -9,14 +9,23 @@ use crate::Walk;
 ///
 /// `out[0]` is the return address into the direct caller of `capture_fp`
 /// (an address inside the caller, just after its call); `skip` drops that
-/// many innermost addresses first (a shim passes the number of its own
-/// frames). `out.len()` is the depth limit: the caller picks it (the
+/// many innermost addresses first. Here `skip` counts the addresses the
+/// walk produces, that is, frames with a frame record: a frame without one
+/// is not counted (for skipping the tracer's own frames by count, use
+/// [`capture_mixed`](crate::capture_mixed), which counts real frames).
+/// `out.len()` is the depth limit: the caller picks it (the
 /// project's default is 64, heaptrack's too) and a deeper stack gives
 /// exactly `out.len()` addresses, truncated.
 ///
 /// The walk starts at a frame record this function builds itself, so its
 /// first address never depends on whether the caller was compiled with
-/// frame pointers; from there it follows saved rbp values. A caller without
+/// frame pointers; from there it follows saved rbp values, starting with
+/// the caller's rbp. When the caller (or a caller of it below the traced
+/// program's frame) is optimised code that uses rbp as an ordinary
+/// register, as Rust does by default, that value is not a frame record
+/// and the walk stops or wanders there: call `capture_fp` only from code
+/// built with frame pointers (`-C force-frame-pointers=yes`), or use
+/// [`capture_mixed`](crate::capture_mixed). A caller without
 /// a frame pointer is skipped (its frame has no record; the next record is
 /// its caller's), and a frame whose rbp holds something other than a frame
 /// record ends the walk if the value is outside `bounds`, misaligned or not
