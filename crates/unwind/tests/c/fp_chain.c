@@ -1,0 +1,61 @@
+/* Call chain compiled with -O0 -fno-omit-frame-pointer: every frame keeps
+ * a frame record (saved rbp, return address). Used by alloctrace-unwind's
+ * tests and benchmark; the callback is Rust code that captures the stack. */
+#include <stddef.h>
+
+typedef void (*unwt_cb)(void *ctx);
+
+void unwt_nofp_level(int n, unwt_cb cb, void *ctx);
+void unwt_garbage_rbp(unsigned long garbage, unwt_cb cb, void *ctx);
+
+/* n + 1 frames of unwt_fp_level, then cb(ctx). */
+void unwt_fp_level(int n, unwt_cb cb, void *ctx) {
+    if (n == 0)
+        cb(ctx);
+    else
+        unwt_fp_level(n - 1, cb, ctx);
+}
+
+/* n_fp + 1 frames of unwt_fp_mixed, then n_nofp + 1 frames of
+ * unwt_nofp_level (no frame pointers), then cb(ctx). */
+void unwt_fp_mixed(int n_fp, int n_nofp, unwt_cb cb, void *ctx) {
+    if (n_fp == 0)
+        unwt_nofp_level(n_nofp, cb, ctx);
+    else
+        unwt_fp_mixed(n_fp - 1, n_nofp, cb, ctx);
+}
+
+/* n + 1 frames of unwt_fp_then_garbage, then unwt_garbage_rbp(garbage, cb,
+ * ctx): frame-pointer frames below a frame that clobbers rbp (and says in
+ * its CFI where it saved it). */
+void unwt_fp_then_garbage(int n, unsigned long garbage, unwt_cb cb, void *ctx) {
+    if (n == 0)
+        unwt_garbage_rbp(garbage, cb, ctx);
+    else
+        unwt_fp_then_garbage(n - 1, garbage, cb, ctx);
+}
+
+/* A capture made from C: the raw frame-pointer entry point
+ * (alloctrace_unwind::capture_fp_raw) called by a C frame with a frame
+ * record, so no Rust frame (with or without frame pointers) sits between
+ * the chain and the walk. Used as the chains' callback, with ctx = job. */
+typedef unsigned long (*unwt_raw_capture)(size_t skip, unsigned long lo, unsigned long hi,
+                                          unsigned long *out, size_t len);
+
+struct unwt_fp_job {
+    unwt_raw_capture capture;
+    size_t skip;
+    unsigned long lo, hi;
+    unsigned long *out;
+    size_t len;
+    unsigned long result;
+    unwt_cb then; /* called after the capture (the oracle), may be NULL */
+    void *then_ctx;
+};
+
+void unwt_capture_leaf(void *ctx) {
+    struct unwt_fp_job *job = ctx;
+    job->result = job->capture(job->skip, job->lo, job->hi, job->out, job->len);
+    if (job->then)
+        job->then(job->then_ctx);
+}

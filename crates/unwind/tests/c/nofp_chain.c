@@ -1,0 +1,41 @@
+/* Call chain compiled with -O2 -fomit-frame-pointer: no frame records, rbp
+ * is an ordinary register here; only .eh_frame describes these frames. */
+#include <stddef.h>
+
+typedef void (*unwt_cb)(void *ctx);
+
+volatile int unwt_sink;
+
+/* n + 1 frames of unwt_nofp_level, then cb(ctx). The store after the call
+ * keeps it from being a tail call, noinline keeps every level a frame. */
+__attribute__((noinline)) void unwt_nofp_level(int n, unwt_cb cb, void *ctx) {
+    if (n == 0)
+        cb(ctx);
+    else
+        unwt_nofp_level(n - 1, cb, ctx);
+    unwt_sink = unwt_sink + 1;
+}
+
+/* void unwt_garbage_rbp(unsigned long garbage, unwt_cb cb, void *ctx):
+ * calls cb(ctx) with rbp = garbage (restored after), as code that uses rbp
+ * as a general register would leave it; its CFI says where rbp was saved,
+ * so a DWARF unwinder passes through it and a frame-pointer walk does not. */
+#if defined(__x86_64__)
+__asm__(
+    ".text\n"
+    ".globl unwt_garbage_rbp\n"
+    ".type unwt_garbage_rbp,@function\n"
+    "unwt_garbage_rbp:\n"
+    "  .cfi_startproc\n"
+    "  push %rbp\n"
+    "  .cfi_def_cfa_offset 16\n"
+    "  .cfi_offset %rbp, -16\n"
+    "  mov %rdi, %rbp\n"
+    "  mov %rdx, %rdi\n"
+    "  call *%rsi\n"
+    "  pop %rbp\n"
+    "  .cfi_def_cfa_offset 8\n"
+    "  ret\n"
+    "  .cfi_endproc\n"
+    ".size unwt_garbage_rbp, .-unwt_garbage_rbp\n");
+#endif

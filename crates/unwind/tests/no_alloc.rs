@@ -1,0 +1,117 @@
+//! No allocation during capture: a counting global allocator sees none
+//! across 10,000 captures of each kind, after set-up.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use alloctrace_unwind::{
+    capture_dwarf, capture_fp, capture_mixed, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
+};
+use common::*;
+
+struct Counting;
+
+thread_local! {
+    /// Whether this thread counts its allocations now (const-initialised:
+    /// reading it never allocates).
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    if COUNTING.with(Cell::get) {
+        COUNT.with(|c| c.set(c.get() + 1));
+    }
+}
+
+// SAFETY: forwards to System, only counting.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: as the caller's contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: as the caller's contract.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        // SAFETY: as the caller's contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note();
+        // SAFETY: as the caller's contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Runs `f` and returns how many allocator calls this thread made in it.
+fn allocations_in(f: impl FnOnce()) -> u64 {
+    COUNT.with(|c| c.set(0));
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    COUNT.with(Cell::get)
+}
+
+#[test]
+fn captures_never_allocate() {
+    // Set-up: may allocate.
+    let bounds = StackBounds::current().unwrap();
+    // SAFETY: nothing is unloaded during the test.
+    let unwinder = unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) };
+    let mut cache = DwarfCache::new();
+    let mut out = [0u64; 64];
+    // The counter works: a Vec counts.
+    assert_eq!(
+        allocations_in(|| drop(std::hint::black_box(vec![1u8; 10]))),
+        2
+    );
+    let (mut fp_allocs, mut dwarf_allocs, mut mixed_allocs) = (u64::MAX, u64::MAX, u64::MAX);
+    let mut frames = (0, 0, 0);
+    through_c(
+        || {
+            let mut last = Walk::default();
+            fp_allocs = allocations_in(|| {
+                for _ in 0..10_000 {
+                    last = std::hint::black_box(capture_fp(0, &bounds, &mut out));
+                }
+            });
+            frames.0 = last.len;
+            dwarf_allocs = allocations_in(|| {
+                for _ in 0..10_000 {
+                    last = std::hint::black_box(capture_dwarf(
+                        0, &bounds, &unwinder, &mut cache, &mut out,
+                    ));
+                }
+            });
+            frames.1 = last.len;
+            mixed_allocs = allocations_in(|| {
+                for _ in 0..10_000 {
+                    last = std::hint::black_box(capture_mixed(
+                        2, &bounds, &unwinder, &mut cache, &mut out,
+                    ));
+                }
+            });
+            frames.2 = last.len;
+        },
+        // SAFETY: as in common.
+        |cb, ctx| unsafe { unwt_fp_mixed(3, 4, cb, ctx) },
+    );
+    assert_eq!((fp_allocs, dwarf_allocs, mixed_allocs), (0, 0, 0));
+    // The captures did walk (through C frames with and without frame
+    // pointers; the frame-pointer walk from this Rust callback may stop at
+    // the first frame in an optimised build).
+    assert!(
+        frames.0 >= 1 && frames.1 >= 12 && frames.2 >= 2,
+        "{frames:?}"
+    );
+}
