@@ -133,6 +133,7 @@ mod event;
 mod generation;
 mod open;
 mod source;
+mod stacks;
 #[doc(hidden)]
 pub mod testing;
 mod unpack;
@@ -151,6 +152,7 @@ pub use event::{
     Event, EventData, GenerationEnd, GenerationInfo, Record, Step, TypeInfo, PAGE_EVENT_NAMES,
 };
 pub use generation::Clock;
+pub use stacks::{Frame, Module, RegisteredFrame, Stacks};
 
 /// Default cap on the memory one open generation may hold (raw events plus
 /// its type table): 1 GiB.
@@ -170,10 +172,13 @@ pub struct TraceReader<R: Read> {
     time_origin_ns: Option<u64>,
     generations: u64,
     lost_events: u64,
+    lost_stacks: u64,
     /// The first error, returned again by every later call.
     failed: Option<ReadError>,
     /// What `types()` returns before the first generation.
     no_types: BTreeMap<u64, TypeInfo>,
+    /// What `stacks()` returns before the first generation.
+    no_stacks: Stacks,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -186,8 +191,10 @@ impl<R: Read> TraceReader<R> {
             time_origin_ns: None,
             generations: 0,
             lost_events: 0,
+            lost_stacks: 0,
             failed: None,
             no_types: BTreeMap::new(),
+            no_stacks: Stacks::default(),
         })
     }
 
@@ -295,6 +302,23 @@ impl<R: Read> TraceReader<R> {
         self.lost_events
     }
 
+    /// Sum of `lost_stacks` over the generations handed out so far:
+    /// allocations recorded without their stack (0 before version 3).
+    pub fn lost_stacks(&self) -> u64 {
+        self.lost_stacks
+    }
+
+    /// Call stacks, registered frames and modules of the generation of the
+    /// last returned event (empty before the first generation, and for a
+    /// trace without stacks). An event's [`Event::stack_id`] names one of
+    /// its stacks: [`Stacks::frames`] gives its frames, innermost first.
+    pub fn stacks(&self) -> &Stacks {
+        match &self.current {
+            Some(em) => &em.gen.stacks,
+            None => &self.no_stacks,
+        }
+    }
+
     /// Type table of the generation of the last returned event (empty before
     /// the first generation).
     pub fn types(&self) -> &BTreeMap<u64, TypeInfo> {
@@ -372,6 +396,9 @@ impl<R: Read> TraceReader<R> {
             self.lost_events = self
                 .lost_events
                 .saturating_add(gen.end.map_or(0, |e| e.lost_events));
+            self.lost_stacks = self
+                .lost_stacks
+                .saturating_add(gen.end.map_or(0, |e| e.lost_stacks));
             self.current = Some(Emitter::new(gen, info, origin)?);
             return Ok(Some(number));
         }
