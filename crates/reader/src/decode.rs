@@ -832,6 +832,56 @@ mod tests {
         );
     }
 
+    /// Stack events (kinds 11 and 12), pinned: the three decoders read the
+    /// stack ID as the fourth argument, before the entry tag, and refuse
+    /// stack ID 0; the longest event (61 bytes) decodes.
+    #[test]
+    fn stack_events_decode_alike_in_every_decoder() {
+        let ctx = BatchContext {
+            kind: BatchKind::Events,
+            offset: 0,
+        };
+        let mut longest = vec![12 | LONG_FORM | ENTRY_TAG];
+        longest.extend([0xff; 9].iter().chain(&[1]).copied().cycle().take(50));
+        // Entry tag 13 as a ten-byte varint (not the shortest form, but
+        // a varint all the same).
+        longest.push(0x8d);
+        longest.extend([0x80; 8]);
+        longest.push(0);
+        let cases: [(&[u8], Option<[u64; 4]>); 5] = [
+            (&[11, 5, 2, 48, 7, 200, 1], Some([2, 48, 7, 200])),
+            (&[12 | ENTRY_TAG, 0, 9, 1, 3, 4, 11], Some([9, 1, 3, 4])),
+            (&[11, 5, 2, 48, 7, 0], None),
+            (&[12 | LONG_FORM, 0, 9, 1, 3, 0, 0, 0], None),
+            (&[11, 5, 2, 48, 7], None),
+        ];
+        for (bytes, want) in cases
+            .iter()
+            .map(|&(b, w)| (b.to_vec(), w))
+            .chain([(longest.clone(), Some([u64::MAX; 4]))])
+        {
+            // Padded, so the window decoder runs on it too.
+            let mut padded = bytes.clone();
+            padded.resize(bytes.len() + WINDOW, 0);
+            let mut end = 0;
+            let fast = event_fast(&bytes, &mut end);
+            let window = event_at(&padded, 0);
+            let mut c = Cursor::new(&bytes, 0, ctx);
+            let checked = event(&mut c).ok();
+            assert_eq!(fast.map(|e| e.args), want, "{bytes:02x?}");
+            assert_eq!(window.map(|(e, _)| e), fast, "{bytes:02x?}");
+            assert_eq!(checked, fast, "{bytes:02x?}");
+            if want.is_some() {
+                assert_eq!(end, bytes.len());
+                assert_eq!(window.map(|(_, end)| end), Some(bytes.len()));
+            }
+        }
+        assert_eq!(longest.len(), alloctrace_format::MAX_EVENT_LEN);
+        let mut c = Cursor::new(&[11, 0, 1, 1, 1, 0], 0, ctx);
+        let e = event(&mut c).unwrap_err();
+        assert!(e.what().contains("stack ID 0"), "{e}");
+    }
+
     /// `fast_varint` against `get_uvarint` on every length and position
     /// near the end of the buffer: the same value, the same end, the same
     /// refusals.
