@@ -765,7 +765,10 @@ mod tests {
             300,
             [zigzag(-2), 48, 7, 200, 1],
         );
-        assert_eq!(&out[..n], &[11 | ENTRY_TAG, 0xac, 0x02, 3, 48, 7, 0xc8, 0x01, 1]);
+        assert_eq!(
+            &out[..n],
+            &[11 | ENTRY_TAG, 0xac, 0x02, 3, 48, 7, 0xc8, 0x01, 1]
+        );
         // A free carries one argument; the entry tag adds a varint.
         let n = encode_event(
             &mut out,

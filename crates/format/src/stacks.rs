@@ -176,21 +176,33 @@ impl CallStackNode {
     /// `id >= 1` and `parent < id`.
     pub fn parse(buf: &[u8], pos: &mut usize) -> Result<CallStackNode, EntryError> {
         let start = *pos;
-        let id = field(buf, pos, "a call-stack node runs past the end of the payload")?;
+        let id = field(
+            buf,
+            pos,
+            "a call-stack node runs past the end of the payload",
+        )?;
         if id == 0 {
             return Err(EntryError {
                 at: start,
                 what: "call-stack node ID 0 (IDs start at 1; 0 means no stack)",
             });
         }
-        let parent = field(buf, pos, "a call-stack node runs past the end of the payload")?;
+        let parent = field(
+            buf,
+            pos,
+            "a call-stack node runs past the end of the payload",
+        )?;
         if parent >= id {
             return Err(EntryError {
                 at: start,
                 what: "a call-stack node's parent is not below its ID",
             });
         }
-        let frame = field(buf, pos, "a call-stack node runs past the end of the payload")?;
+        let frame = field(
+            buf,
+            pos,
+            "a call-stack node runs past the end of the payload",
+        )?;
         Ok(CallStackNode { id, parent, frame })
     }
 
@@ -427,7 +439,9 @@ mod tests {
         // Parsing from inside a buffer names offsets in that buffer.
         let mut at = 3;
         assert_eq!(
-            CallStackNode::parse(&[1, 0, 1, 5, 7], &mut at).unwrap_err().at,
+            CallStackNode::parse(&[1, 0, 1, 5, 7], &mut at)
+                .unwrap_err()
+                .at,
             3
         );
     }

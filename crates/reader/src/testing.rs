@@ -789,7 +789,12 @@ pub fn stacks_trace() -> Vec<u8> {
         .event_with_stack(&g2, 5200, 0x10140, &alloc(32), 5)
         .event(&g2, 5300, 0x10080, &EventData::HeapObjectFree);
     t.events(2, 2, &b);
-    t.modules(2, &[app, libfoo])
+    // Loaded before generation 2 started: load tick 0 there.
+    let libfoo_2 = ModuleEntry {
+        load_ticks: 0,
+        ..libfoo
+    };
+    t.modules(2, &[app, libfoo_2])
         .call_stacks(
             2,
             &[

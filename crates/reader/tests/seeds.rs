@@ -19,7 +19,10 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
         );
     }
     let stacks = stacks_trace();
-    all.push(("stacks-cut.bin".into(), stacks[..stacks.len() * 2 / 3].to_vec()));
+    all.push((
+        "stacks-cut.bin".into(),
+        stacks[..stacks.len() * 2 / 3].to_vec(),
+    ));
     all.push(("stacks.bin".into(), stacks));
     all
 }
