@@ -946,6 +946,12 @@ mod tests {
         }
         .encode();
         assert_eq!(&header[8..], &[2, 0, 0, 0, 0xcb, 0xe9, 0x46, 0x9c]);
+        let header = FileHeader {
+            version: 3,
+            flags: 0,
+        }
+        .encode();
+        assert_eq!(&header[8..], &[3, 0, 0, 0, 0x73, 0x43, 0x03, 0x41]);
         assert_eq!(batch_checksum(&[&[5, 3, 0, 0, 0, 1, 0, 0]]), 0xf94d_aae6);
     }
 

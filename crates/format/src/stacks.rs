@@ -446,6 +446,65 @@ mod tests {
         );
     }
 
+    /// FORMAT.md section 10's worked example, byte for byte.
+    #[test]
+    fn the_documented_example() {
+        let nodes = [
+            (1, 0, FrameWord::Native(0x401136)),
+            (2, 1, FrameWord::Native(0x401189)),
+            (3, 2, FrameWord::Registered(1)),
+            (4, 0, FrameWord::TRUNCATED),
+        ];
+        // Batch prefix, then the header: generation 1, thread 0, base 0.
+        let mut batch = [0u8; 64];
+        batch[..8].copy_from_slice(&[12, 0, 0, 0, 0, 1, 0, 0]);
+        let mut pos = 8;
+        for (id, parent, frame) in nodes {
+            let n = CallStackNode {
+                id,
+                parent,
+                frame: frame.word(),
+            };
+            pos = n.encode(&mut batch, pos).unwrap();
+        }
+        batch[1] = (pos - 5) as u8;
+        assert_eq!(
+            &batch[..pos],
+            &[
+                0x0C, 0x15, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x01, 0x00, 0xEC, 0xC4, 0x80, 0x04,
+                0x02, 0x01, 0x92, 0xC6, 0x80, 0x04, 0x03, 0x02, 0x03, 0x04, 0x00, 0x01
+            ]
+        );
+        assert_eq!(crate::batch_checksum(&[&batch[..pos]]), 0x8930_ca28);
+        let frame = FrameEntry {
+            id: 1,
+            line: 7,
+            func: b"f",
+            file: b"a.lua",
+        };
+        let mut frames = [0u8; 32];
+        frames[..8].copy_from_slice(&[11, 13, 0, 0, 0, 1, 0, 0]);
+        let end = frame.encode(&mut frames, 8).unwrap();
+        assert_eq!(
+            &frames[..end],
+            &[
+                0x0B, 0x0D, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x01, 0x07, 0x01, 0x66, 0x05, 0x61,
+                0x2E, 0x6C, 0x75, 0x61
+            ]
+        );
+        assert_eq!(crate::batch_checksum(&[&frames[..end]]), 0x681a_b3c9);
+        // The allocation with stack 3.
+        let mut out = [0u8; crate::MAX_EVENT_LEN];
+        let n = crate::encode_event(
+            &mut out,
+            crate::EventKind::HeapObjectAllocStack,
+            0,
+            5,
+            [crate::zigzag(1), 48, 0, 3, 0],
+        );
+        assert_eq!(&out[..n], &[0x0B, 0x05, 0x02, 0x30, 0x00, 0x03]);
+    }
+
     #[test]
     fn frames_round_trip_and_refuse_bad_ones() {
         let f = FrameEntry {
