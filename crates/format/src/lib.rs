@@ -11,12 +11,15 @@
 //! # Layout in one paragraph
 //! A trace is a 16-byte [file header](FileHeader) followed by batches. A batch
 //! is `[kind u8][payload length u32 LE][payload]`, followed in a version-2
-//! file by a 4-byte [trailer](batch_checksum), the CRC32C of those bytes;
+//! or 3 file by a 4-byte [trailer](batch_checksum), the CRC32C of those bytes;
 //! every payload (but a compressed batch's) opens with
 //! `varint generation, varint thread, varint base timestamp`. Event batches
 //! then hold events `[kind u8][varint timestamp delta][varint args...]`.
 //! Addresses travel as compressed IDs, `(addr - min_heap_addr) / align`, with
-//! the alignments written once per generation in an info batch.
+//! the alignments written once per generation in an info batch. Version 3
+//! adds call stacks: allocations carrying a stack ID (event kinds 11 and
+//! 12) and, per generation, batches of modules, registered frames and
+//! call-stack nodes ([`stacks`]).
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -43,10 +46,10 @@ pub const VERSION_2: u16 = 2;
 pub const READABLE_VERSIONS: [u16; 3] = [VERSION_1, VERSION_2, VERSION];
 
 /// Size of the file header in bytes: magic, version u16 LE, flags u16 LE,
-/// then a u32: zero in version 1, the header's CRC32C in version 2.
+/// then a u32: zero in version 1, the header's CRC32C in versions 2 and 3.
 pub const FILE_HEADER_LEN: usize = 16;
 
-/// Size of the checksum trailer after every batch of a version-2 file
+/// Size of the checksum trailer after every batch of a version-2 or 3 file
 /// (FORMAT.md section 2): the batch's CRC32C, u32 LE. Batches inside a
 /// compressed batch have none.
 pub const TRAILER_LEN: usize = 4;

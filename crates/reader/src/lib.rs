@@ -1,4 +1,5 @@
-//! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1 and 2).
+//! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1, 2
+//! and 3).
 //!
 //! ## Reading protocol
 //! A trace reads as one sequence of records: for each generation, a
@@ -116,14 +117,22 @@
 //! 4. A trace cut short (EOF inside a batch, or no trace-end batch) is not an
 //!    error: every complete batch's events come out, generations without a
 //!    generation-end included, and [`TraceReader::truncated`] says where the
-//!    cut is. In a version-2 file a batch whose trailer is cut off is cut
+//!    cut is. In a version-2 or 3 file a batch whose trailer is cut off is cut
 //!    too: it is not read.
-//! 5. In a version-2 file every batch's checksum (FORMAT.md section 2) is
+//! 5. In a version-2 or 3 file every batch's checksum (FORMAT.md section 2) is
 //!    verified right after the batch is read, before any of it is parsed
 //!    or decompressed: a damaged batch is reported as such ("checksum
 //!    mismatch in the batch at byte offset N ..."), never as whatever its
 //!    damaged bytes would parse as. Version-1 files, without checksums,
 //!    read as before.
+//! 6. Call stacks (version 3, FORMAT.md section 10): a generation's
+//!    modules, registered frames and call-stack nodes are checked as their
+//!    batches arrive (IDs, parents, frame words, lengths; errors at the
+//!    entry), and every stack ID an event names is checked defined in its
+//!    generation when the merge reaches the event (the error at the
+//!    event). [`TraceReader::stacks`] offers them once the generation
+//!    starts; [`Event::stack_id`] is 0 for an event without a stack, and a
+//!    trace of version 1 or 2 reads exactly as before.
 
 #![forbid(unsafe_code)]
 
