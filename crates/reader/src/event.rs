@@ -81,6 +81,9 @@ pub struct Event {
     /// The call stack that made the allocation, a stack ID of the
     /// generation's [`Stacks`](crate::Stacks) (event kinds 11 and 12); 0
     /// for none. Only `HeapObjectAlloc` and `SpanAlloc` events carry one.
+    /// In a generation cut off by the end of a truncated trace the stack
+    /// batches (written as a generation ends) may be missing: the ID is
+    /// kept, and may resolve to nothing ([`Stacks::is_cut`](crate::Stacks::is_cut)).
     pub stack_id: u64,
 }
 

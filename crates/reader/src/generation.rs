@@ -339,6 +339,9 @@ impl Emitter {
     ) -> Result<Emitter, ReadError> {
         // Stable: file order stays within a thread.
         gen.batches.sort_by_key(|b| b.thread);
+        if gen.end.is_none() {
+            gen.stacks.set_cut();
+        }
         let out = Restore {
             clock: Clock::new(&info, gen.end.as_ref(), origin_ns),
             generation: gen.number,
@@ -685,7 +688,7 @@ impl Run<'_> {
             if compact && !e.long_form {
                 e.args[0] = ids.decode(e.kind, e.args[0]);
             }
-            if e.args[3] != 0 && !self.stacks.contains(e.args[3]) {
+            if e.args[3] != 0 && !self.stacks.accepts(e.args[3]) {
                 return (n, Err(undefined_stack(self.raw, self.batch, start, &e)));
             }
             if n < self.budget && u128::from(t) < ticks_limit {
@@ -749,7 +752,7 @@ fn decode_next(
     let Some(ticks) = prev_ticks.checked_add(ev.delta) else {
         return decode_next_slow(raw, stacks, batch, cursor, prev_ticks);
     };
-    if ev.args[3] != 0 && !stacks.contains(ev.args[3]) {
+    if ev.args[3] != 0 && !stacks.accepts(ev.args[3]) {
         return Err(undefined_stack(raw, batch, start, &ev));
     }
     if batch.kind == BatchKind::CompactEvents && !ev.long_form {
@@ -776,7 +779,7 @@ fn decode_next_slow(
     let ticks = prev_ticks
         .checked_add(ev.delta)
         .ok_or_else(|| batch.error(c.error_at(start, "event timestamp overflows 64 bits")))?;
-    if ev.args[3] != 0 && !stacks.contains(ev.args[3]) {
+    if ev.args[3] != 0 && !stacks.accepts(ev.args[3]) {
         return Err(undefined_stack(raw, batch, start, &ev));
     }
     if batch.kind == BatchKind::CompactEvents && !ev.long_form {

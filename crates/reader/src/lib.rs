@@ -130,8 +130,10 @@
 //!    batches arrive (IDs, parents, frame words, lengths; errors at the
 //!    entry), and every stack ID an event names is checked defined in its
 //!    generation when the merge reaches the event (the error at the
-//!    event). [`TraceReader::stacks`] offers them once the generation
-//!    starts; [`Event::stack_id`] is 0 for an event without a stack, and a
+//!    event), except in a generation cut off by the end of a truncated
+//!    trace, whose stack batches (written as a generation ends) may be
+//!    missing: its events keep their stack IDs, unchecked.
+//!    [`TraceReader::stacks`] offers them once the generation starts; [`Event::stack_id`] is 0 for an event without a stack, and a
 //!    trace of version 1 or 2 reads exactly as before.
 
 #![forbid(unsafe_code)]

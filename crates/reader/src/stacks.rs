@@ -109,6 +109,11 @@ pub struct Stacks {
     registered: BTreeMap<u64, RegisteredFrame>,
     /// In file order.
     modules: Vec<Module>,
+    /// The generation was cut off before its generation-end batch (a
+    /// truncated trace), and so before its stack batches, which the writer
+    /// writes as the generation ends: its events' stack IDs are kept but
+    /// not checked.
+    cut: bool,
 }
 
 /// Rough memory of one entry besides its names (charged to the reader's
@@ -135,6 +140,25 @@ impl Stacks {
     #[inline]
     pub fn contains(&self, id: u64) -> bool {
         self.ids.binary_search(&id).is_ok()
+    }
+
+    /// Whether the generation was cut off before its generation-end batch
+    /// (a truncated trace): its stack batches may be missing, so stack IDs
+    /// of its events may name no stack here.
+    pub fn is_cut(&self) -> bool {
+        self.cut
+    }
+
+    /// Marks the generation as cut off ([`Stacks::is_cut`]).
+    pub(crate) fn set_cut(&mut self) {
+        self.cut = true;
+    }
+
+    /// Whether an event may name stack `id`: one defined here, or any in a
+    /// generation cut off.
+    #[inline(always)]
+    pub(crate) fn accepts(&self, id: u64) -> bool {
+        self.cut || self.contains(id)
     }
 
     /// The node `id`, as written.

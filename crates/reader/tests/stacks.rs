@@ -171,8 +171,22 @@ fn an_undefined_stack_id_is_malformed_at_its_event() {
     assert_eq!(error(&bytes).offset(), (events_at + 9) as u64);
     // A stack ID defined only in the next generation is not this one's.
     let mut t = TraceBuilder::new();
-    t.info(&g).events(1, 1, &b).call_stacks(2, &[]);
-    assert!(read_with_frames(&t.finish()).is_err());
+    let mut g2 = info(2);
+    g2.start_ticks = 5000;
+    t.info(&g)
+        .events(1, 1, &b)
+        .info(&g2)
+        .call_stacks(
+            2,
+            &[
+                node(1, 0, FrameWord::Native(0x10)),
+                node(2, 1, FrameWord::Native(0x20)),
+            ],
+        )
+        .generation_end_v3(1, 5000, 5_004_000, 0, 0)
+        .generation_end_v3(2, 6000, 5_005_000, 0, 0);
+    let e = error(&t.finish());
+    assert_eq!(e.offset(), (events_at + 9) as u64, "{e}");
 }
 
 #[test]
@@ -359,4 +373,34 @@ fn a_version_2_trace_reads_as_before() {
     let mut t = TraceBuilder::v2();
     t.trace_end(1);
     assert_eq!(&t.finish()[8..10], &[2, 0]);
+}
+
+#[test]
+fn a_generation_cut_off_keeps_its_stack_ids_unchecked() {
+    // The process died before generation 1 ended: its events are in the
+    // file, its stack batches (written as a generation ends) are not.
+    let g = info(1);
+    let mut b = EventsBody::new(1000);
+    b.event_with_stack(&g, 1001, 0x10010, &alloc(), 7)
+        .event_with_stack(&g, 1002, 0x10020, &alloc(), 8);
+    let mut t = TraceBuilder::new();
+    t.info(&g).events(1, 1, &b);
+    let bytes = t.finish();
+    let mut reader = TraceReader::new(bytes.as_slice()).unwrap();
+    let mut ids = Vec::new();
+    while let Some(e) = reader.next_event().unwrap() {
+        ids.push(e.stack_id);
+        assert!(reader.stacks().is_cut());
+        assert!(reader.stacks().frames(e.stack_id).is_none());
+    }
+    assert_eq!(ids, vec![7, 8]);
+    assert_eq!(reader.truncated(), Some(bytes.len() as u64));
+    // The same events with the generation's end: malformed.
+    t.generation_end_v3(1, 2000, 5_001_000, 0, 0);
+    assert!(read_with_frames(&t.finish()).is_err());
+    // A complete generation is not cut.
+    let complete = stacks_trace();
+    let mut reader = TraceReader::new(complete.as_slice()).unwrap();
+    reader.next_record().unwrap();
+    assert!(!reader.stacks().is_cut());
 }
