@@ -9,7 +9,7 @@
 #define ALLOCTRACE_FORMAT_H
 
 /* The most bytes one event takes (MAX_EVENT_LEN). */
-#define ALLOCTRACE_MAX_EVENT_LEN_ 51
+#define ALLOCTRACE_MAX_EVENT_LEN_ 61
 /* The most bytes one varint takes (MAX_VARINT_LEN). */
 #define ALLOCTRACE_MAX_VARINT_LEN_ 10
 /* Kind byte flags: long form, entry-point tag. */
@@ -60,6 +60,14 @@
 #define ALLOCTRACE_CLASS_STACK_FREE_ 2
 #define ALLOCTRACE_ARGS_STACK_FREE_ 1
 #define ALLOCTRACE_LOG2_SIZE_STACK_FREE_ 0
+#define ALLOCTRACE_KIND_HEAP_OBJECT_ALLOC_STACK_ 11
+#define ALLOCTRACE_CLASS_HEAP_OBJECT_ALLOC_STACK_ 1
+#define ALLOCTRACE_ARGS_HEAP_OBJECT_ALLOC_STACK_ 4
+#define ALLOCTRACE_LOG2_SIZE_HEAP_OBJECT_ALLOC_STACK_ 0
+#define ALLOCTRACE_KIND_SPAN_ALLOC_STACK_ 12
+#define ALLOCTRACE_CLASS_SPAN_ALLOC_STACK_ 0
+#define ALLOCTRACE_ARGS_SPAN_ALLOC_STACK_ 4
+#define ALLOCTRACE_LOG2_SIZE_SPAN_ALLOC_STACK_ 0
 
 /* The library's private layout (crates/writer/src/shared.rs, buffer.rs): the
  * inline_mode values of struct alloctrace_shared_, and the offset of the

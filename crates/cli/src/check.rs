@@ -49,6 +49,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
                 "page_anomalies": s.page_anomalies(),
                 "unknown_type_refs": s.unknown_type_refs,
                 "lost_events": s.lost_events,
+                "lost_stacks": s.lost_stacks,
                 "truncated_at": s.truncated_at,
             })
         });
@@ -77,6 +78,13 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
             "{}warning: the writer could not record {} events (counted in generation-end batches); see lost_events in `alloctrace stats`",
             prefix(label),
             s.lost_events
+        );
+    }
+    if let Some(s) = stats.as_ref().filter(|s| s.lost_stacks > 0) {
+        eprintln!(
+            "{}warning: {} allocations were recorded without their call stack (counted in generation-end batches as lost_stacks): the allocations are in the trace, their stacks are not",
+            prefix(label),
+            s.lost_stacks
         );
     }
     match verdict.code {

@@ -62,7 +62,7 @@ fn write_type(out: &mut impl Write, generation: u64, t: &TypeInfo) -> io::Result
     )
 }
 
-/// `TIME_NS gen=G thread=T KIND addr=0xHEX [args] [long]`.
+/// `TIME_NS gen=G thread=T KIND addr=0xHEX [args] [stack=ID] [entry=F] [long]`.
 fn write_text(out: &mut impl Write, e: &Event) -> io::Result<()> {
     write!(
         out,
@@ -92,6 +92,9 @@ fn write_text(out: &mut impl Write, e: &Event) -> io::Result<()> {
         | EventData::HeapObjectFree
         | EventData::StackFree
         | EventData::Call => {}
+    }
+    if e.stack_id != 0 {
+        write!(out, " stack={}", e.stack_id)?;
     }
     if let Some(entry) = e.entry {
         write!(out, " entry={}", entry.name())?;
@@ -134,6 +137,9 @@ fn write_json(out: &mut impl Write, file_key: &str, e: &Event) -> io::Result<()>
         | EventData::HeapObjectFree
         | EventData::StackFree
         | EventData::Call => {}
+    }
+    if e.stack_id != 0 {
+        write!(out, ",\"stack\":{}", e.stack_id)?;
     }
     if let Some(entry) = e.entry {
         write!(out, ",\"entry\":\"{}\"", entry.name())?;

@@ -13,6 +13,7 @@ mod generate;
 mod pages;
 mod progress;
 mod record;
+mod stacks;
 mod stats;
 
 use std::fs::File;
@@ -44,6 +45,9 @@ enum Command {
         /// One JSON object per event instead of text.
         #[arg(long)]
         json: bool,
+        /// Instead of the events: each generation's modules and call stacks, one frame per line (module+offset, or a registered frame's function file:line).
+        #[arg(long)]
+        stacks: bool,
     },
     /// Counts events, threads, types, live and peak heap, lost events and anomalies.
     Stats {
@@ -323,9 +327,16 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
-        Command::Dump { files, json } => {
-            run_each(files, |input, label| dump::run(input, *json, label))
-        }
+        Command::Dump {
+            files,
+            json,
+            stacks: false,
+        } => run_each(files, |input, label| dump::run(input, *json, label)),
+        Command::Dump {
+            files,
+            json,
+            stacks: true,
+        } => run_each(files, |input, label| stacks::run(input, *json, label)),
         Command::Stats { files, json } => {
             run_each(files, |input, label| stats::run(input, *json, label))
         }

@@ -128,6 +128,7 @@ fn stats_json_is_exact() {
         "live_spans": 1,
         "live_stacks": 0,
         "lost_events": 3,
+        "lost_stacks": 0,
         "anomalies": 0,
         "anomaly_kinds": {"unknown_free": 0, "double_alloc": 0},
         "long_form_events": 3,
@@ -262,11 +263,11 @@ fn check_ok() {
 fn check_malformed_exits_2_with_the_offset() {
     let mut bytes = sample_trace();
     // The first batch's kind byte.
-    bytes[16] = 10;
+    bytes[16] = 13;
     let (code, out, err) = run("check", &bytes, &[]);
     assert_eq!((code, out.as_str()), (2, ""));
     assert!(
-        err.starts_with("malformed: malformed trace at byte offset 16: unknown batch kind 10\n"),
+        err.starts_with("malformed: malformed trace at byte offset 16: unknown batch kind 13\n"),
         "{err}"
     );
     let (code, out, _) = run("check", &bytes, &["--json"]);
@@ -1088,4 +1089,181 @@ fn generate_writes_man_pages_and_completions() {
     let help = alloctrace(&["--help"]);
     assert!(!String::from_utf8_lossy(&help.stdout).contains("generate"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// s-format: call stacks (format version 3).
+
+const STACKS_DUMP: &str = "\
+100 gen=1 thread=1 heap_object_alloc addr=0x10040 size=16 type=0 stack=1
+300 gen=1 thread=1 heap_object_alloc addr=0x10080 size=100 type=0 stack=2
+400 gen=1 thread=1 heap_object_alloc addr=0x10081 size=7 type=0 stack=3 long
+500 gen=1 thread=1 heap_object_alloc addr=0x100c0 size=8 type=0
+600 gen=1 thread=1 span_alloc addr=0x22000 npages=2 class=1 stack=4
+700 gen=1 thread=1 heap_object_free addr=0x10040
+4100 gen=2 thread=2 heap_object_alloc addr=0x10100 size=24 type=0 stack=2
+4200 gen=2 thread=2 heap_object_alloc addr=0x10140 size=32 type=0 stack=5
+4300 gen=2 thread=2 heap_object_free addr=0x10080
+";
+
+const STACKS_LISTING: &str = "\
+module gen=1 id=1 start=0x400000 end=0x500000 bias=0x400000 build_id=deadbeef load=0 unload=0 path=/usr/bin/app
+module gen=1 id=2 start=0x7f0000000000 end=0x7f0000010000 bias=0x7f0000000000 build_id=- load=1200 unload=0 path=/lib/libfoo.so
+stack gen=1 id=1 frames=1
+  #0 app+0x1100
+stack gen=1 id=2 frames=2
+  #0 libfoo.so+0x234
+  #1 app+0x1100
+stack gen=1 id=3 frames=3
+  #0 f a.lua:7
+  #1 libfoo.so+0x234
+  #2 app+0x1100
+stack gen=1 id=4 frames=1
+  #0 [truncated]
+module gen=2 id=1 start=0x400000 end=0x500000 bias=0x400000 build_id=deadbeef load=0 unload=0 path=/usr/bin/app
+module gen=2 id=2 start=0x7f0000000000 end=0x7f0000010000 bias=0x7f0000000000 build_id=- load=0 unload=0 path=/lib/libfoo.so
+stack gen=2 id=1 frames=1
+  #0 app+0x1100
+stack gen=2 id=2 frames=2
+  #0 libfoo.so+0x234
+  #1 app+0x1100
+stack gen=2 id=5 frames=2
+  #0 0x9000
+  #1 app+0x1100
+";
+
+#[test]
+fn dump_shows_stack_ids_only_on_events_with_one() {
+    let bytes = alloctrace_reader::testing::stacks_trace();
+    let (code, out, err) = run("dump", &bytes, &[]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out, STACKS_DUMP);
+    let (code, out, _) = run("dump", &bytes, &["--json"]);
+    assert_eq!(code, 0);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines[2],
+        json!({"time_ns": 400, "gen": 1, "thread": 1, "kind": "heap_object_alloc", "addr": 0x10081,
+               "long_form": true, "size": 7, "type": 0, "stack": 3})
+    );
+    assert!(lines[3].get("stack").is_none(), "{}", lines[3]);
+    // A trace without stacks: no stack key anywhere (SAMPLE_DUMP unchanged).
+    let (_, out, _) = run("dump", &sample_trace(), &["--json"]);
+    assert!(!out.contains("stack\""), "{out}");
+}
+
+#[test]
+fn dump_stacks_lists_each_generations_stacks() {
+    let bytes = alloctrace_reader::testing::stacks_trace();
+    let (code, out, err) = run("dump", &bytes, &["--stacks"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out, STACKS_LISTING);
+    let (code, out, _) = run("dump", &bytes, &["--stacks", "--json"]);
+    assert_eq!(code, 0);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4 + 2 + 3 + 2);
+    assert_eq!(
+        lines[4],
+        json!({"gen": 1, "stack": 3, "frames": [
+            {"function": "f", "file": "a.lua", "line": 7},
+            {"addr": 0x7f00_0000_0234u64, "module": "/lib/libfoo.so", "offset": 0x234},
+            {"addr": 0x40_1100, "module": "/usr/bin/app", "offset": 0x1100}
+        ]})
+    );
+    assert_eq!(
+        lines[5],
+        json!({"gen": 1, "stack": 4, "frames": [{"truncated": true}]})
+    );
+    assert_eq!(
+        lines[0]["module"],
+        json!({"id": 1, "path": "/usr/bin/app", "start": 0x40_0000, "end": 0x50_0000,
+               "bias": 0x40_0000, "eh_frame_hdr": 0x48_0000, "build_id": "deadbeef",
+               "load_ticks": 0, "unload_ticks": 0})
+    );
+    assert_eq!(
+        lines[10]["frames"][0],
+        json!({"addr": 0x9000, "module": null, "offset": null})
+    );
+    // A trace without stacks lists nothing.
+    let (code, out, _) = run("dump", &sample_trace(), &["--stacks"]);
+    assert_eq!((code, out.as_str()), (0, ""));
+}
+
+#[test]
+fn check_reports_lost_stacks_and_undefined_stack_ids() {
+    let bytes = alloctrace_reader::testing::stacks_trace();
+    let (code, out, err) = run("check", &bytes, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "ok: 9 events in 2 generations, 2 threads\n");
+    assert!(
+        err.contains("warning: 3 allocations were recorded without their call stack"),
+        "{err}"
+    );
+    let (_, out, _) = run("check", &bytes, &["--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["lost_stacks"].clone(), v["status"].clone()),
+        (json!(3), json!("ok"))
+    );
+    let (_, out, _) = run("stats", &bytes, &["--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["lost_stacks"], json!(3));
+    // Kinds 11 and 12 count as the allocations they are.
+    assert_eq!(
+        (
+            v["events"]["heap_object_alloc"].clone(),
+            v["events"]["span_alloc"].clone()
+        ),
+        (json!(6), json!(1))
+    );
+    assert!(v["events"].get("heap_object_alloc_stack").is_none());
+    // No warning for a trace without lost stacks.
+    let (_, _, err) = run("check", &sample_trace(), &[]);
+    assert!(!err.contains("call stack"), "{err}");
+
+    // An event naming a stack its generation does not define: malformed,
+    // at the event.
+    let g = info(1);
+    let mut b = EventsBody::new(1000);
+    b.event_with_stack(
+        &g,
+        1001,
+        0x10010,
+        &EventData::HeapObjectAlloc {
+            size: 8,
+            type_id: 0,
+        },
+        7,
+    );
+    let mut t = TraceBuilder::new();
+    t.info(&g);
+    let events_at = t.len();
+    t.events(1, 1, &b)
+        .call_stacks(
+            1,
+            &[alloctrace_reader::testing::node(
+                1,
+                0,
+                alloctrace_format::stacks::FrameWord::Native(0x10),
+            )],
+        )
+        .generation_end_v3(1, 2000, 5_001_000, 0, 0)
+        .trace_end(1);
+    let bytes = t.finish();
+    let (code, _, err) = run("check", &bytes, &[]);
+    assert_eq!(code, 2, "{err}");
+    let offset = events_at + 5 + 4;
+    assert!(
+        err.contains(&format!(
+            "malformed trace at byte offset {offset}: heap_object_alloc_stack event names stack ID 7"
+        )),
+        "{err}"
+    );
+    let (code, _, err) = run("dump", &bytes, &["--stacks"]);
+    assert_eq!(code, 2, "{err}");
 }

@@ -81,10 +81,11 @@ pub const SIZE_CLASSES: usize = 281;
 /// 1. verbatim: the bytes of batches copied as they are;
 /// 2. kinds: one kind byte per event;
 /// 3. times: time deltas;
-/// 4. ids: modeled heap-object IDs, 0 for an escape;
+/// 4. ids: modeled heap-object IDs (kinds 4, 5, 6 and 11), 0 for an
+///    escape;
 /// 5. escapes: the raw value of every escaped heap-object ID;
 /// 6. sizes: sizes of heap-object allocations and exists events;
-/// 7. args: every other argument;
+/// 7. args: every other argument (a stack event's stack ID among them);
 /// 8. tags: entry tags, XORed with the previous tag of the same kind byte.
 pub const COLUMNS: usize = 9;
 const BATCHES: usize = 0;
@@ -643,8 +644,10 @@ impl Encoder {
             let kind = kind_byte & EVENT_KIND_MASK;
             let long = kind_byte & LONG_FORM != 0;
             times.copy_varint(payload, &mut pos)?;
+            // Kind 11 (a heap alloc with a stack) is modeled as kind 5; its
+            // stack ID, the last argument, goes to the args column.
             let remaining = match kind {
-                4..=6 if !long => {
+                4..=6 | 11 if !long => {
                     let first = read_canonical_varint(payload, &mut pos)?;
                     let id = previous_heap_id.wrapping_add(unzigzag(first) as u64);
                     previous_heap_id = id;
@@ -667,12 +670,20 @@ impl Encoder {
                             escapes.varint(raw);
                         }
                     }
-                    usize::from(kind != 6)
+                    match kind {
+                        6 => 0,
+                        11 => 2,
+                        _ => 1,
+                    }
                 }
-                4 | 5 => {
+                4 | 5 | 11 => {
                     args.copy_varint(payload, &mut pos)?;
                     sizes.copy_varint(payload, &mut pos)?;
-                    1
+                    if kind == 11 {
+                        2
+                    } else {
+                        1
+                    }
                 }
                 _ => match EventKind::from_u8(kind) {
                     Some(k) => k.arg_count(),
@@ -911,7 +922,7 @@ impl Decoder {
             let long = kind_byte & LONG_FORM != 0;
             pos = put_uvarint(event, pos + 1, times.varint("a time delta is truncated")?);
             match kind {
-                4..=6 if !long => {
+                4..=6 | 11 if !long => {
                     let code = ids.varint("an ID code is truncated")?;
                     let (id, size) = if kind == 6 {
                         let id = if code == 0 {
@@ -943,14 +954,14 @@ impl Decoder {
                         pos = put_uvarint(event, pos, size);
                     }
                 }
-                4 | 5 => {
+                4 | 5 | 11 => {
                     pos = put_uvarint(event, pos, args.varint("an argument is truncated")?);
                     pos = put_uvarint(event, pos, sizes.varint("a size is truncated")?);
                 }
                 _ => pos = put_uvarint(event, pos, args.varint("an argument is truncated")?),
             }
             let remaining = match kind {
-                4 | 5 => 1,
+                4 | 5 | 11 => count - 2,
                 _ => count - 1,
             };
             for _ in 0..remaining {

@@ -11,37 +11,45 @@
 //! # Layout in one paragraph
 //! A trace is a 16-byte [file header](FileHeader) followed by batches. A batch
 //! is `[kind u8][payload length u32 LE][payload]`, followed in a version-2
-//! file by a 4-byte [trailer](batch_checksum), the CRC32C of those bytes;
+//! or 3 file by a 4-byte [trailer](batch_checksum), the CRC32C of those bytes;
 //! every payload (but a compressed batch's) opens with
 //! `varint generation, varint thread, varint base timestamp`. Event batches
 //! then hold events `[kind u8][varint timestamp delta][varint args...]`.
 //! Addresses travel as compressed IDs, `(addr - min_heap_addr) / align`, with
-//! the alignments written once per generation in an info batch.
+//! the alignments written once per generation in an info batch. Version 3
+//! adds call stacks: allocations carrying a stack ID (event kinds 11 and
+//! 12) and, per generation, batches of modules, registered frames and
+//! call-stack nodes ([`stacks`]).
 #![no_std]
 #![forbid(unsafe_code)]
 
 extern crate alloc;
 
 pub mod compression_model;
+pub mod stacks;
 
 /// The first eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"ALCTRACE";
 
-/// The format version this crate writes: 2, batches with a checksum
-/// trailer.
-pub const VERSION: u16 = 2;
+/// The format version this crate writes: 3, version 2 plus call stacks
+/// (event kinds 11 and 12, batch kinds 10 to 12, `lost_stacks` in the
+/// generation end; FORMAT.md section 9).
+pub const VERSION: u16 = 3;
 
 /// The first version, without trailers: still read.
 pub const VERSION_1: u16 = 1;
 
+/// The version with checksum trailers and without call stacks: still read.
+pub const VERSION_2: u16 = 2;
+
 /// The versions readers accept, oldest first.
-pub const READABLE_VERSIONS: [u16; 2] = [VERSION_1, VERSION];
+pub const READABLE_VERSIONS: [u16; 3] = [VERSION_1, VERSION_2, VERSION];
 
 /// Size of the file header in bytes: magic, version u16 LE, flags u16 LE,
-/// then a u32: zero in version 1, the header's CRC32C in version 2.
+/// then a u32: zero in version 1, the header's CRC32C in versions 2 and 3.
 pub const FILE_HEADER_LEN: usize = 16;
 
-/// Size of the checksum trailer after every batch of a version-2 file
+/// Size of the checksum trailer after every batch of a version-2 or 3 file
 /// (FORMAT.md section 2): the batch's CRC32C, u32 LE. Batches inside a
 /// compressed batch have none.
 pub const TRAILER_LEN: usize = 4;
@@ -82,9 +90,9 @@ pub const MAX_WINDOW_LOG: u32 = 23;
 /// Most bytes a LEB128 varint of a u64 takes.
 pub const MAX_VARINT_LEN: usize = 10;
 
-/// Most bytes one event takes: kind, timestamp delta, three arguments and
-/// an entry-point tag.
-pub const MAX_EVENT_LEN: usize = 1 + 5 * MAX_VARINT_LEN;
+/// Most bytes one event takes: kind, timestamp delta, four arguments (a
+/// stack event's stack ID is the fourth) and an entry-point tag: 61.
+pub const MAX_EVENT_LEN: usize = 1 + 6 * MAX_VARINT_LEN;
 
 /// Most bytes a batch header takes: prefix plus generation, thread and base
 /// timestamp varints.
@@ -106,8 +114,9 @@ pub enum BatchKind {
     Info = 2,
     /// Types [{id, size, ptr_bytes, name_len, name bytes}...].
     Types = 3,
-    /// GenerationEnd [end_ticks, end_mono_ns, lost_events]: the generation
-    /// is complete; no batch of it follows.
+    /// GenerationEnd [end_ticks, end_mono_ns, lost_events, lost_stacks]:
+    /// the generation is complete; no batch of it follows. (`lost_stacks`
+    /// is new in version 3; a body without it reads as 0.)
     GenerationEnd = 4,
     /// TraceEnd []: the trace was stopped cleanly; nothing follows.
     TraceEnd = 5,
@@ -124,6 +133,17 @@ pub enum BatchKind {
     /// whole batches, transformed by [`compression_model`] and compressed together by
     /// the writer thread. No batch header.
     CompressedModeled = 9,
+    /// Modules [{id, start, end, bias, eh_frame_hdr, load_ticks,
+    /// unload_ticks, build_id_len, build ID, path_len, path}...]: the native
+    /// code objects mapped during the generation ([`stacks::ModuleEntry`]).
+    Modules = 10,
+    /// Frames [{id, line, func_len, func, file_len, file}...]: the
+    /// registered (runtime) frames the generation's call stacks use
+    /// ([`stacks::FrameEntry`]).
+    Frames = 11,
+    /// CallStacks [{id, parent, frame}...]: the generation's call stacks as
+    /// a prefix tree ([`stacks::CallStackNode`]).
+    CallStacks = 12,
 }
 
 impl BatchKind {
@@ -139,6 +159,9 @@ impl BatchKind {
             7 => BatchKind::CompactEvents,
             8 => BatchKind::Compressed,
             9 => BatchKind::CompressedModeled,
+            10 => BatchKind::Modules,
+            11 => BatchKind::Frames,
+            12 => BatchKind::CallStacks,
             _ => return None,
         })
     }
@@ -155,6 +178,9 @@ impl BatchKind {
             BatchKind::CompactEvents => "compact-events",
             BatchKind::Compressed => "compressed",
             BatchKind::CompressedModeled => "compressed-modeled",
+            BatchKind::Modules => "modules",
+            BatchKind::Frames => "frames",
+            BatchKind::CallStacks => "call-stacks",
         }
     }
 }
@@ -202,10 +228,18 @@ pub enum EventKind {
     /// Call [0]: a call that changed no memory (`free(NULL)`, a failed
     /// allocation); always entry-tagged. The argument is reserved, 0.
     Call = 10,
+    /// HeapObjectAllocStack [object id, size, type id, stack id]: a heap
+    /// object alloc with the call stack that made it (version 3). The stack
+    /// ID is at least 1 and names a node of the generation's call-stacks
+    /// batch.
+    HeapObjectAllocStack = 11,
+    /// SpanAllocStack [span id, npages, kind_class, stack id]: a span alloc
+    /// with its call stack (version 3).
+    SpanAllocStack = 12,
 }
 
 /// All event kinds, in kind-byte order.
-pub const EVENT_KINDS: [EventKind; 10] = [
+pub const EVENT_KINDS: [EventKind; 12] = [
     EventKind::SpanExists,
     EventKind::SpanAlloc,
     EventKind::SpanFree,
@@ -216,6 +250,8 @@ pub const EVENT_KINDS: [EventKind; 10] = [
     EventKind::StackAlloc,
     EventKind::StackFree,
     EventKind::Call,
+    EventKind::HeapObjectAllocStack,
+    EventKind::SpanAllocStack,
 ];
 
 /// What an event's first argument identifies, and so which alignment its ID
@@ -263,7 +299,26 @@ impl EventKind {
             | EventKind::StackFree
             | EventKind::Call => 1,
             EventKind::StackExists | EventKind::StackAlloc => 2,
+            EventKind::HeapObjectAllocStack | EventKind::SpanAllocStack => 4,
             _ => 3,
+        }
+    }
+
+    /// Whether the event's last argument is a stack ID (kinds 11 and 12).
+    pub const fn has_stack(self) -> bool {
+        matches!(
+            self,
+            EventKind::HeapObjectAllocStack | EventKind::SpanAllocStack
+        )
+    }
+
+    /// The kind without a stack that this kind adds a stack ID to (kind 5
+    /// for 11, 2 for 12); the kind itself for every other.
+    pub const fn without_stack(self) -> EventKind {
+        match self {
+            EventKind::HeapObjectAllocStack => EventKind::HeapObjectAlloc,
+            EventKind::SpanAllocStack => EventKind::SpanAlloc,
+            other => other,
         }
     }
 
@@ -276,12 +331,14 @@ impl EventKind {
     /// Which alignment the event's first argument is compressed with.
     pub const fn address_class(self) -> AddressClass {
         match self {
-            EventKind::SpanExists | EventKind::SpanAlloc | EventKind::SpanFree => {
-                AddressClass::Span
-            }
+            EventKind::SpanExists
+            | EventKind::SpanAlloc
+            | EventKind::SpanFree
+            | EventKind::SpanAllocStack => AddressClass::Span,
             EventKind::HeapObjectExists
             | EventKind::HeapObjectAlloc
-            | EventKind::HeapObjectFree => AddressClass::HeapObject,
+            | EventKind::HeapObjectFree
+            | EventKind::HeapObjectAllocStack => AddressClass::HeapObject,
             EventKind::StackExists | EventKind::StackAlloc | EventKind::StackFree => {
                 AddressClass::Stack
             }
@@ -302,6 +359,8 @@ impl EventKind {
             EventKind::StackAlloc => "stack_alloc",
             EventKind::StackFree => "stack_free",
             EventKind::Call => "call",
+            EventKind::HeapObjectAllocStack => "heap_object_alloc_stack",
+            EventKind::SpanAllocStack => "span_alloc_stack",
         }
     }
 }
@@ -403,11 +462,17 @@ impl FileHeader {
         if !READABLE_VERSIONS.contains(&version) {
             return Err(HeaderError::UnsupportedVersion(version));
         }
-        if has_trailers(version) {
-            let stored = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
-            if stored != batch_checksum(&[&bytes[..12]]) {
-                return Err(HeaderError::BadChecksum);
-            }
+        let stored = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
+        // Version 1 writers left the last four bytes zero: refusing
+        // anything else catches the one bit flip that turns version 3
+        // into 1 (and so would skip every checksum).
+        let expected = if has_trailers(version) {
+            batch_checksum(&[&bytes[..12]])
+        } else {
+            0
+        };
+        if stored != expected {
+            return Err(HeaderError::BadChecksum);
         }
         let flags = u16::from_le_bytes([bytes[10], bytes[11]]);
         Ok(FileHeader { version, flags })
@@ -421,7 +486,9 @@ pub enum HeaderError {
     BadMagic,
     /// A version this reader does not know.
     UnsupportedVersion(u16),
-    /// A version-2 header whose checksum does not match its first 12 bytes.
+    /// A version-2 or 3 header whose checksum does not match its first 12
+    /// bytes, or a version-1 header whose reserved last four bytes are not
+    /// zero.
     BadChecksum,
 }
 
@@ -641,9 +708,11 @@ fn put_event_varint(out: &mut [u8; MAX_EVENT_LEN], pos: usize, mut v: u64) -> us
 /// first argument, as many more as `kind` has, and the entry tag when
 /// `flags` has [`ENTRY_TAG`].
 ///
-/// `args` is `[first, second, third, entry]` as written: the first is the
-/// zigzag ID delta ([`IdDeltas::encode`]) in short form and the address in
-/// long form; the second a stack size's log2 in short form ([`short_form`]).
+/// `args` is `[first, second, third, fourth, entry]` as written: the first
+/// is the zigzag ID delta ([`IdDeltas::encode`]) in short form and the
+/// address in long form; the second a stack size's log2 in short form
+/// ([`short_form`]); the fourth the stack ID of kinds 11 and 12 (ignored,
+/// pass 0, for the other kinds).
 /// The only event encoder of the writer (the writer crate's emit.rs, fast and slow path);
 /// the C header's inline path writes the same bytes. Pure: no allocation,
 /// no panic.
@@ -653,9 +722,9 @@ pub fn encode_event(
     kind: EventKind,
     flags: u8,
     time_delta: u64,
-    args: [u64; 4],
+    args: [u64; 5],
 ) -> usize {
-    let [first, second, third, entry] = args;
+    let [first, second, third, fourth, entry] = args;
     let flags = flags & (LONG_FORM | ENTRY_TAG);
     out[0] = kind as u8 | flags;
     let mut pos = put_event_varint(out, 1, time_delta);
@@ -665,6 +734,9 @@ pub fn encode_event(
     }
     if kind.arg_count() >= 3 {
         pos = put_event_varint(out, pos, third);
+    }
+    if kind.arg_count() >= 4 {
+        pos = put_event_varint(out, pos, fourth);
     }
     if flags & ENTRY_TAG != 0 {
         pos = put_event_varint(out, pos, entry);
@@ -685,16 +757,28 @@ mod tests {
             EventKind::HeapObjectAlloc,
             0,
             300,
-            [zigzag(-2), 48, 7, 0],
+            [zigzag(-2), 48, 7, 0, 0],
         );
         assert_eq!(&out[..n], &[5, 0xac, 0x02, 3, 48, 7]);
+        // The same with a stack: kind 11, the stack ID after the type.
+        let n = encode_event(
+            &mut out,
+            EventKind::HeapObjectAllocStack,
+            ENTRY_TAG,
+            300,
+            [zigzag(-2), 48, 7, 200, 1],
+        );
+        assert_eq!(
+            &out[..n],
+            &[11 | ENTRY_TAG, 0xac, 0x02, 3, 48, 7, 0xc8, 0x01, 1]
+        );
         // A free carries one argument; the entry tag adds a varint.
         let n = encode_event(
             &mut out,
             EventKind::HeapObjectFree,
             ENTRY_TAG,
             0,
-            [9, 1, 2, 4],
+            [9, 1, 2, 3, 4],
         );
         assert_eq!(&out[..n], &[6 | ENTRY_TAG, 0, 9, 4]);
         // Long form stack alloc: the size in bytes.
@@ -703,25 +787,26 @@ mod tests {
             EventKind::StackAlloc,
             LONG_FORM,
             1,
-            [0x5000, 3000, 0, 0],
+            [0x5000, 3000, 0, 0, 0],
         );
         assert_eq!(&out[..n], &[8 | LONG_FORM, 1, 0x80, 0xa0, 0x01, 0xb8, 0x17]);
         // The longest event fits and decodes back.
         let n = encode_event(
             &mut out,
-            EventKind::SpanAlloc,
+            EventKind::SpanAllocStack,
             LONG_FORM | ENTRY_TAG,
             u64::MAX,
-            [u64::MAX; 4],
+            [u64::MAX; 5],
         );
         assert_eq!(n, MAX_EVENT_LEN);
+        assert_eq!(MAX_EVENT_LEN, 61);
         let mut pos = 1;
-        for _ in 0..5 {
+        for _ in 0..6 {
             assert_eq!(get_uvarint(&out, &mut pos), Ok(u64::MAX));
         }
         // Every kind: the argument count of the format.
         for kind in EVENT_KINDS {
-            let n = encode_event(&mut out, kind, 0, 1, [1, 1, 1, 1]);
+            let n = encode_event(&mut out, kind, 0, 1, [1, 1, 1, 1, 1]);
             assert_eq!(n, 2 + kind.arg_count(), "{kind:?}");
         }
     }
@@ -820,12 +905,17 @@ mod tests {
         let mut bad = bytes;
         bad[0] = b'X';
         assert_eq!(FileHeader::decode(&bad), Err(HeaderError::BadMagic));
-        let mut v3 = bytes;
-        v3[8] = 3;
+        let mut v4 = bytes;
+        v4[8] = 4;
         assert_eq!(
-            FileHeader::decode(&v3),
-            Err(HeaderError::UnsupportedVersion(3))
+            FileHeader::decode(&v4),
+            Err(HeaderError::UnsupportedVersion(4))
         );
+        let v2 = FileHeader {
+            version: VERSION_2,
+            flags: 0,
+        };
+        assert_eq!(FileHeader::decode(&v2.encode()), Ok(v2));
         let v1 = FileHeader {
             version: VERSION_1,
             flags: 0,
@@ -841,7 +931,7 @@ mod tests {
             flipped[bit / 8] ^= 1 << (bit % 8);
             assert!(
                 FileHeader::decode(&flipped).is_err(),
-                "bit {bit} of a version-2 header"
+                "bit {bit} of a version-3 header"
             );
         }
     }
@@ -859,6 +949,12 @@ mod tests {
         }
         .encode();
         assert_eq!(&header[8..], &[2, 0, 0, 0, 0xcb, 0xe9, 0x46, 0x9c]);
+        let header = FileHeader {
+            version: 3,
+            flags: 0,
+        }
+        .encode();
+        assert_eq!(&header[8..], &[3, 0, 0, 0, 0x73, 0x43, 0x03, 0x41]);
         assert_eq!(batch_checksum(&[&[5, 3, 0, 0, 0, 1, 0, 0]]), 0xf94d_aae6);
     }
 
@@ -909,7 +1005,21 @@ mod tests {
         }
         assert_eq!(EventKind::from_u8(0), None);
         assert_eq!(EventKind::from_u8(10), Some(EventKind::Call));
-        assert_eq!(EventKind::from_u8(11), None);
+        assert_eq!(
+            EventKind::from_u8(11),
+            Some(EventKind::HeapObjectAllocStack)
+        );
+        assert_eq!(EventKind::from_u8(12), Some(EventKind::SpanAllocStack));
+        assert_eq!(EventKind::from_u8(13), None);
+        for k in EVENT_KINDS {
+            let base = k.without_stack();
+            assert_eq!(k.has_stack(), base != k, "{k:?}");
+            assert_eq!(base.address_class(), k.address_class(), "{k:?}");
+            let extra = usize::from(k.has_stack());
+            assert_eq!(k.arg_count(), base.arg_count() + extra, "{k:?}");
+        }
+        assert_eq!(BatchKind::from_u8(12), Some(BatchKind::CallStacks));
+        assert_eq!(BatchKind::from_u8(13), None);
         for (i, e) in ENTRY_POINTS.iter().enumerate() {
             assert_eq!(EntryPoint::from_tag(i as u64 + 1), Some(*e));
         }

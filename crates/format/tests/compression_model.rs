@@ -62,7 +62,7 @@ fn events_payload(rng: &mut Rng, heap: &mut Heap, events: usize) -> Vec<u8> {
     }
     let mut previous = [0u64; 3];
     for _ in 0..events {
-        let kind = 1 + rng.below(10) as u8;
+        let kind = 1 + rng.below(12) as u8;
         let long = kind != 10 && rng.below(10) == 0;
         let tagged = kind == 10 || rng.below(3) != 0;
         let mut kind_byte = kind;
@@ -75,8 +75,8 @@ fn events_payload(rng: &mut Rng, heap: &mut Heap, events: usize) -> Vec<u8> {
         p.push(kind_byte);
         varint(&mut p, rng.value());
         let class = match kind {
-            1..=3 => Some(0),
-            4..=6 => Some(1),
+            1..=3 | 12 => Some(0),
+            4..=6 | 11 => Some(1),
             7..=9 => Some(2),
             _ => None,
         };
@@ -91,7 +91,7 @@ fn events_payload(rng: &mut Rng, heap: &mut Heap, events: usize) -> Vec<u8> {
                 heap.freed.push(id);
                 (id, 0)
             }
-            4 | 5 => {
+            4 | 5 | 11 => {
                 let size = if rng.below(2) == 0 {
                     16 + rng.below(240)
                 } else {
@@ -126,6 +126,22 @@ fn events_payload(rng: &mut Rng, heap: &mut Heap, events: usize) -> Vec<u8> {
             4 | 5 => {
                 varint(&mut p, size);
                 varint(&mut p, rng.below(4));
+            }
+            11 => {
+                varint(&mut p, size);
+                varint(&mut p, rng.below(4));
+                // Stack IDs: mostly small and repeating, sometimes any.
+                let stack = if rng.below(8) == 0 {
+                    rng.value()
+                } else {
+                    1 + rng.below(20)
+                };
+                varint(&mut p, stack);
+            }
+            12 => {
+                varint(&mut p, rng.value());
+                varint(&mut p, rng.value());
+                varint(&mut p, 1 + rng.below(20));
             }
             7 | 8 => varint(&mut p, rng.below(64)),
             _ => {}
@@ -174,7 +190,7 @@ fn raw_stream(rng: &mut Rng) -> Vec<u8> {
                 match rng.below(3) {
                     // An unknown kind byte, or a varint made longer than it
                     // need be: both parse only as verbatim.
-                    0 => p.push(if rng.below(2) == 0 { 0 } else { 11 }),
+                    0 => p.push(if rng.below(2) == 0 { 0 } else { 13 }),
                     1 => {
                         p[at] |= 0x80;
                         p.insert(at + 1, 0);
@@ -434,7 +450,7 @@ fn codes_the_model_cannot_resolve_are_errors() {
     assert!(e.what.contains("escape"), "{e:?}");
     // An unknown event kind, an unknown batch form.
     let e = decode(
-        &stream([header, &[], &[11], &[0], &[], &[], &[], &[0], &[]]),
+        &stream([header, &[], &[13], &[0], &[], &[], &[], &[0], &[]]),
         100,
     )
     .unwrap_err();
@@ -534,4 +550,44 @@ fn a_block_freed_in_one_size_class_comes_back_in_another() {
     )
     .unwrap_err();
     assert!(e.what.contains("no freed ID"), "{e:?}");
+}
+
+#[test]
+fn stack_events_are_modeled_not_copied() {
+    // A heap alloc with a stack (kind 11), its free, an alloc with a stack
+    // at the freed block, and a span alloc with a stack (kind 12).
+    let mut p = Vec::new();
+    for v in [1, 1, 0] {
+        varint(&mut p, v);
+    }
+    for (kind, args) in [
+        (11u8, &[200u64, 32, 0, 7][..]),
+        (6, &[0][..]),
+        (11, &[0, 32, 0, 9][..]),
+        (12, &[10, 4, 1, 3][..]),
+    ] {
+        p.push(kind);
+        varint(&mut p, 1);
+        for &a in args {
+            varint(&mut p, a);
+        }
+    }
+    let raw = batch(BatchKind::CompactEvents as u8, &p);
+    let modeled = round_trip(&mut Encoder::with_capacity(0), &mut Decoder::new(), &raw);
+    let mut pos = 0;
+    let lens: Vec<usize> = (0..9)
+        .map(|_| alloctrace_format::get_uvarint(&modeled, &mut pos).unwrap() as usize)
+        .collect();
+    assert_eq!(lens[1], 0, "nothing copied verbatim: {lens:?}");
+    assert_eq!(modeled[pos], 1, "the batch's form is modeled events");
+    let start = pos + lens[..4].iter().sum::<usize>();
+    // An escape, the free one allocation back, the block freed in class
+    // 32 (code 1): kind 11's IDs go through the model as kind 5's do.
+    assert_eq!(&modeled[start..start + lens[4]], &[0, 3, 1]);
+    // Both stack IDs in the args column, after the type.
+    let args_start = start + lens[4] + lens[5] + lens[6];
+    assert_eq!(
+        &modeled[args_start..args_start + lens[7]],
+        &[0, 7, 0, 9, 10, 4, 1, 3]
+    );
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use alloctrace_format::pages::{self, Layout, Word};
+use alloctrace_format::stacks::EntryError;
 use alloctrace_format::{
     exact_log2, get_uvarint, BatchKind, EventKind, VarintError, ENTRY_TAG, EVENT_KIND_MASK,
     LONG_FORM, MAX_STACK_ORDER,
@@ -101,6 +102,22 @@ impl<'a> Cursor<'a> {
         Some(b)
     }
 
+    /// Parses one entry of a call-stack batch with the format crate's
+    /// parser, moving past it; its error names the bad field's offset.
+    pub fn entry<T>(
+        &mut self,
+        parse: impl FnOnce(&'a [u8], &mut usize) -> Result<T, EntryError>,
+    ) -> Result<T, ReadError> {
+        let mut pos = self.pos;
+        match parse(self.buf, &mut pos) {
+            Ok(v) => {
+                self.pos = pos;
+                Ok(v)
+            }
+            Err(e) => Err(self.error_at(e.at, e.what)),
+        }
+    }
+
     pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.pos.checked_add(n)?;
         let s = self.buf.get(self.pos..end)?;
@@ -137,8 +154,10 @@ pub(crate) struct RawEvent {
     pub kind: EventKind,
     pub long_form: bool,
     pub delta: u64,
-    /// The first `kind.arg_count()` are meaningful; the rest are 0.
-    pub args: [u64; 3],
+    /// The first `kind.arg_count()` are meaningful; the rest are 0. So
+    /// `args[3]` is the stack ID of kinds 11 and 12 (at least 1), and 0 for
+    /// every other kind.
+    pub args: [u64; 4],
     /// The entry-point tag (FORMAT.md section 3), 0 when untagged.
     pub entry: u64,
 }
@@ -187,7 +206,7 @@ pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
         })
     };
     let delta = next(c, 0)?;
-    let mut args = [0u64; 3];
+    let mut args = [0u64; 4];
     for (i, arg) in args.iter_mut().enumerate().take(kind.arg_count()) {
         *arg = next(c, i + 1)?;
     }
@@ -200,6 +219,16 @@ pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
                 format_args!("unknown entry point {entry} on a {} event", kind.name()),
             ));
         }
+    }
+    if kind.has_stack() && args[3] == 0 {
+        return Err(c.error_at(
+            start,
+            format_args!(
+                "{} event with stack ID 0 (an allocation without a stack is written as kind {})",
+                kind.name(),
+                kind.without_stack() as u8
+            ),
+        ));
     }
     let short_stack_size =
         matches!(kind, EventKind::StackExists | EventKind::StackAlloc) && !long_form;
@@ -280,6 +309,8 @@ struct KindByte {
     tagged: bool,
     /// `kind.arg_count()`.
     args: u8,
+    /// The fourth argument is a stack ID, at least 1 (kinds 11 and 12).
+    stack: bool,
     /// The second argument is a stack order (short-form stack exists or
     /// alloc), at most `MAX_STACK_ORDER`.
     stack_order: bool,
@@ -302,6 +333,7 @@ const KIND_BYTES: [Option<KindByte>; 256] = {
                     long_form,
                     tagged,
                     args: kind.arg_count() as u8,
+                    stack: kind.has_stack(),
                     stack_order: matches!(kind, EventKind::StackExists | EventKind::StackAlloc)
                         && !long_form,
                 });
@@ -321,12 +353,18 @@ pub(crate) fn event_fast(buf: &[u8], pos: &mut usize) -> Option<RawEvent> {
     let kb = KIND_BYTES[usize::from(*buf.get(*pos)?)]?;
     *pos += 1;
     let delta = fast_varint(buf, pos)?;
-    let mut args = [0u64; 3];
+    let mut args = [0u64; 4];
     args[0] = fast_varint(buf, pos)?;
     if kb.args > 1 {
         args[1] = fast_varint(buf, pos)?;
         if kb.args > 2 {
             args[2] = fast_varint(buf, pos)?;
+            if kb.stack {
+                args[3] = fast_varint(buf, pos)?;
+                if args[3] == 0 {
+                    return None;
+                }
+            }
         }
     }
     let mut entry = 0;
@@ -347,7 +385,7 @@ pub(crate) fn event_fast(buf: &[u8], pos: &mut usize) -> Option<RawEvent> {
 }
 
 /// Bytes of the window [`event_at`] decodes from: an event takes at most
-/// 51 (a kind byte, then at most five varints of at most 10 bytes), and a
+/// 61 (a kind byte, then at most six varints of at most 10 bytes), and a
 /// varint that starts before byte 64 can be read as one 8-byte word.
 const WINDOW: usize = 72;
 
@@ -379,12 +417,18 @@ fn event_in_window(w: &[u8; WINDOW]) -> Option<(RawEvent, usize)> {
     let kb = KIND_BYTES[usize::from(w[0])]?;
     let mut at = 1;
     let delta = window_varint(w, &mut at)?;
-    let mut args = [0u64; 3];
+    let mut args = [0u64; 4];
     args[0] = window_varint(w, &mut at)?;
     if kb.args > 1 {
         args[1] = window_varint(w, &mut at)?;
         if kb.args > 2 {
             args[2] = window_varint(w, &mut at)?;
+            if kb.stack {
+                args[3] = window_varint(w, &mut at)?;
+                if args[3] == 0 {
+                    return None;
+                }
+            }
         }
     }
     let mut entry = 0;
@@ -542,12 +586,20 @@ pub(crate) fn generation_end(
     let end_ticks = c.varint("end_ticks")?;
     let end_mono_ns = c.varint("end_mono_ns")?;
     let lost_events = c.varint("lost_events")?;
+    // Version 3 appends lost_stacks; a body without it (versions 1 and 2)
+    // counts none.
+    let lost_stacks = if c.remaining() > 0 {
+        c.varint("lost_stacks")?
+    } else {
+        0
+    };
     // Later versions may append fields: the rest of the body is ignored.
     Ok(GenerationEnd {
         generation,
         end_ticks,
         end_mono_ns,
         lost_events,
+        lost_stacks,
     })
 }
 
@@ -778,6 +830,56 @@ mod tests {
                 && refused as usize > crate::test_util::rounds(10_000),
             "{accepted} accepted, {refused} refused"
         );
+    }
+
+    /// Stack events (kinds 11 and 12), pinned: the three decoders read the
+    /// stack ID as the fourth argument, before the entry tag, and refuse
+    /// stack ID 0; the longest event (61 bytes) decodes.
+    #[test]
+    fn stack_events_decode_alike_in_every_decoder() {
+        let ctx = BatchContext {
+            kind: BatchKind::Events,
+            offset: 0,
+        };
+        let mut longest = vec![12 | LONG_FORM | ENTRY_TAG];
+        longest.extend([0xff; 9].iter().chain(&[1]).copied().cycle().take(50));
+        // Entry tag 13 as a ten-byte varint (not the shortest form, but
+        // a varint all the same).
+        longest.push(0x8d);
+        longest.extend([0x80; 8]);
+        longest.push(0);
+        let cases: [(&[u8], Option<[u64; 4]>); 5] = [
+            (&[11, 5, 2, 48, 7, 200, 1], Some([2, 48, 7, 200])),
+            (&[12 | ENTRY_TAG, 0, 9, 1, 3, 4, 11], Some([9, 1, 3, 4])),
+            (&[11, 5, 2, 48, 7, 0], None),
+            (&[12 | LONG_FORM, 0, 9, 1, 3, 0, 0, 0], None),
+            (&[11, 5, 2, 48, 7], None),
+        ];
+        for (bytes, want) in cases
+            .iter()
+            .map(|&(b, w)| (b.to_vec(), w))
+            .chain([(longest.clone(), Some([u64::MAX; 4]))])
+        {
+            // Padded, so the window decoder runs on it too.
+            let mut padded = bytes.clone();
+            padded.resize(bytes.len() + WINDOW, 0);
+            let mut end = 0;
+            let fast = event_fast(&bytes, &mut end);
+            let window = event_at(&padded, 0);
+            let mut c = Cursor::new(&bytes, 0, ctx);
+            let checked = event(&mut c).ok();
+            assert_eq!(fast.map(|e| e.args), want, "{bytes:02x?}");
+            assert_eq!(window.map(|(e, _)| e), fast, "{bytes:02x?}");
+            assert_eq!(checked, fast, "{bytes:02x?}");
+            if want.is_some() {
+                assert_eq!(end, bytes.len());
+                assert_eq!(window.map(|(_, end)| end), Some(bytes.len()));
+            }
+        }
+        assert_eq!(longest.len(), alloctrace_format::MAX_EVENT_LEN);
+        let mut c = Cursor::new(&[11, 0, 1, 1, 1, 0], 0, ctx);
+        let e = event(&mut c).unwrap_err();
+        assert!(e.what().contains("stack ID 0"), "{e}");
     }
 
     /// `fast_varint` against `get_uvarint` on every length and position

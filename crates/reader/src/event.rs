@@ -49,6 +49,10 @@ pub struct GenerationEnd {
     pub end_mono_ns: u64,
     /// Events of this generation the writer could not record.
     pub lost_events: u64,
+    /// Allocations of this generation recorded without their stack (the
+    /// allocation is in the trace; its stack is missing). 0 in traces of
+    /// versions 1 and 2.
+    pub lost_stacks: u64,
 }
 
 /// One allocation event, with its address restored and its time in ns.
@@ -74,6 +78,24 @@ pub struct Event {
     /// The interposed function that made the event, for traces written by
     /// the LD_PRELOAD shim (FORMAT.md section 3, entry tag).
     pub entry: Option<EntryPoint>,
+    /// The call stack that made the allocation, a stack ID of the
+    /// generation's [`Stacks`](crate::Stacks) (event kinds 11 and 12); 0
+    /// for none. Only `HeapObjectAlloc` and `SpanAlloc` events carry one.
+    pub stack_id: u64,
+}
+
+impl Event {
+    /// The event's kind as written in its kind byte: the kind of
+    /// [`EventData::event_kind`], or for an allocation with a stack its
+    /// kind with a stack (11 or 12). `None` for page events.
+    pub fn kind(&self) -> Option<EventKind> {
+        let kind = self.data.event_kind()?;
+        Some(match kind {
+            EventKind::HeapObjectAlloc if self.stack_id != 0 => EventKind::HeapObjectAllocStack,
+            EventKind::SpanAlloc if self.stack_id != 0 => EventKind::SpanAllocStack,
+            other => other,
+        })
+    }
 }
 
 /// The kind of an event and the arguments that kind carries besides the
@@ -142,8 +164,10 @@ impl EventData {
         }
     }
 
-    /// The kind byte's event kind, or `None` for page events, which travel
-    /// as page words and have no kind byte.
+    /// The event kind of the data, or `None` for page events, which travel
+    /// as page words and have no kind byte. An allocation with a stack
+    /// (kinds 11 and 12) has the data of one without (kinds 5 and 2): this
+    /// gives the kind without a stack, [`Event::kind`] the kind written.
     pub fn event_kind(&self) -> Option<EventKind> {
         Some(match self {
             EventData::PageAlloc { .. }

@@ -12,6 +12,7 @@ use alloctrace_format::{
 
 use crate::decode::{self, BatchContext, Cursor, PageEvent, PagesState, RawEvent};
 use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, TypeInfo};
+use crate::stacks::Stacks;
 use crate::ReadError;
 
 /// The events and pages batches of one generation are kept as raw bytes: a
@@ -21,6 +22,8 @@ pub(crate) struct Generation {
     pub info: Option<GenerationInfo>,
     pub types: BTreeMap<u64, TypeInfo>,
     pub end: Option<GenerationEnd>,
+    /// Call stacks, registered frames and modules (batch kinds 10 to 12).
+    pub stacks: Stacks,
     /// Bodies of the generation's events and pages batches, in file order
     /// (an events batch read straight from the input keeps its header
     /// before its body, unused). Pages bodies were checked when read
@@ -69,6 +72,7 @@ impl Generation {
             info: None,
             types: BTreeMap::new(),
             end: None,
+            stacks: Stacks::default(),
             raw: Vec::new(),
             batches: Vec::new(),
             memory: 0,
@@ -353,7 +357,7 @@ impl Emitter {
                 ids: Ids::default(),
             };
             if let Some((ticks, pending)) =
-                decode_next(&gen.raw, batch, &mut cursor, batch.base_ticks)?
+                decode_next(&gen.raw, &gen.stacks, batch, &mut cursor, batch.base_ticks)?
             {
                 cursor.pending = Some(pending);
                 keys.push(key(ticks, i));
@@ -427,6 +431,7 @@ impl Emitter {
             if let Pending::Object(first) = pending {
                 let run = Run {
                     raw: &gen.raw,
+                    stacks: &gen.stacks,
                     batch,
                     index: i,
                     limit,
@@ -459,7 +464,7 @@ impl Emitter {
                     Pending::Page(page) => emit(&out.page_event(page, batch.thread)),
                 }
                 n += 1;
-                let next = match decode_next(&gen.raw, batch, cursor, ticks) {
+                let next = match decode_next(&gen.raw, &gen.stacks, batch, cursor, ticks) {
                     Ok(next) => next,
                     Err(err) => {
                         *error = Some(err);
@@ -526,12 +531,13 @@ impl Restore {
             addr: page.base,
             data,
             entry: None,
+            stack_id: 0,
         }
     }
 
     #[inline(always)]
     fn event(&self, raw: RawEvent, ticks: u64, thread: u64) -> Event {
-        let [first, second, third] = raw.args;
+        let [first, second, third, stack_id] = raw.args;
         // The size of a stack: the short form carries its order, checked
         // to be at most 63.
         let stack_size = || {
@@ -552,7 +558,7 @@ impl Restore {
                 },
                 Some(self.span_shift),
             ),
-            EventKind::SpanAlloc => (
+            EventKind::SpanAlloc | EventKind::SpanAllocStack => (
                 EventData::SpanAlloc {
                     npages: second,
                     kind_class: third,
@@ -567,7 +573,7 @@ impl Restore {
                 },
                 Some(self.heap_shift),
             ),
-            EventKind::HeapObjectAlloc => (
+            EventKind::HeapObjectAlloc | EventKind::HeapObjectAllocStack => (
                 EventData::HeapObjectAlloc {
                     size: second,
                     type_id: third,
@@ -599,6 +605,7 @@ impl Restore {
             addr,
             data,
             entry: alloctrace_format::EntryPoint::from_tag(raw.entry),
+            stack_id,
         }
     }
 }
@@ -607,6 +614,9 @@ impl Restore {
 /// before every other batch's.
 struct Run<'a> {
     raw: &'a [u8],
+    /// The generation's call stacks: every stack ID an event names must be
+    /// one of them.
+    stacks: &'a Stacks,
     batch: &'a EventBatch,
     /// The batch's index, for its heap keys.
     index: usize,
@@ -675,6 +685,9 @@ impl Run<'_> {
             if compact && !e.long_form {
                 e.args[0] = ids.decode(e.kind, e.args[0]);
             }
+            if e.args[3] != 0 && !self.stacks.contains(e.args[3]) {
+                return (n, Err(undefined_stack(self.raw, self.batch, start, &e)));
+            }
             if n < self.budget && u128::from(t) < ticks_limit {
                 (ticks, ev) = (t, e);
             } else {
@@ -717,6 +730,7 @@ fn checked_event(
 #[inline(always)]
 fn decode_next(
     raw: &[u8],
+    stacks: &Stacks,
     batch: &EventBatch,
     cursor: &mut BatchCursor,
     prev_ticks: u64,
@@ -730,11 +744,14 @@ fn decode_next(
         return Ok(None);
     }
     let Some((mut ev, pos)) = decode::event_at(body, start) else {
-        return decode_next_slow(raw, batch, cursor, prev_ticks);
+        return decode_next_slow(raw, stacks, batch, cursor, prev_ticks);
     };
     let Some(ticks) = prev_ticks.checked_add(ev.delta) else {
-        return decode_next_slow(raw, batch, cursor, prev_ticks);
+        return decode_next_slow(raw, stacks, batch, cursor, prev_ticks);
     };
+    if ev.args[3] != 0 && !stacks.contains(ev.args[3]) {
+        return Err(undefined_stack(raw, batch, start, &ev));
+    }
     if batch.kind == BatchKind::CompactEvents && !ev.long_form {
         ev.args[0] = cursor.ids.decode(ev.kind, ev.args[0]);
     }
@@ -748,6 +765,7 @@ fn decode_next(
 #[inline(never)]
 fn decode_next_slow(
     raw: &[u8],
+    stacks: &Stacks,
     batch: &EventBatch,
     cursor: &mut BatchCursor,
     prev_ticks: u64,
@@ -758,6 +776,9 @@ fn decode_next_slow(
     let ticks = prev_ticks
         .checked_add(ev.delta)
         .ok_or_else(|| batch.error(c.error_at(start, "event timestamp overflows 64 bits")))?;
+    if ev.args[3] != 0 && !stacks.contains(ev.args[3]) {
+        return Err(undefined_stack(raw, batch, start, &ev));
+    }
     if batch.kind == BatchKind::CompactEvents && !ev.long_form {
         ev.args[0] = cursor.ids.decode(ev.kind, ev.args[0]);
     }
@@ -776,6 +797,22 @@ fn decode_next_page(
     let next = decode::page_event(&mut c, &mut cursor.pages).map_err(|e| batch.error(e))?;
     cursor.pos = c.pos();
     Ok(next.map(|ev| (ev.ticks, Pending::Page(ev))))
+}
+
+/// The error for the event at `start` in `batch`'s body, whose stack ID
+/// (`ev.args[3]`) the generation's call-stacks batches do not define.
+#[cold]
+#[inline(never)]
+fn undefined_stack(raw: &[u8], batch: &EventBatch, start: usize, ev: &RawEvent) -> ReadError {
+    let c = batch_cursor(raw, batch, 0);
+    batch.error(c.error_at(
+        start,
+        format_args!(
+            "{} event names stack ID {}, which no call-stacks batch of its generation defines",
+            ev.kind.name(),
+            ev.args[3]
+        ),
+    ))
 }
 
 /// A cursor at `pos` in `batch`'s body, for the checked decoders.

@@ -1,4 +1,5 @@
-//! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1 and 2).
+//! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1, 2
+//! and 3).
 //!
 //! ## Reading protocol
 //! A trace reads as one sequence of records: for each generation, a
@@ -116,14 +117,22 @@
 //! 4. A trace cut short (EOF inside a batch, or no trace-end batch) is not an
 //!    error: every complete batch's events come out, generations without a
 //!    generation-end included, and [`TraceReader::truncated`] says where the
-//!    cut is. In a version-2 file a batch whose trailer is cut off is cut
+//!    cut is. In a version-2 or 3 file a batch whose trailer is cut off is cut
 //!    too: it is not read.
-//! 5. In a version-2 file every batch's checksum (FORMAT.md section 2) is
+//! 5. In a version-2 or 3 file every batch's checksum (FORMAT.md section 2) is
 //!    verified right after the batch is read, before any of it is parsed
 //!    or decompressed: a damaged batch is reported as such ("checksum
 //!    mismatch in the batch at byte offset N ..."), never as whatever its
 //!    damaged bytes would parse as. Version-1 files, without checksums,
 //!    read as before.
+//! 6. Call stacks (version 3, FORMAT.md section 10): a generation's
+//!    modules, registered frames and call-stack nodes are checked as their
+//!    batches arrive (IDs, parents, frame words, lengths; errors at the
+//!    entry), and every stack ID an event names is checked defined in its
+//!    generation when the merge reaches the event (the error at the
+//!    event). [`TraceReader::stacks`] offers them once the generation
+//!    starts; [`Event::stack_id`] is 0 for an event without a stack, and a
+//!    trace of version 1 or 2 reads exactly as before.
 
 #![forbid(unsafe_code)]
 
@@ -133,6 +142,7 @@ mod event;
 mod generation;
 mod open;
 mod source;
+mod stacks;
 #[doc(hidden)]
 pub mod testing;
 mod unpack;
@@ -151,6 +161,7 @@ pub use event::{
     Event, EventData, GenerationEnd, GenerationInfo, Record, Step, TypeInfo, PAGE_EVENT_NAMES,
 };
 pub use generation::Clock;
+pub use stacks::{Frame, Module, RegisteredFrame, Stacks};
 
 /// Default cap on the memory one open generation may hold (raw events plus
 /// its type table): 1 GiB.
@@ -170,10 +181,13 @@ pub struct TraceReader<R: Read> {
     time_origin_ns: Option<u64>,
     generations: u64,
     lost_events: u64,
+    lost_stacks: u64,
     /// The first error, returned again by every later call.
     failed: Option<ReadError>,
     /// What `types()` returns before the first generation.
     no_types: BTreeMap<u64, TypeInfo>,
+    /// What `stacks()` returns before the first generation.
+    no_stacks: Stacks,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -186,8 +200,10 @@ impl<R: Read> TraceReader<R> {
             time_origin_ns: None,
             generations: 0,
             lost_events: 0,
+            lost_stacks: 0,
             failed: None,
             no_types: BTreeMap::new(),
+            no_stacks: Stacks::default(),
         })
     }
 
@@ -295,6 +311,23 @@ impl<R: Read> TraceReader<R> {
         self.lost_events
     }
 
+    /// Sum of `lost_stacks` over the generations handed out so far:
+    /// allocations recorded without their stack (0 before version 3).
+    pub fn lost_stacks(&self) -> u64 {
+        self.lost_stacks
+    }
+
+    /// Call stacks, registered frames and modules of the generation of the
+    /// last returned event (empty before the first generation, and for a
+    /// trace without stacks). An event's [`Event::stack_id`] names one of
+    /// its stacks: [`Stacks::frames`] gives its frames, innermost first.
+    pub fn stacks(&self) -> &Stacks {
+        match &self.current {
+            Some(em) => &em.gen.stacks,
+            None => &self.no_stacks,
+        }
+    }
+
     /// Type table of the generation of the last returned event (empty before
     /// the first generation).
     pub fn types(&self) -> &BTreeMap<u64, TypeInfo> {
@@ -372,6 +405,9 @@ impl<R: Read> TraceReader<R> {
             self.lost_events = self
                 .lost_events
                 .saturating_add(gen.end.map_or(0, |e| e.lost_events));
+            self.lost_stacks = self
+                .lost_stacks
+                .saturating_add(gen.end.map_or(0, |e| e.lost_stacks));
             self.current = Some(Emitter::new(gen, info, origin)?);
             return Ok(Some(number));
         }

@@ -222,6 +222,18 @@ impl OpenGenerations {
                 let memory = decode::types(&mut c, &mut gen.types)?;
                 charge(gen, memory, max, batch_offset)?;
             }
+            BatchKind::Modules => {
+                let memory = gen.stacks.read_modules(&mut c)?;
+                charge(gen, memory, max, batch_offset)?;
+            }
+            BatchKind::Frames => {
+                let memory = gen.stacks.read_frames(&mut c)?;
+                charge(gen, memory, max, batch_offset)?;
+            }
+            BatchKind::CallStacks => {
+                let memory = gen.stacks.read_call_stacks(&mut c)?;
+                charge(gen, memory, max, batch_offset)?;
+            }
             BatchKind::GenerationEnd => {
                 if gen.info.is_none() {
                     return Err(ReadError::malformed(

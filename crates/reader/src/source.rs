@@ -129,11 +129,15 @@ impl<R: Read> BatchSource<R> {
             }
             Err(HeaderError::UnsupportedVersion(v)) => {
                 let known: Vec<String> = READABLE_VERSIONS.iter().map(|v| v.to_string()).collect();
+                let known = match known.split_last() {
+                    Some((last, [])) => last.clone(),
+                    Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+                    None => String::new(),
+                };
                 return Err(ReadError::malformed(
                     8,
                     format!(
-                        "unsupported format version {v}: this reader reads versions {} (a newer alloctrace wrote this trace?)",
-                        known.join(" and ")
+                        "unsupported format version {v}: this reader reads versions {known} (a newer alloctrace wrote this trace?)"
                     ),
                 ));
             }

@@ -4,9 +4,11 @@
 //!
 //! Not part of the stable API.
 
+use alloctrace_format::stacks::{CallStackNode, FrameEntry, FrameWord, ModuleEntry};
 use alloctrace_format::{
     batch_checksum, compress_address, exact_log2, pages, put_uvarint, BatchKind, EventKind,
     FileHeader, BATCH_PREFIX_LEN, FILE_HEADER_LEN, LONG_FORM, MAX_VARINT_LEN, VERSION, VERSION_1,
+    VERSION_2,
 };
 
 use crate::{EventData, GenerationInfo, TypeInfo};
@@ -36,8 +38,9 @@ pub fn info(generation: u64) -> GenerationInfo {
     }
 }
 
-/// A trace under construction: version 2 (a checksum trailer after every
-/// batch) from [`TraceBuilder::new`], version 1 from [`TraceBuilder::v1`].
+/// A trace under construction: version 3 (a checksum trailer after every
+/// batch; call stacks) from [`TraceBuilder::new`], version 2 from
+/// [`TraceBuilder::v2`], version 1 from [`TraceBuilder::v1`].
 pub struct TraceBuilder {
     bytes: Vec<u8>,
     trailers: bool,
@@ -50,9 +53,14 @@ impl Default for TraceBuilder {
 }
 
 impl TraceBuilder {
-    /// A version-2 trace with its file header.
+    /// A trace of the current version (3) with its file header.
     pub fn new() -> TraceBuilder {
         TraceBuilder::with_version(VERSION)
+    }
+
+    /// A version-2 trace (trailers, no call stacks) with its file header.
+    pub fn v2() -> TraceBuilder {
+        TraceBuilder::with_version(VERSION_2)
     }
 
     /// A version-1 trace (no trailers) with its file header.
@@ -199,8 +207,80 @@ impl TraceBuilder {
         )
     }
 
+    /// A version-3 generation-end batch: `lost_stacks` after `lost_events`.
+    pub fn generation_end_v3(
+        &mut self,
+        generation: u64,
+        end_ticks: u64,
+        end_mono_ns: u64,
+        lost_events: u64,
+        lost_stacks: u64,
+    ) -> &mut Self {
+        let mut body = Vec::new();
+        for v in [end_ticks, end_mono_ns, lost_events, lost_stacks] {
+            varint(&mut body, v);
+        }
+        self.batch(
+            BatchKind::GenerationEnd as u8,
+            generation,
+            0,
+            end_ticks,
+            &body,
+        )
+    }
+
+    /// A modules batch (kind 10) of the tracer (thread 0).
+    pub fn modules(&mut self, generation: u64, modules: &[ModuleEntry<'_>]) -> &mut Self {
+        let body = encode_entries(modules.iter().map(|m| (m.encoded_len(), Entry::Module(m))));
+        self.batch(BatchKind::Modules as u8, generation, 0, 0, &body)
+    }
+
+    /// A frames batch (kind 11) of the tracer.
+    pub fn frames(&mut self, generation: u64, frames: &[FrameEntry<'_>]) -> &mut Self {
+        let body = encode_entries(frames.iter().map(|f| (f.encoded_len(), Entry::Frame(f))));
+        self.batch(BatchKind::Frames as u8, generation, 0, 0, &body)
+    }
+
+    /// A call-stacks batch (kind 12) of the tracer.
+    pub fn call_stacks(&mut self, generation: u64, nodes: &[CallStackNode]) -> &mut Self {
+        let body = encode_entries(nodes.iter().map(|n| (n.encoded_len(), Entry::Node(n))));
+        self.batch(BatchKind::CallStacks as u8, generation, 0, 0, &body)
+    }
+
     pub fn trace_end(&mut self, generation: u64) -> &mut Self {
         self.batch(BatchKind::TraceEnd as u8, generation, 0, 0, &[])
+    }
+}
+
+/// One entry of a call-stack batch, for [`encode_entries`].
+enum Entry<'a, 'b> {
+    Module(&'a ModuleEntry<'b>),
+    Frame(&'a FrameEntry<'b>),
+    Node(&'a CallStackNode),
+}
+
+/// The entries one after the other, by the format crate's encoders.
+fn encode_entries<'a, 'b: 'a>(entries: impl Iterator<Item = (usize, Entry<'a, 'b>)>) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (len, entry) in entries {
+        let start = body.len();
+        body.resize(start + len, 0);
+        let end = match entry {
+            Entry::Module(m) => m.encode(&mut body, start),
+            Entry::Frame(f) => f.encode(&mut body, start),
+            Entry::Node(n) => n.encode(&mut body, start),
+        };
+        assert_eq!(end, Some(body.len()), "encoded_len and encode disagree");
+    }
+    body
+}
+
+/// A call-stack node, for tests: `frame` is a [`FrameWord`].
+pub fn node(id: u64, parent: u64, frame: FrameWord) -> CallStackNode {
+    CallStackNode {
+        id,
+        parent,
+        frame: frame.word(),
     }
 }
 
@@ -266,6 +346,44 @@ impl EventsBody {
         match (id, order) {
             (Some(id), Some(order)) => self.encode(false, ticks, id, order, data),
             _ => self.long_event(ticks, addr, data),
+        }
+    }
+
+    /// An allocation with a stack (kind 11 for a heap object alloc, 12 for
+    /// a span alloc), short form when the address compresses exactly.
+    /// `stack_id` is written as it is (0 makes a malformed event).
+    pub fn event_with_stack(
+        &mut self,
+        info: &GenerationInfo,
+        ticks: u64,
+        addr: u64,
+        data: &EventData,
+        stack_id: u64,
+    ) -> &mut Self {
+        let (kind, align, second, third) = match *data {
+            EventData::HeapObjectAlloc { size, type_id } => (
+                EventKind::HeapObjectAllocStack,
+                info.min_heap_align,
+                size,
+                type_id,
+            ),
+            EventData::SpanAlloc { npages, kind_class } => (
+                EventKind::SpanAllocStack,
+                info.page_size,
+                npages,
+                kind_class,
+            ),
+            _ => panic!("only heap object and span allocs carry a stack"),
+        };
+        let id =
+            exact_log2(align).and_then(|shift| compress_address(addr, info.min_heap_addr, shift));
+        match id {
+            Some(id) => self.raw_event(kind as u8, ticks, &[id, second, third, stack_id]),
+            None => self.raw_event(
+                kind as u8 | LONG_FORM,
+                ticks,
+                &[addr, second, third, stack_id],
+            ),
         }
     }
 
@@ -441,16 +559,16 @@ impl Rng {
     }
 }
 
-/// The version-2 form of a version-1 trace: the version-2 header, and a
-/// trailer after every batch (none inside compressed batches). A cut last
-/// batch stays cut, without a trailer.
+/// The current version's form of a version-1 trace: the version-3 header,
+/// and a trailer after every batch (none inside compressed batches). A cut
+/// last batch stays cut, without a trailer.
 pub fn checksummed(v1: &[u8]) -> Vec<u8> {
-    let mut out = FileHeader {
-        version: VERSION,
-        flags: 0,
-    }
-    .encode()
-    .to_vec();
+    checksummed_as(v1, VERSION)
+}
+
+/// [`checksummed`] with the header of `version` (2 or 3).
+pub fn checksummed_as(v1: &[u8], version: u16) -> Vec<u8> {
+    let mut out = FileHeader { version, flags: 0 }.encode().to_vec();
     let mut batches = split_batches(v1);
     let cut = match batches.last() {
         Some(b) if b.len() != batch_len(b) => batches.pop(),
@@ -488,9 +606,11 @@ fn batch_len(bytes: &[u8]) -> usize {
     }
 }
 
-/// A small valid trace touching every batch kind and every event kind, in
-/// short and long form, across two threads and two interleaved generations.
-/// Used by tests and as a fuzzing seed. Version 2.
+/// A small valid trace touching every batch kind and every event kind but
+/// those of call stacks ([`stacks_trace`]), in short and long form, across
+/// two threads and two interleaved generations. Used by tests and as a
+/// fuzzing seed. The current version (3), a version-1 trace
+/// [`checksummed`].
 pub fn sample_trace() -> Vec<u8> {
     checksummed(&sample_trace_v1())
 }
@@ -585,6 +705,109 @@ pub fn sample_trace_v1() -> Vec<u8> {
     t.finish()
 }
 
+/// A small valid version-3 trace with call stacks: two generations, each
+/// with modules, a registered frame and a call-stacks batch re-listing the
+/// nodes it uses (IDs stable across them), allocations with stacks (kinds
+/// 11 and 12, short and long form) and without, a truncated stack, and
+/// `lost_stacks` in the generation ends. Used by tests and as a fuzzing
+/// seed.
+///
+/// Generation 1's stacks: 1 = `[main]` (app+0x1100), 2 = `[make_name,
+/// main]` (libfoo.so+0x234), 3 = `[lua:f, make_name, main]` (registered
+/// frame 1, `f` at `a.lua:7`), 4 = `[truncated]`. Generation 2 re-lists 1
+/// and 2 and adds 5 = `[0x9000 (no module), main]`.
+pub fn stacks_trace() -> Vec<u8> {
+    let g1 = info(1);
+    let mut g2 = info(2);
+    g2.start_ticks = 5000;
+    g2.start_mono_ns = 5_004_000;
+    let app = ModuleEntry {
+        id: 1,
+        start: 0x40_0000,
+        end: 0x50_0000,
+        bias: 0x40_0000,
+        eh_frame_hdr: 0x48_0000,
+        load_ticks: 0,
+        unload_ticks: 0,
+        build_id: &[0xde, 0xad, 0xbe, 0xef],
+        path: b"/usr/bin/app",
+    };
+    let libfoo = ModuleEntry {
+        id: 2,
+        start: 0x7f00_0000_0000,
+        end: 0x7f00_0001_0000,
+        bias: 0x7f00_0000_0000,
+        eh_frame_hdr: 0,
+        load_ticks: 1200,
+        unload_ticks: 0,
+        build_id: &[],
+        path: b"/lib/libfoo.so",
+    };
+    let lua = FrameEntry {
+        id: 1,
+        line: 7,
+        func: b"f",
+        file: b"a.lua",
+    };
+    let main = FrameWord::Native(0x40_1100);
+    let make_name = FrameWord::Native(0x7f00_0000_0234);
+    let mut t = TraceBuilder::new();
+    t.info(&g1);
+    let mut a = EventsBody::new(1100);
+    let alloc = |size| EventData::HeapObjectAlloc { size, type_id: 0 };
+    a.event_with_stack(&g1, 1100, 0x10040, &alloc(16), 1)
+        .event_with_stack(&g1, 1300, 0x10080, &alloc(100), 2)
+        .event_with_stack(&g1, 1400, 0x10081, &alloc(7), 3)
+        .event(&g1, 1500, 0x100c0, &alloc(8))
+        .event_with_stack(
+            &g1,
+            1600,
+            0x22000,
+            &EventData::SpanAlloc {
+                npages: 2,
+                kind_class: 1,
+            },
+            4,
+        )
+        .event(&g1, 1700, 0x10040, &EventData::HeapObjectFree);
+    t.events(1, 1, &a);
+    t.modules(1, &[app, libfoo])
+        .frames(1, &[lua])
+        .call_stacks(
+            1,
+            &[
+                node(1, 0, main),
+                node(2, 1, make_name),
+                node(3, 2, FrameWord::Registered(1)),
+                node(4, 0, FrameWord::TRUNCATED),
+            ],
+        )
+        .generation_end_v3(1, 5000, 5_004_000, 0, 2);
+    t.info(&g2);
+    let mut b = EventsBody::new(5100);
+    b.event_with_stack(&g2, 5100, 0x10100, &alloc(24), 2)
+        .event_with_stack(&g2, 5200, 0x10140, &alloc(32), 5)
+        .event(&g2, 5300, 0x10080, &EventData::HeapObjectFree);
+    t.events(2, 2, &b);
+    // Loaded before generation 2 started: load tick 0 there.
+    let libfoo_2 = ModuleEntry {
+        load_ticks: 0,
+        ..libfoo
+    };
+    t.modules(2, &[app, libfoo_2])
+        .call_stacks(
+            2,
+            &[
+                node(1, 0, main),
+                node(2, 1, make_name),
+                node(5, 1, FrameWord::Native(0x9000)),
+            ],
+        )
+        .generation_end_v3(2, 6000, 5_005_000, 0, 1)
+        .trace_end(2);
+    t.finish()
+}
+
 /// The fuzz target's checks (fuzz/fuzz_targets/reader.rs), for it and for
 /// the tests that replay its seeds and crashes: reads `data` to its end and
 /// panics, naming `name`, on a broken rule: an offset outside the input, a
@@ -606,9 +829,20 @@ pub fn fuzz_check(name: &str, data: &[u8]) {
             Ok(Some(Record::GenerationStart { .. })) => {
                 // The accessors must hold up on whatever was read.
                 let _ = (reader.types().len(), reader.info(), reader.generation_end());
+                let stacks = reader.stacks();
+                for id in stacks.ids() {
+                    let frames = stacks.frames(id).map_or(0, |f| f.count());
+                    assert!(frames <= stacks.len(), "{name}: stack {id} loops");
+                }
             }
             Ok(Some(Record::Event(event))) => {
                 let _ = event.data.name();
+                if event.stack_id != 0 {
+                    assert!(
+                        reader.stacks().contains(event.stack_id),
+                        "{name}: an event names an undefined stack"
+                    );
+                }
             }
             Ok(None) => {
                 assert!(reader.truncated().is_none_or(|cut| cut <= len), "{name}");

@@ -43,7 +43,7 @@ fn unknown_event_kind_names_the_event_and_its_batch() {
     let batch_at = t.len();
     let mut b = EventsBody::new(1000);
     b.event(&info(1), 1001, 0x10010, &EventData::HeapObjectFree)
-        .raw_event(12, 1002, &[1]);
+        .raw_event(13, 1002, &[1]);
     t.events(1, 1, &b);
     // kind(1) + len(4) + header varints: 1, 1, 1000 (2 bytes) + first event (3 bytes)
     let event_at = batch_at + 5 + 4 + 3;
@@ -52,7 +52,7 @@ fn unknown_event_kind_names_the_event_and_its_batch() {
     assert_eq!(
         e.to_string(),
         format!(
-            "malformed trace at byte offset {event_at}: unknown event kind 12 in events batch starting at offset {batch_at}"
+            "malformed trace at byte offset {event_at}: unknown event kind 13 in events batch starting at offset {batch_at}"
         )
     );
 }
@@ -66,19 +66,32 @@ fn file_header_errors() {
     assert!(e.to_string().contains("not an alloctrace trace"), "{e}");
     let e = TraceReader::new(&b"ALCTRA"[..]).err().unwrap();
     assert!(e.to_string().contains("ends after 6 bytes"), "{e}");
-    let mut v3 = TraceBuilder::new().finish();
-    v3[8] = 3;
-    let e = TraceReader::new(v3.as_slice()).err().unwrap();
+    let mut v4 = TraceBuilder::new().finish();
+    v4[8] = 4;
+    let e = TraceReader::new(v4.as_slice()).err().unwrap();
     assert_eq!(e.offset(), 8);
     assert_eq!(
         e.to_string(),
-        "malformed trace at byte offset 8: unsupported format version 3: this reader reads versions 1 and 2 (a newer alloctrace wrote this trace?)"
+        "malformed trace at byte offset 8: unsupported format version 4: this reader reads versions 1, 2 and 3 (a newer alloctrace wrote this trace?)"
     );
-    // Version 1: flags and reserved bytes are ignored.
+    // Version 1: flags are ignored; the reserved bytes must be zero, so
+    // that a bit flip turning version 3 into 1 is caught.
     let mut flagged = TraceBuilder::v1().finish();
     flagged[10] = 0xff;
-    flagged[15] = 1;
     assert!(TraceReader::new(flagged.as_slice()).is_ok());
+    flagged[15] = 1;
+    let e = TraceReader::new(flagged.as_slice()).err().unwrap();
+    assert!(
+        e.to_string()
+            .contains("checksum mismatch in the file header"),
+        "{e}"
+    );
+    let mut flipped = TraceBuilder::new().finish();
+    flipped[8] ^= 2;
+    assert!(
+        TraceReader::new(flipped.as_slice()).is_err(),
+        "version 3 flipped to 1"
+    );
     // Version 2: the header's checksum covers them.
     let mut flagged = TraceBuilder::new().finish();
     flagged[10] = 0xff;
@@ -90,10 +103,10 @@ fn file_header_errors() {
 fn unknown_batch_kind() {
     let mut t = start();
     let at = t.len() as u64;
-    t.batch(10, 1, 0, 0, &[]);
+    t.batch(13, 1, 0, 0, &[]);
     let e = error(t.bytes());
     assert_eq!(e.offset(), at);
-    assert!(e.what().contains("unknown batch kind 10"), "{e}");
+    assert!(e.what().contains("unknown batch kind 13"), "{e}");
 }
 
 fn words(words: &[u64]) -> Vec<u8> {

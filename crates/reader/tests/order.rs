@@ -214,7 +214,7 @@ fn next_step_after_an_error_returns_it_again() {
     t.info(&info(1));
     let mut b = EventsBody::new(1000);
     b.event(&info(1), 1001, 0x10010, &EventData::HeapObjectFree)
-        .raw_event(12, 1002, &[1]);
+        .raw_event(13, 1002, &[1]);
     t.events(1, 1, &b);
     let bytes = t.finish();
     let mut reader = TraceReader::new(bytes.as_slice()).unwrap();
@@ -228,7 +228,7 @@ fn next_step_after_an_error_returns_it_again() {
         }
     };
     assert_eq!(events, 1);
-    assert!(first.what().contains("unknown event kind 12"), "{first}");
+    assert!(first.what().contains("unknown event kind 13"), "{first}");
     let mut calls = 0;
     let again = reader.next_step(10, |_| calls += 1).unwrap_err();
     assert_eq!(

@@ -31,6 +31,7 @@ fn ev(
         addr,
         data,
         entry: None,
+        stack_id: 0,
     }
 }
 

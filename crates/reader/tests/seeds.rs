@@ -1,37 +1,42 @@
 //! Writes the fuzzing seed corpus, fuzz/seeds/ (ignored by default):
 //! `cargo test -p alloctrace-reader --test seeds -- --ignored`. Each seed
-//! in version 2 (checksummed) and in version 1 (`v1-*.bin`).
+//! in version 2 (checksummed, no prefix), in version 1 (`v1-*.bin`) and in
+//! version 3 (`v3-*.bin`), and the version-3 traces with call stacks
+//! (`stacks*.bin`).
 
 use alloctrace_reader::testing::{
-    checksummed, info, sample_trace, sample_trace_v1, EventsBody, TraceBuilder,
+    checksummed_as, info, sample_trace, sample_trace_v1, stacks_trace, EventsBody, TraceBuilder,
 };
 use alloctrace_reader::{EventData, TypeInfo};
 
 fn seeds() -> Vec<(String, Vec<u8>)> {
     let mut all = Vec::new();
-    for v1 in [false, true] {
-        let prefix = if v1 { "v1-" } else { "" };
+    for (version, prefix) in [(2, ""), (1, "v1-"), (3, "v3-")] {
         all.extend(
-            seeds_of(v1)
+            seeds_of(version)
                 .into_iter()
                 .map(|(name, bytes)| (format!("{prefix}{name}"), bytes)),
         );
     }
+    let stacks = stacks_trace();
+    all.push((
+        "stacks-cut.bin".into(),
+        stacks[..stacks.len() * 2 / 3].to_vec(),
+    ));
+    all.push(("stacks.bin".into(), stacks));
     all
 }
 
-fn seeds_of(v1: bool) -> Vec<(&'static str, Vec<u8>)> {
-    let builder = || {
-        if v1 {
-            TraceBuilder::v1()
-        } else {
-            TraceBuilder::new()
-        }
+fn seeds_of(version: u16) -> Vec<(&'static str, Vec<u8>)> {
+    let builder = || match version {
+        1 => TraceBuilder::v1(),
+        2 => TraceBuilder::v2(),
+        _ => TraceBuilder::new(),
     };
-    let sample = if v1 {
-        sample_trace_v1()
-    } else {
-        sample_trace()
+    let sample = match version {
+        1 => sample_trace_v1(),
+        2 => checksummed_as(&sample_trace_v1(), 2),
+        _ => sample_trace(),
     };
     let mut empty = builder();
     empty.trace_end(1);
@@ -123,7 +128,7 @@ fn write_fuzz_seeds() {
     // The shim's modeled trace, kept as the shim wrote it in version 1,
     // and in version 2.
     let shim = std::fs::read(dir.join("v1-shim-modeled.bin")).unwrap();
-    std::fs::write(dir.join("shim-modeled.bin"), checksummed(&shim)).unwrap();
+    std::fs::write(dir.join("shim-modeled.bin"), checksummed_as(&shim, 2)).unwrap();
 }
 
 #[test]

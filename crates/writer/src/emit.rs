@@ -150,7 +150,7 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
     let ticks = next_ticks(slot, mode == inline_mode::COARSE);
     let first = b.ids.encode(class, id);
     let flags = if entry != 0 { ENTRY_TAG } else { 0 };
-    append_event(b, out, kind, flags, ticks, [first, second, arg2, entry]);
+    append_event(b, out, kind, flags, ticks, [first, second, arg2, 0, entry]);
     slot.seq.end_from(s);
     true
 }
@@ -203,7 +203,7 @@ fn append_event(
     kind: EventKind,
     flags: u8,
     ticks: u64,
-    args: [u64; 4],
+    args: [u64; 5],
 ) {
     let n =
         alloctrace_format::encode_event(out, kind, flags, ticks.wrapping_sub(b.last_ticks), args);
@@ -365,7 +365,7 @@ fn write_event(
         // the same class (FORMAT.md section 3, compact events).
         Some((id, second)) => {
             let first = b.ids.encode(kind.address_class(), id);
-            append_event(b, out, kind, tag, ticks, [first, second, arg2, entry]);
+            append_event(b, out, kind, tag, ticks, [first, second, arg2, 0, entry]);
         }
         // Odd arguments go in long form, raw.
         None => append_event(
@@ -374,7 +374,7 @@ fn write_event(
             kind,
             LONG_FORM | tag,
             ticks,
-            [addr, arg1, arg2, entry],
+            [addr, arg1, arg2, 0, entry],
         ),
     }
 }

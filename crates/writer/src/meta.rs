@@ -28,6 +28,8 @@ pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     batch.varint(end.ticks);
     batch.varint(end.mono_ns);
     batch.varint(lost);
+    // lost_stacks (format version 3): the writer records no stacks yet.
+    batch.varint(0);
     batch.finish();
     count_generation_end(lost);
 }

@@ -84,9 +84,20 @@ pub(super) struct Maps {
 /// `Tally::small_thread_counts`), others in a map.
 const SMALL_THREADS: usize = 4096;
 
-/// Number of event kinds `stats` counts: the ten of FORMAT.md section 3,
-/// then the three page events.
-pub(super) const KINDS: usize = EVENT_KINDS.len() + PAGE_EVENT_NAMES.len();
+/// Number of event kinds without a stack (FORMAT.md section 3): the ten
+/// `stats` counts, an allocation with a stack (kinds 11 and 12) counted as
+/// one without (5 and 2). They come first in `EVENT_KINDS`.
+const KINDS_WITHOUT_STACK: usize = {
+    let mut n = 0;
+    while n < EVENT_KINDS.len() && !EVENT_KINDS[n].has_stack() {
+        n += 1;
+    }
+    n
+};
+
+/// Number of event kinds `stats` counts: the ten of FORMAT.md section 3
+/// without a stack, then the three page events.
+pub(super) const KINDS: usize = KINDS_WITHOUT_STACK + PAGE_EVENT_NAMES.len();
 
 /// The index of `data`'s kind in [`Stats::counts`]: the kind byte's value
 /// less one, then the page events in [`PAGE_EVENT_NAMES`] order.
@@ -110,7 +121,10 @@ pub(super) fn kind_index(data: &EventData) -> usize {
 
 /// The names of the kinds counted in [`Stats::counts`], in index order.
 pub(super) fn kind_names() -> impl Iterator<Item = &'static str> {
-    EVENT_KINDS.iter().map(|k| k.name()).chain(PAGE_EVENT_NAMES)
+    EVENT_KINDS[..KINDS_WITHOUT_STACK]
+        .iter()
+        .map(|k| k.name())
+        .chain(PAGE_EVENT_NAMES)
 }
 
 /// An event other than a page event, as the counting thread needs it.

@@ -37,6 +37,9 @@ pub struct Stats {
     pub type_ids: BTreeSet<u64>,
     pub generations: u64,
     pub lost_events: u64,
+    /// Allocations recorded without their stack (generation-end batches,
+    /// format version 3).
+    pub lost_stacks: u64,
     maps: Maps,
     pub long_form_events: u64,
     /// Heap object events naming a type ID absent from their generation's

@@ -205,6 +205,7 @@ pub fn collect(input: &Input) -> Result<Stats, Failure> {
     stats.total_events = stats.counts.iter().sum();
     stats.generations = reader.generations();
     stats.lost_events = reader.lost_events();
+    stats.lost_stacks = reader.lost_stacks();
     stats.truncated_at = reader.truncated();
     if stats.bytes == 0 {
         stats.bytes = reader.bytes_read();

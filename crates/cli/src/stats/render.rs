@@ -33,6 +33,7 @@ impl Stats {
             "live_spans": self.maps.spans.len(),
             "live_stacks": self.maps.stacks.len(),
             "lost_events": self.lost_events,
+            "lost_stacks": self.lost_stacks,
             "anomalies": self.anomalies(),
             "anomaly_kinds": { "unknown_free": self.maps.unknown_free, "double_alloc": self.maps.double_alloc },
             "long_form_events": self.long_form_events,
@@ -88,6 +89,9 @@ impl Stats {
             }
         }
         row("lost events", &self.lost_events, "");
+        if self.lost_stacks > 0 {
+            row("lost stacks", &self.lost_stacks, "");
+        }
         row("anomalies", &self.anomalies(), "");
         row("  unknown frees", &self.maps.unknown_free, "");
         row("  double allocs", &self.maps.double_alloc, "");

@@ -1,0 +1,315 @@
+//! A generation's call stacks, registered frames and modules (FORMAT.md
+//! section 10, batch kinds 10, 11 and 12): parsed and checked as their
+//! batches arrive, then offered to the reader's users through
+//! [`TraceReader::stacks`](crate::TraceReader::stacks).
+//!
+//! ## Invariants
+//! 1. Node IDs are strictly increasing across the generation's call-stacks
+//!    batches, so `ids` is sorted and a lookup is a binary search.
+//! 2. Every node's parent is 0 or an earlier node, so a walk from any node
+//!    to the root ends (the parent's ID is always smaller) and never meets
+//!    an undefined node.
+//! 3. Every registered frame a node names (other than the truncation
+//!    marker, frame 0) is in `registered`: the frames batch comes before
+//!    the call-stacks batch (FORMAT.md's order), and a frame word naming a
+//!    frame not yet listed is malformed.
+
+use std::collections::BTreeMap;
+
+use alloctrace_format::stacks::{CallStackNode, FrameEntry, FrameWord, ModuleEntry};
+
+use crate::decode::Cursor;
+use crate::ReadError;
+
+/// A native code object mapped during the generation (modules batch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// At least 1, stable for the session.
+    pub id: u64,
+    /// Mapped range `[start, end)`.
+    pub start: u64,
+    pub end: u64,
+    /// Load bias: an address's ELF virtual address is `address - bias`.
+    pub bias: u64,
+    /// Runtime address of the PT_GNU_EH_FRAME segment, or 0.
+    pub eh_frame_hdr: u64,
+    /// 0: loaded before the generation started; else the dlopen's tick.
+    pub load_ticks: u64,
+    /// 0: still loaded at the generation's end; else the dlclose's tick.
+    pub unload_ticks: u64,
+    /// The GNU build ID (empty when the object has none).
+    pub build_id: Vec<u8>,
+    /// The path as the loader names it; invalid UTF-8 is replaced by U+FFFD.
+    pub path: String,
+}
+
+impl Module {
+    /// Whether `addr` lies in the module's range.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+
+    /// Whether the module was mapped at `ticks`.
+    pub fn alive_at(&self, ticks: u64) -> bool {
+        (self.load_ticks == 0 || self.load_ticks <= ticks)
+            && (self.unload_ticks == 0 || ticks < self.unload_ticks)
+    }
+
+    /// The ELF virtual address of runtime address `addr`: what `nm` and
+    /// `addr2line -e PATH` take.
+    pub fn offset(&self, addr: u64) -> u64 {
+        addr.wrapping_sub(self.bias)
+    }
+
+    /// The file name: the path after its last `/`.
+    pub fn file_name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+}
+
+/// A frame of a runtime's own code (frames batch), registered with
+/// `trace_frame_register`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisteredFrame {
+    /// At least 1, stable for the session.
+    pub id: u64,
+    /// 0 = unknown.
+    pub line: u64,
+    /// Invalid UTF-8 is replaced by U+FFFD.
+    pub function: String,
+    pub file: String,
+}
+
+/// One frame of a call stack, resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A native return address, and the module that holds it, if the
+    /// modules batch lists one (a symbolizer looks up
+    /// `module.offset(addr) - 1`).
+    Native {
+        addr: u64,
+        module: Option<&'a Module>,
+    },
+    /// A registered frame.
+    Registered(&'a RegisteredFrame),
+    /// The truncation marker: the walk stopped here (depth limit, a bad
+    /// frame pointer, no unwind info).
+    Truncated,
+}
+
+/// A generation's call stacks, registered frames and modules: empty for a
+/// trace without stacks (versions 1 and 2, or a recording without them).
+#[derive(Clone, Debug, Default)]
+pub struct Stacks {
+    /// Node IDs, strictly increasing (invariant 1); `parents` and `words`
+    /// run alongside.
+    ids: Vec<u64>,
+    parents: Vec<u64>,
+    words: Vec<u64>,
+    registered: BTreeMap<u64, RegisteredFrame>,
+    /// In file order.
+    modules: Vec<Module>,
+}
+
+/// Rough memory of one entry besides its names (charged to the reader's
+/// per-generation budget).
+const NODE_MEMORY: u64 = 24;
+const ENTRY_OVERHEAD: u64 = 96;
+
+impl Stacks {
+    /// Number of call-stack nodes (each a stack ID).
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The stack IDs defined in the generation, in increasing order.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ids.iter().copied()
+    }
+
+    /// Whether `id` is a node of the generation (0 never is).
+    #[inline]
+    pub fn contains(&self, id: u64) -> bool {
+        self.ids.binary_search(&id).is_ok()
+    }
+
+    /// The node `id`, as written.
+    pub fn node(&self, id: u64) -> Option<CallStackNode> {
+        let i = self.ids.binary_search(&id).ok()?;
+        Some(CallStackNode {
+            id,
+            parent: self.parents[i],
+            frame: self.words[i],
+        })
+    }
+
+    /// The frame words of stack `id`, innermost first (`None` for an ID not
+    /// defined). Ends: each parent's ID is below its node's.
+    pub fn words(&self, id: u64) -> Option<impl Iterator<Item = FrameWord> + '_> {
+        let first = self.ids.binary_search(&id).ok()?;
+        let mut next = Some(first);
+        Some(std::iter::from_fn(move || {
+            let i = next?;
+            let parent = self.parents[i];
+            next = if parent == 0 {
+                None
+            } else {
+                self.ids.binary_search(&parent).ok()
+            };
+            Some(FrameWord::from_word(self.words[i]))
+        }))
+    }
+
+    /// The frames of stack `id`, innermost first, resolved: native
+    /// addresses to the module holding them (whichever lists the address
+    /// first, when modules loaded at different times reused a range; see
+    /// [`Stacks::frames_at`]).
+    pub fn frames(&self, id: u64) -> Option<impl Iterator<Item = Frame<'_>> + '_> {
+        Some(self.words(id)?.map(|w| self.resolve(w, None)))
+    }
+
+    /// [`Stacks::frames`] for an event at `ticks`: native addresses resolve
+    /// to the module mapped at that time.
+    pub fn frames_at(&self, id: u64, ticks: u64) -> Option<impl Iterator<Item = Frame<'_>> + '_> {
+        Some(self.words(id)?.map(move |w| self.resolve(w, Some(ticks))))
+    }
+
+    /// Resolves one frame word; with `ticks`, to a module mapped then.
+    pub fn resolve(&self, word: FrameWord, ticks: Option<u64>) -> Frame<'_> {
+        match word {
+            FrameWord::Native(addr) => Frame::Native {
+                addr,
+                module: self.module_of(addr, ticks),
+            },
+            FrameWord::Registered(0) => Frame::Truncated,
+            FrameWord::Registered(id) => match self.registered.get(&id) {
+                Some(f) => Frame::Registered(f),
+                // Not reached: every frame word was checked (invariant 3).
+                None => Frame::Truncated,
+            },
+        }
+    }
+
+    /// The module holding `addr` (mapped at `ticks`, when given).
+    pub fn module_of(&self, addr: u64, ticks: Option<u64>) -> Option<&Module> {
+        self.modules
+            .iter()
+            .find(|m| m.contains(addr) && ticks.is_none_or(|t| m.alive_at(t)))
+    }
+
+    /// The registered frame `id`.
+    pub fn registered_frame(&self, id: u64) -> Option<&RegisteredFrame> {
+        self.registered.get(&id)
+    }
+
+    /// The registered frames, by ID.
+    pub fn registered_frames(&self) -> impl Iterator<Item = &RegisteredFrame> + '_ {
+        self.registered.values()
+    }
+
+    /// The modules, in file order.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// Reads a modules body to its end; returns the memory it takes.
+    pub(crate) fn read_modules(&mut self, c: &mut Cursor<'_>) -> Result<u64, ReadError> {
+        let mut memory = 0;
+        while c.remaining() > 0 {
+            let at = c.pos();
+            let m = c.entry(ModuleEntry::parse)?;
+            if self.modules.iter().any(|old| old.id == m.id) {
+                return Err(c.error_at(at, format_args!("module ID {} listed twice", m.id)));
+            }
+            memory += ENTRY_OVERHEAD + m.path.len() as u64 + m.build_id.len() as u64;
+            self.modules.push(Module {
+                id: m.id,
+                start: m.start,
+                end: m.end,
+                bias: m.bias,
+                eh_frame_hdr: m.eh_frame_hdr,
+                load_ticks: m.load_ticks,
+                unload_ticks: m.unload_ticks,
+                build_id: m.build_id.to_vec(),
+                path: String::from_utf8_lossy(m.path).into_owned(),
+            });
+        }
+        Ok(memory)
+    }
+
+    /// Reads a frames body to its end; returns the memory it takes.
+    pub(crate) fn read_frames(&mut self, c: &mut Cursor<'_>) -> Result<u64, ReadError> {
+        let mut memory = 0;
+        while c.remaining() > 0 {
+            let at = c.pos();
+            let f = c.entry(FrameEntry::parse)?;
+            if self.registered.contains_key(&f.id) {
+                return Err(c.error_at(
+                    at,
+                    format_args!("registered frame ID {} listed twice", f.id),
+                ));
+            }
+            memory += ENTRY_OVERHEAD + f.func.len() as u64 + f.file.len() as u64;
+            self.registered.insert(
+                f.id,
+                RegisteredFrame {
+                    id: f.id,
+                    line: f.line,
+                    function: String::from_utf8_lossy(f.func).into_owned(),
+                    file: String::from_utf8_lossy(f.file).into_owned(),
+                },
+            );
+        }
+        Ok(memory)
+    }
+
+    /// Reads a call-stacks body to its end (FORMAT.md section 10's rules);
+    /// returns the memory it takes.
+    pub(crate) fn read_call_stacks(&mut self, c: &mut Cursor<'_>) -> Result<u64, ReadError> {
+        let mut memory = 0;
+        while c.remaining() > 0 {
+            let at = c.pos();
+            let n = c.entry(CallStackNode::parse)?;
+            if let Some(&last) = self.ids.last() {
+                if n.id <= last {
+                    return Err(c.error_at(
+                        at,
+                        format_args!(
+                            "call-stack node ID {} after node {last} (IDs must increase)",
+                            n.id
+                        ),
+                    ));
+                }
+            }
+            if n.parent != 0 && !self.contains(n.parent) {
+                return Err(c.error_at(
+                    at,
+                    format_args!(
+                        "call-stack node {} names parent {}, which is not an earlier node",
+                        n.id, n.parent
+                    ),
+                ));
+            }
+            if let FrameWord::Registered(f) = n.frame_word() {
+                if f != 0 && !self.registered.contains_key(&f) {
+                    return Err(c.error_at(
+                        at,
+                        format_args!(
+                            "call-stack node {} names registered frame {f}, which the generation's frames batch does not list",
+                            n.id
+                        ),
+                    ));
+                }
+            }
+            self.ids.push(n.id);
+            self.parents.push(n.parent);
+            self.words.push(n.frame);
+            memory += NODE_MEMORY;
+        }
+        Ok(memory)
+    }
+}
