@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define REGISTERED (UINT64_C(1) << 63)
@@ -105,6 +106,31 @@ int main(void)
     for (int t = 0; t < 4; t++)
         for (int i = 0; i < 200; i++)
             CHECK_EQ_U64(jobs[t].id[i], t % 2 ? f : b);
+    /* Allocations with their stacks, plain and through the handle; one
+     * with an ID that names no stack is recorded without it and counted. */
+    trace_heap_object_alloc_stack(0x10000000, 48, 0, b);
+    trace_writer_heap_object_alloc_stack(trace_writer_get(), 0x10000040, 48, 0, m);
+    trace_span_alloc_stack(0x20000000, 2, 1, f);
+    trace_writer_span_alloc_stack(trace_writer_get(), 0x20010000, 2, 1, d2000);
+    trace_heap_object_alloc_stack(0x10000080, 16, 0, 0);
+    trace_heap_object_alloc_stack(0x100000c0, 16, 0, UINT64_C(0x7fffffff));
     CHECK_RESULT(trace_stop(), TRACE_OK);
+    CHECK(cli_check(path) == 0);
+    char *json = cli_stats_json(path);
+    CHECK_EQ_U64(JSON_U64(json, "lost_stacks"), 1);
+    free(json);
+    /* dump shows the stack of each allocation that has one. */
+    char *text = NULL;
+    CHECK(cli_run("dump", path, NULL, &text) == 0);
+    int with_stack = 0, allocs = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strstr(line, "alloc"))
+            allocs++;
+        if (strstr(line, "stack="))
+            with_stack++;
+    }
+    free(text);
+    CHECK_EQ_U64((uint64_t)allocs, 6);
+    CHECK_EQ_U64((uint64_t)with_stack, 4);
     return test_pass();
 }

@@ -358,6 +358,27 @@ void trace_heap_object_exists(uintptr_t addr, uint64_t size, uint64_t type_id);
 void trace_heap_object_alloc(uintptr_t addr, uint64_t size, uint64_t type_id);
 
 /**
+ * `trace_heap_object_alloc` with the call stack that allocated: `stack_id`
+ * from `trace_stack_register` (or `trace_stack_capture`). 0 records the
+ * allocation without a stack; so does an ID that names no stack, counted
+ * in the generation's `lost_stacks` (`alloctrace check` reports it). Any
+ * thread, also inside malloc (no allocation, no lock).
+ */
+void trace_heap_object_alloc_stack(uintptr_t addr,
+                                   uint64_t size,
+                                   uint64_t type_id,
+                                   uint64_t stack_id);
+
+/**
+ * `trace_span_alloc` with the call stack that allocated, as
+ * `trace_heap_object_alloc_stack`.
+ */
+void trace_span_alloc_stack(uintptr_t base,
+                            uintptr_t npages,
+                            uint64_t kind_class,
+                            uint64_t stack_id);
+
+/**
  * Records that the heap object at `addr` is about to be freed. Any thread,
  * also inside malloc.
  */

@@ -346,6 +346,24 @@ static inline void trace_writer_stack_free(trace_writer *w, uintptr_t base)
         (void)alloctrace_stack_free_(w, base);
 }
 
+/* Allocations with their call stack: always the library's path, which marks
+ * the stack's nodes for the generation (the handle is not needed for it). */
+static inline void trace_writer_heap_object_alloc_stack(trace_writer *w, uintptr_t addr, uint64_t size,
+                                                        uint64_t type_id, uint64_t stack_id)
+{
+    (void)w;
+    if (trace_writer_enabled())
+        trace_heap_object_alloc_stack(addr, size, type_id, stack_id);
+}
+
+static inline void trace_writer_span_alloc_stack(trace_writer *w, uintptr_t base, uintptr_t npages,
+                                                 uint64_t kind_class, uint64_t stack_id)
+{
+    (void)w;
+    if (trace_writer_enabled())
+        trace_span_alloc_stack(base, npages, kind_class, stack_id);
+}
+
 /*
  * The plain calls (trace_heap_object_alloc and the rest) get the same
  * treatment, so a program gains it by recompiling: each is a macro for an

@@ -661,6 +661,33 @@ pub extern "C" fn trace_heap_object_alloc(addr: usize, size: u64, type_id: u64) 
     events::heap_object_alloc(addr, size, type_id);
 }
 
+/// `trace_heap_object_alloc` with the call stack that allocated: `stack_id`
+/// from `trace_stack_register` (or `trace_stack_capture`). 0 records the
+/// allocation without a stack; so does an ID that names no stack, counted
+/// in the generation's `lost_stacks` (`alloctrace check` reports it). Any
+/// thread, also inside malloc (no allocation, no lock).
+#[no_mangle]
+pub extern "C" fn trace_heap_object_alloc_stack(
+    addr: usize,
+    size: u64,
+    type_id: u64,
+    stack_id: u64,
+) {
+    events::heap_object_alloc_stack(addr, size, type_id, stack_id);
+}
+
+/// `trace_span_alloc` with the call stack that allocated, as
+/// `trace_heap_object_alloc_stack`.
+#[no_mangle]
+pub extern "C" fn trace_span_alloc_stack(
+    base: usize,
+    npages: usize,
+    kind_class: u64,
+    stack_id: u64,
+) {
+    events::span_alloc_stack(base, npages, kind_class, stack_id);
+}
+
 /// Records that the heap object at `addr` is about to be freed. Any thread,
 /// also inside malloc.
 #[no_mangle]

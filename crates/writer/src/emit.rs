@@ -21,9 +21,10 @@ use alloctrace_format::{
 
 use crate::buffer::Buffer;
 use crate::clock;
-use crate::session::{LOST_WITHOUT_SLOT, SESSION};
+use crate::session::{LOST_STACKS, LOST_WITHOUT_SLOT, SESSION};
 use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};
+use crate::{call_stack_table, frame_table};
 
 /// Whether tracing is on.
 #[inline(always)]
@@ -57,6 +58,66 @@ pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(
         return;
     }
     emit_enabled::<KIND, TAGGED>(addr, arg1, arg2, entry);
+}
+
+/// An allocation with its call stack `stack` (kinds 11 and 12: `KIND` is
+/// the kind with a stack). Stack 0 records the allocation without one (its
+/// kind without a stack, by the ordinary path); an ID that names no stack
+/// does too, and counts in the generation's `lost_stacks`. Otherwise the
+/// stack's nodes are marked used by the generation (call_stack_table.rs
+/// invariant 3: inside the seqlock section, as the event is written) and
+/// the event carries the ID. Always the slow path: a stack event costs the
+/// marking anyway, and the fast path stays as it is.
+#[inline(always)]
+pub(crate) fn emit_with_stack<const KIND: u8, const TAGGED: bool>(
+    addr: u64,
+    arg1: u64,
+    arg2: u64,
+    stack: u64,
+    entry: u64,
+) {
+    if SHARED.generation.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    emit_with_stack_enabled::<KIND, TAGGED>(addr, arg1, arg2, stack, entry);
+}
+
+#[inline(never)]
+fn emit_with_stack_enabled<const KIND: u8, const TAGGED: bool>(
+    addr: u64,
+    arg1: u64,
+    arg2: u64,
+    stack: u64,
+    entry: u64,
+) {
+    let Some(kind) = EventKind::from_u8(KIND) else {
+        return;
+    };
+    let entry = if TAGGED { entry } else { 0 };
+    let plain = kind.without_stack();
+    if stack == 0 {
+        if !write_event_fast(plain, addr, arg1, arg2, entry) {
+            emit_slow(plain, addr, arg1, arg2, entry);
+        }
+        return;
+    }
+    let defined = stack <= u64::from(u32::MAX) && call_stack_table::is_defined(stack);
+    with_slot(
+        #[inline(always)]
+        |slot, generation| {
+            if defined {
+                call_stack_table::mark_used(stack as u32, generation, |word| {
+                    if word & 1 == 1 {
+                        frame_table::mark_used(word >> 1, generation);
+                    }
+                });
+                write_event(slot, generation, kind, addr, arg1, arg2, stack, entry);
+            } else {
+                LOST_STACKS[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);
+                write_event(slot, generation, plain, addr, arg1, arg2, 0, entry);
+            }
+        },
+    );
 }
 
 /// Runs `write` for one event inside the calling thread's seqlock section
@@ -102,7 +163,7 @@ fn emit_enabled<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: 
 fn emit_slow(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
     with_slot(
         #[inline(always)]
-        |slot, generation| write_event(slot, generation, kind, addr, arg1, arg2, entry),
+        |slot, generation| write_event(slot, generation, kind, addr, arg1, arg2, 0, entry),
     );
 }
 
@@ -335,9 +396,11 @@ fn count_lost_without_slot() {
     LOST_WITHOUT_SLOT[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);
 }
 
-/// Encodes one event into the slot's buffer for `generation`. `entry` is an
+/// Encodes one event into the slot's buffer for `generation`. `stack` is
+/// the stack ID of kinds 11 and 12 (ignored by the others); `entry` an
 /// entry-point tag, or 0 for none.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn write_event(
     slot: &ThreadSlot,
     generation: u64,
@@ -345,6 +408,7 @@ fn write_event(
     addr: u64,
     arg1: u64,
     arg2: u64,
+    stack: u64,
     entry: u64,
 ) {
     let short = short_form(kind, addr, arg1);
@@ -365,7 +429,14 @@ fn write_event(
         // the same class (FORMAT.md section 3, compact events).
         Some((id, second)) => {
             let first = b.ids.encode(kind.address_class(), id);
-            append_event(b, out, kind, tag, ticks, [first, second, arg2, 0, entry]);
+            append_event(
+                b,
+                out,
+                kind,
+                tag,
+                ticks,
+                [first, second, arg2, stack, entry],
+            );
         }
         // Odd arguments go in long form, raw.
         None => append_event(
@@ -374,7 +445,7 @@ fn write_event(
             kind,
             LONG_FORM | tag,
             ticks,
-            [addr, arg1, arg2, 0, entry],
+            [addr, arg1, arg2, stack, entry],
         ),
     }
 }

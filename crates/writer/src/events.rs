@@ -7,7 +7,7 @@
 
 use alloctrace_format::EventKind;
 
-use crate::emit::{emit, emit_tagged};
+use crate::emit::{emit, emit_tagged, emit_with_stack};
 
 pub use alloctrace_format::EntryPoint;
 
@@ -21,6 +21,20 @@ pub fn span_exists(base: usize, npages: usize, kind_class: u64) {
 #[inline]
 pub fn span_alloc(base: usize, npages: usize, kind_class: u64) {
     emit::<{ EventKind::SpanAlloc as u8 }>(base as u64, npages as u64, kind_class);
+}
+
+/// A span of `npages` pages was allocated at `base` by the call stack
+/// `stack_id` ([`stack_register`]). Stack 0 records it without a stack; an
+/// ID that names no stack too, counted in the generation's `lost_stacks`.
+#[inline]
+pub fn span_alloc_stack(base: usize, npages: usize, kind_class: u64, stack_id: u64) {
+    emit_with_stack::<{ EventKind::SpanAllocStack as u8 }, false>(
+        base as u64,
+        npages as u64,
+        kind_class,
+        stack_id,
+        0,
+    );
 }
 
 /// The span at `base` is about to be freed.
@@ -39,6 +53,20 @@ pub fn heap_object_exists(addr: usize, size: u64, type_id: u64) {
 #[inline]
 pub fn heap_object_alloc(addr: usize, size: u64, type_id: u64) {
     emit::<{ EventKind::HeapObjectAlloc as u8 }>(addr as u64, size, type_id);
+}
+
+/// A heap object of `size` bytes was allocated at `addr` by the call stack
+/// `stack_id` ([`stack_register`]). Stack 0 records it without a stack; an
+/// ID that names no stack too, counted in the generation's `lost_stacks`.
+#[inline]
+pub fn heap_object_alloc_stack(addr: usize, size: u64, type_id: u64, stack_id: u64) {
+    emit_with_stack::<{ EventKind::HeapObjectAllocStack as u8 }, false>(
+        addr as u64,
+        size,
+        type_id,
+        stack_id,
+        0,
+    );
 }
 
 /// The heap object at `addr` is about to be freed.

@@ -30,7 +30,6 @@ mod advancer;
 #[cfg(not(loom))]
 mod buffer;
 #[cfg(not(loom))]
-#[allow(dead_code)] // used by the event path once call stacks are recorded (issue 12)
 mod call_stack_table;
 #[cfg(not(loom))]
 mod clock;
@@ -43,7 +42,6 @@ pub mod events;
 #[cfg(not(loom))]
 mod fork;
 #[cfg(not(loom))]
-#[allow(dead_code)] // used by the event path once call stacks are recorded (issue 12)
 mod frame_table;
 #[cfg(not(loom))]
 mod lifecycle;

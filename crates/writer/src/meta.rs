@@ -15,21 +15,23 @@ use alloctrace_format::{uvarint_len, BatchKind};
 
 use crate::buffer::Buffer;
 use crate::clock::{self, ClockPair};
-use crate::session::Session;
-use crate::type_table;
+use crate::session::{Session, LOST_STACKS};
+use crate::{call_stack_table, frame_table, type_table};
 
 /// Writes the type table and the generation-end batch of `old`, whose
 /// batches are all queued, with `lost` events lost in it.
 pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     write_types(session, old);
+    write_frames(session, old);
+    write_call_stacks(session, old);
+    let lost_stacks = LOST_STACKS[(old & 1) as usize].swap(0, Ordering::Relaxed);
     let end = ClockPair::now();
     let mut batch = MetaWriter::new(session, BatchKind::GenerationEnd, old);
     batch.base_ticks(end.ticks);
     batch.varint(end.ticks);
     batch.varint(end.mono_ns);
     batch.varint(lost);
-    // lost_stacks (format version 3): the writer records no stacks yet.
-    batch.varint(0);
+    batch.varint(lost_stacks);
     batch.finish();
     count_generation_end(lost);
 }
@@ -86,15 +88,22 @@ impl<'a> MetaWriter<'a> {
         }
     }
 
-    /// Writes one entry (varints then bytes) so that it is never split
-    /// across batches.
-    fn entry(&mut self, varints: &[u64], bytes: &[u8]) {
-        let n = varints.iter().map(|&v| uvarint_len(v)).sum::<usize>() + bytes.len();
+    /// Writes one entry, its parts in order (each some varints, then some
+    /// bytes), so that it is never split across batches.
+    fn entry(&mut self, parts: &[(&[u64], &[u8])]) {
+        let n = parts
+            .iter()
+            .map(|(varints, bytes)| {
+                varints.iter().map(|&v| uvarint_len(v)).sum::<usize>() + bytes.len()
+            })
+            .sum();
         if let Some(b) = self.room(n) {
-            for &v in varints {
-                b.put_varint(v);
+            for (varints, bytes) in parts {
+                for &v in *varints {
+                    b.put_varint(v);
+                }
+                b.put_bytes(bytes);
             }
-            b.put_bytes(bytes);
         }
     }
 
@@ -141,7 +150,41 @@ fn write_types(session: &Session, generation: u64) {
     let mut any = false;
     type_table::for_each(|t| {
         any = true;
-        batch.entry(&[t.id, t.size, t.ptr_bytes, t.name.len() as u64], t.name);
+        batch.entry(&[(&[t.id, t.size, t.ptr_bytes, t.name.len() as u64], t.name)]);
+    });
+    if any {
+        batch.finish();
+    }
+}
+
+/// Writes the registered frames generation `generation`'s call stacks use
+/// (their marks are complete: call_stack_table.rs invariant 3).
+fn write_frames(session: &Session, generation: u64) {
+    let mut batch = MetaWriter::new(session, BatchKind::Frames, generation);
+    let mut any = false;
+    frame_table::for_each_used(generation, |f| {
+        any = true;
+        batch.entry(&[
+            (
+                &[f.id, u64::from(f.line), f.function.len() as u64],
+                f.function,
+            ),
+            (&[f.file.len() as u64], f.file),
+        ]);
+    });
+    if any {
+        batch.finish();
+    }
+}
+
+/// Writes the call-stack nodes generation `generation` used, ancestors
+/// included, in ID order (so parents first).
+fn write_call_stacks(session: &Session, generation: u64) {
+    let mut batch = MetaWriter::new(session, BatchKind::CallStacks, generation);
+    let mut any = false;
+    call_stack_table::for_each_used(generation, |id, parent, frame| {
+        any = true;
+        batch.entry(&[(&[u64::from(id), u64::from(parent), frame], &[])]);
     });
     if any {
         batch.finish();

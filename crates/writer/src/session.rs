@@ -140,6 +140,12 @@ pub(crate) static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_m
 /// Events lost by threads without a slot, per generation parity.
 pub(crate) static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
+/// Allocations recorded without their stack, by generation parity (the
+/// generation-end batch's `lost_stacks`): a stack ID the caller passed that
+/// names no stack. Counted inside the event's seqlock section, so the
+/// generation's end (after the handshake) sees every count of it.
+pub(crate) static LOST_STACKS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
 /// Serialises start, advance and stop (invariant 4).
 pub(crate) static CONTROL: Mutex<Control> = Mutex::new(Control {
     session: None,
