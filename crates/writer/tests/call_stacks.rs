@@ -4,8 +4,9 @@
 //! there; several threads share IDs; an undefined stack ID records the
 //! allocation without a stack and counts in `lost_stacks`.
 
+mod common;
+
 use std::collections::HashMap;
-use std::ffi::CString;
 
 use alloctrace_reader::{EventData, Frame, Record, TraceReader};
 use alloctrace_writer::events;
@@ -56,17 +57,11 @@ fn stacks_come_back_frame_for_frame_in_the_generations_that_use_them() {
     deep_want.push(Want::Truncated);
     want.insert(d, deep_want);
 
-    let cpath = CString::new(path.to_str().unwrap()).unwrap();
     let config = alloctrace_writer::Config {
         min_heap_align: 16,
         ..Default::default()
     };
-    alloctrace_writer::start(
-        &config,
-        alloctrace_writer::Output::create(&cpath).unwrap(),
-        None,
-    )
-    .unwrap();
+    common::start_to(&path, &config);
     // Generation 1: a and b, a plain allocation, an undefined stack.
     events::heap_object_alloc_stack(0x1000_0000, 48, 0, a);
     events::span_alloc_stack(0x2000_0000, 4, 7, b);

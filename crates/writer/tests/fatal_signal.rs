@@ -4,6 +4,8 @@
 //! threads; afterwards (a process that goes on after all) tracing is off
 //! and can start again.
 
+mod common;
+
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Barrier};
@@ -43,17 +45,11 @@ fn a_fatal_signal_flush_completes_the_trace() {
     let dir = std::env::temp_dir().join(format!("alloctrace-fatal-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("crash.trace");
-    let cpath = CString::new(path.to_str().unwrap()).unwrap();
     let config = alloctrace_writer::Config {
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_writer::start(
-        &config,
-        alloctrace_writer::Output::create(&cpath).unwrap(),
-        None,
-    )
-    .unwrap();
+    common::start_to(&path, &config);
 
     // Threads that record their events and then wait, outside any event,
     // while the signalled thread flushes.

@@ -3,6 +3,8 @@
 //! thread), can start a trace of its own, and the parent's trace stays
 //! exact.
 
+mod common;
+
 use std::ffi::CString;
 
 use alloctrace_reader::TraceReader;
@@ -25,18 +27,12 @@ fn child_is_clean_and_parent_trace_is_exact() {
     std::fs::create_dir_all(&dir).unwrap();
     let parent_path = dir.join("parent.trace");
     let child_path = dir.join("child.trace");
-    let cpath = CString::new(parent_path.to_str().unwrap()).unwrap();
     let child_cpath = CString::new(child_path.to_str().unwrap()).unwrap();
     let config = alloctrace_writer::Config {
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_writer::start(
-        &config,
-        alloctrace_writer::Output::create(&cpath).unwrap(),
-        None,
-    )
-    .unwrap();
+    common::start_to(&parent_path, &config);
 
     // A second thread is mid-stream in the parent when the fork happens.
     let busy = std::thread::spawn(|| {

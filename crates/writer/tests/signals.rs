@@ -2,7 +2,8 @@
 //! path must not corrupt the buffer: each of its events is either recorded
 //! or counted in lost_events, and the trace reads back well formed.
 
-use std::ffi::CString;
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloctrace_reader::{EventData, TraceReader};
@@ -20,17 +21,11 @@ fn handler_events_are_recorded_or_counted() {
     let dir = std::env::temp_dir().join(format!("alloctrace-signal-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sig.trace");
-    let cpath = CString::new(path.to_str().unwrap()).unwrap();
     let config = alloctrace_writer::Config {
         buffer_size: 4096,
         ..Default::default()
     };
-    alloctrace_writer::start(
-        &config,
-        alloctrace_writer::Output::create(&cpath).unwrap(),
-        None,
-    )
-    .unwrap();
+    common::start_to(&path, &config);
 
     // SAFETY: installs a handler and a 20 µs interval timer for this test.
     unsafe {

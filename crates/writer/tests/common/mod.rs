@@ -1,4 +1,6 @@
-//! What several of the core's test programs share.
+//! What several of the core's test programs share. Each program uses
+//! part of it.
+#![allow(dead_code)]
 
 use std::io::Read;
 use std::os::fd::FromRawFd;
@@ -31,4 +33,15 @@ pub fn slow_pipe() -> (i32, std::thread::JoinHandle<Vec<u8>>) {
         trace
     });
     (write_fd, drain)
+}
+
+/// Starts tracing into a new file at `path` with `config`.
+pub fn start_to(path: &std::path::Path, config: &alloctrace_writer::Config) {
+    let cpath = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    alloctrace_writer::start(
+        config,
+        alloctrace_writer::Output::create(&cpath).unwrap(),
+        None,
+    )
+    .unwrap();
 }
