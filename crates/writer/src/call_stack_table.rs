@@ -147,18 +147,28 @@ pub(crate) fn intern_child(parent: u32, frame: u64) -> u32 {
     0
 }
 
-/// Interns a whole stack of frame words, innermost first; returns its ID
-/// (the innermost node's), or 0 for an empty stack or a full table.
-#[allow(dead_code)] // the shim's capture path interns whole walks (issue 12, next)
-pub(crate) fn intern(frames: &[u64]) -> u32 {
+/// Interns a stack given as frame words from the outermost in; returns its
+/// ID (the innermost node's), or 0 for an empty stack, a `None` word (a
+/// frame the caller could not turn into a word) or a full table.
+pub(crate) fn intern_outermost_first(words: impl Iterator<Item = Option<u64>>) -> u32 {
     let mut parent = 0;
-    for &frame in frames.iter().rev() {
-        parent = intern_child(parent, frame);
+    for word in words {
+        let Some(word) = word else {
+            return 0;
+        };
+        parent = intern_child(parent, word);
         if parent == 0 {
             return 0;
         }
     }
     parent
+}
+
+/// Interns a whole stack of frame words, innermost first (a native walk's
+/// order).
+#[cfg(test)]
+pub(crate) fn intern(frames: &[u64]) -> u32 {
+    intern_outermost_first(frames.iter().rev().map(|&w| Some(w)))
 }
 
 /// Whether `id` names a node (for IDs a caller hands in).

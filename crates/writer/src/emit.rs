@@ -15,6 +15,7 @@
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering;
 
+use alloctrace_format::stacks::FrameWord;
 use alloctrace_format::{
     AddressClass, BatchKind, EventKind, ENTRY_TAG, LONG_FORM, MAX_BATCH_HEADER_LEN, MAX_EVENT_LEN,
 };
@@ -107,8 +108,9 @@ fn emit_with_stack_enabled<const KIND: u8, const TAGGED: bool>(
         |slot, generation| {
             if defined {
                 call_stack_table::mark_used(stack as u32, generation, |word| {
-                    if word & 1 == 1 {
-                        frame_table::mark_used(word >> 1, generation);
+                    // The truncation marker (frame 0) is no table entry.
+                    if let FrameWord::Registered(id) = FrameWord::from_word(word) {
+                        frame_table::mark_used(id, generation);
                     }
                 });
                 write_event(slot, generation, kind, addr, arg1, arg2, stack, entry);

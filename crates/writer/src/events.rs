@@ -5,6 +5,7 @@
 //! the host's malloc. Before start and after stop they cost one relaxed
 //! load and a branch.
 
+use alloctrace_format::stacks::FrameWord;
 use alloctrace_format::EventKind;
 
 use crate::emit::{emit, emit_tagged, emit_with_stack};
@@ -105,7 +106,7 @@ pub fn type_register(name: &[u8], size: u64, ptr_bytes: u64) -> u64 {
 pub const MAX_STACK_DEPTH: usize = 1024;
 
 /// The bit of a registered frame's value: no user-space address has it.
-pub const REGISTERED_FRAME: u64 = crate::frame_table::REGISTERED;
+pub const REGISTERED_FRAME: u64 = alloctrace_format::stacks::REGISTERED_FRAME_BIT;
 
 /// Registers a frame of a runtime's own code (a Lua or Python function, a
 /// JIT stub) and returns its frame value, `REGISTERED_FRAME | id`: never a
@@ -123,16 +124,13 @@ pub fn frame_register(function: &[u8], file: &[u8], line: u32) -> u64 {
 /// address or a value from [`frame_register`]; `None` for 0 and for a
 /// registered value that names no frame.
 fn frame_word(value: u64) -> Option<u64> {
-    if value & REGISTERED_FRAME == 0 {
-        (value != 0).then_some(value << 1)
-    } else {
-        let id = value & !REGISTERED_FRAME;
-        crate::frame_table::is_defined(id).then_some(id << 1 | 1)
-    }
+    let frame = FrameWord::from_api_value(value);
+    let known = match frame {
+        FrameWord::Native(addr) => addr != 0,
+        FrameWord::Registered(id) => crate::frame_table::is_defined(id),
+    };
+    known.then(|| frame.word())
 }
-
-/// The frame word of the truncation marker: registered frame 0.
-const TRUNCATED: u64 = 1;
 
 /// Interns a call stack given innermost frame first, native return
 /// addresses and [`frame_register`] values freely mixed, and returns its
@@ -146,23 +144,13 @@ pub fn stack_register(frames: &[u64]) -> u64 {
     } else {
         frames
     };
-    let mut parent = 0;
-    if kept.len() < frames.len() {
-        parent = crate::call_stack_table::intern_child(0, TRUNCATED);
-        if parent == 0 {
-            return 0;
-        }
-    }
-    for &value in kept.iter().rev() {
-        let Some(word) = frame_word(value) else {
-            return 0;
-        };
-        parent = crate::call_stack_table::intern_child(parent, word);
-        if parent == 0 {
-            return 0;
-        }
-    }
-    u64::from(parent)
+    let marker = (kept.len() < frames.len()).then_some(Some(FrameWord::TRUNCATED.word()));
+    let outermost_first = marker
+        .into_iter()
+        .chain(kept.iter().rev().map(|&value| frame_word(value)));
+    u64::from(crate::call_stack_table::intern_outermost_first(
+        outermost_first,
+    ))
 }
 
 /// The calling thread's trace thread ID (as in the trace's batch headers),

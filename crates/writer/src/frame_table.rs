@@ -24,11 +24,6 @@ const NAME_ARENA_LEN: usize = 64 << 20;
 /// Longest function or file name kept; longer ones are cut.
 pub(crate) const MAX_NAME_LEN: usize = 1024;
 
-/// The bit that marks a registered frame in the C API's frame values: no
-/// user-space address has it, so a frame value is never mistaken for a
-/// native return address.
-pub(crate) const REGISTERED: u64 = 1 << 63;
-
 struct FrameEntry {
     line: u32,
     function: Span,
