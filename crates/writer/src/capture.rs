@@ -36,9 +36,9 @@
 //!   (liballoctrace.so, the shim; not when linked into the program).
 //! - **The unwinder** is built from a module snapshot at session start and
 //!   rebuilt by [`modules_changed`]: the shim calls it after each
-//!   `dlclose`, and the writer thread when a capture stopped in code no
-//!   known module holds (a library loaded since: [`refresh_if_stale`], at
-//!   most every 100 ms).
+//!   `dlclose`, the generation's end before it lists the modules, and the
+//!   writer thread when a capture stopped in code no known module holds (a
+//!   library loaded since: [`refresh_if_stale`], at most every 100 ms).
 //!   Captures reach it through one pointer; the old one is freed after a
 //!   grace period: every thread's capture section (a seqlock in its slot,
 //!   as the event path's) has been left since the swap.

@@ -170,6 +170,9 @@ fn write_modules(session: &Session, generation: u64) {
     if capture::mode() == capture::StackMode::None && !call_stack_table::any() {
         return;
     }
+    // Libraries loaded since the last look (a dlopen is not wrapped: see
+    // capture.rs) join the table before the generation lists it.
+    capture::modules_changed();
     let start = GENERATION_START[(generation & 1) as usize].load(Ordering::Relaxed);
     let end = clock::ticks();
     let mut batch = MetaWriter::new(session, BatchKind::Modules, generation);

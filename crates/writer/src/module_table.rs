@@ -7,9 +7,9 @@
 //!
 //! The table is read from the loader (`dl_iterate_phdr`, through
 //! alloctrace-unwind's `Modules::snapshot`) when a session starts and
-//! again whenever the host says the set changed ([`refresh`]: the LD_PRELOAD
-//! shim calls it after every `dlopen` and `dlclose` returns), never per
-//! allocation. A refresh compares the new snapshot with the table: an
+//! again ([`refresh`], through capture.rs) after every `dlclose` the
+//! LD_PRELOAD shim sees, at every generation's end, and when a capture
+//! stops in code no known module holds; never per allocation. A refresh compares the new snapshot with the table: an
 //! object not seen before gets the next ID and the refresh's tick as its
 //! load time; an object gone gets the refresh's tick as its unload time and
 //! stays listed until the generation that saw it go has been written.
@@ -23,10 +23,10 @@
 //! ## Invariants
 //!
 //! 1. The table is behind a mutex that only set-up paths take: session
-//!    start, a refresh (the shim's dlopen/dlclose wrappers, after the real
-//!    call, in the shim's own state) and the generation end (the tracer's
-//!    thread). The event path never touches it, so no allocator can hold
-//!    the lock while an event waits for it.
+//!    start, a refresh (the shim's dlclose wrapper, after the real call, in
+//!    the shim's own state; the writer thread) and the generation end. The
+//!    event path never touches it, so no allocator can hold the lock while
+//!    an event waits for it.
 //! 2. IDs are at least 1, stable for the session, and never reused within
 //!    it: a library loaded again at the same address is a new module.
 //! 3. A module is dropped only after a generation whose end is later than
@@ -36,11 +36,11 @@
 //! ## Corner cases
 //!
 //! - Objects opened and closed again between two refreshes are never seen
-//!   (the shim refreshes after every call, so only another thread's
+//!   (the shim refreshes after every dlclose, so only another thread's
 //!   dlopen/dlclose pair racing with one refresh could hide one).
-//! - Without a refresh (a program using the C API that dlopens libraries),
-//!   a library loaded after the start is not in the table; its frames stay
-//!   raw addresses for the reader.
+//! - A library loaded during a generation is listed with a load time just
+//!   after the previous refresh (the latest moment known to be before its
+//!   load), so every event of the generation that ran in it finds it.
 
 use std::sync::Mutex;
 
