@@ -97,7 +97,11 @@ fn captured_stacks_start_at_the_caller_and_match_an_independent_unwinder() {
     common::start_to(&path, &config);
     assert_eq!(capture::mode(), StackMode::Full);
     // The same call site twice (a loop), for one stack.
-    let twice: Vec<(u64, Vec<u64>)> = (0..2).map(|_| site_a(0)).collect();
+    // (black_box: a loop the optimiser cannot unroll into two sites).
+    let mut twice: Vec<(u64, Vec<u64>)> = Vec::new();
+    for _ in 0..black_box(2) {
+        twice.push(site_a(0));
+    }
     let ((a1, oracle_a), (a2, _)) = (twice[0].clone(), twice[1].clone());
     let (b1, oracle_b) = site_b(0);
     let (a_skip, _) = site_a(1);
