@@ -298,7 +298,7 @@ static inline void trace_writer_span_exists(trace_writer *w, uintptr_t base, uin
         (void)alloctrace_span_exists_(w, base, npages, kind_class);
 }
 
-static inline void trace_writer_span_alloc(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void trace_writer_span_alloc(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
     if (trace_writer_enabled())
         (void)alloctrace_span_alloc_(w, base, npages, kind_class);
@@ -316,7 +316,7 @@ static inline void trace_writer_heap_object_exists(trace_writer *w, uintptr_t ad
         (void)alloctrace_heap_object_exists_(w, addr, size, type_id);
 }
 
-static inline void trace_writer_heap_object_alloc(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void trace_writer_heap_object_alloc(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
 {
     if (trace_writer_enabled())
         (void)alloctrace_heap_object_alloc_(w, addr, size, type_id);
@@ -401,47 +401,50 @@ static inline __attribute__((always_inline)) trace_writer *alloctrace_writer_(vo
 #define ALLOCTRACE_FORGET_WRITER_() ((void)0)
 #endif
 
-static inline void alloctrace_plain_span_exists_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
+/* Always inline, like the trace_writer_*_alloc calls: with
+ * trace_config.stacks on, the library captures its caller's stack, which
+ * must be the program's frame, not a copy of these wrappers (-O0). */
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_span_exists_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
     if (trace_writer_enabled() && alloctrace_span_exists_(alloctrace_writer_(), base, npages, kind_class))
         ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_plain_span_alloc_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_span_alloc_(uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
     if (trace_writer_enabled() && alloctrace_span_alloc_(alloctrace_writer_(), base, npages, kind_class))
         ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_plain_span_free_(uintptr_t base)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_span_free_(uintptr_t base)
 {
     if (trace_writer_enabled() && alloctrace_span_free_(alloctrace_writer_(), base))
         ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_plain_heap_object_exists_(uintptr_t addr, uint64_t size, uint64_t type_id)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_heap_object_exists_(uintptr_t addr, uint64_t size, uint64_t type_id)
 {
     if (trace_writer_enabled() && alloctrace_heap_object_exists_(alloctrace_writer_(), addr, size, type_id))
         ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_plain_heap_object_alloc_(uintptr_t addr, uint64_t size, uint64_t type_id)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_heap_object_alloc_(uintptr_t addr, uint64_t size, uint64_t type_id)
 {
     if (trace_writer_enabled() && alloctrace_heap_object_alloc_(alloctrace_writer_(), addr, size, type_id))
         ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_plain_heap_object_free_(uintptr_t addr)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_heap_object_free_(uintptr_t addr)
 {
     if (trace_writer_enabled() && alloctrace_heap_object_free_(alloctrace_writer_(), addr))
         ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_plain_stack_exists_(uintptr_t base, uintptr_t size)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_stack_exists_(uintptr_t base, uintptr_t size)
 {
     if (trace_writer_enabled() && alloctrace_stack_exists_(alloctrace_writer_(), base, size))
         ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_plain_stack_alloc_(uintptr_t base, uintptr_t size)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_stack_alloc_(uintptr_t base, uintptr_t size)
 {
     if (trace_writer_enabled() && alloctrace_stack_alloc_(alloctrace_writer_(), base, size))
         ALLOCTRACE_FORGET_WRITER_();
 }
-static inline void alloctrace_plain_stack_free_(uintptr_t base)
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_stack_free_(uintptr_t base)
 {
     if (trace_writer_enabled() && alloctrace_stack_free_(alloctrace_writer_(), base))
         ALLOCTRACE_FORGET_WRITER_();

@@ -1,10 +1,11 @@
 //! Libraries coming and going: the module table and the unwinder of native
 //! call stacks (alloctrace_writer::capture) follow `dlclose`.
 //!
-//! dlclose is interposed: after the real call returns, the writer re-reads
-//! the loaded objects, notes the unload in the module table (the reader
-//! then attributes no later frame to the library) and replaces the unwinder
-//! built with the library's unwind tables.
+//! dlclose is interposed: before the real call the writer re-reads the
+//! loaded objects (a library dlopened since the last look joins the module
+//! table while it is still loaded), and after it again, noting the unload
+//! (the reader then attributes no later frame to the library) and
+//! replacing the unwinder built with the library's unwind tables.
 //!
 //! dlopen is deliberately *not* interposed: glibc resolves a relative name
 //! against the RUNPATH of dlopen's caller (its return address), which a
@@ -18,9 +19,9 @@ use core::ffi::{c_int, c_void};
 
 use crate::{real, reentrancy};
 
-/// Interposed dlclose(3): the real call, then the module table refreshed
-/// (as the shim's own code: the refresh allocates and takes the loader's
-/// lock, after the real call has released it).
+/// Interposed dlclose(3): the module table refreshed, the real call, and
+/// the table refreshed again (as the shim's own code: a refresh allocates
+/// and takes the loader's lock, which neither call holds around it).
 ///
 /// # Safety
 /// As dlclose(3).
@@ -29,9 +30,18 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let Some(real_dlclose) = real::dlclose() else {
         return -1;
     };
+    let traced = reentrancy::get() != reentrancy::OWN;
+    if traced {
+        // The object may have been dlopened since the last look (dlopen is
+        // not wrapped): list it while it is still loaded, so that the trace
+        // has it for the frames recorded in it.
+        let errno = real::errno();
+        reentrancy::own(alloctrace_writer::capture::modules_changed);
+        real::set_errno(errno);
+    }
     // SAFETY: the caller's handle, unchanged.
     let rc = unsafe { real_dlclose(handle) };
-    if rc == 0 && reentrancy::get() != reentrancy::OWN {
+    if rc == 0 && traced {
         // Keep the program's dlerror and errno state as the real call left it.
         let errno = real::errno();
         reentrancy::own(alloctrace_writer::capture::modules_changed);
