@@ -128,7 +128,10 @@ pub fn start_with(
             .store(config.min_stack_align.trailing_zeros(), Ordering::Relaxed);
         // The header's inline path stamps events with rdtsc and uses only a
         // compiler fence on its side of the handshake.
+        let capturing =
+            config.plain_calls_capture && config.stacks != crate::capture::StackMode::None;
         let mode = match (asymmetric && cfg!(target_arch = "x86_64"), coarse) {
+            _ if capturing => inline_mode::OUT_OF_LINE,
             (false, _) => inline_mode::OUT_OF_LINE,
             (true, false) => inline_mode::PRECISE,
             (true, true) => inline_mode::COARSE,
@@ -145,6 +148,7 @@ pub fn start_with(
             }
         }
         SESSION.store(Arc::as_ptr(&session).cast_mut(), Ordering::SeqCst);
+        crate::capture::set_up(config.stacks, config.stack_depth);
 
         write_info(&session, 1);
         SHARED.generation.store(1, Ordering::SeqCst);
@@ -228,6 +232,7 @@ pub fn stop() -> Result<(), Error> {
         let session = control.session.take().ok_or(Error::NotStarted)?;
         let last = SHARED.generation.load(Ordering::Relaxed);
         end_generation(&session, last, 0);
+        crate::capture::tear_down();
         let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
         end.finish();
         SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
