@@ -8,13 +8,15 @@
  *                        trace for several generations) and 3 marker blocks
  *   threads              two waves of 4 threads that allocate and exit
  *   fork                 parent and child allocate on paths of their own
- *   dlopen LIB           a library loaded, used and unloaded, twice
+ *   dlopen LIB           a library loaded, used and unloaded, twice;
+ *                        prints "dl SIZE BASE" for each load
  *   signal               a signal handler allocates while the main thread
  *                        spins in sp_sig_spin
  *   deep                 allocations 300 calls deep
  *   corrupt              allocations from a function whose saved frame
  *                        pointer is garbage; exits 23
  */
+#define _GNU_SOURCE /* dladdr */
 #include "paths.h"
 
 #include <dlfcn.h>
@@ -166,6 +168,13 @@ SP_NOINLINE static void sp_dl_use(const char *lib, size_t size, int n)
     void (*entry)(size_t, int) = (void (*)(size_t, int))dlsym(h, "sp_dl_entry");
     if (!entry)
         die("dlsym");
+    /* Where this load put the library, for the test to symbolize its
+     * frames without the trace's modules batch. */
+    Dl_info info;
+    if (!dladdr((void *)entry, &info))
+        die("dladdr");
+    printf("dl %zu %p\n", size, info.dli_fbase);
+    fflush(stdout);
     entry(size, n);
     SP_BARRIER();
     if (dlclose(h) != 0)
