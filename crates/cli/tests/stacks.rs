@@ -192,14 +192,23 @@ struct Run {
     traces: Vec<PathBuf>,
 }
 
-/// `alloctrace record --stacks MODE [extra...] -o DIR/t.%p.trace -- prog args`.
+/// `alloctrace record --stacks MODE [extra...] -o DIR/t.%p.trace -- prog args`
+/// (without `--stacks` when `mode` is empty).
 fn record(dir: &Scratch, mode: &str, extra: &[&str], prog: &Path, args: &[&str]) -> Run {
     let shim = built_by_cargo("liballoctrace_preload.so", "alloctrace-preload");
     let pattern = dir.0.join("t.%p.trace");
+    let mode_args: &[&str] = if mode.is_empty() {
+        &[]
+    } else {
+        &["--stacks", mode]
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
         .env("ALLOCTRACE_PRELOAD", &shim)
+        .env_remove("ALLOCTRACE_STACKS")
+        .env_remove("ALLOCTRACE_STACK_DEPTH")
         .arg("record")
-        .args(["--stacks", mode, "--no-report"])
+        .args(mode_args)
+        .arg("--no-report")
         .args(extra)
         .arg("-o")
         .arg(&pattern)
@@ -656,6 +665,13 @@ fn full_stacks_are_exact_through_a_library_and_operator_new() {
         } => assert!(m.path.contains("libstdc++"), "{first:?}"),
         other => panic!("innermost frame of operator new's block: {other:?}"),
     }
+}
+
+#[test]
+fn record_takes_full_stacks_by_default() {
+    let dir = Scratch::new("default");
+    let t = record_one(&dir, "", &[], &programs().paths_nofp, &[]);
+    assert_exact(&t, &paths_table(false));
 }
 
 #[test]
