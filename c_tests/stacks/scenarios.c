@@ -6,7 +6,8 @@
  *
  *   gens ROUNDS CHURN    ROUNDS rounds of CHURN malloc/free pairs (enough
  *                        trace for several generations) and 3 marker blocks
- *   threads              two waves of 4 threads that allocate and exit
+ *   threads              two waves of 4 threads that allocate and exit, the
+ *                        second on stacks of another size
  *   fork                 parent and child allocate on paths of their own
  *   dlopen LIB           a library loaded, used and unloaded, twice;
  *                        prints "dl SIZE BASE" for each load
@@ -109,13 +110,21 @@ SP_NOINLINE void *sp_thread_body(void *arg)
     return NULL;
 }
 
+/* The second wave's threads take the slots the first wave's left, on
+ * stacks of another size (so elsewhere: glibc's cache of stacks cannot
+ * hand them the first wave's). */
 SP_NOINLINE static int sp_scn_threads(void)
 {
     for (int wave = 0; wave < 2; wave++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (wave == 1 && pthread_attr_setstacksize(&attr, 1 << 20) != 0)
+            die("pthread_attr_setstacksize");
         pthread_t t[4];
         for (int i = 0; i < 4; i++)
-            if (pthread_create(&t[i], NULL, sp_thread_body, NULL) != 0)
+            if (pthread_create(&t[i], &attr, sp_thread_body, NULL) != 0)
                 die("pthread_create");
+        pthread_attr_destroy(&attr);
         for (int i = 0; i < 4; i++)
             pthread_join(t[i], NULL);
     }

@@ -819,8 +819,14 @@ fn stacks_of_threads_that_exit() {
 
 #[test]
 fn stacks_in_a_forked_child() {
-    let dir = Scratch::new("fork");
-    let run = scenario(&dir, "full", &["fork"]);
+    for mode in ["full", "fast"] {
+        forked_child(mode);
+    }
+}
+
+fn forked_child(mode: &str) {
+    let dir = Scratch::new(&format!("fork-{mode}"));
+    let run = scenario(&dir, mode, &["fork"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.traces.len(), 2, "{:?}", run.traces);
     let traces: Vec<Trace> = run.traces.iter().map(|p| read_trace(p, false)).collect();
