@@ -4,8 +4,10 @@
  * main.c at -O2 without them, and as libpaths.so (with paths_cxx.cpp,
  * -DWITH_CXX) that main.c links against.
  */
+#define _GNU_SOURCE /* reallocarray, valloc */
 #include "paths.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 
 /* Where blocks go, so no allocation is optimised away. */
@@ -67,6 +69,45 @@ SP_NOINLINE void sp_path_c(void)
     sp_after++;
 }
 
+/* Keeps a block (touched), then frees it. */
+static void sp_use(void *p)
+{
+    SP_BARRIER();
+    if (p)
+        ((char *)p)[0] = 4;
+    sp_sink = p;
+    free(p);
+}
+
+/* One block from each other entry point, called from here. */
+SP_NOINLINE void sp_entries(int which)
+{
+    void *p = NULL;
+    switch (which) {
+    case 0:
+        p = realloc(NULL, SP_SIZE_REALLOC);
+        break;
+    case 1:
+        if (posix_memalign(&p, 64, SP_SIZE_MEMALIGN_P) != 0)
+            p = NULL;
+        break;
+    case 2:
+        p = aligned_alloc(64, SP_SIZE_ALIGNED);
+        break;
+    case 3:
+        p = memalign(64, SP_SIZE_MEMALIGN);
+        break;
+    case 4:
+        p = valloc(SP_SIZE_VALLOC);
+        break;
+    default:
+        p = reallocarray(NULL, 1, SP_SIZE_REALLOCARRAY);
+        break;
+    }
+    sp_use(p);
+    sp_after++;
+}
+
 #ifdef WITH_CXX
 SP_NOINLINE void sp_path_cxx(void)
 {
@@ -89,6 +130,11 @@ SP_NOINLINE void sp_run(void)
         free(sp_rec(SP_REC_DEPTH, SP_SIZE_REC));
     for (int i = 0; i < SP_COUNT_CALLOC; i++)
         sp_path_c();
+    static const int entry_counts[] = {SP_COUNT_REALLOC, SP_COUNT_MEMALIGN_P, SP_COUNT_ALIGNED,
+                                       SP_COUNT_MEMALIGN, SP_COUNT_VALLOC, SP_COUNT_REALLOCARRAY};
+    for (int e = 0; e < 6; e++)
+        for (int i = 0; i < entry_counts[e]; i++)
+            sp_entries(e);
 #ifdef WITH_CXX
     for (int i = 0; i < SP_COUNT_CXX; i++)
         sp_path_cxx();

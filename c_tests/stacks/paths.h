@@ -34,6 +34,20 @@
 #define SP_COUNT_CALLOC 13
 #define SP_SIZE_CXX 4021  /* sp_path_cxx -> sp_cxx_leaf -> operator new[] (only WITH_CXX) */
 #define SP_COUNT_CXX 17
+/* Every other allocating entry point of the shim, each called directly by
+ * sp_entries: its wrapper must drop exactly its own frames. */
+#define SP_SIZE_REALLOC 4027 /* realloc(NULL, n) */
+#define SP_COUNT_REALLOC 19
+#define SP_SIZE_MEMALIGN_P 4049 /* posix_memalign */
+#define SP_COUNT_MEMALIGN_P 23
+#define SP_SIZE_ALIGNED 4051 /* aligned_alloc */
+#define SP_COUNT_ALIGNED 29
+#define SP_SIZE_MEMALIGN 4057 /* memalign */
+#define SP_COUNT_MEMALIGN 31
+#define SP_SIZE_VALLOC 4073 /* valloc */
+#define SP_COUNT_VALLOC 37
+#define SP_SIZE_REALLOCARRAY 4091 /* reallocarray(NULL, 1, n) */
+#define SP_COUNT_REALLOCARRAY 41
 
 #ifdef __cplusplus
 extern "C" {
