@@ -13,6 +13,7 @@
  *                        prints "dl SIZE BASE" for each load
  *   signal               a signal handler allocates while the main thread
  *                        spins in sp_sig_spin
+ *   altstack             a signal handler on an alternate stack allocates
  *   deep                 allocations 300 calls deep
  *   corrupt              allocations from a function whose saved frame
  *                        pointer is garbage; exits 23
@@ -41,6 +42,7 @@
 #define SIZE_DEEP 5077
 #define SIZE_CORRUPT 5081
 #define SIZE_AFTER_CORRUPT 5087
+#define SIZE_ALTSTACK 5101
 
 void *volatile sp_sink;
 static volatile unsigned sp_after;
@@ -246,6 +248,37 @@ SP_NOINLINE static int sp_scn_signal(void)
     return 0;
 }
 
+/* --- altstack ------------------------------------------------------------ */
+
+SP_NOINLINE void sp_alt_handler(int sig)
+{
+    (void)sig;
+    sp_alloc_n(SIZE_ALTSTACK, 3);
+    sp_after++;
+}
+
+/* A handler on an alternate signal stack allocates: its stack pointer is
+ * outside the thread's stack. */
+SP_NOINLINE static int sp_scn_altstack(void)
+{
+    stack_t ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_size = 1 << 16;
+    ss.ss_sp = malloc(ss.ss_size);
+    if (!ss.ss_sp || sigaltstack(&ss, NULL) != 0)
+        die("sigaltstack");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sp_alt_handler;
+    sa.sa_flags = SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGUSR1, &sa, NULL) != 0)
+        die("sigaction");
+    raise(SIGUSR1);
+    sp_after++;
+    return 0;
+}
+
 /* --- deep ---------------------------------------------------------------- */
 
 SP_NOINLINE void sp_deep(int depth)
@@ -326,12 +359,14 @@ int main(int argc, char **argv)
         rc = sp_scn_dlopen(argv[2]);
     else if (!strcmp(what, "signal"))
         rc = sp_scn_signal();
+    else if (!strcmp(what, "altstack"))
+        rc = sp_scn_altstack();
     else if (!strcmp(what, "deep"))
         rc = sp_scn_deep();
     else if (!strcmp(what, "corrupt"))
         rc = sp_scn_corrupt();
     else {
-        fprintf(stderr, "usage: scenarios gens ROUNDS CHURN | threads | fork | dlopen LIB | signal | deep | corrupt\n");
+        fprintf(stderr, "usage: scenarios gens ROUNDS CHURN | threads | fork | dlopen LIB | signal | altstack | deep | corrupt\n");
         return 2;
     }
     SP_BARRIER();

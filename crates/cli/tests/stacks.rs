@@ -1015,6 +1015,35 @@ fn stacks_of_a_signal_handler() {
     }
 }
 
+#[test]
+fn stacks_of_a_signal_handler_on_an_alternate_stack() {
+    // The walk is bounded by the thread's stack, which the handler is not
+    // on (alloctrace_writer::capture: "the allocation gets the truncation
+    // marker only"): whatever it keeps, nothing is made up, and the
+    // allocations are recorded.
+    let truth = names(&[
+        "sp_leaf",
+        "sp_alloc_n",
+        "sp_alt_handler",
+        "sp_scn_altstack",
+        "main",
+    ]);
+    for mode in ["full", "fast"] {
+        let dir = Scratch::new(&format!("altstack-{mode}"));
+        let run = scenario(&dir, mode, &["altstack"]);
+        assert_eq!(run.code, 0, "{mode}: {}", run.stderr);
+        let t = read_trace(&run.traces[0], false);
+        let allocs = t.of_size(5101);
+        assert_eq!(allocs.len(), 3, "{mode}");
+        for a in allocs {
+            assert!(truth.starts_with(&a.stack.path), "{mode}: {:#?}", a.stack);
+            if a.stack_id != 0 {
+                assert!(a.stack.truncated(), "{mode}: {:#?}", a.stack);
+            }
+        }
+    }
+}
+
 /// Frames of a stack deeper than the limit: the default limit, 64, counts
 /// native frames (alloctrace_writer::capture), then the truncation marker.
 const DEFAULT_DEPTH_FRAMES: usize = 65;
