@@ -13,7 +13,10 @@
  * Each block is freed before the next generation. The addresses are made
  * up (nothing is allocated).
  *
- * usage: capi_capture TRACE fast|full
+ * With TRACE2, a second session then writes one more generation (as the
+ * second) into TRACE2.
+ *
+ * usage: capi_capture TRACE fast|full [TRACE2]
  */
 #include <alloctrace.h>
 
@@ -95,8 +98,8 @@ SP_NOINLINE void sp_cap_generation(int generation)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3)
-        die("usage: capi_capture TRACE fast|full");
+    if (argc != 3 && argc != 4)
+        die("usage: capi_capture TRACE fast|full [TRACE2]");
     trace_config cfg;
     trace_config_init(&cfg);
     cfg.path = argv[1];
@@ -110,6 +113,15 @@ int main(int argc, char **argv)
     }
     if (trace_stop() != TRACE_OK)
         die("trace_stop");
+    if (argc == 4) {
+        /* A second session, into its own file: the same paths again. */
+        cfg.path = argv[3];
+        if (trace_start(&cfg) != TRACE_OK)
+            die(trace_last_error_detail());
+        sp_cap_generation(2);
+        if (trace_stop() != TRACE_OK)
+            die("trace_stop");
+    }
     SP_BARRIER();
     return 0;
 }

@@ -1209,9 +1209,11 @@ fn native_stacks_across_generations(opt: &str) {
     for mode in ["full", "fast"] {
         let dir = Scratch::new(&format!("capi-capture-{mode}"));
         let trace = dir.0.join("capture.trace");
+        let second = dir.0.join("second.trace");
         let out = Command::new(&prog)
             .arg(&trace)
             .arg(mode)
+            .arg(&second)
             .output()
             .expect("run capi_capture");
         assert!(
@@ -1254,6 +1256,22 @@ fn native_stacks_across_generations(opt: &str) {
                         al.stack
                     );
                 }
+            }
+        }
+        assert_eq!(t.lost_stacks, 0, "{mode}");
+        // A second session of the same process: the same stacks, right
+        // again (nothing of the first session's tables is reused).
+        let t = read_trace(&second, false);
+        assert_eq!(t.generations, 1, "{mode}");
+        for (size, count, path) in [
+            (6007, 3, &a[..]),
+            (6011, 5, &b[..]),
+            (6029, 2, &explicit[..]),
+            (6037, 7, &c[..]),
+        ] {
+            assert_path(&t, size, count, path);
+            for al in t.of_size(size) {
+                assert_eq!(al.stack.frames[0].function(), Some(path[0]), "{mode}");
             }
         }
         assert_eq!(t.lost_stacks, 0, "{mode}");
