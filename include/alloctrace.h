@@ -98,6 +98,28 @@ typedef enum trace_compression {
 } trace_compression;
 
 /**
+ * Which native call stacks the plain alloc calls capture by themselves
+ * (`trace_config.stacks`).
+ */
+typedef enum trace_stacks {
+  /**
+   * No capture (default): allocations carry the stack their caller
+   * passes to a `_stack` call, if any.
+   */
+  TRACE_STACKS_NONE = 0,
+  /**
+   * Frame pointers: cheap, but code built without them (most of a
+   * Debian system) is skipped or ends the stack.
+   */
+  TRACE_STACKS_FAST = 1,
+  /**
+   * DWARF CFI (`.eh_frame`) for every frame: right on any code, about
+   * 4x the cost per frame of `TRACE_STACKS_FAST`.
+   */
+  TRACE_STACKS_FULL = 2,
+} trace_stacks;
+
+/**
  * A thread's writer: the handle of the inline event calls
  * (`trace_writer_heap_object_alloc` and the rest, defined in the header).
  * Its layout is private to the header.
@@ -175,6 +197,20 @@ typedef struct trace_config {
    * the first version, like `clock`.)
    */
   int compression;
+  /**
+   * A `trace_stacks` value: whether `trace_heap_object_alloc` and
+   * `trace_span_alloc` capture the caller's native stack themselves (as
+   * `trace_stack_capture` would), default TRACE_STACKS_NONE; any other
+   * value makes `trace_start` return TRACE_ERR_BAD_CONFIG. The inline
+   * `trace_writer_*` calls never capture. (An int and added after the
+   * first version, like `clock`.)
+   */
+  int stacks;
+  /**
+   * The depth limit of captured stacks in native frames, 1 to 256; 0
+   * for the default, 64. (Added after the first version, like `clock`.)
+   */
+  uint32_t stack_depth;
 } trace_config;
 
 #ifdef __cplusplus
@@ -185,7 +221,7 @@ extern "C" {
  * Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
  * `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
  * `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock, no
- * compression.
+ * compression, no stack capture, `stack_depth` 0 (64).
  *
  * NULL does nothing. Any thread, at any time; it does not allocate.
  *
@@ -323,6 +359,18 @@ uint64_t trace_frame_register(const char *func,
  * `frames` is NULL or points to `n` readable `uint64_t`.
  */
 uint64_t trace_stack_register(const uint64_t *frames, size_t n);
+
+/**
+ * Unwinds the caller's native stack (as the LD_PRELOAD shim does: by
+ * DWARF CFI unless `trace_config.stacks` chose TRACE_STACKS_FAST), drops
+ * its `skip` innermost frames (0 keeps the caller's own frame), interns it
+ * and returns its stack ID for the `_stack` event calls; 0 when tracing is
+ * off, or when no stack could be taken (counted in the generation's
+ * `lost_stacks`). The depth limit is `trace_config.stack_depth`. Any
+ * thread, also inside malloc: no allocation and no lock; a thread's first
+ * capture may make system calls (its stack's bounds).
+ */
+uint64_t trace_stack_capture(uint32_t skip);
 
 /**
  * Records that a span of `npages` pages at `base` existed when tracing

@@ -31,6 +31,7 @@
 
 use core::ffi::{c_char, c_int, c_void, CStr};
 
+use alloctrace_writer::capture::{self, StackMode};
 use alloctrace_writer::{self as tracer, events, ClockKind, Config, Error, Output};
 
 /// The result of a lifecycle call.
@@ -85,6 +86,22 @@ pub enum trace_compression {
     TRACE_COMPRESSION_ZSTD = 1,
 }
 
+/// Which native call stacks the plain alloc calls capture by themselves
+/// (`trace_config.stacks`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum trace_stacks {
+    /// No capture (default): allocations carry the stack their caller
+    /// passes to a `_stack` call, if any.
+    TRACE_STACKS_NONE = 0,
+    /// Frame pointers: cheap, but code built without them (most of a
+    /// Debian system) is skipped or ends the stack.
+    TRACE_STACKS_FAST = 1,
+    /// DWARF CFI (`.eh_frame`) for every frame: right on any code, about
+    /// 4x the cost per frame of `TRACE_STACKS_FAST`.
+    TRACE_STACKS_FULL = 2,
+}
+
 /// Configuration for `trace_start`. Fill it with `trace_config_init`, then
 /// set the fields you need.
 #[repr(C)]
@@ -131,6 +148,16 @@ pub struct trace_config {
     /// `trace_start` return TRACE_ERR_BAD_CONFIG. (An int and added after
     /// the first version, like `clock`.)
     pub compression: c_int,
+    /// A `trace_stacks` value: whether `trace_heap_object_alloc` and
+    /// `trace_span_alloc` capture the caller's native stack themselves (as
+    /// `trace_stack_capture` would), default TRACE_STACKS_NONE; any other
+    /// value makes `trace_start` return TRACE_ERR_BAD_CONFIG. The inline
+    /// `trace_writer_*` calls never capture. (An int and added after the
+    /// first version, like `clock`.)
+    pub stacks: c_int,
+    /// The depth limit of captured stacks in native frames, 1 to 256; 0
+    /// for the default, 64. (Added after the first version, like `clock`.)
+    pub stack_depth: u32,
 }
 
 /// `struct_size` of the first version of trace_config, which ended at
@@ -273,7 +300,7 @@ macro_rules! ffi_guard_or {
 /// Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
 /// `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
 /// `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock, no
-/// compression.
+/// compression, no stack capture, `stack_depth` 0 (64).
 ///
 /// NULL does nothing. Any thread, at any time; it does not allocate.
 ///
@@ -300,6 +327,8 @@ pub unsafe extern "C" fn trace_config_init(cfg: *mut trace_config) {
             snapshot_ctx: core::ptr::null_mut(),
             clock: trace_clock::TRACE_CLOCK_PRECISE as c_int,
             compression: trace_compression::TRACE_COMPRESSION_NONE as c_int,
+            stacks: trace_stacks::TRACE_STACKS_NONE as c_int,
+            stack_depth: 0,
         });
     }
 }
@@ -375,9 +404,45 @@ pub unsafe extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         } else {
             ClockKind::Precise
         };
+        let stacks = if covers(core::mem::offset_of!(trace_config, stacks)) {
+            let known = [
+                (
+                    trace_stacks::TRACE_STACKS_NONE as c_int,
+                    "TRACE_STACKS_NONE",
+                    StackMode::None,
+                ),
+                (
+                    trace_stacks::TRACE_STACKS_FAST as c_int,
+                    "TRACE_STACKS_FAST",
+                    StackMode::Fast,
+                ),
+                (
+                    trace_stacks::TRACE_STACKS_FULL as c_int,
+                    "TRACE_STACKS_FULL",
+                    StackMode::Full,
+                ),
+            ];
+            match config_enum("trace_config.stacks", cfg.stacks, &known) {
+                Ok(v) => v,
+                Err(r) => return r,
+            }
+        } else {
+            StackMode::None
+        };
+        let stack_depth = if size >= core::mem::offset_of!(trace_config, stack_depth) + 4 {
+            cfg.stack_depth
+        } else {
+            0
+        };
         let config = Config {
             clock,
             compress,
+            stacks,
+            stack_depth: if stack_depth == 0 {
+                alloctrace_writer::capture::DEFAULT_DEPTH
+            } else {
+                stack_depth as usize
+            },
             min_heap_addr: cfg.min_heap_addr,
             page_size: cfg.page_size,
             min_heap_align: cfg.min_heap_align,
@@ -610,6 +675,22 @@ pub unsafe extern "C" fn trace_stack_register(frames: *const u64, n: libc::size_
     })
 }
 
+/// Unwinds the caller's native stack (as the LD_PRELOAD shim does: by
+/// DWARF CFI unless `trace_config.stacks` chose TRACE_STACKS_FAST), drops
+/// its `skip` innermost frames (0 keeps the caller's own frame), interns it
+/// and returns its stack ID for the `_stack` event calls; 0 when tracing is
+/// off, or when no stack could be taken (counted in the generation's
+/// `lost_stacks`). The depth limit is `trace_config.stack_depth`. Any
+/// thread, also inside malloc: no allocation and no lock; a thread's first
+/// capture may make system calls (its stack's bounds).
+#[no_mangle]
+pub extern "C" fn trace_stack_capture(skip: u32) -> u64 {
+    let id = capture::capture_stack(1 + skip as usize);
+    // Keeps this frame from becoming a tail call, so that skip counts from
+    // the caller whatever the optimiser does.
+    core::hint::black_box(id)
+}
+
 /// `len` bytes at `p` as a slice; empty for NULL or 0.
 ///
 /// # Safety
@@ -635,6 +716,11 @@ pub extern "C" fn trace_span_exists(base: usize, npages: usize, kind_class: u64)
 /// thread, also inside malloc.
 #[no_mangle]
 pub extern "C" fn trace_span_alloc(base: usize, npages: usize, kind_class: u64) {
+    if capture::mode() != StackMode::None {
+        let stack = capture::capture_stack_or_lost(1);
+        events::span_alloc_stack(base, npages, kind_class, stack);
+        return;
+    }
     events::span_alloc(base, npages, kind_class);
 }
 
@@ -658,6 +744,11 @@ pub extern "C" fn trace_heap_object_exists(addr: usize, size: u64, type_id: u64)
 /// malloc.
 #[no_mangle]
 pub extern "C" fn trace_heap_object_alloc(addr: usize, size: u64, type_id: u64) {
+    if capture::mode() != StackMode::None {
+        let stack = capture::capture_stack_or_lost(1);
+        events::heap_object_alloc_stack(addr, size, type_id, stack);
+        return;
+    }
     events::heap_object_alloc(addr, size, type_id);
 }
 

@@ -29,7 +29,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use alloctrace_options::{env, Clock, Compression, Families};
+use alloctrace_options::{env, Clock, Compression, Families, Stacks};
 
 use crate::Failure;
 
@@ -76,6 +76,17 @@ pub struct Args {
     /// Batch compression (zstd: about 3 to 20 times smaller traces; see README.md, "Tracing any program").
     #[arg(long, value_name = "KIND", value_enum, default_value_t = Compression::Zstd)]
     compression: Compression,
+    /// Call stacks of allocations: full unwinds every frame by the DWARF
+    /// unwind tables (.eh_frame), right on code built without frame
+    /// pointers; fast follows frame pointers only (cheaper; frames of code
+    /// built without them are missed); none records no stacks. See
+    /// README.md, "Call stacks", for what each costs.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = Stacks::DEFAULT)]
+    stacks: Stacks,
+    /// Most frames kept per call stack, 1 to 256; deeper stacks keep their
+    /// innermost frames and are marked truncated.
+    #[arg(long, value_name = "N", default_value_t = alloctrace_options::DEFAULT_STACK_DEPTH, value_parser = |v: &str| alloctrace_options::parse_stack_depth(v.as_bytes()))]
+    stack_depth: usize,
     /// Replace FILE if it exists (only the first process's trace; others
     /// never overwrite).
     #[arg(long)]
@@ -609,7 +620,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         .env(env::OUTPUT, &output)
         .env(env::INDEX, &index_path)
         .env(env::CLOCK, args.clock.name())
-        .env(env::COMPRESSION, args.compression.name());
+        .env(env::COMPRESSION, args.compression.name())
+        .env(env::STACKS, args.stacks.name())
+        .env(env::STACK_DEPTH, args.stack_depth.to_string());
     if let Some(size) = args.buffer_size {
         command.env(env::BUFFER_SIZE, size.to_string());
     }

@@ -33,8 +33,12 @@ pub mod env {
     /// Set by the shim of the first process when ALLOCTRACE_FOLLOW=0: the
     /// pid whose images are traced.
     pub const ROOT_PID: &str = "ALLOCTRACE_ROOT_PID";
+    /// `none`, `fast` or `full`: which native call stacks allocations carry.
+    pub const STACKS: &str = "ALLOCTRACE_STACKS";
+    /// The call stacks' depth limit in frames, 1 to 256.
+    pub const STACK_DEPTH: &str = "ALLOCTRACE_STACK_DEPTH";
     /// Every variable above, for a caller that must clear them all.
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 13] = [
         OUTPUT,
         BUFFER_SIZE,
         RECORD,
@@ -46,6 +50,8 @@ pub mod env {
         ONLY,
         FOLLOW,
         ROOT_PID,
+        STACKS,
+        STACK_DEPTH,
     ];
 }
 
@@ -270,6 +276,54 @@ impl Compression {
     }
 }
 
+/// Which native call stacks allocations carry (`record --stacks`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Stacks {
+    /// No call stacks.
+    None,
+    /// Frame pointers only: cheapest, but frames of code built without
+    /// frame pointers (most distributions' libraries) are missed.
+    Fast,
+    /// DWARF CFI (.eh_frame) for every frame: right on any code.
+    Full,
+}
+
+impl Stacks {
+    pub const ALL: [Stacks; 3] = [Stacks::None, Stacks::Fast, Stacks::Full];
+    /// What `record` and the shim use when not told.
+    pub const DEFAULT: Stacks = Stacks::Full;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stacks::None => "none",
+            Stacks::Fast => "fast",
+            Stacks::Full => "full",
+        }
+    }
+
+    pub fn parse(v: &[u8]) -> Result<Stacks, &'static str> {
+        Stacks::ALL
+            .into_iter()
+            .find(|c| c.name().as_bytes() == v)
+            .ok_or("use none, fast (frame pointers) or full (DWARF unwind tables)")
+    }
+}
+
+/// The default depth limit of call stacks, in frames.
+pub const DEFAULT_STACK_DEPTH: usize = 64;
+/// The largest depth limit.
+pub const MAX_STACK_DEPTH: usize = 256;
+
+/// A call-stack depth limit: 1 to [`MAX_STACK_DEPTH`] frames.
+pub fn parse_stack_depth(v: &[u8]) -> Result<usize, &'static str> {
+    std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|n| (1..=MAX_STACK_DEPTH).contains(n))
+        .ok_or("not a depth: use a number of frames from 1 to 256")
+}
+
 /// A yes/no variable: `1` or `0` (or empty, for no).
 pub fn parse_flag(v: &[u8]) -> Result<bool, &'static str> {
     match v {
@@ -325,6 +379,20 @@ pub fn file_name(path: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stack_modes_and_depths() {
+        for mode in Stacks::ALL {
+            assert_eq!(Stacks::parse(mode.name().as_bytes()), Ok(mode));
+        }
+        assert!(Stacks::parse(b"dwarf").is_err());
+        assert!(Stacks::parse(b"").is_err());
+        assert_eq!(parse_stack_depth(b"1"), Ok(1));
+        assert_eq!(parse_stack_depth(b"256"), Ok(256));
+        for bad in [&b"0"[..], b"257", b"", b"-1", b"64k", b" 64"] {
+            assert!(parse_stack_depth(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn patterns() {

@@ -23,12 +23,12 @@ use std::os::unix::ffi::OsStrExt;
 
 pub use alloctrace_options::env::{
     BUFFER_SIZE, CLOCK, COMPRESSION, DISABLE, FOLLOW, INDEX, ONLY, OUTPUT, OVERWRITE, RECORD,
-    ROOT_PID,
+    ROOT_PID, STACKS, STACK_DEPTH,
 };
 // session.rs names them through this module (not built in unit tests).
 #[cfg_attr(test, allow(unused_imports))]
 pub use alloctrace_options::{expand, with_suffix, DEFAULT_PATTERN};
-use alloctrace_options::{Clock, Compression, Families};
+use alloctrace_options::{Clock, Compression, Families, Stacks};
 
 // The options crate states the core's limits for the CLI, which does not
 // link the core: they must be the core's.
@@ -36,10 +36,13 @@ const _: () = assert!(alloctrace_options::MIN_BUFFER_SIZE == alloctrace_writer::
 const _: () = assert!(alloctrace_options::MAX_BUFFER_SIZE == alloctrace_writer::MAX_BUFFER_SIZE);
 const _: () =
     assert!(alloctrace_options::DEFAULT_BUFFER_SIZE == alloctrace_writer::DEFAULT_BUFFER_SIZE);
+const _: () = assert!(alloctrace_options::MAX_STACK_DEPTH == alloctrace_writer::capture::MAX_DEPTH);
+const _: () =
+    assert!(alloctrace_options::DEFAULT_STACK_DEPTH == alloctrace_writer::capture::DEFAULT_DEPTH);
 
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
-pub const CARRIED: [&str; 11] = [
+pub const CARRIED: [&str; 13] = [
     "LD_PRELOAD",
     OUTPUT,
     BUFFER_SIZE,
@@ -51,6 +54,8 @@ pub const CARRIED: [&str; 11] = [
     ONLY,
     FOLLOW,
     ROOT_PID,
+    STACKS,
+    STACK_DEPTH,
 ];
 
 /// What the environment asks for.
@@ -66,6 +71,10 @@ pub struct Settings {
     pub coarse_clock: bool,
     /// zstd compression of batches.
     pub compress: bool,
+    /// Which native call stacks allocations carry.
+    pub call_stacks: Stacks,
+    /// Their depth limit, in frames.
+    pub stack_depth: usize,
     pub overwrite: bool,
     pub index: Option<CString>,
     /// Trace only programs of these names (empty: all).
@@ -127,6 +136,12 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
     let compression = field!(COMPRESSION, Compression::None, |v: &Vec<u8>| {
         Compression::parse(v)
     });
+    let call_stacks = field!(STACKS, Stacks::DEFAULT, |v: &Vec<u8>| Stacks::parse(v));
+    let stack_depth = field!(
+        STACK_DEPTH,
+        alloctrace_options::DEFAULT_STACK_DEPTH,
+        |v: &Vec<u8>| alloctrace_options::parse_stack_depth(v)
+    );
     let overwrite = field!(OVERWRITE, false, |v: &Vec<u8>| {
         alloctrace_options::parse_flag(v).map_err(|_| "use 1 (replace an existing trace file) or 0")
     });
@@ -160,6 +175,8 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         stacks: families.stacks,
         coarse_clock: clock == Clock::Coarse,
         compress: compression == Compression::Zstd,
+        call_stacks,
+        stack_depth,
         overwrite,
         index,
         only,
@@ -232,6 +249,11 @@ mod tests {
         assert!(ok(&[(CLOCK, "coarse")]).coarse_clock);
         assert!(!ok(&[(CLOCK, "precise")]).coarse_clock);
         assert!(ok(&[(COMPRESSION, "zstd")]).compress);
+        assert_eq!(ok(&[]).call_stacks, Stacks::Full);
+        assert_eq!(ok(&[]).stack_depth, 64);
+        assert_eq!(ok(&[(STACKS, "fast")]).call_stacks, Stacks::Fast);
+        assert_eq!(ok(&[(STACKS, "none")]).call_stacks, Stacks::None);
+        assert_eq!(ok(&[(STACK_DEPTH, "200")]).stack_depth, 200);
     }
 
     #[test]
@@ -260,6 +282,15 @@ mod tests {
             (vec![(ONLY, "a,,b")], "ALLOCTRACE_ONLY"),
             (vec![(FOLLOW, "no")], "ALLOCTRACE_FOLLOW"),
             (vec![(ROOT_PID, "x")], "ALLOCTRACE_ROOT_PID"),
+            (
+                vec![(STACKS, "dwarf")],
+                "ALLOCTRACE_STACKS=\"dwarf\": use none, fast",
+            ),
+            (
+                vec![(STACK_DEPTH, "0")],
+                "ALLOCTRACE_STACK_DEPTH=\"0\": not a depth",
+            ),
+            (vec![(STACK_DEPTH, "1000")], "ALLOCTRACE_STACK_DEPTH"),
         ] {
             let msg = bad_message(&vars);
             assert!(msg.contains(needle), "{vars:?}: {msg}");

@@ -44,6 +44,7 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering;
 
+use alloctrace_writer::capture::{self, StackMode};
 use alloctrace_writer::events::{self, tagged, EntryPoint};
 
 use crate::{early, liveset, private_heap, real, reentrancy, state};
@@ -67,9 +68,28 @@ fn filtering() -> bool {
     state::FILTER.load(Ordering::Relaxed)
 }
 
-/// Records an allocation's outcome: alloc of `p`, or a call when it failed.
+/// The call stack of the allocation `p` (null: none was made) when the
+/// session captures native stacks, else 0. Must be called from the body of
+/// the exported wrapper itself (every function between is
+/// `#[inline(always)]`): skip 1 then drops exactly the wrapper's frame, so
+/// the fast mode's frame-pointer walk starts in the program's frame.
 #[inline(always)]
-fn allocated(entry: EntryPoint, p: *mut c_void, size: usize) {
+fn call_stack(p: *mut c_void) -> u64 {
+    if !p.is_null()
+        && capture::mode() != StackMode::None
+        && recording()
+        && reentrancy::get() != reentrancy::OWN
+    {
+        capture::capture_stack_or_lost(1)
+    } else {
+        0
+    }
+}
+
+/// Records an allocation's outcome: alloc of `p` (with call stack `stack`,
+/// 0 for none), or a call when it failed.
+#[inline(always)]
+fn allocated(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
     reentrancy::event(|| {
         if p.is_null() {
             tagged::call(entry);
@@ -77,7 +97,11 @@ fn allocated(entry: EntryPoint, p: *mut c_void, size: usize) {
             if filtering() {
                 liveset::insert(p as usize);
             }
-            tagged::heap_object_alloc(entry, p as usize, size as u64);
+            if stack != 0 {
+                tagged::heap_object_alloc_stack(entry, p as usize, size as u64, stack);
+            } else {
+                tagged::heap_object_alloc(entry, p as usize, size as u64);
+            }
         }
     });
 }
@@ -106,11 +130,11 @@ fn account(trace: impl FnOnce(), log: impl FnOnce()) {
 }
 
 /// [`account`] for an allocation's outcome: `p` from a call asking for
-/// `size` bytes (null: the call failed).
+/// `size` bytes (null: the call failed), made by call stack `stack`.
 #[inline(always)]
-fn account_alloc(entry: EntryPoint, p: *mut c_void, size: usize) {
+fn account_alloc(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
     account(
-        || allocated(entry, p, size),
+        || allocated(entry, p, size, stack),
         || early::alloc(p as usize, size),
     );
 }
@@ -129,7 +153,8 @@ fn allocate(
         return private();
     }
     let p = next();
-    account_alloc(entry, p, size);
+    let stack = call_stack(p);
+    account_alloc(entry, p, size, stack);
     p
 }
 
@@ -188,8 +213,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 }
 
 /// realloc and reallocarray once the size is known: `call(p)` is the next
-/// allocator's realloc(p, size) or reallocarray(p, n, m).
-#[inline]
+/// allocator's realloc(p, size) or reallocarray(p, n, m). Inline into the
+/// wrapper, for [`call_stack`].
+#[inline(always)]
 unsafe fn reallocate(
     entry: EntryPoint,
     p: *mut c_void,
@@ -214,7 +240,8 @@ unsafe fn reallocate(
     }
     if p.is_null() {
         let r = call(p);
-        allocated(entry, r, size);
+        let stack = call_stack(r);
+        allocated(entry, r, size, stack);
         return r;
     }
     if size == 0 {
@@ -240,6 +267,7 @@ unsafe fn reallocate(
         }
     });
     let r = call(p);
+    let stack = call_stack(r);
     reentrancy::event(|| {
         if r.is_null() {
             // p is still allocated: live again in the trace.
@@ -256,7 +284,11 @@ unsafe fn reallocate(
             if filtering() {
                 liveset::insert(r as usize);
             }
-            tagged::heap_object_alloc(entry, r as usize, size as u64);
+            if stack != 0 {
+                tagged::heap_object_alloc_stack(entry, r as usize, size as u64, stack);
+            } else {
+                tagged::heap_object_alloc(entry, r as usize, size as u64);
+            }
         }
     });
     r
@@ -294,7 +326,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
         None => {
             // SAFETY: forwarded: the allocator's answer and errno.
             let r = unsafe { real::reallocarray(p, n, size) };
-            account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size));
+            account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size), 0);
             r
         }
     }
@@ -330,7 +362,8 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     } else {
         core::ptr::null_mut()
     };
-    account_alloc(EntryPoint::PosixMemalign, p, size);
+    let stack = call_stack(p);
+    account_alloc(EntryPoint::PosixMemalign, p, size, stack);
     rc
 }
 

@@ -12,7 +12,8 @@
 //!   reallocarray, mmap, mmap64, munmap, mremap, pthread_create, execve,
 //!   execv, execvp, execvpe, fexecve, execl, execlp, execle, posix_spawn,
 //!   posix_spawnp, _exit and _Exit, sigaction, __sigaction, signal,
-//!   bsd_signal, ssignal, sysv_signal, __sysv_signal and sigset, and
+//!   bsd_signal, ssignal, sysv_signal, __sysv_signal, sigset and dlclose
+//!   (modules.rs: why not dlopen), and
 //!   exports nothing else (a Rust cdylib exports only `#[no_mangle]`
 //!   items; execl.c's functions are hidden and reached through exec.rs's
 //!   naked exports; `make preload-test` checks the list with `nm -D`).
@@ -42,6 +43,12 @@
 //!   event per interposed call (FORMAT.md section 3), so the trace's
 //!   `entry_points` count the program's calls, `free(NULL)` and failed
 //!   calls included.
+//! - **Call stacks** (heap.rs's `call_stack`, the writer's capture.rs):
+//!   each allocation's native stack, captured by the writer from inside
+//!   the wrapper (ALLOCTRACE_STACKS: full, by DWARF CFI, by default; fast,
+//!   by frame pointers; none). The writer needs each thread's stack
+//!   bounds, which the thread trampoline (stacks.rs) reads at thread start
+//!   and session start reads for the starting thread.
 //! - **Lifecycle** (session.rs): a session starts in the constructor and
 //!   stops in an atexit handler (whichever thread calls exit), before exec,
 //!   and restarts in a forked child and after a failed exec, each time into
@@ -165,6 +172,8 @@ mod exec;
 mod heap;
 #[cfg(not(test))]
 mod maps;
+#[cfg(not(test))]
+mod modules;
 #[cfg(not(test))]
 mod real;
 #[cfg(not(test))]

@@ -535,7 +535,10 @@ pub type PosixSpawn = unsafe extern "C" fn(
     *const *mut c_char,
 ) -> c_int;
 
+pub type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
+
 static PTHREAD_CREATE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static EXECVPE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static FEXECVE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static POSIX_SPAWN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
@@ -566,6 +569,13 @@ pub fn resolve_all() {
     let _ = posix_spawnp();
     let _ = execvpe();
     let _ = fexecve();
+    let _ = dlclose();
+}
+
+pub fn dlclose() -> Option<Dlclose> {
+    let p = next(&DLCLOSE, b"dlclose\0");
+    // SAFETY: the symbol is glibc's dlclose, of this signature.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, Dlclose>(p) })
 }
 
 pub fn pthread_create() -> Option<PthreadCreate> {

@@ -45,6 +45,7 @@ use std::cell::Cell;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 
+use alloctrace_writer::capture::StackMode;
 use alloctrace_writer::{ClockKind, Config, Error, Output};
 
 use crate::config::{self, Parsed, Settings};
@@ -304,6 +305,12 @@ fn start_session(kind: Kind) -> bool {
             ClockKind::Precise
         },
         compress: s.compress,
+        stacks: match s.call_stacks {
+            alloctrace_options::Stacks::None => StackMode::None,
+            alloctrace_options::Stacks::Fast => StackMode::Fast,
+            alloctrace_options::Stacks::Full => StackMode::Full,
+        },
+        stack_depth: s.stack_depth,
         ..Config::default()
     };
     let filter = kind != Kind::Root && s.heap;
@@ -330,6 +337,7 @@ fn start_session(kind: Kind) -> bool {
         // This thread's slot, claimed as the shim's own code (see the
         // trampoline in stacks.rs).
         alloctrace_writer::events::thread_id();
+        stacks::note_bounds();
         if kind == Kind::Root && s.heap {
             crate::early::replay(|addr, size| {
                 let prev = reentrancy::replace(reentrancy::IN_EVENT);

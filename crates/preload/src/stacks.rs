@@ -52,6 +52,18 @@ fn current_stack() -> Option<(usize, usize)> {
     })
 }
 
+/// Gives the writer the calling thread's stack bounds for its native call
+/// stack captures (alloctrace_writer::capture), when they are on: known
+/// here at thread start, where calling pthread_getattr_np is safe.
+pub fn note_bounds() {
+    if alloctrace_writer::capture::mode() == alloctrace_writer::capture::StackMode::None {
+        return;
+    }
+    if let Some((lo, size)) = current_stack() {
+        alloctrace_writer::capture::set_thread_stack(lo as u64, (lo + size) as u64);
+    }
+}
+
 fn recording() -> bool {
     alloctrace_writer::enabled() && state::STACKS.load(Ordering::Relaxed)
 }
@@ -117,6 +129,7 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
         // pthread_setspecific, which callocs when the tracer's key is past
         // glibc's first 32; that block must not look like the program's.
         reentrancy::own(alloctrace_writer::events::thread_id);
+        note_bounds();
     }
     if recording() && reentrancy::get() == reentrancy::NORMAL {
         record_stack(false, state::EPOCH.load(Ordering::Acquire));

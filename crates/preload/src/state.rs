@@ -111,6 +111,11 @@ pub fn wrap_threads() -> bool {
     match LIFECYCLE.load(Ordering::Acquire) {
         DISABLED | FAILED => false,
         UNINIT => true,
-        _ => STACKS.load(Ordering::Relaxed),
+        // Thread stacks are recorded, or native call stacks need each
+        // thread's bounds (stacks.rs, note_bounds).
+        _ => {
+            STACKS.load(Ordering::Relaxed)
+                || alloctrace_writer::capture::mode() != alloctrace_writer::capture::StackMode::None
+        }
     }
 }

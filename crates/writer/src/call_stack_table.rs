@@ -171,6 +171,11 @@ pub(crate) fn intern(frames: &[u64]) -> u32 {
     intern_outermost_first(frames.iter().rev().map(|&w| Some(w)))
 }
 
+/// Whether any stack was ever interned.
+pub(crate) fn any() -> bool {
+    NEXT.load(Ordering::Relaxed) > 1
+}
+
 /// Whether `id` names a node (for IDs a caller hands in).
 pub(crate) fn is_defined(id: u64) -> bool {
     let Some(nodes) = NODES.base_if_mapped() else {

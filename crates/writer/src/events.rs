@@ -237,6 +237,38 @@ pub mod tagged {
         );
     }
 
+    /// A heap object allocated by `entry` with its call stack `stack_id`
+    /// (from [`crate::capture::capture_stack_or_lost`]: an ID that names
+    /// no stack records it without one, counted in `lost_stacks`).
+    #[inline]
+    pub fn heap_object_alloc_stack(entry: EntryPoint, addr: usize, size: u64, stack_id: u64) {
+        emit_with_stack::<{ EventKind::HeapObjectAllocStack as u8 }, true>(
+            addr as u64,
+            size,
+            0,
+            stack_id,
+            entry as u64,
+        );
+    }
+
+    /// A span mapped by `entry` with its call stack (as above).
+    #[inline]
+    pub fn span_alloc_stack(
+        entry: EntryPoint,
+        base: usize,
+        npages: usize,
+        kind_class: u64,
+        stack_id: u64,
+    ) {
+        emit_with_stack::<{ EventKind::SpanAllocStack as u8 }, true>(
+            base as u64,
+            npages as u64,
+            kind_class,
+            stack_id,
+            entry as u64,
+        );
+    }
+
     /// A heap object freed by `entry`.
     #[inline]
     pub fn heap_object_free(entry: EntryPoint, addr: usize) {

@@ -32,6 +32,8 @@ mod buffer;
 #[cfg(not(loom))]
 mod call_stack_table;
 #[cfg(not(loom))]
+pub mod capture;
+#[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
 mod crash;
@@ -47,6 +49,8 @@ mod frame_table;
 mod lifecycle;
 #[cfg(not(loom))]
 mod meta;
+#[cfg(not(loom))]
+mod module_table;
 #[cfg(not(loom))]
 mod output;
 #[cfg(not(loom))]

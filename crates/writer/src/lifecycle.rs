@@ -145,6 +145,7 @@ pub fn start_with(
             }
         }
         SESSION.store(Arc::as_ptr(&session).cast_mut(), Ordering::SeqCst);
+        crate::capture::set_up(config.stacks, config.stack_depth);
 
         write_info(&session, 1);
         SHARED.generation.store(1, Ordering::SeqCst);
@@ -228,6 +229,7 @@ pub fn stop() -> Result<(), Error> {
         let session = control.session.take().ok_or(Error::NotStarted)?;
         let last = SHARED.generation.load(Ordering::Relaxed);
         end_generation(&session, last, 0);
+        crate::capture::tear_down();
         let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
         end.finish();
         SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);

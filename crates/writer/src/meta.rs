@@ -16,12 +16,17 @@ use alloctrace_format::{uvarint_len, BatchKind};
 use crate::buffer::Buffer;
 use crate::clock::{self, ClockPair};
 use crate::session::{Session, LOST_STACKS};
-use crate::{call_stack_table, frame_table, type_table};
+use crate::{call_stack_table, capture, frame_table, module_table, type_table};
+
+/// The start tick of the last generation of each parity (its info batch),
+/// for the modules batch of its end.
+static GENERATION_START: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Writes the type table and the generation-end batch of `old`, whose
 /// batches are all queued, with `lost` events lost in it.
 pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     write_types(session, old);
+    write_modules(session, old);
     write_frames(session, old);
     write_call_stacks(session, old);
     let lost_stacks = LOST_STACKS[(old & 1) as usize].swap(0, Ordering::Relaxed);
@@ -126,6 +131,7 @@ impl<'a> MetaWriter<'a> {
 pub(crate) fn write_info(session: &Session, generation: u64) {
     let info = session.info;
     let start = ClockPair::now();
+    GENERATION_START[(generation & 1) as usize].store(start.ticks, Ordering::Relaxed);
     let mut batch = MetaWriter::new(session, BatchKind::Info, generation);
     batch.base_ticks(start.ticks);
     for v in [
@@ -151,6 +157,41 @@ fn write_types(session: &Session, generation: u64) {
     type_table::for_each(|t| {
         any = true;
         batch.entry(&[(&[t.id, t.size, t.ptr_bytes, t.name.len() as u64], t.name)]);
+    });
+    if any {
+        batch.finish();
+    }
+}
+
+/// Writes the modules alive during generation `generation` (module_table.rs),
+/// when the session captures native stacks or any call stack was interned
+/// (registered stacks may hold native addresses).
+fn write_modules(session: &Session, generation: u64) {
+    if capture::mode() == capture::StackMode::None && !call_stack_table::any() {
+        return;
+    }
+    let start = GENERATION_START[(generation & 1) as usize].load(Ordering::Relaxed);
+    let end = clock::ticks();
+    let mut batch = MetaWriter::new(session, BatchKind::Modules, generation);
+    let mut any = false;
+    module_table::write_generation(start, end, |m| {
+        any = true;
+        batch.entry(&[
+            (
+                &[
+                    m.id,
+                    m.start,
+                    m.end,
+                    m.bias,
+                    m.eh_frame_hdr,
+                    m.load_ticks,
+                    m.unload_ticks,
+                    m.build_id.len() as u64,
+                ],
+                m.build_id,
+            ),
+            (&[m.path.len() as u64], m.path),
+        ]);
     });
     if any {
         batch.finish();

@@ -345,6 +345,12 @@ pub struct Config {
     /// generations in memory) never needs more than about twice this,
     /// however long the trace. 0 turns automatic advances off.
     pub generation_bytes: u64,
+    /// Which native call stacks the tracer captures by itself
+    /// (capture.rs): for the shim's allocations, and for the C API's
+    /// plain alloc calls.
+    pub stacks: crate::capture::StackMode,
+    /// The depth limit of those stacks, 1 to `capture::MAX_DEPTH`.
+    pub stack_depth: usize,
 }
 
 /// Default size at which the advancer thread ends a generation.
@@ -368,6 +374,8 @@ impl Default for Config {
             compress: false,
             max_buffer_memory: 256 << 20,
             generation_bytes: DEFAULT_GENERATION_BYTES,
+            stacks: crate::capture::StackMode::None,
+            stack_depth: crate::capture::DEFAULT_DEPTH,
         }
     }
 }
@@ -395,6 +403,11 @@ impl Config {
         if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {
             return Err(Error::BadConfig(
                 "buffer_size must be 0 (default) or 4096..16777216",
+            ));
+        }
+        if !(1..=crate::capture::MAX_DEPTH).contains(&self.stack_depth) {
+            return Err(Error::BadConfig(
+                "stack_depth must be 0 (default) or 1..256",
             ));
         }
         Ok(())

@@ -142,6 +142,13 @@ pub(crate) struct ThreadSlot {
     pub(crate) lost: [AtomicU64; 2],
     /// The owner's kernel thread ID (gettid), set at claim; 0 when free.
     tid: AtomicI32,
+    /// Odd while the owner captures a native stack (capture.rs, invariant
+    /// 2): a swap of the unwinder waits for it as an advance waits for
+    /// `seq`. Written only by the owner.
+    pub(crate) capture_seq: SeqLock,
+    /// The owner's capture state (capture.rs), null until its first
+    /// capture; kept from owner to owner, never freed.
+    pub(crate) capture: AtomicPtr<()>,
 }
 
 // The layout the header's `struct trace_writer` mirrors.
@@ -183,6 +190,8 @@ impl ThreadSlot {
         id: AtomicU64::new(0),
         lost: [AtomicU64::new(0), AtomicU64::new(0)],
         tid: AtomicI32::new(0),
+        capture_seq: SeqLock::new(),
+        capture: AtomicPtr::new(ptr::null_mut()),
     };
 
     /// Takes the buffer of one parity and stream, leaving null.
@@ -475,6 +484,7 @@ pub(crate) fn reset_after_fork() {
     let mine = current().map_or(ptr::null(), |s| s as *const ThreadSlot);
     for slot in used_slots() {
         slot.seq.reset_after_fork();
+        slot.capture_seq.reset_after_fork();
         for parity in &slot.bufs {
             for buf in parity {
                 buf.store(ptr::null_mut(), Ordering::Relaxed);

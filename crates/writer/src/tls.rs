@@ -15,7 +15,7 @@
 //!
 //! Elsewhere the words are ordinary `thread_local!` cells.
 //!
-//! Both words start at zero on every thread, need no destructor and never
+//! All words start at zero on every thread, need no destructor and never
 //! allocate, so they are safe from the first malloc ld.so makes to the last
 //! free of a dying thread.
 
@@ -28,13 +28,17 @@ pub enum Word {
     /// Free for the core's client: the LD_PRELOAD shim keeps its reentrancy
     /// state here.
     Client = 1,
+    /// The thread's stack as its host knows it, lowest address and one past
+    /// the highest, for native stack captures (capture.rs); 0 unknown.
+    StackLo = 2,
+    StackHi = 3,
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
     use super::Word;
 
-    // Two words of static TLS. The symbol is global so that every codegen
+    // Four words of static TLS. The symbol is global so that every codegen
     // unit binds to this one definition, and hidden so that it never leaves
     // the shared object: the shim and liballoctrace.so each have their own.
     core::arch::global_asm!(
@@ -43,9 +47,9 @@ mod imp {
         ".globl alloctrace_writer_tls",
         ".hidden alloctrace_writer_tls",
         ".type alloctrace_writer_tls,@object",
-        ".size alloctrace_writer_tls,16",
+        ".size alloctrace_writer_tls,32",
         "alloctrace_writer_tls:",
-        ".zero 16",
+        ".zero 32",
         ".popsection",
     );
 
@@ -105,7 +109,7 @@ mod imp {
     use core::cell::Cell;
 
     thread_local! {
-        static WORDS: [Cell<usize>; 2] = const { [Cell::new(0), Cell::new(0)] };
+        static WORDS: [Cell<usize>; 4] = const { [Cell::new(0), Cell::new(0), Cell::new(0), Cell::new(0)] };
     }
 
     #[inline(always)]

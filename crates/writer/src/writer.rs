@@ -219,6 +219,10 @@ fn run_writer<H: WriterHost>(session: &H, mut compression: Option<Compression>) 
     };
     loop {
         let mut wrote = false;
+        // Capture states for threads' first native stacks (capture.rs):
+        // built here, where allocating is safe.
+        crate::capture::refill_pool();
+        crate::capture::refresh_if_stale();
         while let Some(buf) = pool.pop_full() {
             // SAFETY: popping the full queue hands this thread the buffer.
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
