@@ -19,7 +19,7 @@
  *             the unwind plus the interning, as the shim's malloc pays it
  * and `capture_nofp`: the same capture at the end of a chain of the same
  * depth compiled without frame pointers (where a frame-pointer walk stops
- * at the first frame and only DWARF CFI unwinds).
+ * at the first frame and only DWARF CFI unwinds; GCC builds only).
  *
  * The per-call times are on this thread's CPU clock (the library's writer
  * thread shares the machine), ns per call. Frames per call: the floor
@@ -49,8 +49,12 @@ static const int CHAIN_DEPTHS[] = {8, 32, 64};
 enum loop_kind { L_FLOOR, L_REGISTER, L_CAPTURE, L_CAPTURE_NOFP, L_COUNT };
 static const char *loop_names[L_COUNT] = {"floor", "register", "capture", "capture_nofp"};
 
-/* Chains: 0 with frame pointers, 1 without. */
-static inline uintptr_t tag_addr(int kind, int depth) { return TAG_BASE + (uintptr_t)kind * 0x10000u + (uintptr_t)depth * 0x100u; }
+/* The address of the allocation recorded with the capture at the end of a
+ * chain (kind 0 with frame pointers, 1 without); bench/run computes it the
+ * same way. */
+static inline uintptr_t tag_addr(int kind, int depth) {
+    return TAG_BASE + (uintptr_t)kind * 0x10000u + (uintptr_t)depth * 0x100u;
+}
 
 struct job {
     int depth_index;
@@ -140,7 +144,17 @@ __attribute__((noinline)) static int chain(int n, struct job *j) {
     return r;
 }
 
-__attribute__((noinline, optimize("omit-frame-pointer"))) static int chain_nofp(int n, struct job *j) {
+/* The same chain without frame pointers: GCC's optimize attribute (clang
+ * has none per function, so a clang build runs only the frame-pointer
+ * chain and prints no capture_nofp figures). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define HAVE_NOFP_CHAIN 1
+__attribute__((noinline, optimize("omit-frame-pointer")))
+#else
+#define HAVE_NOFP_CHAIN 0
+__attribute__((noinline))
+#endif
+static int chain_nofp(int n, struct job *j) {
     if (n <= 1) {
         bottom(j);
         return 1;
@@ -166,6 +180,9 @@ int main(int argc, char **argv) {
     int reps = (int)arg_long(argc, argv, 3, 15);
     if (reps < 1)
         reps = 1;
+    if (reps > 64)
+        reps = 64;
+    static double samples[L_COUNT * N_DEPTHS * 64];
     trace_config cfg;
     trace_config_init(&cfg);
     cfg.path = argv[1];
@@ -180,9 +197,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "trace_start: %s: %s\n", trace_result_str(r), trace_last_error_detail());
         return 1;
     }
-    static double samples[L_COUNT * N_DEPTHS * 64];
-    if (reps > 64)
-        reps = 64;
     struct job j = {.samples = samples, .reps = reps, .capture = capture};
 
     /* Iterations per loop: about 2 ms each, from a first (untimed) round. */
@@ -195,7 +209,7 @@ int main(int argc, char **argv) {
             j.depth_index = d;
             for (int kind = 0; kind < 2; kind++) {
                 j.kind = kind;
-                if (kind == 1 && !capture)
+                if (kind == 1 && !(capture && HAVE_NOFP_CHAIN))
                     continue;
                 start_chain(&j, CHAIN_DEPTHS[d]);
             }
@@ -219,7 +233,7 @@ int main(int argc, char **argv) {
     json_num("reps", reps);
     printf(", \"tag_base\": %u", TAG_BASE);
     for (int k = 0; k < L_COUNT; k++) {
-        if (!capture && (k == L_CAPTURE || k == L_CAPTURE_NOFP))
+        if ((!capture && (k == L_CAPTURE || k == L_CAPTURE_NOFP)) || (k == L_CAPTURE_NOFP && !HAVE_NOFP_CHAIN))
             continue;
         for (int d = 0; d < N_DEPTHS; d++) {
             char key[64];

@@ -107,6 +107,8 @@ class StackCaptureEndToEnd(unittest.TestCase):
             # DWARF sees the whole chain with and without frame pointers,
             # and the frames below it (main, the C library's start).
             for loop in ("capture", "capture_nofp"):
+                if loop == "capture_nofp" and "capture_nofp_8" not in res:
+                    continue  # a clang build has no chain without frame pointers
                 frames = res[f"{loop}_{d}_frames"]
                 self.assertIsNotNone(frames, f"{loop} {d}")
                 self.assertGreater(frames, d + 2, f"{loop} {d}")
@@ -120,7 +122,8 @@ class StackCaptureEndToEnd(unittest.TestCase):
         if not res["capture"]:
             self.skipTest("built without trace_stack_capture")
         self.assertGreater(res["capture_64_frames"], 64)
-        self.assertLess(res["capture_nofp_64_frames"], 64)
+        if "capture_nofp_64" in res:
+            self.assertLess(res["capture_nofp_64_frames"], 64)
 
 
 if __name__ == "__main__":
