@@ -201,9 +201,11 @@ typedef struct trace_config {
    * A `trace_stacks` value: whether `trace_heap_object_alloc` and
    * `trace_span_alloc` capture the caller's native stack themselves (as
    * `trace_stack_capture` would), default TRACE_STACKS_NONE; any other
-   * value makes `trace_start` return TRACE_ERR_BAD_CONFIG. The inline
-   * `trace_writer_*` calls never capture. (An int and added after the
-   * first version, like `clock`.)
+   * value makes `trace_start` return TRACE_ERR_BAD_CONFIG. With stacks
+   * on, the header's inline event path (the plain calls in a program,
+   * the `trace_writer_*` calls) hands every event to the library, so
+   * they capture too. (An int and added after the first version, like
+   * `clock`.)
    */
   int stacks;
   /**

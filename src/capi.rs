@@ -151,9 +151,11 @@ pub struct trace_config {
     /// A `trace_stacks` value: whether `trace_heap_object_alloc` and
     /// `trace_span_alloc` capture the caller's native stack themselves (as
     /// `trace_stack_capture` would), default TRACE_STACKS_NONE; any other
-    /// value makes `trace_start` return TRACE_ERR_BAD_CONFIG. The inline
-    /// `trace_writer_*` calls never capture. (An int and added after the
-    /// first version, like `clock`.)
+    /// value makes `trace_start` return TRACE_ERR_BAD_CONFIG. With stacks
+    /// on, the header's inline event path (the plain calls in a program,
+    /// the `trace_writer_*` calls) hands every event to the library, so
+    /// they capture too. (An int and added after the first version, like
+    /// `clock`.)
     pub stacks: c_int,
     /// The depth limit of captured stacks in native frames, 1 to 256; 0
     /// for the default, 64. (Added after the first version, like `clock`.)
@@ -438,6 +440,7 @@ pub unsafe extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
             clock,
             compress,
             stacks,
+            plain_calls_capture: true,
             stack_depth: if stack_depth == 0 {
                 alloctrace_writer::capture::DEFAULT_DEPTH
             } else {

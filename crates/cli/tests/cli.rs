@@ -875,6 +875,13 @@ fn record_refuses_bad_options_before_running_anything() {
             vec!["--compression", "lz4"],
             "invalid value 'lz4' for '--compression <KIND>'",
         ),
+        (
+            vec!["--stacks", "dwarf"],
+            "invalid value 'dwarf' for '--stacks <MODE>'",
+        ),
+        (vec!["--stack-depth", "0"], "not a depth"),
+        (vec!["--stack-depth", "257"], "not a depth"),
+        (vec!["--stack-depth", "many"], "not a depth"),
         (vec!["--record", "bogus"], "unknown family"),
         (vec!["--buffer-size", "1"], "not a buffer size"),
         (vec!["--buffer-size", "17m"], "not a buffer size"),

@@ -28,9 +28,12 @@
 //!   stack from `pthread_getattr_np` at thread start and sets them with
 //!   [`set_thread_stack`]), else found once per thread by the unwinder.
 //! - **The tracer's own frames** (the capture, the event call, the shim's
-//!   malloc wrapper) are dropped: the first `skip` by count, then any frame
-//!   whose return address lies in the tracer's own module, so the first
-//!   frame kept is always the program's.
+//!   malloc wrapper) are dropped by count (`skip`: every function between
+//!   the capture and the caller's frame is `#[inline(never)]` or
+//!   `#[inline(always)]`, never left to the optimiser, and never a tail
+//!   call), then, as a safety net, any frame whose return address lies in
+//!   the tracer's own module when that is a library of its own
+//!   (liballoctrace.so, the shim; not when linked into the program).
 //! - **The unwinder** is built from a module snapshot at session start and
 //!   rebuilt by [`modules_changed`]: the shim calls it after each
 //!   `dlclose`, and the writer thread when a capture stopped in code no
@@ -179,7 +182,22 @@ pub(crate) struct CaptureState {
     lo: u64,
     hi: u64,
     cache: DwarfCache,
+    /// The walk's return addresses (the depth limit and a few own frames).
+    frames: [u64; MAX_DEPTH + 8],
+    last: LastStack,
+}
+
+/// The thread's previous stack as interned: consecutive allocations share
+/// most of their callers, so a new stack interns only the frames it does
+/// not share with the previous one (the common outermost frames keep their
+/// nodes).
+struct LastStack {
+    /// Its frames, innermost first, as kept.
     frames: [u64; MAX_DEPTH],
+    /// `nodes[i]`: the node (stack ID) of the stack from `frames[i]` out.
+    nodes: [u32; MAX_DEPTH],
+    len: usize,
+    truncated: bool,
 }
 
 impl CaptureState {
@@ -189,8 +207,62 @@ impl CaptureState {
             lo: 0,
             hi: 0,
             cache: DwarfCache::new(),
-            frames: [0; MAX_DEPTH],
+            frames: [0; MAX_DEPTH + 8],
+            last: LastStack {
+                frames: [0; MAX_DEPTH],
+                nodes: [0; MAX_DEPTH],
+                len: 0,
+                truncated: false,
+            },
         })
+    }
+}
+
+impl LastStack {
+    /// Interns `kept` (innermost first; `truncated`: under the truncation
+    /// marker), reusing the nodes of the outermost frames it shares with
+    /// the previous stack, and remembers it. Returns its stack ID; 0 when
+    /// the table is full (and forgets the previous stack).
+    #[inline(always)]
+    fn intern(&mut self, kept: &[u64], truncated: bool) -> u32 {
+        let (n, pn) = (kept.len().min(MAX_DEPTH), self.len);
+        let kept = &kept[..n];
+        let mut common = 0;
+        if truncated == self.truncated {
+            while common < n.min(pn) && kept[n - 1 - common] == self.frames[pn - 1 - common] {
+                common += 1;
+            }
+        }
+        // The shared outermost frames keep their nodes: move them (and
+        // their frames) to their new positions, the last `common` of `n`.
+        if common > 0 && n != pn {
+            self.nodes.copy_within(pn - common..pn, n - common);
+            self.frames.copy_within(pn - common..pn, n - common);
+        }
+        let mut parent = if common > 0 {
+            self.nodes[n - common]
+        } else if truncated {
+            call_stack_table::intern_child(0, FrameWord::TRUNCATED.word())
+        } else {
+            0
+        };
+        if common == 0 && truncated && parent == 0 {
+            self.len = 0;
+            return 0;
+        }
+        for j in (0..n - common).rev() {
+            parent = call_stack_table::intern_child(parent, FrameWord::Native(kept[j]).word());
+            if parent == 0 {
+                self.len = 0;
+                return 0;
+            }
+            self.nodes[j] = parent;
+            self.frames[j] = kept[j];
+        }
+        self.len = n;
+        self.truncated = truncated;
+        // n == 0: only the truncation marker.
+        parent
     }
 }
 
@@ -217,11 +289,20 @@ pub(crate) fn set_up(mode: StackMode, depth: usize) {
     let _guard = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
     let modules = Modules::snapshot();
     module_table::reset(modules.modules(), clock::ticks());
+    // The tracer's own module, when it is a library of its own
+    // (liballoctrace.so, the shim); linked into the program (the static
+    // library, Rust), its range is the program's: then nothing is dropped
+    // by address, only the `skip` frames.
     let own = capture_stack as fn(usize) -> u64 as usize as u64;
-    if let Some(m) = modules.find(own) {
-        OWN_START.store(m.start, Ordering::Relaxed);
-        OWN_END.store(m.end, Ordering::Relaxed);
-    }
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .unwrap_or_default();
+    let (start, end) = match modules.find(own) {
+        Some(m) if m.path != exe => (m.start, m.end),
+        _ => (0, 0),
+    };
+    OWN_START.store(start, Ordering::Relaxed);
+    OWN_END.store(end, Ordering::Relaxed);
     swap_unwinder(Unwinding::new(&modules));
     LAST_REFRESH.store(clock::ticks(), Ordering::Relaxed);
     let pool = POOL.get_or_init(|| ArrayQueue::new(POOL_CAPACITY));
@@ -401,7 +482,7 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     let depth = DEPTH.load(Ordering::Relaxed).clamp(1, MAX_DEPTH);
     // One more address than the limit, to see the own frames dropped and
     // still keep `depth` of the program's.
-    let out = &mut state.frames[..(depth + 4).min(MAX_DEPTH)];
+    let out = &mut state.frames[..depth + 4];
     let walk = match mode() {
         StackMode::Fast => capture_mixed(skip, &bounds, unwinder, &mut state.cache, out),
         StackMode::Full | StackMode::None => {
@@ -430,13 +511,7 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     if kept.is_empty() && !truncated {
         return 0;
     }
-    let marker = truncated.then_some(Some(FrameWord::TRUNCATED.word()));
-    let words = marker.into_iter().chain(
-        kept.iter()
-            .rev()
-            .map(|&ra| Some(FrameWord::Native(ra).word())),
-    );
-    call_stack_table::intern_outermost_first(words)
+    state.last.intern(kept, truncated)
 }
 
 /// The calling thread's capture state, taken from the pool on the slot's
@@ -455,6 +530,7 @@ fn state_of(slot: &ThreadSlot) -> Option<&'static mut CaptureState> {
     let me = thread::thread_pointer();
     if state.owner != me {
         state.owner = me;
+        state.last.len = 0;
         let (lo, hi) = thread_stack();
         state.lo = lo;
         state.hi = hi;
@@ -493,4 +569,64 @@ fn thread_stack() -> (u64, u64) {
 fn stack_pointer() -> u64 {
     let probe = 0u8;
     core::ptr::addr_of!(probe) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(kept: &[u64], truncated: bool) -> u32 {
+        let marker = truncated.then_some(Some(FrameWord::TRUNCATED.word()));
+        let words = marker.into_iter().chain(
+            kept.iter()
+                .rev()
+                .map(|&ra| Some(FrameWord::Native(ra).word())),
+        );
+        call_stack_table::intern_outermost_first(words)
+    }
+
+    #[test]
+    fn reusing_the_previous_stacks_nodes_interns_every_stack_as_a_whole_walk_would() {
+        // Stacks over a small alphabet, so that consecutive ones share
+        // outer frames, inner frames, both or neither, with and without the
+        // truncation marker.
+        let mut last = Box::new(LastStack {
+            frames: [0; MAX_DEPTH],
+            nodes: [0; MAX_DEPTH],
+            len: 0,
+            truncated: false,
+        });
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut reused = 0;
+        for round in 0..20_000 {
+            let len = (next() % 12) as usize;
+            let mut kept: Vec<u64> = (0..len).map(|_| 0x40_0000 + 16 * (next() % 3)).collect();
+            // Often the same outer frames as a fixed "main".
+            if round % 3 != 0 {
+                kept.extend_from_slice(&[0x50_0000, 0x50_0010, 0x50_0020]);
+            }
+            let truncated = next() % 5 == 0;
+            if kept.is_empty() && !truncated {
+                continue;
+            }
+            let before = last.len;
+            let got = last.intern(&kept, truncated);
+            assert_eq!(
+                got,
+                plain(&kept, truncated),
+                "round {round}: {kept:x?} {truncated}"
+            );
+            assert_ne!(got, 0);
+            if before > 0 {
+                reused += 1;
+            }
+        }
+        assert!(reused > 10_000);
+    }
 }

@@ -128,7 +128,10 @@ pub fn start_with(
             .store(config.min_stack_align.trailing_zeros(), Ordering::Relaxed);
         // The header's inline path stamps events with rdtsc and uses only a
         // compiler fence on its side of the handshake.
+        let capturing =
+            config.plain_calls_capture && config.stacks != crate::capture::StackMode::None;
         let mode = match (asymmetric && cfg!(target_arch = "x86_64"), coarse) {
+            _ if capturing => inline_mode::OUT_OF_LINE,
             (false, _) => inline_mode::OUT_OF_LINE,
             (true, false) => inline_mode::PRECISE,
             (true, true) => inline_mode::COARSE,

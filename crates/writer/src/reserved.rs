@@ -79,20 +79,48 @@ impl<const LEN: usize> Region<LEN> {
     }
 }
 
+/// Maps `len` bytes, reserved (`MAP_NORESERVE`), zeroed; null when the
+/// kernel refuses. A raw system call, as the buffers' (buffer.rs): an
+/// interposer of mmap (the LD_PRELOAD shim) must not see the tracer's own
+/// memory, which may be mapped inside the program's malloc. errno is kept.
 fn map_reserved(len: usize) -> *mut u8 {
-    // SAFETY: an anonymous private mapping with no hint has no preconditions.
+    #[cfg(miri)]
+    // SAFETY: an anonymous private mapping with no hint has no
+    // preconditions. Miri interprets libc's mmap, not the raw syscall, and
+    // maps only MAP_PRIVATE | MAP_ANONYMOUS.
     let p = unsafe {
         libc::mmap(
             ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            // Miri (`make miri`) maps only MAP_PRIVATE | MAP_ANONYMOUS.
-            libc::MAP_PRIVATE
-                | libc::MAP_ANONYMOUS
-                | if cfg!(miri) { 0 } else { libc::MAP_NORESERVE },
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         )
+    };
+    #[cfg(not(miri))]
+    let p = {
+        // SAFETY: __errno_location always returns this thread's errno.
+        let errno = unsafe { *libc::__errno_location() };
+        // SAFETY: as above; the raw call returns the address or -errno.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                ptr::null_mut::<libc::c_void>(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1 as libc::c_int,
+                0 as libc::off_t,
+            )
+        };
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        if r == -1 {
+            libc::MAP_FAILED
+        } else {
+            r as *mut libc::c_void
+        }
     };
     if p == libc::MAP_FAILED {
         ptr::null_mut()

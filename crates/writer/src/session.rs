@@ -351,6 +351,10 @@ pub struct Config {
     pub stacks: crate::capture::StackMode,
     /// The depth limit of those stacks, 1 to `capture::MAX_DEPTH`.
     pub stack_depth: usize,
+    /// The C API's plain alloc calls capture stacks (`trace_config.stacks`):
+    /// the header's inline event path then hands every event to the
+    /// library (inline mode out of line), whose calls capture.
+    pub plain_calls_capture: bool,
 }
 
 /// Default size at which the advancer thread ends a generation.
@@ -376,6 +380,7 @@ impl Default for Config {
             generation_bytes: DEFAULT_GENERATION_BYTES,
             stacks: crate::capture::StackMode::None,
             stack_depth: crate::capture::DEFAULT_DEPTH,
+            plain_calls_capture: false,
         }
     }
 }
