@@ -946,7 +946,6 @@ fn stacks_through_a_library_loaded_unloaded_and_loaded_again() {
 }
 
 #[test]
-#[ignore = "product bug: the modules batch never lists a library dlopened, used and dlclosed (no refresh in between: dlopen is not wrapped, the capture through the library's frames did not stop there, and the dlclose wrapper re-reads the objects after the library is gone), so its frames have no module"]
 fn a_dlopened_library_is_in_the_modules_batch_with_its_load_and_unload() {
     let dir = Scratch::new("dlopen-modules");
     let (t, _) = dlopen_run(&dir);
@@ -1182,7 +1181,6 @@ fn capi_native_stacks_across_generations() {
 /// `static inline` without always_inline) is a function of its own: the
 /// stack it captures starts in that wrapper, not in its caller.
 #[test]
-#[ignore = "product bug: at -O0 the stack captured by a plain trace_heap_object_alloc call (trace_config.stacks) starts in the header's alloctrace_plain_heap_object_alloc_, not in the caller"]
 fn capi_native_stacks_across_generations_unoptimised() {
     native_stacks_across_generations("-O0 -fno-omit-frame-pointer");
 }

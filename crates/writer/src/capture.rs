@@ -318,6 +318,12 @@ pub(crate) fn set_up(mode: StackMode, depth: usize) {
     MODE.store(mode as u8, Ordering::Relaxed);
 }
 
+/// The session's first generation has started (its info batch is
+/// written): a library found from now on was loaded inside it.
+pub(crate) fn first_generation_started() {
+    module_table::current_at(clock::ticks());
+}
+
 /// Turns automatic capture off (stop).
 pub(crate) fn tear_down() {
     MODE.store(StackMode::None as u8, Ordering::Relaxed);

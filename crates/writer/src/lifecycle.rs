@@ -151,6 +151,7 @@ pub fn start_with(
         crate::capture::set_up(config.stacks, config.stack_depth);
 
         write_info(&session, 1);
+        crate::capture::first_generation_started();
         SHARED.generation.store(1, Ordering::SeqCst);
         control.session = Some(session);
         control.writer = Some(writer);

@@ -97,6 +97,14 @@ pub(crate) fn reset(modules: &[ModuleInfo], now: u64) {
     }
 }
 
+/// Notes that the table was known to be current at tick `now` (the
+/// session's first generation started with the table read just before):
+/// an object found later was loaded after `now`.
+pub(crate) fn current_at(now: u64) {
+    let mut t = table();
+    t.last_refresh = t.last_refresh.max(now);
+}
+
 /// Brings the table up to date with `modules`, a snapshot taken at tick
 /// `now`: missing objects were unloaded at `now` (the shim refreshes right
 /// after each dlclose); new ones were loaded at some time since the last
