@@ -124,6 +124,7 @@
 mod bounds;
 mod dwarf;
 mod fp;
+mod memo;
 mod modules;
 
 pub use bounds::StackBounds;
@@ -131,6 +132,7 @@ pub use dwarf::{capture_dwarf, capture_mixed, DwarfCache, DwarfUnwinder, MappedB
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub use fp::capture_fp_raw;
 pub use fp::{capture_fp, walk_fp_chain, TRUNCATED_BIT};
+pub use memo::{capture_dwarf_memo, capture_mixed_memo, MemoWalk, WalkMemo, MEMO_DEPTH};
 pub use modules::{LoadSegment, ModuleInfo, Modules};
 
 /// The default depth limit (frames per capture), as heaptrack's.

@@ -7,7 +7,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_fp, capture_mixed, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
+    capture_dwarf, capture_dwarf_memo, capture_fp, capture_mixed, capture_mixed_memo, DwarfCache,
+    DwarfUnwinder, MemoWalk, Modules, StackBounds, Walk, WalkMemo,
 };
 use common::*;
 
@@ -113,5 +114,65 @@ fn captures_never_allocate() {
     assert!(
         frames.0 >= 1 && frames.1 >= 12 && frames.2 >= 2,
         "{frames:?}"
+    );
+}
+
+#[test]
+fn memoized_captures_never_allocate() {
+    let bounds = StackBounds::current().unwrap();
+    // SAFETY: nothing is unloaded during the test.
+    let unwinder = unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) };
+    let mut cache = DwarfCache::new();
+    let mut memo = Box::new(WalkMemo::new());
+    let mut out = [0u64; 64];
+    let mut allocs = [u64::MAX; 2];
+    let mut last = [MemoWalk::default(); 2];
+    // Alternating between two call sites (a walk that copies part of the
+    // memo and walks the rest) and repeating one (a walk that copies all).
+    #[inline(never)]
+    fn site_a(f: &mut dyn FnMut() -> MemoWalk) -> MemoWalk {
+        std::hint::black_box(f())
+    }
+    #[inline(never)]
+    fn site_b(f: &mut dyn FnMut() -> MemoWalk) -> MemoWalk {
+        std::hint::black_box(f())
+    }
+    through_c(
+        || {
+            for (kind, skip) in [(0, 0), (1, 2)] {
+                let mut capture = || {
+                    if kind == 0 {
+                        capture_dwarf_memo(
+                            skip, &bounds, &unwinder, &mut cache, &mut memo, &mut out,
+                        )
+                    } else {
+                        capture_mixed_memo(
+                            skip, &bounds, &unwinder, &mut cache, &mut memo, &mut out,
+                        )
+                    }
+                };
+                allocs[kind] = allocations_in(|| {
+                    for i in 0..10_000 {
+                        last[kind] = if i % 3 == 1 {
+                            site_a(&mut capture)
+                        } else {
+                            site_b(&mut capture)
+                        };
+                    }
+                });
+            }
+        },
+        // SAFETY: as in common.
+        |cb, ctx| unsafe { unwt_fp_mixed(3, 4, cb, ctx) },
+    );
+    assert_eq!(allocs, [0, 0]);
+    // They walked, and the last (a repeat of site_b) shared its frames.
+    assert!(
+        last[0].len >= 12 && last[0].shared == last[0].len,
+        "{last:?}"
+    );
+    assert!(
+        last[1].len >= 1 && last[1].shared == last[1].len,
+        "{last:?}"
     );
 }
