@@ -82,6 +82,7 @@ impl Entry {
     /// `fence` as the walk would, still holds what it held.
     // Runs inside malloc: reads only through the fence.
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[inline(always)]
     fn holds(self, prev: Entry, fence: &Fence) -> bool {
         let at = |addr: u64, value: u64| fence.read(addr) == Some(value);
         match self.tag & KIND {
@@ -432,6 +433,13 @@ fn fp_step(last: Entry, fence: &Fence, rec: &Cell<Reads>) -> Stepped {
 
 /// The memoized walk of both captures, from the registers `(ip, sp, bp)`
 /// of the capture function.
+///
+/// The new walk's frames are written into the bank that holds the previous
+/// walk, over its frames that can no longer match (those below the current
+/// frame's stack pointer), so that the common case (the previous walk's
+/// frames copied to the same indices) moves nothing. When the new walk has
+/// more frames below a stack pointer than the previous one had, what it
+/// wrote so far moves to the other bank, which it then fills.
 // Must not allocate, lock, make a system call or panic: runs inside malloc.
 // Every stack read goes through `fence` (or `fence_fp`, inside it).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -455,21 +463,22 @@ fn memo_walk(
             shared: 0,
         };
     };
-    // The callers walk without the memo when out.len() > MEMO_DEPTH, so
-    // `new` (MEMO_DEPTH + 1 entries) holds every kept frame and the one
+    // The callers walk without the memo when out.len() > MEMO_DEPTH, so a
+    // bank (MEMO_DEPTH + 1 entries) holds every kept frame and the one
     // beyond the limit.
+    let d = out.len().min(MEMO_DEPTH);
     let usable = memo.valid && memo.mode == mode && memo.unwinder == unwinder.id;
     let old_len = if usable { memo.len.min(MEMO_DEPTH) } else { 0 };
     let old_extra = usable && memo.extra;
+    // Old entries i + 1 .. old_end may be taken (the extra one included).
+    let old_end = old_len + usize::from(old_extra);
     let old_term = memo.term;
     let old_truncated = memo.truncated;
     let cur = memo.cur & 1;
-    let (first, second) = memo.banks.split_at_mut(1);
-    let (old, new) = if cur == 0 {
-        (&first[0], &mut second[0])
-    } else {
-        (&second[0], &mut first[0])
-    };
+    // The bank written: `cur` (in place) until the new walk outgrows the
+    // dead part of the previous one.
+    let mut w = cur;
+    let [bank0, bank1] = &mut memo.banks;
 
     let rec = Cell::new(Reads::NONE);
     let mut read_stack = |addr: u64| {
@@ -487,10 +496,18 @@ fn memo_walk(
     let mut skip = skip;
     let mut n = 0usize;
     // The first entry of the previous walk not below the current frame
-    // (stack pointers strictly increase along both walks).
+    // (stack pointers strictly increase along both walks): entries below
+    // it can no longer match, nor be needed to check a match.
     let mut c = 0usize;
     let mut last = NO_ENTRY;
-    let fin = 'walk: loop {
+    let fail = |n: usize| Fin {
+        len: n,
+        extra: false,
+        truncated: true,
+        term: NO_TERMINAL,
+        shared: 0,
+    };
+    let fin = loop {
         rec.set(Reads::NONE);
         let stepped = if mode == MIXED && n > 0 {
             fp_step(last, &fence_fp, &rec)
@@ -529,11 +546,31 @@ fn memo_walk(
             skip -= 1;
             continue;
         }
-        let (Some(o), Some(m)) = (out.get_mut(n), new.get_mut(n)) else {
+        let (old, _) = banks(bank0, bank1, cur);
+
+        // The previous walk: a frame in the same state?
+        while old.get(c).is_some_and(|o| c < old_len && o.sp < e.sp) {
+            c += 1;
+        }
+        let matched = c < old_len && old.get(c).is_some_and(|o| o.same_state(e));
+        // Where `e` goes: in place while index n is dead (below the cursor,
+        // or the cursor's entry, which no later frame can match).
+        let dead = n < c || c >= old_len || (n == c && old.get(c).is_some_and(|o| o.sp == e.sp));
+        if w == cur && !dead {
+            let (from, to) = banks(bank0, bank1, cur);
+            let (Some(src), Some(dst)) = (from.get(..n), to.get_mut(..n)) else {
+                break fail(n);
+            };
+            dst.copy_from_slice(src);
+            w = cur ^ 1;
+        }
+        let (new, _) = banks(bank0, bank1, w);
+        let Some(slot) = new.get_mut(n) else {
+            break fail(n);
+        };
+        *slot = e;
+        let Some(o) = out.get_mut(n).filter(|_| n < d) else {
             // The depth limit, with this frame beyond it.
-            if let Some(m) = new.get_mut(n) {
-                *m = e;
-            }
             break Fin {
                 len: n,
                 extra: true,
@@ -543,7 +580,6 @@ fn memo_walk(
             };
         };
         *o = e.ra;
-        *m = e;
         n += 1;
         last = e;
         if mode == MIXED && n == 1 {
@@ -552,47 +588,67 @@ fn memo_walk(
                 hi: fence.hi,
             };
         }
-
-        // The previous walk: a frame in the same state?
-        while c < old_len && old[c].sp < e.sp {
-            c += 1;
-        }
-        if c >= old_len || !old[c].same_state(e) {
+        if !matched {
             continue;
         }
-        let k = n - 1;
+
+        // From here the previous walk is a function of the stack words it
+        // read: check them, up to one frame beyond the depth limit.
+        let (i, k) = (c, n - 1);
         let vfence = if mode == MIXED { fence_fp } else { fence };
-        let mut j = c + 1;
-        // Take the previous walk's frames while each step's reads hold.
-        while j < old_len || (j == old_len && old_extra) {
-            let (Some(&prev), Some(&next)) = (old.get(j - 1), old.get(j)) else {
-                break;
-            };
-            if !next.holds(prev, &vfence) {
-                break;
-            }
-            let (Some(o), Some(m)) = (out.get_mut(n), new.get_mut(n)) else {
-                // The depth limit: `next` is a frame beyond it.
-                if let Some(m) = new.get_mut(n) {
-                    *m = next;
+        let room = d - n;
+        let want = old_end.saturating_sub(i + 1).min(room + 1);
+        let (old, _) = banks(bank0, bank1, cur);
+        let Some(run) = old.get(i..=i + want) else {
+            break fail(n);
+        };
+        let v = run
+            .windows(2)
+            .take_while(|pair| pair[1].holds(pair[0], &vfence))
+            .count();
+        // Place the v entries that held at n.. (in place: moved down from
+        // i + 1.., nothing to move when k == i; else copied over).
+        if w == cur {
+            let (bank, _) = banks(bank0, bank1, w);
+            if i != k {
+                if i + 1 + v > bank.len() {
+                    break fail(n);
                 }
-                // Aligned with the previous walk's end only when `next` was
-                // its frame beyond the limit too.
-                let shared = if j == old_len { n - k } else { 0 };
-                break 'walk Fin {
-                    len: n,
-                    extra: true,
-                    truncated: true,
-                    term: NO_TERMINAL,
-                    shared,
-                };
+                bank.copy_within(i + 1..i + 1 + v, n);
+            }
+        } else {
+            let (from, to) = banks(bank0, bank1, cur);
+            let (Some(src), Some(dst)) = (from.get(i + 1..i + 1 + v), to.get_mut(n..n + v)) else {
+                break fail(n);
             };
-            *o = next.ra;
-            *m = next;
-            n += 1;
-            last = next;
-            j += 1;
+            dst.copy_from_slice(src);
         }
+        let (new, _) = banks(bank0, bank1, w);
+        let kept = v.min(room);
+        let (Some(src), Some(dst)) = (new.get(n..n + kept), out.get_mut(n..n + kept)) else {
+            break fail(n);
+        };
+        for (o, e) in dst.iter_mut().zip(src) {
+            *o = e.ra;
+        }
+        n += kept;
+        if let Some(&e) = new.get(n - 1) {
+            last = e;
+        }
+        if v > room {
+            // A frame that held beyond the depth limit. The end lines up
+            // with the previous walk's only when that was its frame beyond
+            // the limit too.
+            let shared = if i + 1 + room == old_len { n - k } else { 0 };
+            break Fin {
+                len: n,
+                extra: true,
+                truncated: true,
+                term: NO_TERMINAL,
+                shared,
+            };
+        }
+        let j = i + 1 + v;
         if j == old_len && !old_extra && old_term.end != UNKNOWN && old_term.reads.hold(&vfence) {
             // The previous walk's last step ends this one the same way.
             break Fin {
@@ -613,15 +669,7 @@ fn memo_walk(
                 match FrameAddress::from_return_address(last.ra) {
                     Some(f) => f,
                     // Not reached: a kept return address is never 0.
-                    None => {
-                        break Fin {
-                            len: n,
-                            extra: false,
-                            truncated: true,
-                            term: NO_TERMINAL,
-                            shared: 0,
-                        }
-                    }
+                    None => break fail(n),
                 }
             };
         }
@@ -631,7 +679,7 @@ fn memo_walk(
     } else {
         0
     };
-    memo.cur = cur ^ 1;
+    memo.cur = w;
     memo.len = fin.len;
     memo.extra = fin.extra;
     memo.truncated = fin.truncated;
@@ -643,5 +691,20 @@ fn memo_walk(
         len: fin.len,
         truncated: fin.truncated,
         shared,
+    }
+}
+
+/// Bank `a` and the other one, of the two.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn banks<'a>(
+    bank0: &'a mut [Entry; CAP],
+    bank1: &'a mut [Entry; CAP],
+    a: usize,
+) -> (&'a mut [Entry; CAP], &'a mut [Entry; CAP]) {
+    if a == 0 {
+        (bank0, bank1)
+    } else {
+        (bank1, bank0)
     }
 }
