@@ -141,7 +141,10 @@ fn memo_rows(bounds: &StackBounds, unwinder: &DwarfUnwinder, cache: &mut DwarfCa
     let mut memo = Box::new(WalkMemo::new());
     let mut out = [0u64; 128];
     println!();
-    println!("memo                                 chain  frames  ns/capture  shared");
+    println!(
+        "memo ({} bytes per WalkMemo)         chain  frames  ns/capture  shared",
+        core::mem::size_of::<WalkMemo>()
+    );
     for depth in [40, 60] {
         for (fp, chain) in [(false, "no-fp"), (true, "fp")] {
             let mut rows = Vec::new();

@@ -183,10 +183,13 @@
 //!   exist in framehop's x86_64 model; a rule that reads through a DWARF
 //!   expression is opaque (never taken). `shared` is conservative: it is
 //!   0 when the match is not followed to the previous walk's end (or the
-//!   truncation differs), even if the stacks are the same; an rbp that
-//!   differs between two calls at an inner frame (code using rbp as a
-//!   general register) delays the match to the next frame that restores
-//!   rbp. A memo used on another thread, or after its thread's stack was
+//!   truncation differs), even if the stacks are the same. An rbp that
+//!   differs between two calls at an inner frame (optimised code using
+//!   rbp as a general register) delays the match to the next frame that
+//!   restores rbp (one more CFI step); the frames in between, at the same
+//!   stack addresses with the same return addresses as the previous
+//!   walk's, still count in `shared` once that match is followed to the
+//!   end. A memo used on another thread, or after its thread's stack was
 //!   reused, matches nothing it cannot verify.
 //! - **Depth limits**: a previous walk that stopped at its limit recorded
 //!   the frame beyond it; a new walk with the same or a smaller limit that

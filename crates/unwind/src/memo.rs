@@ -254,7 +254,9 @@ pub struct MemoWalk {
     /// How many outermost addresses are proven to be the previous
     /// capture's outermost ones (0 when nothing is proven: first capture,
     /// a cleared memo, another unwinder, no match). When nonzero,
-    /// `truncated` equals the previous capture's.
+    /// `truncated` equals the previous capture's: a caller that interned
+    /// the previous stack outermost-first reuses the IDs of its `shared`
+    /// outermost nodes and interns `out[..len - shared]`.
     pub shared: usize,
 }
 
@@ -499,6 +501,13 @@ fn memo_walk(
     // (stack pointers strictly increase along both walks): entries below
     // it can no longer match, nor be needed to check a match.
     let mut c = 0usize;
+    // The latest new frames (`paired` of them, up to the current one) sit
+    // where the previous walk's frames `paired_end - paired .. paired_end` sat, with
+    // the same return addresses: when a match below them is followed to
+    // the previous walk's end, they are shared too (their callers are
+    // proven the same; an rbp that differed there is why the match came
+    // later).
+    let (mut paired, mut paired_end) = (0usize, usize::MAX);
     let mut last = NO_ENTRY;
     let fail = |n: usize| Fin {
         len: n,
@@ -552,7 +561,16 @@ fn memo_walk(
         while old.get(c).is_some_and(|o| c < old_len && o.sp < e.sp) {
             c += 1;
         }
-        let matched = c < old_len && old.get(c).is_some_and(|o| o.same_state(e));
+        let at_c = old.get(c).filter(|_| c < old_len);
+        let matched = at_c.is_some_and(|o| o.same_state(e));
+        let pairs = at_c.is_some_and(|o| o.ra == e.ra && o.sp == e.sp);
+        // Frames before this one that are shared if it matches.
+        let before = if paired_end == c { paired } else { 0 };
+        (paired, paired_end) = if pairs {
+            (before + 1, c + 1)
+        } else {
+            (0, usize::MAX)
+        };
         // Where `e` goes: in place while index n is dead (below the cursor,
         // or the cursor's entry, which no later frame can match).
         let dead = n < c || c >= old_len || (n == c && old.get(c).is_some_and(|o| o.sp == e.sp));
@@ -604,14 +622,14 @@ fn memo_walk(
         };
         let v = run
             .windows(2)
-            .take_while(|pair| pair[1].holds(pair[0], &vfence))
+            .take_while(|pair| matches!(pair, [prev, next] if next.holds(*prev, &vfence)))
             .count();
         // Place the v entries that held at n.. (in place: moved down from
         // i + 1.., nothing to move when k == i; else copied over).
         if w == cur {
             let (bank, _) = banks(bank0, bank1, w);
             if i != k {
-                if i + 1 + v > bank.len() {
+                if i + 1 + v > bank.len() || n + v > bank.len() {
                     break fail(n);
                 }
                 bank.copy_within(i + 1..i + 1 + v, n);
@@ -639,7 +657,11 @@ fn memo_walk(
             // A frame that held beyond the depth limit. The end lines up
             // with the previous walk's only when that was its frame beyond
             // the limit too.
-            let shared = if i + 1 + room == old_len { n - k } else { 0 };
+            let shared = if i + 1 + room == old_len {
+                n - k + before
+            } else {
+                0
+            };
             break Fin {
                 len: n,
                 extra: true,
@@ -656,11 +678,12 @@ fn memo_walk(
                 extra: false,
                 truncated: old_term.end == FAIL,
                 term: old_term,
-                shared: n - k,
+                shared: n - k + before,
             };
         }
         // Resume the walk from `last`, the last frame that held.
         c = j;
+        (paired, paired_end) = (before + 1 + v, j);
         if mode == DWARF {
             regs = UnwindRegsNative::new(last.ra, last.sp, last.bp);
             frame = if last.tag & KIND == K_SIGNAL {

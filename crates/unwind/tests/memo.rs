@@ -328,14 +328,21 @@ fn depth_limit_reached_in_one_walk_and_not_the_other() {
     assert_eq!(checks, 13);
     // Repeats at the limit share the whole (truncated) capture.
     let mut seen = Vec::new();
-    run_chain(0, 10, 0, &mut || {
-        for _ in 0..2 {
-            seen.push(capture_point(&mut cx, full - 3));
-        }
-    });
+    run_chain(0, 10, 0, &mut || seen = repeat(&mut cx, full - 3, 2));
     let (_, wp, wm) = &seen[1][0];
     assert!(wp.truncated);
     assert_eq!(wm.shared, wp.len);
+}
+
+/// `times` captures from one call site (a loop the optimiser cannot
+/// unroll into several call sites).
+#[inline(never)]
+fn repeat(cx: &mut Cx, depth: usize, times: usize) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    for _ in 0..std::hint::black_box(times) {
+        seen.push(capture_point(cx, depth));
+    }
+    seen
 }
 
 struct SigState {
@@ -369,6 +376,14 @@ fn raise_at_b() {
     std::hint::black_box(1);
 }
 
+/// Calls each of `raises` from one call site (see `repeat`).
+#[inline(never)]
+fn raise_each(raises: &[fn()]) {
+    for f in std::hint::black_box(raises) {
+        f();
+    }
+}
+
 #[test]
 fn captures_in_a_signal_handler() {
     let mut state = Box::new(SigState {
@@ -378,9 +393,7 @@ fn captures_in_a_signal_handler() {
     SIG.store(&mut *state, Ordering::SeqCst);
     // SAFETY: a plain handler for SIGUSR2, used by no other test.
     unsafe { libc::signal(libc::SIGUSR2, handler as *const () as libc::sighandler_t) };
-    for f in [raise_at_a, raise_at_a, raise_at_b, raise_at_a] {
-        f();
-    }
+    raise_each(&[raise_at_a, raise_at_a, raise_at_b, raise_at_a]);
     let (a0, a1, b, a2) = (
         &state.seen[0][0],
         &state.seen[1][0],
