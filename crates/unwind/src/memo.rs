@@ -28,12 +28,12 @@ const K_CFI: u64 = 0;
 /// A CFI step that read the return address at `sp - 8` and rbp at
 /// `tag & !KIND` (8-byte aligned: reads through the fence are).
 const K_CFI_BP: u64 = 1;
-/// The signal frame step: rbp, rsp and rip read from the `ucontext_t` at
-/// the previous entry's stack pointer; the frame is an instruction pointer.
-const K_SIGNAL: u64 = 2;
 /// A frame-record step (`capture_mixed` after its first frame): the saved
 /// rbp at `sp - 16` and the return address at `sp - 8`.
-const K_FP: u64 = 3;
+const K_FP: u64 = 2;
+/// The signal frame step: rbp, rsp and rip read from the `ucontext_t` at
+/// the previous entry's stack pointer; the frame is an instruction pointer.
+const K_SIGNAL: u64 = 3;
 /// A CFI step that read something else (a DWARF expression, a failed read
 /// framehop ignored): it cannot be checked again, so no memo is used across it.
 const K_OPAQUE: u64 = 4;
@@ -85,19 +85,26 @@ impl Entry {
     #[inline(always)]
     fn holds(self, prev: Entry, fence: &Fence) -> bool {
         let at = |addr: u64, value: u64| fence.read(addr) == Some(value);
-        match self.tag & KIND {
-            K_CFI => at(self.sp.wrapping_sub(8), self.ra),
-            K_CFI_BP => at(self.sp.wrapping_sub(8), self.ra) && at(self.tag & !KIND, self.bp),
-            K_FP => at(self.sp.wrapping_sub(8), self.ra) && at(self.sp.wrapping_sub(16), self.bp),
-            K_SIGNAL => {
-                let gregs = prev.sp.wrapping_add(UC_GREGS);
-                let reg = |i: i32| gregs.wrapping_add(8 * i as u64);
-                at(reg(libc::REG_RBP), self.bp)
-                    && at(reg(libc::REG_RSP), self.sp)
-                    && at(reg(libc::REG_RIP), self.ra)
-            }
-            _ => false,
+        let kind = self.tag & KIND;
+        if kind <= K_FP {
+            // The common kinds, without branching on the kind (it changes
+            // from frame to frame): the return address, then rbp where it
+            // was read (K_CFI_BP, K_FP) or nothing (K_CFI).
+            let bp_at = if kind == K_FP {
+                self.sp.wrapping_sub(16)
+            } else {
+                self.tag & !KIND
+            };
+            return at(self.sp.wrapping_sub(8), self.ra) & ((kind == K_CFI) | at(bp_at, self.bp));
         }
+        if kind == K_SIGNAL {
+            let gregs = prev.sp.wrapping_add(UC_GREGS);
+            let reg = |i: i32| gregs.wrapping_add(8 * i as u64);
+            return at(reg(libc::REG_RBP), self.bp)
+                && at(reg(libc::REG_RSP), self.sp)
+                && at(reg(libc::REG_RIP), self.ra);
+        }
+        false
     }
 }
 
