@@ -627,10 +627,19 @@ fn memo_walk(
         let Some(run) = old.get(i..=i + want) else {
             break fail(n);
         };
-        let v = run
-            .windows(2)
-            .take_while(|pair| matches!(pair, [prev, next] if next.holds(*prev, &vfence)))
-            .count();
+        // The return addresses go to `out` as they are checked (one pass).
+        let outs = out.get_mut(n..).unwrap_or_default();
+        let mut v = 0usize;
+        for pair in run.windows(2) {
+            let [prev, next] = pair else { break };
+            if !next.holds(*prev, &vfence) {
+                break;
+            }
+            if let Some(o) = outs.get_mut(v) {
+                *o = next.ra;
+            }
+            v += 1;
+        }
         // Place the v entries that held at n.. (in place: moved down from
         // i + 1.., nothing to move when k == i; else copied over).
         if w == cur {
@@ -650,12 +659,6 @@ fn memo_walk(
         }
         let (new, _) = banks(bank0, bank1, w);
         let kept = v.min(room);
-        let (Some(src), Some(dst)) = (new.get(n..n + kept), out.get_mut(n..n + kept)) else {
-            break fail(n);
-        };
-        for (o, e) in dst.iter_mut().zip(src) {
-            *o = e.ra;
-        }
         n += kept;
         if let Some(&e) = new.get(n - 1) {
             last = e;
