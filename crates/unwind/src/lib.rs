@@ -79,9 +79,10 @@
 //!   keep their indices are not moved; a memo is two banks of
 //!   [`MEMO_DEPTH`] + 1 frames (about 16 KiB), no heap. In the benchmark
 //!   (60-frame chain) a DWARF capture goes from ~700 ns to ~190 ns from
-//!   the same call site and ~290 ns alternating between two; for the mixed
-//!   walk (frame records, already ~2 ns per frame) checking costs about as
-//!   much as walking: the gain there is `shared`.
+//!   the same call site and ~290 ns alternating between two. The mixed
+//!   walk reads frame records at ~2 ns per frame, less than checking and
+//!   copying them (~270 ns against ~145 ns for 64 frames): there the gain
+//!   is `shared` alone (fewer frames to intern).
 //! - **Modules.** [`Modules::snapshot`] reads `dl_iterate_phdr` once at
 //!   start and again after each `dlopen`/`dlclose` (the shim's own wrappers
 //!   say when), never per capture. Per loaded object it records the path,
@@ -179,7 +180,11 @@
 //!   (a larger `alloca` this time) is not taken even if its old slots
 //!   still hold the old return addresses; that case, which the plain
 //!   (ra, slot) check of the outer return addresses would get wrong, is
-//!   covered. Rules that read registers other than rsp/rbp/rip do not
+//!   covered. So is a frame record whose saved-rbp word changed while its
+//!   return-address word did not: checking only the return-address words
+//!   (and matching frames without their rbp) reuses a stale chain there,
+//!   and tests/memo.rs (`how_the_previous_walk_ended_is_checked_again`)
+//!   fails with that weaker check. Rules that read registers other than rsp/rbp/rip do not
 //!   exist in framehop's x86_64 model; a rule that reads through a DWARF
 //!   expression is opaque (never taken). `shared` is conservative: it is
 //!   0 when the match is not followed to the previous walk's end (or the
