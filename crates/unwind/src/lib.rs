@@ -184,9 +184,9 @@
 //!   return-address word did not: checking only the return-address words
 //!   (and matching frames without their rbp) reuses a stale chain there,
 //!   and tests/memo.rs (`how_the_previous_walk_ended_is_checked_again`)
-//!   fails with that weaker check. Rules that read registers other than rsp/rbp/rip do not
-//!   exist in framehop's x86_64 model; a rule that reads through a DWARF
-//!   expression is opaque (never taken). `shared` is conservative: it is
+//!   fails with that weaker check. Rules that read registers other than
+//!   rsp/rbp/rip do not exist in framehop's x86_64 model; a rule that
+//!   reads through a DWARF expression is opaque (never taken). `shared` is conservative: it is
 //!   0 when the match is not followed to the previous walk's end (or the
 //!   truncation differs), even if the stacks are the same. An rbp that
 //!   differs between two calls at an inner frame (optimised code using
