@@ -78,10 +78,11 @@
 //!   walk's dead ones (below the current stack pointer), so frames that
 //!   keep their indices are not moved; a memo is two banks of
 //!   [`MEMO_DEPTH`] + 1 frames (about 16 KiB), no heap. In the benchmark
-//!   (60-frame chain) a DWARF capture goes from ~700 ns to ~190 ns from
-//!   the same call site and ~290 ns alternating between two. The mixed
+//!   (60-frame chain, 69 frames captured) a DWARF capture goes from
+//!   ~690 ns to ~210 ns from the same call site and ~290 ns alternating
+//!   between two (66 frames shared). The mixed
 //!   walk reads frame records at ~2 ns per frame, less than checking and
-//!   copying them (~270 ns against ~145 ns for 64 frames): there the gain
+//!   copying them (~300 ns against ~145 ns for 64 frames): there the gain
 //!   is `shared` alone (fewer frames to intern).
 //! - **Modules.** [`Modules::snapshot`] reads `dl_iterate_phdr` once at
 //!   start and again after each `dlopen`/`dlclose` (the shim's own wrappers
