@@ -415,6 +415,61 @@ fn captures_in_a_signal_handler() {
     assert_eq!(a2.2.shared, expect);
 }
 
+static TRAP: AtomicPtr<SigState> = AtomicPtr::new(core::ptr::null_mut());
+
+extern "C" fn trap_handler(_: libc::c_int) {
+    // SAFETY: as `handler`, for SIGTRAP and TRAP.
+    let s = unsafe { &mut *TRAP.load(Ordering::SeqCst) };
+    let seen = capture_point(&mut s.cx, 128);
+    s.seen.push(seen);
+}
+
+/// Traps at each of `which` from one call site (see `repeat`).
+#[inline(never)]
+fn trap_each(which: &[i32]) {
+    for &w in std::hint::black_box(which) {
+        // SAFETY: executes an int3, whose SIGTRAP handler is installed.
+        unsafe { unwt_trap(w) };
+    }
+}
+
+#[test]
+fn the_interrupted_pc_is_checked_through_the_signal_frame() {
+    // Two traps in one C frame: the handler's frames, and the kernel's
+    // signal frame, are at the same addresses with the same return
+    // addresses; only the pc saved in the ucontext differs. The memo
+    // matches in the handler and must not take the previous pc.
+    let mut state = Box::new(SigState {
+        cx: Cx::new(),
+        seen: Vec::new(),
+    });
+    TRAP.store(&mut *state, Ordering::SeqCst);
+    // SAFETY: a plain handler for SIGTRAP, used by no other test.
+    unsafe {
+        libc::signal(
+            libc::SIGTRAP,
+            trap_handler as *const () as libc::sighandler_t,
+        )
+    };
+    trap_each(&[0, 1, 1, 0]);
+    let seen: Vec<&(Vec<u64>, Walk, MemoWalk)> = state.seen.iter().map(|s| &s[0]).collect();
+    assert_eq!(seen.len(), 4);
+    let at = |s: &(Vec<u64>, Walk, MemoWalk)| {
+        s.0.iter()
+            .position(|&a| symbol(a) == "unwt_trap")
+            .expect("the interrupted frame")
+    };
+    let (p0, p1) = (at(seen[0]), at(seen[1]));
+    // The same frames up to the interrupted one, another pc there.
+    assert_eq!(p0, p1);
+    assert_eq!(seen[0].0[..p0], seen[1].0[..p1]);
+    assert_ne!(seen[0].0[p0], seen[1].0[p1]);
+    // Shared: above the interrupted frame only, then all of a repeat.
+    assert_eq!(seen[1].2.shared, seen[1].1.len - p1 - 1);
+    assert_eq!(seen[2].2.shared, seen[2].1.len);
+    assert_eq!(seen[3].2.shared, seen[3].1.len - p0 - 1);
+}
+
 #[test]
 fn another_unwinder_or_a_cleared_memo_shares_nothing() {
     let mut cx = Cx::new();

@@ -82,3 +82,15 @@ void unwt_y_then_z(unwt_cb cb, void *ctx) {
     unwt_yz_y(cb, ctx);
     unwt_yz_z(cb, ctx);
 }
+
+/* A breakpoint trap at one of two instructions of the same frame: the
+ * kernel's signal frame lands at the same stack address either way, and
+ * only the interrupted pc it saves (after the int3) tells them apart. */
+void unwt_trap(int which) {
+#if defined(__x86_64__)
+    if (which)
+        __asm__ volatile("int3");
+    else
+        __asm__ volatile("int3");
+#endif
+}

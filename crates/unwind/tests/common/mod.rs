@@ -22,6 +22,8 @@ extern "C" {
     pub fn unwt_y_then_z(cb: Cb, ctx: *mut c_void);
     /// The same without frame pointers (-O2).
     pub fn unwt_nofp_y_then_z(cb: Cb, ctx: *mut c_void);
+    /// Executes one of two int3 instructions (SIGTRAP), by `which`.
+    pub fn unwt_trap(which: c_int);
     /// A chain callback (C, with a frame record) that runs the FpJob `ctx`.
     pub fn unwt_capture_leaf(ctx: *mut c_void);
 }
