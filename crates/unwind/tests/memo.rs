@@ -500,10 +500,19 @@ fn another_unwinder_or_a_cleared_memo_shares_nothing() {
     assert!(w1.len > 0 && w2.len > 0);
     assert_eq!((w1.shared, w2.shared), (0, 0));
     // Deeper than the memo: plain walk, memo cleared.
-    let mut big = vec![0u64; MEMO_DEPTH + 1];
+    let (mut big, mut plain) = (vec![0u64; MEMO_DEPTH + 1], vec![0u64; MEMO_DEPTH + 1]);
     let w3 = capture_dwarf_memo(0, b, u, c, &mut memo, &mut big);
+    let wp = capture_dwarf(0, b, u, c, &mut plain);
     let w4 = capture_dwarf_memo(0, b, u, c, &mut memo, &mut out);
     assert!(w3.len > 0 && w3.shared == 0 && w4.shared == 0);
+    // The same walk as the plain capture (from the next address on: the
+    // first is each call's own return address).
+    assert_eq!((w3.len, w3.truncated), (wp.len, wp.truncated));
+    assert_eq!(big[1..w3.len], plain[1..wp.len]);
+    let w5 = capture_mixed_memo(0, b, u, c, &mut memo, &mut big);
+    let wp = capture_mixed(0, b, u, c, &mut plain);
+    assert_eq!((w5.len, w5.truncated, w5.shared), (wp.len, wp.truncated, 0));
+    assert_eq!(big[1..w5.len.max(1)], plain[1..wp.len.max(1)]);
 }
 
 #[test]
