@@ -7,6 +7,12 @@
 //! `RUSTFLAGS="-C force-frame-pointers=yes" cargo run --release
 //! --target-dir target/fpbench -p alloctrace-unwind --example capture_bench`
 //!
+//! The memo rows time `capture_dwarf_memo`/`capture_mixed_memo` against
+//! the plain captures at the end of 40- and 60-frame chains, with
+//! consecutive captures from one site ("same") or alternating between two
+//! sites (two functions that call the capture: the innermost frames differ,
+//! the chain is shared); "shared" is the mean of `MemoWalk::shared`.
+//!
 //! `capture_mixed` skips the Rust frames above the C chain by CFI (the
 //! number is found once with a DWARF capture and the `backtrace` crate's
 //! symbols) and walks frame pointers from the first C frame.
@@ -21,7 +27,8 @@ use core::ffi::{c_int, c_void};
 use std::time::Instant;
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_fp, capture_mixed, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
+    capture_dwarf, capture_dwarf_memo, capture_fp, capture_mixed, capture_mixed_memo, DwarfCache,
+    DwarfUnwinder, MemoWalk, Modules, StackBounds, Walk, WalkMemo,
 };
 
 type Cb = extern "C" fn(*mut c_void);
@@ -70,6 +77,147 @@ fn time(mut capture: impl FnMut() -> Walk) -> (f64, usize) {
         std::hint::black_box(capture());
     }
     (t.elapsed().as_nanos() as f64 / f64::from(ROUNDS), w.len)
+}
+
+/// The two capture sites of the memo rows.
+/// (Different bodies: the linker must not fold them into one function.)
+#[inline(never)]
+fn site_a(f: &mut dyn FnMut() -> MemoWalk) -> MemoWalk {
+    let w = f();
+    std::hint::black_box(1u8);
+    w
+}
+
+#[inline(never)]
+fn site_b(f: &mut dyn FnMut() -> MemoWalk) -> MemoWalk {
+    let w = f();
+    std::hint::black_box(2u16);
+    w
+}
+
+/// (ns per capture (the fastest of 5 batches), frames per capture, mean
+/// shared) of `capture` called from site_a only, or from site_a and site_b
+/// in turn.
+fn time_sites(mut capture: impl FnMut() -> MemoWalk, alternate: bool) -> (f64, usize, f64) {
+    let mut run = |i: u32| {
+        if alternate && i % 2 == 1 {
+            site_b(&mut capture)
+        } else {
+            site_a(&mut capture)
+        }
+    };
+    let w = run(0);
+    run(1);
+    // The fastest of 5 batches: the machine may be shared.
+    let batch = ROUNDS / 5;
+    let mut best = f64::MAX;
+    let mut shared = 0usize;
+    for _ in 0..5 {
+        let t = Instant::now();
+        for i in 0..batch {
+            shared += run(i).shared;
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / f64::from(batch));
+    }
+    (best, w.len, shared as f64 / f64::from(batch * 5))
+}
+
+/// The skip of `capture_mixed` called next to this (from the same
+/// caller) that keeps the first C frame first: found once, by symbol.
+#[inline(always)]
+fn skip_to_c(skip: &mut Option<usize>, bounds: &StackBounds, unwinder: &DwarfUnwinder) -> usize {
+    if let Some(skip) = *skip {
+        return skip;
+    }
+    let mut cache = DwarfCache::new();
+    let mut out = [0u64; 128];
+    // Inlined: called from the frame of the capture it is for.
+    let w = capture_dwarf(0, bounds, unwinder, &mut cache, &mut out);
+    let found = out[..w.len]
+        .iter()
+        .position(|&a| symbol(a) == "unwt_fp_level")
+        .unwrap_or(0);
+    *skip = Some(found);
+    found
+}
+
+/// The memo rows: plain and memoized captures of both kinds, at the end of
+/// a chain of `depth` frames, from one site or two.
+fn memo_rows(bounds: &StackBounds, unwinder: &DwarfUnwinder, cache: &mut DwarfCache) {
+    let mut memo = Box::new(WalkMemo::new());
+    let mut out = [0u64; 128];
+    println!();
+    println!(
+        "memo ({} bytes per WalkMemo)         chain  frames  ns/capture  shared",
+        core::mem::size_of::<WalkMemo>()
+    );
+    for depth in [40, 60] {
+        for (fp, chain) in [(false, "no-fp"), (true, "fp")] {
+            let mut rows = Vec::new();
+            through_c(
+                || {
+                    let (mut skip_plain, mut skip_memo) = (None, None);
+                    for alternate in [false, true] {
+                        let sites = if alternate { "alternating" } else { "same" };
+                        let plain = |w: Walk| MemoWalk {
+                            len: w.len,
+                            truncated: w.truncated,
+                            shared: 0,
+                        };
+                        rows.push((
+                            format!("dwarf plain, {chain}, {sites}"),
+                            time_sites(
+                                || plain(capture_dwarf(0, bounds, unwinder, cache, &mut out)),
+                                alternate,
+                            ),
+                        ));
+                        rows.push((
+                            format!("dwarf memo, {chain}, {sites}"),
+                            time_sites(
+                                || {
+                                    capture_dwarf_memo(
+                                        0, bounds, unwinder, cache, &mut memo, &mut out,
+                                    )
+                                },
+                                alternate,
+                            ),
+                        ));
+                        if fp {
+                            rows.push((
+                                format!("mixed plain, {chain}, {sites}"),
+                                time_sites(
+                                    || {
+                                        let skip = skip_to_c(&mut skip_plain, bounds, unwinder);
+                                        plain(capture_mixed(
+                                            skip, bounds, unwinder, cache, &mut out,
+                                        ))
+                                    },
+                                    alternate,
+                                ),
+                            ));
+                            rows.push((
+                                format!("mixed memo, {chain}, {sites}"),
+                                time_sites(
+                                    || {
+                                        let skip = skip_to_c(&mut skip_memo, bounds, unwinder);
+                                        capture_mixed_memo(
+                                            skip, bounds, unwinder, cache, &mut memo, &mut out,
+                                        )
+                                    },
+                                    alternate,
+                                ),
+                            ));
+                        }
+                    }
+                },
+                fp,
+                depth - 1,
+            );
+            for (name, (ns, frames, shared)) in rows {
+                println!("{name:<36} {depth:>5}  {frames:>6}  {ns:>10.1}  {shared:>6.1}");
+            }
+        }
+    }
 }
 
 fn main() {
@@ -126,6 +274,7 @@ fn main() {
             );
         }
     }
+    memo_rows(&bounds, &unwinder, &mut cache);
     let (hits, misses) = cache.hits_and_misses();
     println!("DWARF rule cache: {hits} hits, {misses} misses");
 }

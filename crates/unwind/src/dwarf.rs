@@ -2,6 +2,7 @@
 //! `.eh_frame` of every loaded object).
 
 use core::ops::Deref;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use framehop::{
     CacheNative, ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind,
@@ -52,7 +53,10 @@ impl Deref for MappedBytes {
 /// shared read-only by every thread's captures (`&DwarfUnwinder`). Rebuilt
 /// with the snapshot after each `dlopen`/`dlclose`.
 pub struct DwarfUnwinder {
-    inner: UnwinderNative<MappedBytes, MustNotAllocateDuringUnwind>,
+    pub(crate) inner: UnwinderNative<MappedBytes, MustNotAllocateDuringUnwind>,
+    /// Unique per unwinder built in this process: a [`WalkMemo`](crate::WalkMemo)
+    /// made with another unwinder (other modules, other rules) is not reused.
+    pub(crate) id: u64,
     modules: usize,
     /// Readable, executable segments `[start, end)` of every module, sorted:
     /// where a return address may be checked for the signal trampoline.
@@ -110,8 +114,10 @@ impl DwarfUnwinder {
             inner.add_module(module);
             count += 1;
         }
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         DwarfUnwinder {
             inner,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             modules: count,
             code,
         }
@@ -122,7 +128,7 @@ impl DwarfUnwinder {
     /// kernel makes a handler return to).
     // Must not allocate, lock or fault: runs inside malloc.
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    fn is_sigreturn(&self, ra: u64) -> bool {
+    pub(crate) fn is_sigreturn(&self, ra: u64) -> bool {
         const CODE: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
         let i = self.code.partition_point(|&(start, _)| start <= ra);
         let Some(&(_, end)) = i.checked_sub(1).and_then(|i| self.code.get(i)) else {
@@ -148,7 +154,7 @@ impl DwarfUnwinder {
 /// (`MustNotAllocateDuringUnwind`). Allocated at thread set-up, owned by
 /// the thread, passed `&mut` to each capture.
 pub struct DwarfCache {
-    inner: CacheNative<MustNotAllocateDuringUnwind>,
+    pub(crate) inner: CacheNative<MustNotAllocateDuringUnwind>,
 }
 
 impl DwarfCache {
@@ -193,13 +199,15 @@ macro_rules! registers_here {
         (ip, sp, bp)
     }};
 }
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) use registers_here;
 
 /// `PF_R | PF_X`.
 const PF_RX: u32 = 4 | 1;
 
 /// One CFI unwinding step's outcome.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-enum Step {
+pub(crate) enum Step {
     /// The frame's return address; `regs` and `frame` now describe its caller.
     Ret(u64),
     /// The end of the stack (an end-of-stack rule or a zero return address).
@@ -213,7 +221,7 @@ enum Step {
 // Must not allocate, lock, make a system call or panic: runs inside malloc.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-fn cfi_step<F: FnMut(u64) -> Result<u64, ()>>(
+pub(crate) fn cfi_step<F: FnMut(u64) -> Result<u64, ()>>(
     unwinder: &DwarfUnwinder,
     cache: &mut DwarfCache,
     regs: &mut UnwindRegsNative,
@@ -245,6 +253,12 @@ fn cfi_step<F: FnMut(u64) -> Result<u64, ()>>(
     }
 }
 
+/// Offset of `uc_mcontext.gregs` in the x86_64 `ucontext_t`: uc_flags (8),
+/// uc_link (8), uc_stack (24); then the registers (`REG_RBP` = 10,
+/// `REG_RSP` = 15, `REG_RIP` = 16), 8 bytes each.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) const UC_GREGS: u64 = 40;
+
 /// Unwinds a signal frame: `frame` is the signal trampoline a handler
 /// returned to, `regs.sp()` points at the `ucontext_t` the kernel saved
 /// (the `rt_sigframe` after its return-address word). The interrupted
@@ -260,11 +274,8 @@ fn signal_frame_step<F: FnMut(u64) -> Result<u64, ()>>(
     frame: &mut FrameAddress,
     read_stack: &mut F,
 ) -> Step {
-    // ucontext_t: uc_flags (8), uc_link (8), uc_stack (24), then mcontext
-    // gregs (REG_RBP = 10, REG_RSP = 15, REG_RIP = 16).
-    const GREGS: u64 = 40;
     let uc = regs.sp();
-    let reg = |i: u64, read_stack: &mut F| read_stack(uc.wrapping_add(GREGS + 8 * i));
+    let reg = |i: u64, read_stack: &mut F| read_stack(uc.wrapping_add(UC_GREGS + 8 * i));
     let (Ok(bp), Ok(sp), Ok(ip)) = (
         reg(libc::REG_RBP as u64, read_stack),
         reg(libc::REG_RSP as u64, read_stack),

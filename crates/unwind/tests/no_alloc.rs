@@ -1,5 +1,7 @@
-//! No allocation during capture: a counting global allocator sees none
-//! across 10,000 captures of each kind, after set-up.
+//! No allocation during capture: a counting global allocator, and counting
+//! `malloc`/`calloc`/`realloc`/`free` of the C library (this test binary
+//! defines them, over glibc's `__libc_*`), see none across 10,000 captures
+//! of each kind, after set-up, nor in `StackBounds::from_maps`.
 
 mod common;
 
@@ -7,7 +9,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_fp, capture_mixed, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
+    capture_dwarf, capture_dwarf_memo, capture_fp, capture_mixed, capture_mixed_memo, DwarfCache,
+    DwarfUnwinder, MemoWalk, Modules, StackBounds, Walk, WalkMemo,
 };
 use common::*;
 
@@ -53,6 +56,55 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+extern "C" {
+    fn __libc_malloc(size: usize) -> *mut libc::c_void;
+    fn __libc_calloc(n: usize, size: usize) -> *mut libc::c_void;
+    fn __libc_realloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void;
+    fn __libc_free(p: *mut libc::c_void);
+}
+
+// The C library's allocator, counted: the executable's definitions take
+// precedence over libc's for every caller in the process (glibc's own
+// internal calls, fopen's or pthread_getattr_np's, included).
+
+/// # Safety
+/// As malloc.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut libc::c_void {
+    note();
+    // SAFETY: forwards to glibc's allocator.
+    unsafe { __libc_malloc(size) }
+}
+
+/// # Safety
+/// As calloc.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut libc::c_void {
+    note();
+    // SAFETY: forwards to glibc's allocator.
+    unsafe { __libc_calloc(n, size) }
+}
+
+/// # Safety
+/// As realloc.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void {
+    note();
+    // SAFETY: forwards to glibc's allocator.
+    unsafe { __libc_realloc(p, size) }
+}
+
+/// # Safety
+/// As free.
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut libc::c_void) {
+    if !p.is_null() {
+        note();
+    }
+    // SAFETY: forwards to glibc's allocator.
+    unsafe { __libc_free(p) }
+}
+
 /// Runs `f` and returns how many allocator calls this thread made in it.
 fn allocations_in(f: impl FnOnce()) -> u64 {
     COUNT.with(|c| c.set(0));
@@ -70,10 +122,10 @@ fn captures_never_allocate() {
     let unwinder = unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) };
     let mut cache = DwarfCache::new();
     let mut out = [0u64; 64];
-    // The counter works: a Vec counts.
+    // The counter works: a Vec counts (Rust's allocator, then libc's).
     assert_eq!(
         allocations_in(|| drop(std::hint::black_box(vec![1u8; 10]))),
-        2
+        4
     );
     let (mut fp_allocs, mut dwarf_allocs, mut mixed_allocs) = (u64::MAX, u64::MAX, u64::MAX);
     let mut frames = (0, 0, 0);
@@ -114,4 +166,77 @@ fn captures_never_allocate() {
         frames.0 >= 1 && frames.1 >= 12 && frames.2 >= 2,
         "{frames:?}"
     );
+}
+
+#[test]
+fn memoized_captures_never_allocate() {
+    let bounds = StackBounds::current().unwrap();
+    // SAFETY: nothing is unloaded during the test.
+    let unwinder = unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) };
+    let mut cache = DwarfCache::new();
+    let mut memo = Box::new(WalkMemo::new());
+    let mut out = [0u64; 64];
+    let mut allocs = [u64::MAX; 2];
+    let mut last = [MemoWalk::default(); 2];
+    // Alternating between two call sites (a walk that copies part of the
+    // memo and walks the rest) and repeating one (a walk that copies all).
+    #[inline(never)]
+    fn site_a(f: &mut dyn FnMut() -> MemoWalk) -> MemoWalk {
+        std::hint::black_box(f())
+    }
+    #[inline(never)]
+    fn site_b(f: &mut dyn FnMut() -> MemoWalk) -> MemoWalk {
+        std::hint::black_box(f())
+    }
+    through_c(
+        || {
+            for (kind, skip) in [(0, 0), (1, 2)] {
+                let mut capture = || {
+                    if kind == 0 {
+                        capture_dwarf_memo(
+                            skip, &bounds, &unwinder, &mut cache, &mut memo, &mut out,
+                        )
+                    } else {
+                        capture_mixed_memo(
+                            skip, &bounds, &unwinder, &mut cache, &mut memo, &mut out,
+                        )
+                    }
+                };
+                allocs[kind] = allocations_in(|| {
+                    for i in 0..10_000 {
+                        last[kind] = if i % 3 == 1 {
+                            site_a(&mut capture)
+                        } else {
+                            site_b(&mut capture)
+                        };
+                    }
+                });
+            }
+        },
+        // SAFETY: as in common.
+        |cb, ctx| unsafe { unwt_fp_mixed(3, 4, cb, ctx) },
+    );
+    assert_eq!(allocs, [0, 0]);
+    // They walked, and the last (a repeat of site_b) shared its frames.
+    assert!(
+        last[0].len >= 12 && last[0].shared == last[0].len,
+        "{last:?}"
+    );
+    assert!(
+        last[1].len >= 1 && last[1].shared == last[1].len,
+        "{last:?}"
+    );
+}
+
+#[test]
+fn stack_bounds_from_maps_never_allocate() {
+    let mut found = None;
+    let allocs = allocations_in(|| found = StackBounds::from_maps());
+    assert_eq!(allocs, 0);
+    // It found this (spawned test) thread's stack, as glibc does, which
+    // calls malloc (the counter sees it) and, on the main thread, fopen.
+    let found = found.expect("from_maps");
+    let mut glibc = None;
+    assert!(allocations_in(|| glibc = StackBounds::current()) > 0);
+    assert_eq!(Some(found), glibc);
 }

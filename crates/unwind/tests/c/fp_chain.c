@@ -59,3 +59,38 @@ void unwt_capture_leaf(void *ctx) {
     if (job->then)
         job->then(job->then_ctx);
 }
+
+/* The trap of memoized captures: unwt_yz_y and unwt_yz_z both call
+ * unwt_yz_x, which calls cb(ctx); their frames have the same size, so the
+ * frames of unwt_yz_x (and the callback's) lie at the same addresses with
+ * the same return addresses whichever of them called it. Only the word
+ * holding unwt_yz_x's return address (into Y or into Z) differs.
+ * unwt_y_then_z runs cb under Y, then under Z. */
+void unwt_yz_x(unwt_cb cb, void *ctx) {
+    cb(ctx);
+}
+
+void unwt_yz_y(unwt_cb cb, void *ctx) {
+    unwt_yz_x(cb, ctx);
+}
+
+void unwt_yz_z(unwt_cb cb, void *ctx) {
+    unwt_yz_x(cb, ctx);
+}
+
+void unwt_y_then_z(unwt_cb cb, void *ctx) {
+    unwt_yz_y(cb, ctx);
+    unwt_yz_z(cb, ctx);
+}
+
+/* A breakpoint trap at one of two instructions of the same frame: the
+ * kernel's signal frame lands at the same stack address either way, and
+ * only the interrupted pc it saves (after the int3) tells them apart. */
+void unwt_trap(int which) {
+#if defined(__x86_64__)
+    if (which)
+        __asm__ volatile("int3");
+    else
+        __asm__ volatile("int3");
+#endif
+}

@@ -39,3 +39,27 @@ __asm__(
     "  .cfi_endproc\n"
     ".size unwt_garbage_rbp, .-unwt_garbage_rbp\n");
 #endif
+
+/* The Y/Z trap of tests/c/fp_chain.c without frame pointers: equal frames
+ * (the stores after the calls keep them from being tail calls, and differ
+ * so that the compiler does not fold Y and Z into one function). */
+__attribute__((noinline)) void unwt_nofp_yz_x(unwt_cb cb, void *ctx) {
+    cb(ctx);
+    unwt_sink = unwt_sink + 1;
+}
+
+__attribute__((noinline)) void unwt_nofp_yz_y(unwt_cb cb, void *ctx) {
+    unwt_nofp_yz_x(cb, ctx);
+    unwt_sink = unwt_sink + 2;
+}
+
+__attribute__((noinline)) void unwt_nofp_yz_z(unwt_cb cb, void *ctx) {
+    unwt_nofp_yz_x(cb, ctx);
+    unwt_sink = unwt_sink + 3;
+}
+
+__attribute__((noinline)) void unwt_nofp_y_then_z(unwt_cb cb, void *ctx) {
+    unwt_nofp_yz_y(cb, ctx);
+    unwt_nofp_yz_z(cb, ctx);
+    unwt_sink = unwt_sink + 4;
+}

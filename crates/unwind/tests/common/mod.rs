@@ -17,6 +17,13 @@ extern "C" {
     pub fn unwt_garbage_rbp(garbage: u64, cb: Cb, ctx: *mut c_void);
     /// n + 1 frames with frame pointers, then unwt_garbage_rbp(garbage, cb, ctx).
     pub fn unwt_fp_then_garbage(n: c_int, garbage: u64, cb: Cb, ctx: *mut c_void);
+    /// cb(ctx) under unwt_yz_y, then under unwt_yz_z (frame pointers): both
+    /// call unwt_yz_x, which calls cb; Y and Z have frames of equal size.
+    pub fn unwt_y_then_z(cb: Cb, ctx: *mut c_void);
+    /// The same without frame pointers (-O2).
+    pub fn unwt_nofp_y_then_z(cb: Cb, ctx: *mut c_void);
+    /// Executes one of two int3 instructions (SIGTRAP), by `which`.
+    pub fn unwt_trap(which: c_int);
     /// A chain callback (C, with a frame record) that runs the FpJob `ctx`.
     pub fn unwt_capture_leaf(ctx: *mut c_void);
 }

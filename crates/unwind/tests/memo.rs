@@ -1,0 +1,562 @@
+//! Memoized captures: at every capture point the memoized capture equals
+//! the plain one exactly, and `shared` is sound (those outermost addresses
+//! are the previous capture's) and as large as expected.
+
+mod common;
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use alloctrace_unwind::{
+    capture_dwarf, capture_dwarf_memo, capture_mixed, capture_mixed_memo, DwarfCache,
+    DwarfUnwinder, MemoWalk, Modules, StackBounds, Walk, WalkMemo, MEMO_DEPTH,
+};
+use common::*;
+
+/// One thread's capture state, a memo per capture kind, and the previous
+/// capture of each kind (to check `shared` against).
+struct Cx {
+    bounds: StackBounds,
+    unwinder: DwarfUnwinder,
+    cache: DwarfCache,
+    memo: [Box<WalkMemo>; 2],
+    prev: [Option<(Vec<u64>, bool)>; 2],
+    /// For capture_mixed: the skip that makes the first kept frame the
+    /// first C frame (found once, with symbols).
+    mixed_skip: usize,
+    /// Captures made, and frames reported shared, per kind.
+    stats: [(usize, usize, usize); 2],
+}
+
+impl Cx {
+    fn new() -> Cx {
+        let mut cx = Cx {
+            bounds: StackBounds::current().expect("stack bounds"),
+            // SAFETY: the tests load and unload nothing while it is in use.
+            unwinder: unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) },
+            cache: DwarfCache::new(),
+            memo: [Box::new(WalkMemo::new()), Box::new(WalkMemo::new())],
+            prev: [None, None],
+            mixed_skip: 0,
+            stats: [(0, 0, 0); 2],
+        };
+        let mut skip = None;
+        through_c(
+            || {
+                let mut out = [0u64; 64];
+                let w = point_addresses(&mut cx, &mut out);
+                skip = out[..w.len]
+                    .iter()
+                    .position(|&a| symbol(a).starts_with("unwt_"));
+            },
+            // SAFETY: the chain calls the callback once.
+            |cb, ctx| unsafe { unwt_fp_level(2, cb, ctx) },
+        );
+        cx.mixed_skip = skip.expect("a C frame in the capture");
+        cx
+    }
+}
+
+/// capture_dwarf(0) from a function called where `capture_point` is
+/// (so `skip` values found from it fit `capture_point`'s captures: both
+/// are the direct callers of their captures).
+#[inline(never)]
+fn point_addresses(cx: &mut Cx, out: &mut [u64]) -> Walk {
+    capture_dwarf(0, &cx.bounds, &cx.unwinder, &mut cx.cache, out)
+}
+
+/// What one capture point saw: (plain, memoized) for DWARF, then for mixed.
+type Seen = [(Vec<u64>, Walk, MemoWalk); 2];
+
+/// One capture point: the plain and the memoized capture of each kind,
+/// with the same skip and depth limit, from this one frame; checks they
+/// are equal and that `shared` is sound. `broken` runs an unverified
+/// memo instead (see `yz_trap_broken_memo_model`).
+#[inline(never)]
+fn capture_point(cx: &mut Cx, depth: usize) -> Seen {
+    let mut seen: Seen = Default::default();
+    for kind in 0..2 {
+        let mut plain = vec![0u64; depth];
+        let mut memo_out = vec![0u64; depth];
+        let (wp, wm) = if kind == 0 {
+            (
+                capture_dwarf(1, &cx.bounds, &cx.unwinder, &mut cx.cache, &mut plain),
+                capture_dwarf_memo(
+                    1,
+                    &cx.bounds,
+                    &cx.unwinder,
+                    &mut cx.cache,
+                    &mut cx.memo[0],
+                    &mut memo_out,
+                ),
+            )
+        } else {
+            let skip = cx.mixed_skip;
+            (
+                capture_mixed(skip, &cx.bounds, &cx.unwinder, &mut cx.cache, &mut plain),
+                capture_mixed_memo(
+                    skip,
+                    &cx.bounds,
+                    &cx.unwinder,
+                    &mut cx.cache,
+                    &mut cx.memo[1],
+                    &mut memo_out,
+                ),
+            )
+        };
+        plain.truncate(wp.len);
+        memo_out.truncate(wm.len);
+        seen[kind] = (memo_out, wp, wm);
+        let (memo_out, _, _) = &seen[kind];
+        let what = ["dwarf", "mixed"][kind];
+        assert_eq!(
+            (wm.len, wm.truncated),
+            (wp.len, wp.truncated),
+            "{what}: memo {wm:?} plain {wp:?}"
+        );
+        assert_eq!(*memo_out, plain, "{what}");
+        // Sound: the shared outermost addresses are the previous capture's,
+        // and so is the truncation.
+        assert!(wm.shared <= wm.len, "{what}: {wm:?}");
+        if wm.shared > 0 {
+            let (prev, prev_truncated) = cx.prev[kind].as_ref().expect("a previous capture");
+            assert!(wm.shared <= prev.len(), "{what}");
+            assert_eq!(
+                plain[plain.len() - wm.shared..],
+                prev[prev.len() - wm.shared..],
+                "{what}: shared {} of {wm:?}",
+                wm.shared
+            );
+            assert_eq!(*prev_truncated, wm.truncated, "{what}");
+        }
+        let s = &mut cx.stats[kind];
+        s.0 += 1;
+        s.1 += wm.shared;
+        s.2 += wm.len;
+        cx.prev[kind] = Some((plain, wp.truncated));
+    }
+    seen
+}
+
+/// The longest common outermost run of two captures (an upper bound of
+/// `shared`), 0 when their truncation differs.
+fn common_suffix(a: &[u64], at: bool, b: &[u64], bt: bool) -> usize {
+    if at != bt {
+        return 0;
+    }
+    a.iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+#[inline(never)]
+fn rust_levels(n: u32, f: &mut dyn FnMut()) {
+    if n == 0 {
+        f()
+    } else {
+        rust_levels(n - 1, f)
+    }
+    std::hint::black_box(());
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) % n
+    }
+}
+
+/// Runs `f` (a capture point) at the end of call chain `chain` with
+/// parameters `a`, `b` (chains 4 and 5, Y then Z, run it twice).
+fn run_chain(chain: u64, a: i32, b: i32, f: &mut dyn FnMut()) {
+    let fp_level = |n: i32, f: &mut dyn FnMut()| {
+        // SAFETY: the chain calls the callback once, with ctx.
+        through_c(f, |cb, ctx| unsafe { unwt_fp_level(n, cb, ctx) })
+    };
+    match chain {
+        0 => fp_level(a, f),
+        // SAFETY: as above.
+        1 => through_c(f, |cb, ctx| unsafe { unwt_nofp_level(a, cb, ctx) }),
+        // SAFETY: as above.
+        2 => through_c(f, |cb, ctx| unsafe { unwt_fp_mixed(a, b, cb, ctx) }),
+        3 => rust_levels(a as u32, &mut || fp_level(b, &mut *f)),
+        // SAFETY: the chain calls the callback twice, with ctx.
+        4 => through_c(f, |cb, ctx| unsafe { unwt_y_then_z(cb, ctx) }),
+        // SAFETY: as above.
+        _ => through_c(f, |cb, ctx| unsafe { unwt_nofp_y_then_z(cb, ctx) }),
+    }
+}
+
+#[test]
+fn memo_captures_equal_plain_ones_over_random_call_patterns() {
+    let mut cx = Cx::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    // (same-site repeats checked, same-chain fp captures checked)
+    let mut repeats = 0;
+    let mut fp_checked = 0;
+    for _ in 0..300 {
+        let chain = rng.below(6);
+        let (a, b) = (rng.below(40) as i32, rng.below(12) as i32);
+        let depth = [4, 16, 30, 64, MEMO_DEPTH][rng.below(5) as usize];
+        let times = 1 + rng.below(3);
+        // The captures of each call of the callback (Y/Z chains call it twice).
+        let mut calls: Vec<Vec<Seen>> = Vec::new();
+        run_chain(chain, a, b, &mut || {
+            calls.push((0..times).map(|_| capture_point(&mut cx, depth)).collect());
+        });
+        // Consecutive captures from one capture point (same stack, same
+        // depth limit) share everything: the whole capture is copied.
+        for call in &calls {
+            for pair in call.windows(2) {
+                for (kind, (before, after)) in pair[0].iter().zip(&pair[1]).enumerate() {
+                    let (_, wp, wm) = after;
+                    assert_eq!(before.0, after.0);
+                    assert_eq!(wm.shared, wp.len, "kind {kind} chain {chain} {wm:?}");
+                    repeats += 1;
+                }
+            }
+        }
+    }
+    // Frame-pointer C chains: everything the two stacks have in common is
+    // found (checked in a second pass with a fixed depth, below).
+    for _ in 0..100 {
+        let a = rng.below(30) as i32;
+        let mut prev: Option<(Vec<u64>, Walk)> = None;
+        for delta in [0, 3, -2, 5, 0] {
+            let mut seen = None;
+            run_chain(0, (a + delta).max(0), 0, &mut || {
+                seen = Some(capture_point(&mut cx, 128))
+            });
+            let [(addrs, wp, wm), _] = seen.unwrap();
+            if let Some((p, pw)) = &prev {
+                let expect = common_suffix(p, pw.truncated, &addrs, wp.truncated);
+                assert_eq!(wm.shared, expect, "fp chain {a}+{delta}");
+                fp_checked += 1;
+            }
+            prev = Some((addrs, wp));
+        }
+    }
+    let [d, m] = cx.stats;
+    println!("dwarf: {d:?}, mixed: {m:?} (captures, shared frames, frames); {repeats} repeats, {fp_checked} fp pairs");
+    assert!(repeats >= 100 && fp_checked == 400);
+}
+
+#[test]
+fn y_and_z_give_distinct_outer_frames() {
+    // The trap: unwt_yz_x's frames are at the same addresses with the same
+    // return addresses under Y and under Z; only the word above differs.
+    for (chain, y, z) in [
+        (4, "unwt_yz_y", "unwt_yz_z"),
+        (5, "unwt_nofp_yz_y", "unwt_nofp_yz_z"),
+    ] {
+        let mut cx = Cx::new();
+        let mut seen = Vec::new();
+        run_chain(chain, 0, 0, &mut || seen.push(capture_point(&mut cx, 64)));
+        assert_eq!(seen.len(), 2);
+        for (kind, ((under_y, _, wy), (under_z, _, wz))) in seen[0].iter().zip(&seen[1]).enumerate()
+        {
+            if kind == 1 && chain == 5 {
+                continue; // no frame pointers: the mixed walk stops in X
+            }
+            let names = |v: &[u64]| v.iter().map(|&a| symbol(a)).collect::<Vec<_>>();
+            let (ny, nz) = (names(under_y), names(under_z));
+            assert!(
+                ny.iter().any(|n| n == y) && !ny.iter().any(|n| n == z),
+                "{ny:?}"
+            );
+            assert!(
+                nz.iter().any(|n| n == z) && !nz.iter().any(|n| n == y),
+                "{nz:?}"
+            );
+            // The trap is set: the same addresses up to X's caller.
+            let x = ny.iter().position(|n| n == y).unwrap();
+            assert_eq!(under_y[..x], under_z[..x], "kind {kind}");
+            // What is shared is from above the driver's frame: the frames
+            // the two stacks have in common, not X's.
+            assert_eq!(wy.shared, 0);
+            let expect = common_suffix(under_y, wy.truncated, under_z, wz.truncated);
+            assert!(expect > 0 && expect < under_z.len() - x);
+            assert_eq!(wz.shared, expect, "kind {kind} chain {chain}");
+        }
+    }
+}
+
+#[test]
+fn depth_limit_reached_in_one_walk_and_not_the_other() {
+    let mut cx = Cx::new();
+    // The full stack from this test's capture point, to pick limits around.
+    let mut full = 0;
+    run_chain(0, 10, 0, &mut || {
+        full = capture_point(&mut cx, MEMO_DEPTH)[0].1.len
+    });
+    assert!(full > 20, "{full}");
+    let mut checks = 0;
+    for (levels, depth) in [
+        // One more or one fewer frame than the limit, and exactly it.
+        (10, full - 1),
+        (10, full),
+        (10, full + 1),
+        (9, full - 1),
+        (11, full - 1),
+        (11, full),
+        (10, full - 1),
+        (10, full - 5),
+        (14, full - 5),
+        (10, full - 5),
+        (7, full - 5),
+        (10, full),
+        (10, full),
+    ] {
+        let mut seen = None;
+        run_chain(0, levels, 0, &mut || {
+            seen = Some(capture_point(&mut cx, depth))
+        });
+        let [(_, wp, wm), (_, mp, mm)] = seen.unwrap();
+        // Plain truncation as the limit says (capture_point checked the
+        // memoized one equals it).
+        let stack = full as i64 + levels as i64 - 10;
+        assert_eq!(wp.truncated, stack > depth as i64, "{levels} {depth}");
+        assert!(wm.shared <= wm.len && mm.shared <= mp.len);
+        checks += 1;
+    }
+    assert_eq!(checks, 13);
+    // Repeats at the limit share the whole (truncated) capture.
+    let mut seen = Vec::new();
+    run_chain(0, 10, 0, &mut || seen = repeat(&mut cx, full - 3, 2));
+    let (_, wp, wm) = &seen[1][0];
+    assert!(wp.truncated);
+    assert_eq!(wm.shared, wp.len);
+}
+
+/// `times` captures from one call site (a loop the optimiser cannot
+/// unroll into several call sites).
+#[inline(never)]
+fn repeat(cx: &mut Cx, depth: usize, times: usize) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    for _ in 0..std::hint::black_box(times) {
+        seen.push(capture_point(cx, depth));
+    }
+    seen
+}
+
+struct SigState {
+    cx: Cx,
+    seen: Vec<Seen>,
+}
+
+static SIG: AtomicPtr<SigState> = AtomicPtr::new(core::ptr::null_mut());
+
+extern "C" fn handler(_: libc::c_int) {
+    // SAFETY: the test sets SIG before raising the signal and reads it only
+    // after raise returns; the handler runs on the raising thread.
+    let s = unsafe { &mut *SIG.load(Ordering::SeqCst) };
+    // capture_point allocates: acceptable here (the signal is raised from
+    // plain test code, never inside malloc).
+    let seen = capture_point(&mut s.cx, 128);
+    s.seen.push(seen);
+}
+
+#[inline(never)]
+fn raise_at_a() {
+    // SAFETY: raising a signal whose handler is installed.
+    unsafe { libc::raise(libc::SIGUSR2) };
+    std::hint::black_box(());
+}
+
+#[inline(never)]
+fn raise_at_b() {
+    // SAFETY: as above.
+    unsafe { libc::raise(libc::SIGUSR2) };
+    std::hint::black_box(1);
+}
+
+/// Calls each of `raises` from one call site (see `repeat`).
+#[inline(never)]
+fn raise_each(raises: &[fn()]) {
+    for f in std::hint::black_box(raises) {
+        f();
+    }
+}
+
+#[test]
+fn captures_in_a_signal_handler() {
+    let mut state = Box::new(SigState {
+        cx: Cx::new(),
+        seen: Vec::new(),
+    });
+    SIG.store(&mut *state, Ordering::SeqCst);
+    // SAFETY: a plain handler for SIGUSR2, used by no other test.
+    unsafe { libc::signal(libc::SIGUSR2, handler as *const () as libc::sighandler_t) };
+    raise_each(&[raise_at_a, raise_at_a, raise_at_b, raise_at_a]);
+    let (a0, a1, b, a2) = (
+        &state.seen[0][0],
+        &state.seen[1][0],
+        &state.seen[2][0],
+        &state.seen[3][0],
+    );
+    let names: Vec<String> = a0.0.iter().map(|&a| symbol(a)).collect();
+    // The walk crossed the signal frame into the raising function.
+    assert!(names.iter().any(|n| n == "memo::raise_at_a"), "{names:?}");
+    assert!(!a0.1.truncated);
+    // The same raise again: the signal frame's words (checked through the
+    // ucontext) and everything above are shared.
+    assert_eq!(a1.2.shared, a1.1.len);
+    // Another raise site: its frames differ from the interrupted one up.
+    let expect = common_suffix(&a1.0, false, &b.0, b.1.truncated);
+    assert!(expect < b.1.len);
+    assert_eq!(b.2.shared, expect);
+    let expect = common_suffix(&b.0, false, &a2.0, a2.1.truncated);
+    assert_eq!(a2.2.shared, expect);
+}
+
+static TRAP: AtomicPtr<SigState> = AtomicPtr::new(core::ptr::null_mut());
+
+extern "C" fn trap_handler(_: libc::c_int) {
+    // SAFETY: as `handler`, for SIGTRAP and TRAP.
+    let s = unsafe { &mut *TRAP.load(Ordering::SeqCst) };
+    let seen = capture_point(&mut s.cx, 128);
+    s.seen.push(seen);
+}
+
+/// Traps at each of `which` from one call site (see `repeat`).
+#[inline(never)]
+fn trap_each(which: &[i32]) {
+    for &w in std::hint::black_box(which) {
+        // SAFETY: executes an int3, whose SIGTRAP handler is installed.
+        unsafe { unwt_trap(w) };
+    }
+}
+
+#[test]
+fn the_interrupted_pc_is_checked_through_the_signal_frame() {
+    // Two traps in one C frame: the handler's frames, and the kernel's
+    // signal frame, are at the same addresses with the same return
+    // addresses; only the pc saved in the ucontext differs. The memo
+    // matches in the handler and must not take the previous pc.
+    let mut state = Box::new(SigState {
+        cx: Cx::new(),
+        seen: Vec::new(),
+    });
+    TRAP.store(&mut *state, Ordering::SeqCst);
+    // SAFETY: a plain handler for SIGTRAP, used by no other test.
+    unsafe {
+        libc::signal(
+            libc::SIGTRAP,
+            trap_handler as *const () as libc::sighandler_t,
+        )
+    };
+    trap_each(&[0, 1, 1, 0]);
+    let seen: Vec<&(Vec<u64>, Walk, MemoWalk)> = state.seen.iter().map(|s| &s[0]).collect();
+    assert_eq!(seen.len(), 4);
+    let at = |s: &(Vec<u64>, Walk, MemoWalk)| {
+        s.0.iter()
+            .position(|&a| symbol(a) == "unwt_trap")
+            .expect("the interrupted frame")
+    };
+    let (p0, p1) = (at(seen[0]), at(seen[1]));
+    // The same frames up to the interrupted one, another pc there.
+    assert_eq!(p0, p1);
+    assert_eq!(seen[0].0[..p0], seen[1].0[..p1]);
+    assert_ne!(seen[0].0[p0], seen[1].0[p1]);
+    // Shared: above the interrupted frame only, then all of a repeat.
+    assert_eq!(seen[1].2.shared, seen[1].1.len - p1 - 1);
+    assert_eq!(seen[2].2.shared, seen[2].1.len);
+    assert_eq!(seen[3].2.shared, seen[3].1.len - p0 - 1);
+}
+
+#[test]
+fn another_unwinder_or_a_cleared_memo_shares_nothing() {
+    let mut cx = Cx::new();
+    let mut seen = Vec::new();
+    run_chain(0, 5, 0, &mut || {
+        seen.push(capture_point(&mut cx, 64));
+        seen.push(capture_point(&mut cx, 64));
+        // SAFETY: nothing is unloaded during the test.
+        cx.unwinder = unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) };
+        seen.push(capture_point(&mut cx, 64));
+        cx.memo[0].clear();
+        cx.memo[1].clear();
+        seen.push(capture_point(&mut cx, 64));
+        seen.push(capture_point(&mut cx, 64));
+    });
+    let shared: Vec<[bool; 2]> = seen
+        .iter()
+        .map(|s| [s[0].2.shared > 0, s[1].2.shared > 0])
+        .collect();
+    let (t, f) = ([true, true], [false, false]);
+    assert_eq!(shared, [f, t, f, f, t]);
+    // The memo of one kind is not used by the other.
+    let mut memo = WalkMemo::new();
+    let mut out = [0u64; 64];
+    let (b, u, c) = (&cx.bounds, &cx.unwinder, &mut cx.cache);
+    let w1 = capture_dwarf_memo(0, b, u, c, &mut memo, &mut out);
+    let w2 = capture_mixed_memo(0, b, u, c, &mut memo, &mut out);
+    assert!(w1.len > 0 && w2.len > 0);
+    assert_eq!((w1.shared, w2.shared), (0, 0));
+    // Deeper than the memo: plain walk, memo cleared.
+    let (mut big, mut plain) = (vec![0u64; MEMO_DEPTH + 1], vec![0u64; MEMO_DEPTH + 1]);
+    let w3 = capture_dwarf_memo(0, b, u, c, &mut memo, &mut big);
+    let wp = capture_dwarf(0, b, u, c, &mut plain);
+    let w4 = capture_dwarf_memo(0, b, u, c, &mut memo, &mut out);
+    assert!(w3.len > 0 && w3.shared == 0 && w4.shared == 0);
+    // The same walk as the plain capture (from the next address on: the
+    // first is each call's own return address).
+    assert_eq!((w3.len, w3.truncated), (wp.len, wp.truncated));
+    assert_eq!(big[1..w3.len], plain[1..wp.len]);
+    let w5 = capture_mixed_memo(0, b, u, c, &mut memo, &mut big);
+    let wp = capture_mixed(0, b, u, c, &mut plain);
+    assert_eq!((w5.len, w5.truncated, w5.shared), (wp.len, wp.truncated, 0));
+    assert_eq!(big[1..w5.len.max(1)], plain[1..wp.len.max(1)]);
+}
+
+#[test]
+fn how_the_previous_walk_ended_is_checked_again() {
+    // The mixed walk from a frame whose rbp points at a record in `rec`
+    // (this frame's array, above the capture): what the record holds
+    // decides how the walk ends after the first frame. The memo's first
+    // frame matches every time; only the re-read of the ending step's
+    // words tells the cases apart.
+    let mut cx = Cx::new();
+    let mut rec = [0u64; 4];
+    let at = rec.as_ptr() as u64;
+    let end = |len, truncated| (len, truncated);
+    let cases = [
+        // (saved rbp, return address): expected (len, truncated), shared
+        ((0, 0), end(1, false), 0),      // ends at the zero return address
+        ((0, 0x1234), end(2, false), 0), // one more frame, then rbp 0
+        ((0, 0x1234), end(2, false), 2),
+        ((0, 0), end(1, false), 0),
+        ((0, 0), end(1, false), 1),
+        ((8, 0x55), end(2, true), 0), // a saved rbp below the record
+        ((8, 0x55), end(2, true), 2),
+        ((0, 0x55), end(2, false), 0),
+        ((at + 3, 0), end(1, false), 0), // the previous walk had 2 frames
+        ((at + 3, 0), end(1, false), 1),
+        ((0, 0), end(1, false), 0), // a word the ending step read changed
+    ];
+    for ((next, ret), (len, truncated), shared) in cases {
+        rec[0] = next;
+        rec[1] = ret;
+        std::hint::black_box(&mut rec);
+        let mut seen = None;
+        through_c(
+            || seen = Some(capture_point(&mut cx, 16)),
+            // SAFETY: calls the callback once with rbp = the record.
+            |cb, ctx| unsafe { unwt_garbage_rbp(at, cb, ctx) },
+        );
+        let [_, (addrs, wp, wm)] = seen.unwrap();
+        assert_eq!(
+            (wp.len, wp.truncated),
+            (len, truncated),
+            "{next:#x} {ret:#x}"
+        );
+        assert_eq!(symbol(addrs[0]), "unwt_garbage_rbp");
+        assert_eq!(wm.shared, shared, "{next:#x} {ret:#x}");
+    }
+}
