@@ -26,7 +26,16 @@
 //!   bounds (the state remembers the thread pointer it was set up for).
 //! - **Stack bounds**: what the host says (the shim knows each thread's
 //!   stack from `pthread_getattr_np` at thread start and sets them with
-//!   [`set_thread_stack`]), else found once per thread by the unwinder.
+//!   [`set_thread_stack`]), else found once per thread, at its first
+//!   capture, from `/proc/self/maps` read with raw system calls (no
+//!   malloc: `StackBounds::from_maps`).
+//! - **Walking less**: the full mode keeps, per thread, what its previous
+//!   walk read (alloctrace-unwind's `WalkMemo`) and stops at the first
+//!   frame that provably sits where it sat then with the same callers,
+//!   taking the rest from the memo; interning then reuses the previous
+//!   stack's nodes for the frames the two share (`LastStack`). A loop that
+//!   allocates from one place costs a few reads per frame, not a CFI step
+//!   per frame.
 //! - **The tracer's own frames** (the capture, the event call, the shim's
 //!   malloc wrapper) are dropped by count (`skip`: every function between
 //!   the capture and the caller's frame is `#[inline(never)]` or
@@ -75,7 +84,8 @@ use std::sync::{Mutex, OnceLock};
 
 use alloctrace_format::stacks::FrameWord;
 use alloctrace_unwind::{
-    capture_dwarf, capture_mixed, DwarfCache, DwarfUnwinder, Modules, StackBounds,
+    capture_dwarf, capture_dwarf_memo, capture_mixed, DwarfCache, DwarfUnwinder, Modules,
+    StackBounds, WalkMemo, MEMO_DEPTH,
 };
 use crossbeam_queue::ArrayQueue;
 
@@ -182,8 +192,11 @@ pub(crate) struct CaptureState {
     lo: u64,
     hi: u64,
     cache: DwarfCache,
+    /// What the full mode's previous walk read, so that the next one stops
+    /// at the first frame the two share (alloctrace-unwind's memo).
+    memo: WalkMemo,
     /// The walk's return addresses (the depth limit and a few own frames).
-    frames: [u64; MAX_DEPTH + 8],
+    frames: [u64; MAX_DEPTH + 12],
     last: LastStack,
 }
 
@@ -207,7 +220,8 @@ impl CaptureState {
             lo: 0,
             hi: 0,
             cache: DwarfCache::new(),
-            frames: [0; MAX_DEPTH + 8],
+            memo: WalkMemo::new(),
+            frames: [0; MAX_DEPTH + 12],
             last: LastStack {
                 frames: [0; MAX_DEPTH],
                 nodes: [0; MAX_DEPTH],
@@ -486,15 +500,43 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     // or the mapping holding its stack pointer), readable while it runs.
     let bounds = unsafe { StackBounds::from_raw(state.lo, state.hi) };
     let depth = DEPTH.load(Ordering::Relaxed).clamp(1, MAX_DEPTH);
-    // One more address than the limit, to see the own frames dropped and
+    // The full mode walks the tracer's own frames too (up to 8 of the
+    // `skip`) and drops them here: its memo then matches from the first
+    // frame on, so a repeated stack costs no CFI step at all. A few more
+    // addresses than the limit, to see own frames dropped by address and
     // still keep `depth` of the program's.
-    let out = &mut state.frames[..depth + 4];
+    let walked_skip = match mode() {
+        StackMode::Fast => 0,
+        StackMode::Full | StackMode::None => skip.min(8),
+    };
+    let out = &mut state.frames[..depth + 4 + walked_skip];
     let walk = match mode() {
+        // The memo would cost the frame-pointer walk more than it saves.
         StackMode::Fast => capture_mixed(skip, &bounds, unwinder, &mut state.cache, out),
+        StackMode::Full | StackMode::None if out.len() <= MEMO_DEPTH => {
+            let w = capture_dwarf_memo(
+                skip - walked_skip,
+                &bounds,
+                unwinder,
+                &mut state.cache,
+                &mut state.memo,
+                out,
+            );
+            alloctrace_unwind::Walk {
+                len: w.len,
+                truncated: w.truncated,
+            }
+        }
         StackMode::Full | StackMode::None => {
-            capture_dwarf(skip, &bounds, unwinder, &mut state.cache, out)
+            capture_dwarf(skip - walked_skip, &bounds, unwinder, &mut state.cache, out)
         }
     };
+    let walk = alloctrace_unwind::Walk {
+        len: walk.len.saturating_sub(walked_skip),
+        truncated: walk.truncated,
+    };
+    let first = walked_skip.min(out.len());
+    let out = &out[first..];
     let captured = &out[..walk.len.min(out.len())];
     if walk.truncated && walk.len < out.len() {
         if let Some(&last) = captured.last() {
@@ -537,6 +579,7 @@ fn state_of(slot: &ThreadSlot) -> Option<&'static mut CaptureState> {
     if state.owner != me {
         state.owner = me;
         state.last.len = 0;
+        state.memo.clear();
         let (lo, hi) = thread_stack();
         state.lo = lo;
         state.hi = hi;
@@ -565,7 +608,7 @@ fn thread_stack() -> (u64, u64) {
     if lo < hi && sp >= lo && sp < hi {
         return (lo, hi);
     }
-    match StackBounds::current() {
+    match StackBounds::from_maps() {
         Some(b) => (b.lo(), b.hi()),
         None => (0, 0),
     }
