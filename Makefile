@@ -64,7 +64,7 @@ check-header:
 	    echo "error: $$h is stale: run 'make header' and commit it"; exit 1; fi; done
 	@echo "header: $(HEADER) and $(FORMAT_HEADER) are up to date"
 
-test: check-header lint lib cli rust-test loom miri c-test readme-example preload-test install-test
+test: check-header lint lib cli rust-test loom miri c-test readme-example preload-test install-test bench-test
 
 # The code gates: rustfmt's layout and clippy with warnings as errors
 # (the workspace's [lints] turn on clippy::undocumented_unsafe_blocks and
@@ -321,9 +321,10 @@ fuzz:
 # target/bench/results.json. It reports numbers and never fails on them.
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -Iinclude -Ibench \
                 $(if $(shell grep -l TRACE_CLOCK_COARSE $(HEADER) 2>/dev/null),-DBENCH_HAVE_CLOCK) \
-                $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION)
+                $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION) \
+                $(if $(shell grep -l trace_stack_capture $(HEADER) 2>/dev/null),-DBENCH_HAVE_STACK_CAPTURE)
 BENCH_BINS   := $(addprefix $(BUILD)/bench/,libbenchnoop.so event_cost advance workload workload_capi \
-                libcount.so librdtsc.so librecord.so librecord_coarse.so)
+                libcount.so librdtsc.so librecord.so librecord_coarse.so stack_capture)
 
 .PHONY: bench
 bench: all $(BENCH_BINS)
@@ -342,6 +343,18 @@ $(BUILD)/bench/advance: bench/advance.c bench/bench.h $(HEADER) $(LIB_SO)
 $(BUILD)/bench/libbenchnoop.so: bench/noop.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) -fPIC -shared $< -o $@
+
+# Stack capture alone (issue 12): built with frame pointers; its second chain
+# turns them off per function (GCC).
+$(BUILD)/bench/stack_capture: bench/stack_capture.c bench/bench.h $(HEADER) $(LIB_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) -fno-omit-frame-pointer $< $(LINK) -o $@
+
+# The bench driver's own tests (parsing, arithmetic; the capture program's
+# traces when it is built).
+.PHONY: bench-test
+bench-test: $(BUILD)/bench/stack_capture cli
+	python3 bench/test_run.py
 
 $(BUILD)/bench/workload: bench/workload.c bench/bench.h
 	@mkdir -p $(dir $@)
