@@ -187,6 +187,21 @@ pub(crate) fn is_defined(id: u64) -> bool {
         && node(nodes, id as usize).ready.load(Ordering::Acquire)
 }
 
+/// Whether node `id` is already marked used by `generation` (so are its
+/// ancestors: invariant 3), for an event that carries it without marking.
+/// False for an ID that names no node.
+#[inline(always)]
+pub(crate) fn used_by(id: u64, generation: u64) -> bool {
+    let Some(nodes) = NODES.base_if_mapped() else {
+        return false;
+    };
+    id > 0
+        && id < MAX_NODES as u64
+        && (id as usize) < NEXT.load(Ordering::Relaxed)
+        && node(nodes, id as usize).used[(generation & 1) as usize].load(Ordering::Relaxed)
+            == generation
+}
+
 /// Marks node `id` and its ancestors as used by `generation`, calling
 /// `on_frame` with the frame word of every node it marks (to mark the
 /// registered frames they name). Runs inside the event's seqlock section

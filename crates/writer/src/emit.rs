@@ -97,9 +97,14 @@ fn emit_with_stack_enabled<const KIND: u8, const TAGGED: bool>(
     let entry = if TAGGED { entry } else { 0 };
     let plain = kind.without_stack();
     if stack == 0 {
-        if !write_event_fast(plain, addr, arg1, arg2, entry) {
+        if !write_event_fast(plain, addr, arg1, arg2, 0, entry) {
             emit_slow(plain, addr, arg1, arg2, entry);
         }
+        return;
+    }
+    // A stack this generation already used (a loop allocating from one
+    // place): no marking to do, the fast path writes it.
+    if write_event_fast(kind, addr, arg1, arg2, stack, entry) {
         return;
     }
     let defined = stack <= u64::from(u32::MAX) && call_stack_table::is_defined(stack);
@@ -152,7 +157,7 @@ fn emit_enabled<const KIND: u8, const TAGGED: bool>(addr: u64, arg1: u64, arg2: 
         return;
     };
     let entry = if TAGGED { entry } else { 0 };
-    if !write_event_fast(kind, addr, arg1, arg2, entry) {
+    if !write_event_fast(kind, addr, arg1, arg2, 0, entry) {
         emit_slow(kind, addr, arg1, arg2, entry);
     }
 }
@@ -175,9 +180,19 @@ fn emit_slow(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) {
 /// The same steps and bytes as the header's inline path
 /// (include/alloctrace_inline.h; c_tests/test_inline_encoding.c compares
 /// them). Returns false, having recorded nothing and left the seqlock even,
-/// when the slow path must run instead.
+/// when the slow path must run instead. `stack` is the stack ID of kinds
+/// 11 and 12, written here only when the generation has already marked it
+/// used (call_stack_table.rs invariant 3: the slow path marks); 0 for the
+/// other kinds, which folds the check away.
 #[inline(always)]
-fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64) -> bool {
+fn write_event_fast(
+    kind: EventKind,
+    addr: u64,
+    arg1: u64,
+    arg2: u64,
+    stack: u64,
+    entry: u64,
+) -> bool {
     let mode = SHARED.inline_mode.load(Ordering::Relaxed);
     let class = kind.address_class();
     if mode == inline_mode::OUT_OF_LINE || class == AddressClass::Raw {
@@ -208,12 +223,23 @@ fn write_event_fast(kind: EventKind, addr: u64, arg1: u64, arg2: u64, entry: u64
         slot.seq.end_from(s);
         return false;
     };
+    if stack != 0 && !call_stack_table::used_by(stack, generation) {
+        slot.seq.end_from(s);
+        return false;
+    }
     // SAFETY: non-null (event_room gave room in it), and this thread's.
     let b = unsafe { &mut *buf };
     let ticks = next_ticks(slot, mode == inline_mode::COARSE);
     let first = b.ids.encode(class, id);
     let flags = if entry != 0 { ENTRY_TAG } else { 0 };
-    append_event(b, out, kind, flags, ticks, [first, second, arg2, 0, entry]);
+    append_event(
+        b,
+        out,
+        kind,
+        flags,
+        ticks,
+        [first, second, arg2, stack, entry],
+    );
     slot.seq.end_from(s);
     true
 }
