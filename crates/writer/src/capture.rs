@@ -205,7 +205,8 @@ pub(crate) struct CaptureState {
 /// not share with the previous one (the common outermost frames keep their
 /// nodes).
 struct LastStack {
-    /// Its frames, innermost first, as kept.
+    /// Its frames, outermost first (so that the frames two stacks share,
+    /// their outermost ones, keep their positions whatever the depths).
     frames: [u64; MAX_DEPTH],
     /// `nodes[i]`: the node (stack ID) of the stack from `frames[i]` out.
     nodes: [u32; MAX_DEPTH],
@@ -241,20 +242,15 @@ impl LastStack {
     fn intern(&mut self, kept: &[u64], truncated: bool) -> u32 {
         let (n, pn) = (kept.len().min(MAX_DEPTH), self.len);
         let kept = &kept[..n];
+        // The outermost frames both stacks share keep their nodes.
         let mut common = 0;
         if truncated == self.truncated {
-            while common < n.min(pn) && kept[n - 1 - common] == self.frames[pn - 1 - common] {
+            while common < n.min(pn) && kept[n - 1 - common] == self.frames[common] {
                 common += 1;
             }
         }
-        // The shared outermost frames keep their nodes: move them (and
-        // their frames) to their new positions, the last `common` of `n`.
-        if common > 0 && n != pn {
-            self.nodes.copy_within(pn - common..pn, n - common);
-            self.frames.copy_within(pn - common..pn, n - common);
-        }
         let mut parent = if common > 0 {
-            self.nodes[n - common]
+            self.nodes[common - 1]
         } else if truncated {
             call_stack_table::intern_child(0, FrameWord::TRUNCATED.word())
         } else {
@@ -264,14 +260,15 @@ impl LastStack {
             self.len = 0;
             return 0;
         }
-        for j in (0..n - common).rev() {
-            parent = call_stack_table::intern_child(parent, FrameWord::Native(kept[j]).word());
+        for i in common..n {
+            let ra = kept[n - 1 - i];
+            parent = call_stack_table::intern_child(parent, FrameWord::Native(ra).word());
             if parent == 0 {
                 self.len = 0;
                 return 0;
             }
-            self.nodes[j] = parent;
-            self.frames[j] = kept[j];
+            self.nodes[i] = parent;
+            self.frames[i] = ra;
         }
         self.len = n;
         self.truncated = truncated;
