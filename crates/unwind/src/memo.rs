@@ -39,6 +39,23 @@ const K_SIGNAL: u64 = 3;
 const K_OPAQUE: u64 = 4;
 const KIND: u64 = 7;
 
+// What is known of how the step that produced an entry used the incoming
+// rbp (the high bits of `Entry::tag`; stack addresses never have them),
+// learnt by comparing two walks that took the step from the same pc and
+// rsp with different rbp values (see `verdict`). Neither bit: unknown, or
+// the step depends on it.
+/// The step passes rbp through and nothing else it does depends on it: the
+/// new rbp is the incoming one, the return address, the new rsp and the
+/// addresses read are the same whatever the incoming rbp.
+const PASS_BP: u64 = 1 << 63;
+/// The step ignores the incoming rbp: the new rbp is a stack word read at
+/// an address that does not depend on it (`K_CFI_BP`), and so are the
+/// return address and rsp.
+const DROP_BP: u64 = 1 << 62;
+const BP_USE: u64 = PASS_BP | DROP_BP;
+/// The address a `K_CFI_BP` step read rbp from.
+const ADDR: u64 = !(KIND | BP_USE);
+
 /// One kept frame of a walk: the return address, the unwinding state after
 /// the step that produced it (stack pointer, frame pointer, frame kind),
 /// and what that step read from the stack.
@@ -68,13 +85,12 @@ impl Entry {
         }
     }
 
-    /// The same unwinding state: a walk continues from both identically
-    /// as long as it reads the same stack words.
-    fn same_state(self, other: Entry) -> bool {
-        self.ra == other.ra
-            && self.sp == other.sp
-            && self.bp == other.bp
-            && self.class() == other.class()
+    /// The same unwinding state but perhaps rbp: a walk continues from
+    /// both identically as long as it reads the same stack words and no
+    /// step uses the incoming rbp before one replaces it (`PASS_BP`,
+    /// `DROP_BP`).
+    fn same_but_bp(self, other: Entry) -> bool {
+        self.ra == other.ra && self.sp == other.sp && self.class() == other.class()
     }
 
     /// Whether the step that produced this entry from `prev`'s state would
@@ -93,7 +109,7 @@ impl Entry {
             let bp_at = if kind == K_FP {
                 self.sp.wrapping_sub(16)
             } else {
-                self.tag & !KIND
+                self.tag & ADDR
             };
             return at(self.sp.wrapping_sub(8), self.ra) & ((kind == K_CFI) | at(bp_at, self.bp));
         }
@@ -203,6 +219,8 @@ pub struct WalkMemo {
     mode: u8,
     /// `DwarfUnwinder::id` of the unwinder it was made with.
     unwinder: u64,
+    /// Unwinding steps the last capture took (CFI or frame record).
+    steps: u32,
 }
 
 impl WalkMemo {
@@ -218,6 +236,7 @@ impl WalkMemo {
             valid: false,
             mode: 0,
             unwinder: 0,
+            steps: 0,
         }
     }
 
@@ -229,6 +248,14 @@ impl WalkMemo {
         self.extra = false;
         self.truncated = false;
         self.term = NO_TERMINAL;
+    }
+
+    /// How many unwinding steps (CFI or frame record, the skipped frames'
+    /// included) the last memoized capture with this memo took: the frames
+    /// it did not copy. For tests and benchmarks.
+    #[doc(hidden)]
+    pub fn steps_walked(&self) -> u32 {
+        self.steps
     }
 }
 
@@ -396,13 +423,44 @@ fn classify(ra: u64, sp: u64, bp: u64, reads: Reads) -> u64 {
         if addr == sp.wrapping_sub(8) && value == ra {
             continue;
         }
-        if value == bp && addr & KIND == 0 && (tag == K_CFI || tag == addr | K_CFI_BP) {
+        if value == bp && addr & !ADDR == 0 && (tag == K_CFI || tag == addr | K_CFI_BP) {
             tag = addr | K_CFI_BP;
             continue;
         }
         return K_OPAQUE;
     }
     tag
+}
+
+/// What the step from `last` to `e` (a new walk) and the step from `p` to
+/// `o` (the previous walk), from the same pc and rsp, show of how that
+/// step uses the incoming rbp (`PASS_BP`, `DROP_BP` or 0).
+///
+/// From the same rbp: the same step, so `o`'s verdict when it gave the
+/// same entry. From two different rbp values: the step gave the same
+/// return address and rsp and read the same addresses, and rbp either
+/// stayed the incoming one both times (`PASS_BP`, a CFI step that read
+/// only the return address) or was read from the same address (`DROP_BP`,
+/// not the incoming one both times). framehop's x86_64 rules use rbp in
+/// one of three ways: not at all, passed through, or as the base of an
+/// address (CFA = rbp + c, a frame record at rbp: the new rsp or an
+/// address read moves with rbp), so two rbp values tell them apart. A step
+/// through a frame record (`K_FP`), a signal frame or an opaque step gets 0.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn verdict(p: Entry, o: Entry, last: Entry, e: Entry) -> u64 {
+    let kind = e.tag & KIND;
+    if !p.same_but_bp(last) || !o.same_but_bp(e) || o.tag & !BP_USE != e.tag & !BP_USE {
+        return 0;
+    }
+    if p.bp == last.bp {
+        return if o.bp == e.bp { o.tag & BP_USE } else { 0 };
+    }
+    let passed = e.bp == last.bp && o.bp == p.bp;
+    match kind {
+        K_CFI if passed => PASS_BP,
+        K_CFI_BP if !passed => DROP_BP,
+        _ => 0,
+    }
 }
 
 /// One frame-record step from `last` (the walk of
@@ -515,7 +573,11 @@ fn memo_walk(
     // proven the same; an rbp that differed there is why the match came
     // later).
     let (mut paired, mut paired_end) = (0usize, usize::MAX);
+    // The previous walk's frame that the current one (`last`) sits where,
+    // when `paired_end == c` (read before the new frame overwrote it).
+    let mut last_old = NO_ENTRY;
     let mut last = NO_ENTRY;
+    let mut steps = 0u32;
     let fail = |n: usize| Fin {
         len: n,
         extra: false,
@@ -525,6 +587,7 @@ fn memo_walk(
     };
     let fin = loop {
         rec.set(Reads::NONE);
+        steps = steps.wrapping_add(1);
         let stepped = if mode == MIXED && n > 0 {
             fp_step(last, &fence_fp, &rec)
         } else {
@@ -542,7 +605,7 @@ fn memo_walk(
                 Step::Fail => Stepped::Fail,
             }
         };
-        let e = match stepped {
+        let mut e = match stepped {
             Stepped::Ret(e) => e,
             Stepped::End | Stepped::Fail => {
                 let fail = matches!(stepped, Stepped::Fail);
@@ -568,16 +631,23 @@ fn memo_walk(
         while old.get(c).is_some_and(|o| c < old_len && o.sp < e.sp) {
             c += 1;
         }
-        let at_c = old.get(c).filter(|_| c < old_len);
-        let matched = at_c.is_some_and(|o| o.same_state(e));
+        let at_c = old.get(c).filter(|_| c < old_len).copied();
+        let matched = at_c.is_some_and(|o| o.same_but_bp(e));
         let pairs = at_c.is_some_and(|o| o.ra == e.ra && o.sp == e.sp);
         // Frames before this one that are shared if it matches.
         let before = if paired_end == c { paired } else { 0 };
+        let old_c = at_c.unwrap_or(NO_ENTRY);
+        if before > 0 && pairs {
+            // The same step in both walks (from `last_old` there): what it
+            // shows of its use of rbp.
+            e.tag |= verdict(last_old, old_c, last, e);
+        }
         (paired, paired_end) = if pairs {
             (before + 1, c + 1)
         } else {
             (0, usize::MAX)
         };
+        last_old = old_c;
         // Where `e` goes: in place while index n is dead (below the cursor,
         // or the cursor's entry, which no later frame can match).
         let dead = n < c || c >= old_len || (n == c && old.get(c).is_some_and(|o| o.sp == e.sp));
@@ -630,8 +700,17 @@ fn memo_walk(
         // The return addresses go to `out` as they are checked (one pass).
         let outs = out.get_mut(n..).unwrap_or_default();
         let mut v = 0usize;
+        // While the new walk's rbp differs from the previous one's (it
+        // does from `e` on when only rbp differed): each step must be known
+        // to pass it through (the new frame's rbp is then the new walk's,
+        // `passed` frames) or to drop it; a step that may use it is walked.
+        let mut live = e.bp != old_c.bp;
+        let mut passed = 0usize;
         for pair in run.windows(2) {
             let [prev, next] = pair else { break };
+            if live && next.tag & BP_USE == 0 {
+                break;
+            }
             if !next.holds(*prev, &vfence) {
                 break;
             }
@@ -639,6 +718,14 @@ fn memo_walk(
                 *o = next.ra;
             }
             v += 1;
+            last_old = *next;
+            if live {
+                if next.tag & PASS_BP != 0 {
+                    passed = v;
+                } else {
+                    live = false;
+                }
+            }
         }
         // Place the v entries that held at n.. (in place: moved down from
         // i + 1.., nothing to move when k == i; else copied over).
@@ -658,6 +745,11 @@ fn memo_walk(
             dst.copy_from_slice(src);
         }
         let (new, _) = banks(bank0, bank1, w);
+        if let Some(run) = new.get_mut(n..n + passed) {
+            for f in run {
+                f.bp = e.bp;
+            }
+        }
         let kept = v.min(room);
         n += kept;
         if let Some(&e) = new.get(n - 1) {
@@ -681,7 +773,12 @@ fn memo_walk(
             };
         }
         let j = i + 1 + v;
-        if j == old_len && !old_extra && old_term.end != UNKNOWN && old_term.reads.hold(&vfence) {
+        if j == old_len
+            && !live
+            && !old_extra
+            && old_term.end != UNKNOWN
+            && old_term.reads.hold(&vfence)
+        {
             // The previous walk's last step ends this one the same way.
             break Fin {
                 len: n,
@@ -720,6 +817,7 @@ fn memo_walk(
     memo.valid = true;
     memo.mode = mode;
     memo.unwinder = unwinder.id;
+    memo.steps = steps;
     MemoWalk {
         len: fin.len,
         truncated: fin.truncated,

@@ -560,3 +560,109 @@ fn how_the_previous_walk_ended_is_checked_again() {
         assert_eq!(wm.shared, shared, "{next:#x} {ret:#x}");
     }
 }
+
+extern "C" {
+    /// unwt_nofp_level(n, cb, ctx) with rbp = value, passed through its
+    /// n + 1 frames (tests/c/nofp_chain.c).
+    fn unwt_rbp_levels(value: u64, n: i32, cb: Cb, ctx: *mut std::ffi::c_void);
+    /// unwt_nofp_level(n, cb, ctx) from a frame whose CFA is rbp + 16, with
+    /// rbp = its own frame record (rec null) or rec.
+    fn unwt_bp_cfa_levels(rec: *const u64, n: i32, cb: Cb, ctx: *mut std::ffi::c_void);
+}
+
+/// Captures (both kinds, checked by `capture_point`) from one site under
+/// `unwt_rbp_levels(value, n)` for each value: what each saw, and the
+/// unwinding steps the DWARF memo took.
+fn rbp_site(cx: &mut Cx, n: i32, values: &[u64]) -> Vec<(Seen, u32)> {
+    // Opaque to the optimiser: an unrolled loop would make several sites.
+    let values = std::hint::black_box(values);
+    let mut seen = Vec::new();
+    for &v in values {
+        seen.push(rbp_once(cx, n, v));
+    }
+    seen
+}
+
+/// One capture of `rbp_site` (not inlined: one call site for all).
+#[inline(never)]
+fn rbp_once(cx: &mut Cx, n: i32, value: u64) -> (Seen, u32) {
+    let mut seen = None;
+    through_c(
+        || seen = Some((capture_point(cx, 64), cx.memo[0].steps_walked())),
+        // SAFETY: calls the callback once, with ctx; rbp is restored.
+        |cb, ctx| unsafe { unwt_rbp_levels(value, n, cb, ctx) },
+    );
+    seen.unwrap()
+}
+
+/// One capture under `unwt_bp_cfa_levels(rec, 6)` (not inlined: one call
+/// site for all), and the unwinding steps the DWARF memo took.
+#[inline(never)]
+fn bp_cfa_once(cx: &mut Cx, rec: *const u64) -> (Seen, u32) {
+    let mut seen = None;
+    through_c(
+        || seen = Some((capture_point(cx, 64), cx.memo[0].steps_walked())),
+        // SAFETY: calls the callback once, with ctx; rbp is restored.
+        |cb, ctx| unsafe { unwt_bp_cfa_levels(rec, 6, cb, ctx) },
+    );
+    seen.unwrap()
+}
+
+#[test]
+fn an_rbp_passed_through_does_not_keep_the_memo_from_matching() {
+    // A caller keeps a loop counter in rbp: every capture from the site has
+    // another rbp in the frames below it, which no step uses before the
+    // caller's frame restores it. From the second capture on, the memo
+    // knows those steps pass rbp through: the walk stops at the first
+    // frame below them (the ones above the C levels are walked, their rbp
+    // is read from the stack) whatever the number of levels.
+    let mut cx = Cx::new();
+    let values: Vec<u64> = (0..6).map(|i| 0x1000 + 8 * i).collect();
+    let mut steady = Vec::new();
+    for n in [2, 16] {
+        cx.memo[0].clear();
+        let seen = rbp_site(&mut cx, n, &values);
+        let first = seen[0].1;
+        for (i, ([(_, wp, wm), _], steps)) in seen.iter().enumerate() {
+            assert!(wp.len > n as usize + 2 && !wp.truncated, "{wp:?}");
+            if i >= 2 {
+                assert_eq!(wm.shared, wm.len, "capture {i} of {n} levels: {wm:?}");
+                // The levels, the rbp-setting frame and its callers are copied.
+                assert!(*steps + n as u32 + 2 <= first, "{n}: {steps} of {first}");
+            }
+        }
+        steady.push(seen.last().unwrap().1);
+    }
+    assert_eq!(steady[0], steady[1], "steps with 2 and 16 levels");
+}
+
+#[test]
+fn an_rbp_that_a_later_step_uses_is_compared() {
+    // The same site under a frame whose CFA is rbp-based, reached through
+    // levels that pass rbp through: with its own frame record the walk goes
+    // on to its callers, with the record `rec` (a zero return address) it
+    // ends there. The memo matches at the levels (only rbp differs) but
+    // must walk the rbp-based step again: copying the previous walk's
+    // outcome (its words still hold) would be wrong every other time.
+    let mut cx = Cx::new();
+    let rec = std::hint::black_box([0u64; 2]);
+    let mut lens = [Vec::new(), Vec::new()];
+    // Opaque to the optimiser: an unrolled loop would make several sites.
+    for i in 0..std::hint::black_box(8) {
+        let own = i % 2 == 0;
+        let at = if own { std::ptr::null() } else { rec.as_ptr() };
+        let ([(addrs, wp, wm), _], steps) = bp_cfa_once(&mut cx, at);
+        if !own {
+            assert_eq!(symbol(addrs[wp.len - 1]), "unwt_bp_cfa_levels");
+            assert!(!wp.truncated);
+        }
+        // Only the frames up to the levels differ in rbp: the memo matched
+        // there and copied the 7 levels; it walked the rbp-based step (the
+        // end), the frames above the levels and the 2 skipped ones.
+        if i >= 2 && !own {
+            assert!(steps as usize + 4 <= wp.len, "{steps} {wm:?}");
+        }
+        lens[usize::from(own)].push(wp.len);
+    }
+    assert!(lens[1].iter().all(|&l| l > lens[0][0] + 1), "{lens:?}");
+}
