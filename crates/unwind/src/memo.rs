@@ -706,26 +706,41 @@ fn memo_walk(
         // `passed` frames) or to drop it; a step that may use it is walked.
         let mut live = e.bp != old_c.bp;
         let mut passed = 0usize;
-        for pair in run.windows(2) {
-            let [prev, next] = pair else { break };
-            if live && next.tag & BP_USE == 0 {
-                break;
-            }
-            if !next.holds(*prev, &vfence) {
-                break;
-            }
-            if let Some(o) = outs.get_mut(v) {
-                *o = next.ra;
-            }
-            v += 1;
-            last_old = *next;
-            if live {
-                if next.tag & PASS_BP != 0 {
-                    passed = v;
-                } else {
-                    live = false;
+        let mut pairs = run.windows(2);
+        let mut stopped = false;
+        if live {
+            for pair in pairs.by_ref() {
+                let [prev, next] = pair else { break };
+                if next.tag & BP_USE == 0 || !next.holds(*prev, &vfence) {
+                    stopped = true;
+                    break;
                 }
+                if let Some(o) = outs.get_mut(v) {
+                    *o = next.ra;
+                }
+                v += 1;
+                if next.tag & PASS_BP == 0 {
+                    live = false;
+                    break;
+                }
+                passed = v;
             }
+        }
+        // The common case: rbp the same (from here on), the plain re-read.
+        if !stopped {
+            for pair in pairs {
+                let [prev, next] = pair else { break };
+                if !next.holds(*prev, &vfence) {
+                    break;
+                }
+                if let Some(o) = outs.get_mut(v) {
+                    *o = next.ra;
+                }
+                v += 1;
+            }
+        }
+        if let Some(&o) = run.get(v).filter(|_| v > 0) {
+            last_old = o;
         }
         // Place the v entries that held at n.. (in place: moved down from
         // i + 1.., nothing to move when k == i; else copied over).
