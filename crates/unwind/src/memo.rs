@@ -301,12 +301,16 @@ pub struct MemoWalk {
 ///
 /// The walk goes from the innermost frame as `capture_dwarf` does; after
 /// each kept frame it looks in `memo` for a frame of the previous walk in
-/// the same unwinding state (return address, stack pointer, frame
-/// pointer). From such a frame on the previous walk is a deterministic
-/// function of the stack words it read, so each of them is read again
-/// (through the same bounds checks): while they hold, the previous walk's
-/// frames are copied instead of unwound; where one does not, the walk
-/// resumes from the last frame that held. `out.len()` above
+/// the same unwinding state (return address, stack pointer, frame kind;
+/// frame pointer aside). From such a frame on the previous walk is a
+/// deterministic function of the stack words it read and of that frame's
+/// rbp, so each of them is read again (through the same bounds checks):
+/// while they hold, the previous walk's frames are copied instead of
+/// unwound; where one does not, the walk resumes from the last frame that
+/// held. When the frame's rbp differs from the previous walk's, a frame
+/// is copied only while every step up to it is known (learnt from two
+/// earlier walks, see the crate docs) to pass rbp through or to replace
+/// it by a stack word, so that no copied step used it. `out.len()` above
 /// [`MEMO_DEPTH`] walks without the memo (and clears it).
 ///
 /// Must not allocate, lock, make a system call, panic or fault: it runs
