@@ -173,7 +173,9 @@ impl Rng {
 }
 
 /// Runs `f` (a capture point) at the end of call chain `chain` with
-/// parameters `a`, `b` (chains 4 and 5, Y then Z, run it twice).
+/// parameters `a`, `b` (chains 4 and 5, Y then Z, run it twice; 6: rbp =
+/// a value from `b` through `a` levels; 7: the same under an rbp-based
+/// CFA frame whose record is its own or a zero one, by `b`).
 fn run_chain(chain: u64, a: i32, b: i32, f: &mut dyn FnMut()) {
     let fp_level = |n: i32, f: &mut dyn FnMut()| {
         // SAFETY: the chain calls the callback once, with ctx.
@@ -189,7 +191,21 @@ fn run_chain(chain: u64, a: i32, b: i32, f: &mut dyn FnMut()) {
         // SAFETY: the chain calls the callback twice, with ctx.
         4 => through_c(f, |cb, ctx| unsafe { unwt_y_then_z(cb, ctx) }),
         // SAFETY: as above.
-        _ => through_c(f, |cb, ctx| unsafe { unwt_nofp_y_then_z(cb, ctx) }),
+        5 => through_c(f, |cb, ctx| unsafe { unwt_nofp_y_then_z(cb, ctx) }),
+        // SAFETY: the chain calls the callback once, with ctx.
+        6 => through_c(f, |cb, ctx| unsafe {
+            unwt_rbp_levels(0x1000 + 8 * b as u64, a, cb, ctx)
+        }),
+        _ => {
+            let rec = std::hint::black_box([0u64; 2]);
+            let at = if b % 2 == 0 {
+                std::ptr::null()
+            } else {
+                rec.as_ptr()
+            };
+            // SAFETY: as above; `rec` outlives the call.
+            through_c(f, |cb, ctx| unsafe { unwt_bp_cfa_levels(at, a, cb, ctx) })
+        }
     }
 }
 
@@ -200,8 +216,8 @@ fn memo_captures_equal_plain_ones_over_random_call_patterns() {
     // (same-site repeats checked, same-chain fp captures checked)
     let mut repeats = 0;
     let mut fp_checked = 0;
-    for _ in 0..300 {
-        let chain = rng.below(6);
+    for _ in 0..400 {
+        let chain = rng.below(8);
         let (a, b) = (rng.below(40) as i32, rng.below(12) as i32);
         let depth = [4, 16, 30, 64, MEMO_DEPTH][rng.below(5) as usize];
         let times = 1 + rng.below(3);
