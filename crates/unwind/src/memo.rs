@@ -93,13 +93,14 @@ impl Entry {
         self.ra == other.ra && self.sp == other.sp && self.class() == other.class()
     }
 
-    /// Whether the step that produced this entry from `prev`'s state would
+    /// Whether the step that produced this entry from `prev`'s state (whose
+    /// stack pointer is `prev_sp`) would
     /// produce it again now: every stack word it read, read through
     /// `fence` as the walk would, still holds what it held.
     // Runs inside malloc: reads only through the fence.
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     #[inline(always)]
-    fn holds(self, prev: Entry, fence: &Fence) -> bool {
+    fn holds(self, prev_sp: u64, fence: &Fence) -> bool {
         let at = |addr: u64, value: u64| fence.read(addr) == Some(value);
         let kind = self.tag & KIND;
         if kind <= K_FP {
@@ -114,7 +115,7 @@ impl Entry {
             return at(self.sp.wrapping_sub(8), self.ra) & ((kind == K_CFI) | at(bp_at, self.bp));
         }
         if kind == K_SIGNAL {
-            let gregs = prev.sp.wrapping_add(UC_GREGS);
+            let gregs = prev_sp.wrapping_add(UC_GREGS);
             let reg = |i: i32| gregs.wrapping_add(8 * i as u64);
             return at(reg(libc::REG_RBP), self.bp)
                 && at(reg(libc::REG_RSP), self.sp)
@@ -221,6 +222,11 @@ pub struct WalkMemo {
     unwinder: u64,
     /// Unwinding steps the last capture took (CFI or frame record).
     steps: u32,
+    /// The state the previous walk started in (rip, rsp and rbp of the
+    /// capture function, as an interrupted pc) when it was a DWARF walk
+    /// without skipped frames: its first step made `banks[cur][0]`. Else
+    /// `NO_ENTRY` (which no state matches: its rsp is 0).
+    init: Entry,
 }
 
 impl WalkMemo {
@@ -237,6 +243,7 @@ impl WalkMemo {
             mode: 0,
             unwinder: 0,
             steps: 0,
+            init: NO_ENTRY,
         }
     }
 
@@ -248,6 +255,7 @@ impl WalkMemo {
         self.extra = false;
         self.truncated = false;
         self.term = NO_TERMINAL;
+        self.init = NO_ENTRY;
     }
 
     /// How many unwinding steps (CFI or frame record, the skipped frames'
@@ -467,6 +475,59 @@ fn verdict(p: Entry, o: Entry, last: Entry, e: Entry) -> u64 {
     }
 }
 
+/// Re-reads the words of the previous walk's steps from `first` (a state
+/// the new walk is in, rbp aside: `live` when its rbp differs) through
+/// `run`: how many of `run` hold (their return addresses written to
+/// `outs`), how many of those passed rbp through (their rbp is then the
+/// new walk's), and whether rbp still differs after the last that held.
+// Runs inside malloc: reads only through the fence.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn reread(
+    first: Entry,
+    run: &[Entry],
+    mut live: bool,
+    fence: &Fence,
+    outs: &mut [u64],
+) -> (usize, usize, bool) {
+    let (mut v, mut passed) = (0usize, 0usize);
+    let mut prev_sp = first.sp;
+    if live {
+        // While the new walk's rbp differs: each step must be known to
+        // pass it through or to drop it; a step that may use it is walked.
+        for next in run {
+            if next.tag & BP_USE == 0 || !next.holds(prev_sp, fence) {
+                return (v, passed, true);
+            }
+            if let Some(o) = outs.get_mut(v) {
+                *o = next.ra;
+            }
+            v += 1;
+            prev_sp = next.sp;
+            if next.tag & PASS_BP == 0 {
+                live = false;
+                break;
+            }
+            passed = v;
+        }
+        if live {
+            return (v, passed, true);
+        }
+    }
+    // The common case: rbp the same (from here on), the plain re-read.
+    for next in run.get(v..).unwrap_or_default() {
+        if !next.holds(prev_sp, fence) {
+            break;
+        }
+        if let Some(o) = outs.get_mut(v) {
+            *o = next.ra;
+        }
+        v += 1;
+        prev_sp = next.sp;
+    }
+    (v, passed, live)
+}
+
 /// One frame-record step from `last` (the walk of
 /// [`crate::fp`]'s `walk`, one record at a time): the non-increasing check
 /// of the previous record, then the record at `last.bp`.
@@ -545,6 +606,22 @@ fn memo_walk(
     let old_end = old_len + usize::from(old_extra);
     let old_term = memo.term;
     let old_truncated = memo.truncated;
+    // The walk's starting state, which a DWARF walk without skipped frames
+    // can match as it matches a frame: its first step (the capture
+    // function's own frame) is then checked like any other.
+    let from_start = mode == DWARF && skip == 0;
+    let init_now = Entry {
+        ra: ip,
+        sp,
+        bp,
+        tag: K_SIGNAL,
+    };
+    let old_init = if usable && from_start {
+        memo.init
+    } else {
+        NO_ENTRY
+    };
+    let init_pairs = old_init.same_but_bp(init_now);
     let cur = memo.cur & 1;
     // The bank written: `cur` (in place) until the new walk outgrows the
     // dead part of the previous one.
@@ -579,8 +656,8 @@ fn memo_walk(
     let (mut paired, mut paired_end) = (0usize, usize::MAX);
     // The previous walk's frame that the current one (`last`) sits where,
     // when `paired_end == c` (read before the new frame overwrote it).
-    let mut last_old = NO_ENTRY;
-    let mut last = NO_ENTRY;
+    let mut last_old = old_init;
+    let mut last = init_now;
     let mut steps = 0u32;
     let fail = |n: usize| Fin {
         len: n,
@@ -589,7 +666,69 @@ fn memo_walk(
         term: NO_TERMINAL,
         shared: 0,
     };
+    // Tried once, before the first step.
+    let mut try_start = init_pairs && old_end > 0;
     let fin = loop {
+        if try_start {
+            try_start = false;
+            // The previous walk from the same starting state: its steps from
+            // there, checked as after a matched frame.
+            let want = old_end.min(d + 1);
+            let (old, _) = banks(bank0, bank1, cur);
+            let Some(run) = old.get(..want) else {
+                break fail(0);
+            };
+            let (v, passed, live) = reread(old_init, run, bp != old_init.bp, &fence, out);
+            if let Some(&o) = run.get(v.wrapping_sub(1)) {
+                last_old = o;
+            }
+            // The v entries that held are in place (bank `cur`, from 0).
+            if let Some(run) = old.get_mut(..passed) {
+                for f in run {
+                    f.bp = bp;
+                }
+            }
+            n = v.min(d);
+            if v > d {
+                break Fin {
+                    len: n,
+                    extra: true,
+                    truncated: true,
+                    term: NO_TERMINAL,
+                    shared: if d == old_len { n } else { 0 },
+                };
+            }
+            if v == old_len
+                && !live
+                && !old_extra
+                && old_term.end != UNKNOWN
+                && old_term.reads.hold(&fence)
+            {
+                break Fin {
+                    len: n,
+                    extra: false,
+                    truncated: old_term.end == FAIL,
+                    term: old_term,
+                    shared: n,
+                };
+            }
+            // Resume from the last frame that held.
+            c = v;
+            if let Some(&l) = old.get(v.wrapping_sub(1)) {
+                (paired, paired_end) = (v, v);
+                last = l;
+                regs = UnwindRegsNative::new(l.ra, l.sp, l.bp);
+                frame = if l.tag & KIND == K_SIGNAL {
+                    FrameAddress::from_instruction_pointer(l.ra)
+                } else {
+                    match FrameAddress::from_return_address(l.ra) {
+                        Some(f) => f,
+                        // Not reached: a kept return address is never 0.
+                        None => break fail(n),
+                    }
+                };
+            }
+        }
         rec.set(Reads::NONE);
         steps = steps.wrapping_add(1);
         let stepped = if mode == MIXED && n > 0 {
@@ -641,7 +780,12 @@ fn memo_walk(
         // Frames before this one that are shared if it matches.
         let before = if paired_end == c { paired } else { 0 };
         let old_c = at_c.unwrap_or(NO_ENTRY);
-        if before > 0 && pairs {
+        let adjacent = if n == 0 {
+            init_pairs && c == 0
+        } else {
+            before > 0
+        };
+        if adjacent && pairs {
             // The same step in both walks (from `last_old` there): what it
             // shows of its use of rbp.
             e.tag |= verdict(last_old, old_c, last, e);
@@ -703,46 +847,9 @@ fn memo_walk(
         };
         // The return addresses go to `out` as they are checked (one pass).
         let outs = out.get_mut(n..).unwrap_or_default();
-        let mut v = 0usize;
-        // While the new walk's rbp differs from the previous one's (it
-        // does from `e` on when only rbp differed): each step must be known
-        // to pass it through (the new frame's rbp is then the new walk's,
-        // `passed` frames) or to drop it; a step that may use it is walked.
-        let mut live = e.bp != old_c.bp;
-        let mut passed = 0usize;
-        let mut pairs = run.windows(2);
-        let mut stopped = false;
-        if live {
-            for pair in pairs.by_ref() {
-                let [prev, next] = pair else { break };
-                if next.tag & BP_USE == 0 || !next.holds(*prev, &vfence) {
-                    stopped = true;
-                    break;
-                }
-                if let Some(o) = outs.get_mut(v) {
-                    *o = next.ra;
-                }
-                v += 1;
-                if next.tag & PASS_BP == 0 {
-                    live = false;
-                    break;
-                }
-                passed = v;
-            }
-        }
-        // The common case: rbp the same (from here on), the plain re-read.
-        if !stopped {
-            for pair in pairs {
-                let [prev, next] = pair else { break };
-                if !next.holds(*prev, &vfence) {
-                    break;
-                }
-                if let Some(o) = outs.get_mut(v) {
-                    *o = next.ra;
-                }
-                v += 1;
-            }
-        }
+        // rbp differs from `e` on when only rbp differed at the match.
+        let (first, rest) = run.split_first().unwrap_or((&NO_ENTRY, &[]));
+        let (v, passed, live) = reread(*first, rest, e.bp != old_c.bp, &vfence, outs);
         if let Some(&o) = run.get(v).filter(|_| v > 0) {
             last_old = o;
         }
@@ -837,6 +944,7 @@ fn memo_walk(
     memo.mode = mode;
     memo.unwinder = unwinder.id;
     memo.steps = steps;
+    memo.init = if from_start { init_now } else { NO_ENTRY };
     MemoWalk {
         len: fin.len,
         truncated: fin.truncated,

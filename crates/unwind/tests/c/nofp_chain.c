@@ -120,3 +120,41 @@ __asm__(
     "  .cfi_endproc\n"
     ".size unwt_bp_cfa_levels, .-unwt_bp_cfa_levels\n");
 #endif
+
+/* void unwt_call_n(int n, unwt_cb cb, void *ctx): cb(ctx) n times (n > 0)
+ * from one call instruction, rbp untouched: each call starts in the same
+ * state. */
+#if defined(__x86_64__)
+__asm__(
+    ".text\n"
+    ".globl unwt_call_n\n"
+    ".type unwt_call_n,@function\n"
+    "unwt_call_n:\n"
+    "  .cfi_startproc\n"
+    "  push %rbx\n"
+    "  .cfi_def_cfa_offset 16\n"
+    "  .cfi_offset %rbx, -16\n"
+    "  push %r12\n"
+    "  .cfi_def_cfa_offset 24\n"
+    "  .cfi_offset %r12, -24\n"
+    "  push %r13\n"
+    "  .cfi_def_cfa_offset 32\n"
+    "  .cfi_offset %r13, -32\n"
+    "  mov %edi, %r13d\n"
+    "  mov %rsi, %rbx\n"
+    "  mov %rdx, %r12\n"
+    "1:\n"
+    "  mov %r12, %rdi\n"
+    "  call *%rbx\n"
+    "  dec %r13d\n"
+    "  jnz 1b\n"
+    "  pop %r13\n"
+    "  .cfi_def_cfa_offset 24\n"
+    "  pop %r12\n"
+    "  .cfi_def_cfa_offset 16\n"
+    "  pop %rbx\n"
+    "  .cfi_def_cfa_offset 8\n"
+    "  ret\n"
+    "  .cfi_endproc\n"
+    ".size unwt_call_n, .-unwt_call_n\n");
+#endif
