@@ -318,7 +318,9 @@ pub struct MemoWalk {
 /// held. When the frame's rbp differs from the previous walk's, a frame
 /// is copied only while every step up to it is known (learnt from two
 /// earlier walks, see the crate docs) to pass rbp through or to replace
-/// it by a stack word, so that no copied step used it. `out.len()` above
+/// it by a stack word, so that no copied step used it. With `skip == 0`
+/// the walk's starting state (this function's rip, rsp and rbp) is
+/// matched the same way, before the first step. `out.len()` above
 /// [`MEMO_DEPTH`] walks without the memo (and clears it).
 ///
 /// Must not allocate, lock, make a system call, panic or fault: it runs
