@@ -13,6 +13,13 @@
 //! sites (two functions that call the capture: the innermost frames differ,
 //! the chain is shared); "shared" is the mean of `MemoWalk::shared`.
 //!
+//! The rbp rows time the DWARF captures from one site under
+//! `unwt_rbp_levels(value, inner - 1)` (tests/c/nofp_chain.c: `inner` C
+//! frames without frame pointers that pass rbp through, with rbp = a
+//! counter that changes every capture, as a caller that keeps its loop
+//! counter in rbp leaves it), itself at the end of an `outer`-frame C chain
+//! ("steps": the mean number of unwinding steps the memo took).
+//!
 //! `capture_mixed` skips the Rust frames above the C chain by CFI (the
 //! number is found once with a DWARF capture and the `backtrace` crate's
 //! symbols) and walks frame pointers from the first C frame.
@@ -36,6 +43,7 @@ type Cb = extern "C" fn(*mut c_void);
 extern "C" {
     fn unwt_fp_level(n: c_int, cb: Cb, ctx: *mut c_void);
     fn unwt_nofp_level(n: c_int, cb: Cb, ctx: *mut c_void);
+    fn unwt_rbp_levels(value: u64, n: c_int, cb: Cb, ctx: *mut c_void);
 }
 
 extern "C" fn trampoline<F: FnMut()>(ctx: *mut c_void) {
@@ -220,6 +228,81 @@ fn memo_rows(bounds: &StackBounds, unwinder: &DwarfUnwinder, cache: &mut DwarfCa
     }
 }
 
+/// One call of `f` under `unwt_rbp_levels(value, inner - 1)` (not
+/// inlined: every call from one site).
+#[inline(never)]
+fn under_rbp<F: FnMut()>(f: &mut F, value: u64, inner: c_int) {
+    // SAFETY: the chain calls trampoline::<F>(ctx) once, at its end, and
+    // restores rbp.
+    unsafe { unwt_rbp_levels(value, inner - 1, trampoline::<F>, (f as *mut F).cast()) }
+}
+
+/// (ns per capture (the fastest of 5 batches), frames, mean shared, mean
+/// steps) of `capture` under `unwt_rbp_levels` with rbp = a counter.
+fn time_rbp(inner: c_int, mut capture: impl FnMut() -> (MemoWalk, u32)) -> (f64, usize, f64, f64) {
+    let last = std::cell::Cell::new((MemoWalk::default(), 0));
+    let mut f = || last.set(capture());
+    let mut value = 0x1000u64;
+    for _ in 0..2 {
+        under_rbp(&mut f, value, inner);
+        value += 8;
+    }
+    let batch = ROUNDS / 5;
+    let (mut best, mut shared, mut steps) = (f64::MAX, 0usize, 0u64);
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..batch {
+            under_rbp(&mut f, value, inner);
+            value += 8;
+            let (w, n) = last.get();
+            shared += w.shared;
+            steps += u64::from(n);
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / f64::from(batch));
+    }
+    let n = f64::from(batch * 5);
+    (best, last.get().0.len, shared as f64 / n, steps as f64 / n)
+}
+
+/// The rbp rows: plain and memoized DWARF captures with an rbp that
+/// changes every capture and passes through the `inner` frames.
+fn rbp_rows(bounds: &StackBounds, unwinder: &DwarfUnwinder, cache: &mut DwarfCache) {
+    let mut memo = Box::new(WalkMemo::new());
+    let mut out = [0u64; 128];
+    println!();
+    println!("rbp varying per capture        outer  inner  frames  ns/capture  shared   steps");
+    for (outer, inner) in [(10, 10), (30, 10), (30, 30)] {
+        let mut rows = Vec::new();
+        through_c(
+            || {
+                let plain = time_rbp(inner, || {
+                    let w = capture_dwarf(0, bounds, unwinder, cache, &mut out);
+                    let w = MemoWalk {
+                        len: w.len,
+                        truncated: w.truncated,
+                        shared: 0,
+                    };
+                    (w, 0)
+                });
+                rows.push(("dwarf plain", plain));
+                memo.clear();
+                let memoized = time_rbp(inner, || {
+                    let w = capture_dwarf_memo(0, bounds, unwinder, cache, &mut memo, &mut out);
+                    (w, memo.steps_walked())
+                });
+                rows.push(("dwarf memo", memoized));
+            },
+            false,
+            outer - 1,
+        );
+        for (name, (ns, frames, shared, steps)) in rows {
+            println!(
+                "{name:<30} {outer:>5}  {inner:>5}  {frames:>6}  {ns:>10.1}  {shared:>6.1}  {steps:>6.1}"
+            );
+        }
+    }
+}
+
 fn main() {
     let bounds = StackBounds::current().expect("stack bounds");
     let modules = Modules::snapshot();
@@ -275,6 +358,7 @@ fn main() {
         }
     }
     memo_rows(&bounds, &unwinder, &mut cache);
+    rbp_rows(&bounds, &unwinder, &mut cache);
     let (hits, misses) = cache.hits_and_misses();
     println!("DWARF rule cache: {hits} hits, {misses} misses");
 }

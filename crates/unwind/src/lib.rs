@@ -66,11 +66,29 @@
 //!   decided it) or the frame beyond the depth limit; the unwinder and the
 //!   capture kind. A new walk goes from the innermost frame as the plain
 //!   one; after each kept frame it looks (cursor over increasing stack
-//!   pointers) for a previous frame in the same state. From there the
-//!   previous walk is a deterministic function of the words it read, so
-//!   it re-reads each of them through the fence: while they hold, its
-//!   frames are taken (copied) instead of unwound; the first that does not
-//!   hold resumes the walk from the last frame that did. The result
+//!   pointers) for a previous frame in the same state, rbp aside. From
+//!   there the previous walk is a deterministic function of the words it
+//!   read and of that frame's rbp, so it re-reads each of them through the
+//!   fence: while they hold, its frames are taken (copied) instead of
+//!   unwound; the first that does not hold resumes the walk from the last
+//!   frame that did. Where the rbp differs (optimised code keeps anything
+//!   in rbp, e.g. a caller's loop counter, and the frames that do not save
+//!   it pass it through unchanged), a frame is taken only while each step
+//!   from the match on is known to pass rbp through (the new walk's rbp
+//!   goes into the taken frame) until one is known to replace it by a
+//!   stack word it read; a step not known so (it may use rbp: a CFA
+//!   `rbp + 16`, a frame record) is walked, and so is the end of the walk
+//!   while rbp still differs. What a step does with rbp is learnt when two
+//!   walks take it from the same pc and rsp with different rbp values
+//!   (same return address, rsp and addresses read: rbp passed through both
+//!   times, or read from the same address) and kept with the frame in the
+//!   memo: from the third capture on, a call site under a varying rbp
+//!   matches at its first frames. A DWARF walk that skips nothing (the
+//!   writer's: it keeps the tracer's own frames and drops them itself)
+//!   also matches its starting state (the capture function's rip, rsp and
+//!   rbp, as an interrupted pc) before any step, so a repeated capture
+//!   re-reads even the capture function's own step instead of unwinding it:
+//!   no CFI step at all when nothing changed. The result
 //!   (`out[..len]`, `truncated`) is exactly the plain capture's; `shared`
 //!   counts the outermost frames taken from the previous walk up to its
 //!   end, so a caller that interned the previous stack outermost-first
@@ -80,7 +98,13 @@
 //!   [`MEMO_DEPTH`] + 1 frames (about 16 KiB), no heap. In the benchmark
 //!   (60-frame chain, 69 frames captured) a DWARF capture goes from
 //!   ~690 ns to ~210 ns from the same call site and ~290 ns alternating
-//!   between two (66 frames shared). The mixed
+//!   between two (66 frames shared). With rbp a counter passed through the
+//!   10 innermost frames of a 49-frame stack (the benchmark's rbp rows),
+//!   ~420 ns before (13 frames walked, plain ~520 ns) and ~220 ns with
+//!   rbp matched as above (1 walked); same-site captures ~10-15 ns less
+//!   (no step from the capture's own frame). Under the shim, bench/workload
+//!   in full mode: ~135-150 ns per operation before, ~115 ns after (55 ns
+//!   without stacks). The mixed
 //!   walk reads frame records at ~2 ns per frame, less than checking and
 //!   copying them (~300 ns against ~145 ns for 64 frames): there the gain
 //!   is `shared` alone (fewer frames to intern).
@@ -133,7 +157,12 @@
 //!    while the word above them holds a return address into `Y` before and
 //!    into `Z` now (tests/memo.rs checks this trap, and fails without the
 //!    re-read). A step the memo cannot re-check (a DWARF expression rule,
-//!    more than two reads, a failed read framehop ignored) is never taken.
+//!    more than two reads, a failed read framehop ignored) is never taken,
+//!    nor is a step from a frame whose rbp differs from the previous
+//!    walk's unless two walks showed that the step passes rbp through or
+//!    replaces it by a word read at an address independent of it
+//!    (tests/memo.rs `an_rbp_that_a_later_step_uses_is_compared` fails
+//!    when the frames after such a match are taken regardless).
 //!    Otherwise the trace reports call stacks the program never had.
 //! 7. A capture MUST NOT panic: no unwrap, no failing index, wrapping
 //!    arithmetic on addresses; framehop and gimli report malformed tables
@@ -177,25 +206,36 @@
 //!   give. What the comparison cannot see is a rule it does not model: the
 //!   rbp a frame-pointer rule (`CFA = rbp + 16`: `alloca`, VLAs, stack
 //!   realignment, `-O0` code) starts from is part of the compared state,
-//!   and the words it reads are re-read, so a frame whose layout changed
+//!   (or, when it differs, must not be used by any step taken, below) and
+//!   the words it reads are re-read, so a frame whose layout changed
 //!   (a larger `alloca` this time) is not taken even if its old slots
 //!   still hold the old return addresses; that case, which the plain
 //!   (ra, slot) check of the outer return addresses would get wrong, is
 //!   covered. So is a frame record whose saved-rbp word changed while its
 //!   return-address word did not: checking only the return-address words
-//!   (and matching frames without their rbp) reuses a stale chain there,
-//!   and tests/memo.rs (`how_the_previous_walk_ended_is_checked_again`)
-//!   fails with that weaker check. Rules that read registers other than
-//!   rsp/rbp/rip do not exist in framehop's x86_64 model; a rule that
-//!   reads through a DWARF expression is opaque (never taken). `shared` is conservative: it is
+//!   (and matching frames without their rbp, unconditionally) reuses a
+//!   stale chain there, and tests/memo.rs
+//!   (`how_the_previous_walk_ended_is_checked_again`) fails with that
+//!   weaker check. Rules that read registers other than rsp/rbp/rip do not
+//!   exist in framehop's x86_64 model; a rule that reads through a DWARF
+//!   expression is opaque (never taken). What a step does with rbp is
+//!   learnt, not read from the rule (framehop does not expose it), by
+//!   comparing two walks through it with different rbp values: framehop's
+//!   x86_64 rules use rbp not at all, pass it through, or as the base of
+//!   an address (CFA = rbp + c, the frame-pointer fallback, a frame
+//!   record), which moves the new rsp or an address read, so two values
+//!   tell them apart; a DWARF value expression of rbp that gives rbp back
+//!   at two values and something else at a third would not be told apart
+//!   (compilers emit none: rbp's rules are same-value, a CFA offset, or a
+//!   frame base). `shared` is conservative: it is
 //!   0 when the match is not followed to the previous walk's end (or the
 //!   truncation differs), even if the stacks are the same. An rbp that
 //!   differs between two calls at an inner frame (optimised code using
-//!   rbp as a general register) delays the match to the next frame that
-//!   restores rbp (one more CFI step); the frames in between, at the same
-//!   stack addresses with the same return addresses as the previous
-//!   walk's, still count in `shared` once that match is followed to the
-//!   end. A memo used on another thread, or after its thread's stack was
+//!   rbp as a general register) delays the match, the first time, to the
+//!   next frame that restores rbp (the steps in between are walked, and
+//!   learnt); the frames in between, at the same stack addresses with the
+//!   same return addresses as the previous walk's, still count in
+//!   `shared` once that match is followed to the end. A memo used on another thread, or after its thread's stack was
 //!   reused, matches nothing it cannot verify.
 //! - **Depth limits**: a previous walk that stopped at its limit recorded
 //!   the frame beyond it; a new walk with the same or a smaller limit that

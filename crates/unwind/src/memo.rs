@@ -39,6 +39,23 @@ const K_SIGNAL: u64 = 3;
 const K_OPAQUE: u64 = 4;
 const KIND: u64 = 7;
 
+// What is known of how the step that produced an entry used the incoming
+// rbp (the high bits of `Entry::tag`; stack addresses never have them),
+// learnt by comparing two walks that took the step from the same pc and
+// rsp with different rbp values (see `verdict`). Neither bit: unknown, or
+// the step depends on it.
+/// The step passes rbp through and nothing else it does depends on it: the
+/// new rbp is the incoming one, the return address, the new rsp and the
+/// addresses read are the same whatever the incoming rbp.
+const PASS_BP: u64 = 1 << 63;
+/// The step ignores the incoming rbp: the new rbp is a stack word read at
+/// an address that does not depend on it (`K_CFI_BP`), and so are the
+/// return address and rsp.
+const DROP_BP: u64 = 1 << 62;
+const BP_USE: u64 = PASS_BP | DROP_BP;
+/// The address a `K_CFI_BP` step read rbp from.
+const ADDR: u64 = !(KIND | BP_USE);
+
 /// One kept frame of a walk: the return address, the unwinding state after
 /// the step that produced it (stack pointer, frame pointer, frame kind),
 /// and what that step read from the stack.
@@ -68,22 +85,22 @@ impl Entry {
         }
     }
 
-    /// The same unwinding state: a walk continues from both identically
-    /// as long as it reads the same stack words.
-    fn same_state(self, other: Entry) -> bool {
-        self.ra == other.ra
-            && self.sp == other.sp
-            && self.bp == other.bp
-            && self.class() == other.class()
+    /// The same unwinding state but perhaps rbp: a walk continues from
+    /// both identically as long as it reads the same stack words and no
+    /// step uses the incoming rbp before one replaces it (`PASS_BP`,
+    /// `DROP_BP`).
+    fn same_but_bp(self, other: Entry) -> bool {
+        self.ra == other.ra && self.sp == other.sp && self.class() == other.class()
     }
 
-    /// Whether the step that produced this entry from `prev`'s state would
+    /// Whether the step that produced this entry from `prev`'s state (whose
+    /// stack pointer is `prev_sp`) would
     /// produce it again now: every stack word it read, read through
     /// `fence` as the walk would, still holds what it held.
     // Runs inside malloc: reads only through the fence.
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     #[inline(always)]
-    fn holds(self, prev: Entry, fence: &Fence) -> bool {
+    fn holds(self, prev_sp: u64, fence: &Fence) -> bool {
         let at = |addr: u64, value: u64| fence.read(addr) == Some(value);
         let kind = self.tag & KIND;
         if kind <= K_FP {
@@ -93,12 +110,12 @@ impl Entry {
             let bp_at = if kind == K_FP {
                 self.sp.wrapping_sub(16)
             } else {
-                self.tag & !KIND
+                self.tag & ADDR
             };
             return at(self.sp.wrapping_sub(8), self.ra) & ((kind == K_CFI) | at(bp_at, self.bp));
         }
         if kind == K_SIGNAL {
-            let gregs = prev.sp.wrapping_add(UC_GREGS);
+            let gregs = prev_sp.wrapping_add(UC_GREGS);
             let reg = |i: i32| gregs.wrapping_add(8 * i as u64);
             return at(reg(libc::REG_RBP), self.bp)
                 && at(reg(libc::REG_RSP), self.sp)
@@ -203,6 +220,13 @@ pub struct WalkMemo {
     mode: u8,
     /// `DwarfUnwinder::id` of the unwinder it was made with.
     unwinder: u64,
+    /// Unwinding steps the last capture took (CFI or frame record).
+    steps: u32,
+    /// The state the previous walk started in (rip, rsp and rbp of the
+    /// capture function, as an interrupted pc) when it was a DWARF walk
+    /// without skipped frames: its first step made `banks[cur][0]`. Else
+    /// `NO_ENTRY` (which no state matches: its rsp is 0).
+    init: Entry,
 }
 
 impl WalkMemo {
@@ -218,6 +242,8 @@ impl WalkMemo {
             valid: false,
             mode: 0,
             unwinder: 0,
+            steps: 0,
+            init: NO_ENTRY,
         }
     }
 
@@ -229,6 +255,15 @@ impl WalkMemo {
         self.extra = false;
         self.truncated = false;
         self.term = NO_TERMINAL;
+        self.init = NO_ENTRY;
+    }
+
+    /// How many unwinding steps (CFI or frame record, the skipped frames'
+    /// included) the last memoized capture with this memo took: the frames
+    /// it did not copy. For tests and benchmarks.
+    #[doc(hidden)]
+    pub fn steps_walked(&self) -> u32 {
+        self.steps
     }
 }
 
@@ -274,12 +309,18 @@ pub struct MemoWalk {
 ///
 /// The walk goes from the innermost frame as `capture_dwarf` does; after
 /// each kept frame it looks in `memo` for a frame of the previous walk in
-/// the same unwinding state (return address, stack pointer, frame
-/// pointer). From such a frame on the previous walk is a deterministic
-/// function of the stack words it read, so each of them is read again
-/// (through the same bounds checks): while they hold, the previous walk's
-/// frames are copied instead of unwound; where one does not, the walk
-/// resumes from the last frame that held. `out.len()` above
+/// the same unwinding state (return address, stack pointer, frame kind;
+/// frame pointer aside). From such a frame on the previous walk is a
+/// deterministic function of the stack words it read and of that frame's
+/// rbp, so each of them is read again (through the same bounds checks):
+/// while they hold, the previous walk's frames are copied instead of
+/// unwound; where one does not, the walk resumes from the last frame that
+/// held. When the frame's rbp differs from the previous walk's, a frame
+/// is copied only while every step up to it is known (learnt from two
+/// earlier walks, see the crate docs) to pass rbp through or to replace
+/// it by a stack word, so that no copied step used it. With `skip == 0`
+/// the walk's starting state (this function's rip, rsp and rbp) is
+/// matched the same way, before the first step. `out.len()` above
 /// [`MEMO_DEPTH`] walks without the memo (and clears it).
 ///
 /// Must not allocate, lock, make a system call, panic or fault: it runs
@@ -396,13 +437,97 @@ fn classify(ra: u64, sp: u64, bp: u64, reads: Reads) -> u64 {
         if addr == sp.wrapping_sub(8) && value == ra {
             continue;
         }
-        if value == bp && addr & KIND == 0 && (tag == K_CFI || tag == addr | K_CFI_BP) {
+        if value == bp && addr & !ADDR == 0 && (tag == K_CFI || tag == addr | K_CFI_BP) {
             tag = addr | K_CFI_BP;
             continue;
         }
         return K_OPAQUE;
     }
     tag
+}
+
+/// What the step from `last` to `e` (a new walk) and the step from `p` to
+/// `o` (the previous walk), from the same pc and rsp, show of how that
+/// step uses the incoming rbp (`PASS_BP`, `DROP_BP` or 0).
+///
+/// From the same rbp: the same step, so `o`'s verdict when it gave the
+/// same entry. From two different rbp values: the step gave the same
+/// return address and rsp and read the same addresses, and rbp either
+/// stayed the incoming one both times (`PASS_BP`, a CFI step that read
+/// only the return address) or was read from the same address (`DROP_BP`,
+/// not the incoming one both times). framehop's x86_64 rules use rbp in
+/// one of three ways: not at all, passed through, or as the base of an
+/// address (CFA = rbp + c, a frame record at rbp: the new rsp or an
+/// address read moves with rbp), so two rbp values tell them apart. A step
+/// through a frame record (`K_FP`), a signal frame or an opaque step gets 0.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn verdict(p: Entry, o: Entry, last: Entry, e: Entry) -> u64 {
+    let kind = e.tag & KIND;
+    if !p.same_but_bp(last) || !o.same_but_bp(e) || o.tag & !BP_USE != e.tag & !BP_USE {
+        return 0;
+    }
+    if p.bp == last.bp {
+        return if o.bp == e.bp { o.tag & BP_USE } else { 0 };
+    }
+    let passed = e.bp == last.bp && o.bp == p.bp;
+    match kind {
+        K_CFI if passed => PASS_BP,
+        K_CFI_BP if !passed => DROP_BP,
+        _ => 0,
+    }
+}
+
+/// Re-reads the words of the previous walk's steps from `first` (a state
+/// the new walk is in, rbp aside: `live` when its rbp differs) through
+/// `run`: how many of `run` hold (their return addresses written to
+/// `outs`), how many of those passed rbp through (their rbp is then the
+/// new walk's), and whether rbp still differs after the last that held.
+// Runs inside malloc: reads only through the fence.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn reread(
+    first: Entry,
+    run: &[Entry],
+    mut live: bool,
+    fence: &Fence,
+    outs: &mut [u64],
+) -> (usize, usize, bool) {
+    let (mut v, mut passed) = (0usize, 0usize);
+    let mut prev_sp = first.sp;
+    if live {
+        // While the new walk's rbp differs: each step must be known to
+        // pass it through or to drop it; a step that may use it is walked.
+        for next in run {
+            if next.tag & BP_USE == 0 || !next.holds(prev_sp, fence) {
+                return (v, passed, true);
+            }
+            if let Some(o) = outs.get_mut(v) {
+                *o = next.ra;
+            }
+            v += 1;
+            prev_sp = next.sp;
+            if next.tag & PASS_BP == 0 {
+                live = false;
+                break;
+            }
+            passed = v;
+        }
+        if live {
+            return (v, passed, true);
+        }
+    }
+    // The common case: rbp the same (from here on), the plain re-read.
+    for next in run.get(v..).unwrap_or_default() {
+        if !next.holds(prev_sp, fence) {
+            break;
+        }
+        if let Some(o) = outs.get_mut(v) {
+            *o = next.ra;
+        }
+        v += 1;
+        prev_sp = next.sp;
+    }
+    (v, passed, live)
 }
 
 /// One frame-record step from `last` (the walk of
@@ -483,6 +608,22 @@ fn memo_walk(
     let old_end = old_len + usize::from(old_extra);
     let old_term = memo.term;
     let old_truncated = memo.truncated;
+    // The walk's starting state, which a DWARF walk without skipped frames
+    // can match as it matches a frame: its first step (the capture
+    // function's own frame) is then checked like any other.
+    let from_start = mode == DWARF && skip == 0;
+    let init_now = Entry {
+        ra: ip,
+        sp,
+        bp,
+        tag: K_SIGNAL,
+    };
+    let old_init = if usable && from_start {
+        memo.init
+    } else {
+        NO_ENTRY
+    };
+    let init_pairs = old_init.same_but_bp(init_now);
     let cur = memo.cur & 1;
     // The bank written: `cur` (in place) until the new walk outgrows the
     // dead part of the previous one.
@@ -515,7 +656,11 @@ fn memo_walk(
     // proven the same; an rbp that differed there is why the match came
     // later).
     let (mut paired, mut paired_end) = (0usize, usize::MAX);
-    let mut last = NO_ENTRY;
+    // The previous walk's frame that the current one (`last`) sits where,
+    // when `paired_end == c` (read before the new frame overwrote it).
+    let mut last_old = old_init;
+    let mut last = init_now;
+    let mut steps = 0u32;
     let fail = |n: usize| Fin {
         len: n,
         extra: false,
@@ -523,8 +668,71 @@ fn memo_walk(
         term: NO_TERMINAL,
         shared: 0,
     };
+    // Tried once, before the first step.
+    let mut try_start = init_pairs && old_end > 0;
     let fin = loop {
+        if try_start {
+            try_start = false;
+            // The previous walk from the same starting state: its steps from
+            // there, checked as after a matched frame.
+            let want = old_end.min(d + 1);
+            let (old, _) = banks(bank0, bank1, cur);
+            let Some(run) = old.get(..want) else {
+                break fail(0);
+            };
+            let (v, passed, live) = reread(old_init, run, bp != old_init.bp, &fence, out);
+            if let Some(&o) = run.get(v.wrapping_sub(1)) {
+                last_old = o;
+            }
+            // The v entries that held are in place (bank `cur`, from 0).
+            if let Some(run) = old.get_mut(..passed) {
+                for f in run {
+                    f.bp = bp;
+                }
+            }
+            n = v.min(d);
+            if v > d {
+                break Fin {
+                    len: n,
+                    extra: true,
+                    truncated: true,
+                    term: NO_TERMINAL,
+                    shared: if d == old_len { n } else { 0 },
+                };
+            }
+            if v == old_len
+                && !live
+                && !old_extra
+                && old_term.end != UNKNOWN
+                && old_term.reads.hold(&fence)
+            {
+                break Fin {
+                    len: n,
+                    extra: false,
+                    truncated: old_term.end == FAIL,
+                    term: old_term,
+                    shared: n,
+                };
+            }
+            // Resume from the last frame that held.
+            c = v;
+            if let Some(&l) = old.get(v.wrapping_sub(1)) {
+                (paired, paired_end) = (v, v);
+                last = l;
+                regs = UnwindRegsNative::new(l.ra, l.sp, l.bp);
+                frame = if l.tag & KIND == K_SIGNAL {
+                    FrameAddress::from_instruction_pointer(l.ra)
+                } else {
+                    match FrameAddress::from_return_address(l.ra) {
+                        Some(f) => f,
+                        // Not reached: a kept return address is never 0.
+                        None => break fail(n),
+                    }
+                };
+            }
+        }
         rec.set(Reads::NONE);
+        steps = steps.wrapping_add(1);
         let stepped = if mode == MIXED && n > 0 {
             fp_step(last, &fence_fp, &rec)
         } else {
@@ -542,7 +750,7 @@ fn memo_walk(
                 Step::Fail => Stepped::Fail,
             }
         };
-        let e = match stepped {
+        let mut e = match stepped {
             Stepped::Ret(e) => e,
             Stepped::End | Stepped::Fail => {
                 let fail = matches!(stepped, Stepped::Fail);
@@ -568,16 +776,28 @@ fn memo_walk(
         while old.get(c).is_some_and(|o| c < old_len && o.sp < e.sp) {
             c += 1;
         }
-        let at_c = old.get(c).filter(|_| c < old_len);
-        let matched = at_c.is_some_and(|o| o.same_state(e));
+        let at_c = old.get(c).filter(|_| c < old_len).copied();
+        let matched = at_c.is_some_and(|o| o.same_but_bp(e));
         let pairs = at_c.is_some_and(|o| o.ra == e.ra && o.sp == e.sp);
         // Frames before this one that are shared if it matches.
         let before = if paired_end == c { paired } else { 0 };
+        let old_c = at_c.unwrap_or(NO_ENTRY);
+        let adjacent = if n == 0 {
+            init_pairs && c == 0
+        } else {
+            before > 0
+        };
+        if adjacent && pairs {
+            // The same step in both walks (from `last_old` there): what it
+            // shows of its use of rbp.
+            e.tag |= verdict(last_old, old_c, last, e);
+        }
         (paired, paired_end) = if pairs {
             (before + 1, c + 1)
         } else {
             (0, usize::MAX)
         };
+        last_old = old_c;
         // Where `e` goes: in place while index n is dead (below the cursor,
         // or the cursor's entry, which no later frame can match).
         let dead = n < c || c >= old_len || (n == c && old.get(c).is_some_and(|o| o.sp == e.sp));
@@ -629,16 +849,11 @@ fn memo_walk(
         };
         // The return addresses go to `out` as they are checked (one pass).
         let outs = out.get_mut(n..).unwrap_or_default();
-        let mut v = 0usize;
-        for pair in run.windows(2) {
-            let [prev, next] = pair else { break };
-            if !next.holds(*prev, &vfence) {
-                break;
-            }
-            if let Some(o) = outs.get_mut(v) {
-                *o = next.ra;
-            }
-            v += 1;
+        // rbp differs from `e` on when only rbp differed at the match.
+        let (first, rest) = run.split_first().unwrap_or((&NO_ENTRY, &[]));
+        let (v, passed, live) = reread(*first, rest, e.bp != old_c.bp, &vfence, outs);
+        if let Some(&o) = run.get(v).filter(|_| v > 0) {
+            last_old = o;
         }
         // Place the v entries that held at n.. (in place: moved down from
         // i + 1.., nothing to move when k == i; else copied over).
@@ -658,6 +873,11 @@ fn memo_walk(
             dst.copy_from_slice(src);
         }
         let (new, _) = banks(bank0, bank1, w);
+        if let Some(run) = new.get_mut(n..n + passed) {
+            for f in run {
+                f.bp = e.bp;
+            }
+        }
         let kept = v.min(room);
         n += kept;
         if let Some(&e) = new.get(n - 1) {
@@ -681,7 +901,12 @@ fn memo_walk(
             };
         }
         let j = i + 1 + v;
-        if j == old_len && !old_extra && old_term.end != UNKNOWN && old_term.reads.hold(&vfence) {
+        if j == old_len
+            && !live
+            && !old_extra
+            && old_term.end != UNKNOWN
+            && old_term.reads.hold(&vfence)
+        {
             // The previous walk's last step ends this one the same way.
             break Fin {
                 len: n,
@@ -720,6 +945,8 @@ fn memo_walk(
     memo.valid = true;
     memo.mode = mode;
     memo.unwinder = unwinder.id;
+    memo.steps = steps;
+    memo.init = if from_start { init_now } else { NO_ENTRY };
     MemoWalk {
         len: fin.len,
         truncated: fin.truncated,

@@ -25,6 +25,11 @@ struct Cx {
     mixed_skip: usize,
     /// Captures made, and frames reported shared, per kind.
     stats: [(usize, usize, usize); 2],
+    /// For `capture_point0`: its memo, previous capture and the return
+    /// address its memoized captures start with.
+    memo0: Box<WalkMemo>,
+    prev0: Option<(Vec<u64>, bool)>,
+    ra0: Option<u64>,
 }
 
 impl Cx {
@@ -38,6 +43,9 @@ impl Cx {
             prev: [None, None],
             mixed_skip: 0,
             stats: [(0, 0, 0); 2],
+            memo0: Box::new(WalkMemo::new()),
+            prev0: None,
+            ra0: None,
         };
         let mut skip = None;
         through_c(
@@ -137,6 +145,50 @@ fn capture_point(cx: &mut Cx, depth: usize) -> Seen {
     seen
 }
 
+/// A capture point for DWARF captures that skip nothing (as the writer's
+/// are: the memo then matches the walk's starting state, before any step):
+/// the plain and the memoized capture from this frame are equal but for
+/// their first address (each call's own return address; the memoized
+/// one's is the same at every call); `shared` is sound. Returns the plain
+/// capture, the memoized walk and the unwinding steps it took.
+#[inline(never)]
+fn capture_point0(cx: &mut Cx, depth: usize) -> (Vec<u64>, Walk, MemoWalk, u32) {
+    let mut plain = vec![0u64; depth];
+    let mut memo_out = vec![0u64; depth];
+    let wp = capture_dwarf(0, &cx.bounds, &cx.unwinder, &mut cx.cache, &mut plain);
+    let wm = capture_dwarf_memo(
+        0,
+        &cx.bounds,
+        &cx.unwinder,
+        &mut cx.cache,
+        &mut cx.memo0,
+        &mut memo_out,
+    );
+    plain.truncate(wp.len);
+    memo_out.truncate(wm.len);
+    assert_eq!(
+        (wm.len, wm.truncated),
+        (wp.len, wp.truncated),
+        "{wm:?} {wp:?}"
+    );
+    assert_eq!(memo_out.get(1..), plain.get(1..));
+    if let Some(&ra) = memo_out.first() {
+        let first = *cx.ra0.get_or_insert(ra);
+        assert_eq!(ra, first);
+    }
+    assert!(wm.shared <= wm.len);
+    if wm.shared > 0 {
+        let (prev, prev_truncated) = cx.prev0.as_ref().expect("a previous capture");
+        assert_eq!(
+            memo_out[memo_out.len() - wm.shared..],
+            prev[prev.len() - wm.shared..]
+        );
+        assert_eq!(*prev_truncated, wm.truncated);
+    }
+    cx.prev0 = Some((memo_out, wm.truncated));
+    (plain, wp, wm, cx.memo0.steps_walked())
+}
+
 /// The longest common outermost run of two captures (an upper bound of
 /// `shared`), 0 when their truncation differs.
 fn common_suffix(a: &[u64], at: bool, b: &[u64], bt: bool) -> usize {
@@ -173,7 +225,9 @@ impl Rng {
 }
 
 /// Runs `f` (a capture point) at the end of call chain `chain` with
-/// parameters `a`, `b` (chains 4 and 5, Y then Z, run it twice).
+/// parameters `a`, `b` (chains 4 and 5, Y then Z, run it twice; 6: rbp =
+/// a value from `b` through `a` levels; 7: the same under an rbp-based
+/// CFA frame whose record is its own or a zero one, by `b`).
 fn run_chain(chain: u64, a: i32, b: i32, f: &mut dyn FnMut()) {
     let fp_level = |n: i32, f: &mut dyn FnMut()| {
         // SAFETY: the chain calls the callback once, with ctx.
@@ -189,7 +243,21 @@ fn run_chain(chain: u64, a: i32, b: i32, f: &mut dyn FnMut()) {
         // SAFETY: the chain calls the callback twice, with ctx.
         4 => through_c(f, |cb, ctx| unsafe { unwt_y_then_z(cb, ctx) }),
         // SAFETY: as above.
-        _ => through_c(f, |cb, ctx| unsafe { unwt_nofp_y_then_z(cb, ctx) }),
+        5 => through_c(f, |cb, ctx| unsafe { unwt_nofp_y_then_z(cb, ctx) }),
+        // SAFETY: the chain calls the callback once, with ctx.
+        6 => through_c(f, |cb, ctx| unsafe {
+            unwt_rbp_levels(0x1000 + 8 * b as u64, a, cb, ctx)
+        }),
+        _ => {
+            let rec = std::hint::black_box([0u64; 2]);
+            let at = if b % 2 == 0 {
+                std::ptr::null()
+            } else {
+                rec.as_ptr()
+            };
+            // SAFETY: as above; `rec` outlives the call.
+            through_c(f, |cb, ctx| unsafe { unwt_bp_cfa_levels(at, a, cb, ctx) })
+        }
     }
 }
 
@@ -200,15 +268,22 @@ fn memo_captures_equal_plain_ones_over_random_call_patterns() {
     // (same-site repeats checked, same-chain fp captures checked)
     let mut repeats = 0;
     let mut fp_checked = 0;
-    for _ in 0..300 {
-        let chain = rng.below(6);
+    for _ in 0..400 {
+        let chain = rng.below(8);
         let (a, b) = (rng.below(40) as i32, rng.below(12) as i32);
         let depth = [4, 16, 30, 64, MEMO_DEPTH][rng.below(5) as usize];
         let times = 1 + rng.below(3);
         // The captures of each call of the callback (Y/Z chains call it twice).
         let mut calls: Vec<Vec<Seen>> = Vec::new();
         run_chain(chain, a, b, &mut || {
-            calls.push((0..times).map(|_| capture_point(&mut cx, depth)).collect());
+            calls.push(
+                (0..times)
+                    .map(|_| {
+                        capture_point0(&mut cx, depth);
+                        capture_point(&mut cx, depth)
+                    })
+                    .collect(),
+            );
         });
         // Consecutive captures from one capture point (same stack, same
         // depth limit) share everything: the whole capture is copied.
@@ -558,5 +633,179 @@ fn how_the_previous_walk_ended_is_checked_again() {
         );
         assert_eq!(symbol(addrs[0]), "unwt_garbage_rbp");
         assert_eq!(wm.shared, shared, "{next:#x} {ret:#x}");
+    }
+}
+
+extern "C" {
+    /// unwt_nofp_level(n, cb, ctx) with rbp = value, passed through its
+    /// n + 1 frames (tests/c/nofp_chain.c).
+    fn unwt_rbp_levels(value: u64, n: i32, cb: Cb, ctx: *mut std::ffi::c_void);
+    /// unwt_nofp_level(n, cb, ctx) from a frame whose CFA is rbp + 16, with
+    /// rbp = its own frame record (rec null) or rec.
+    fn unwt_bp_cfa_levels(rec: *const u64, n: i32, cb: Cb, ctx: *mut std::ffi::c_void);
+}
+
+/// Captures (both kinds, checked by `capture_point`) from one site under
+/// `unwt_rbp_levels(value, n)` for each value: what each saw, and the
+/// unwinding steps the DWARF memo took.
+fn rbp_site(cx: &mut Cx, n: i32, values: &[u64]) -> Vec<(Seen, u32, u32)> {
+    // Opaque to the optimiser: an unrolled loop would make several sites.
+    let values = std::hint::black_box(values);
+    let mut seen = Vec::new();
+    for &v in values {
+        seen.push(rbp_once(cx, n, v));
+    }
+    seen
+}
+
+/// One capture of `rbp_site` (not inlined: one call site for all).
+#[inline(never)]
+fn rbp_once(cx: &mut Cx, n: i32, value: u64) -> (Seen, u32, u32) {
+    let mut seen = None;
+    through_c(
+        || {
+            let (.., steps0) = capture_point0(cx, 64);
+            seen = Some((capture_point(cx, 64), cx.memo[0].steps_walked(), steps0))
+        },
+        // SAFETY: calls the callback once, with ctx; rbp is restored.
+        |cb, ctx| unsafe { unwt_rbp_levels(value, n, cb, ctx) },
+    );
+    seen.unwrap()
+}
+
+/// One capture under `unwt_bp_cfa_levels(rec, 6)` (not inlined: one call
+/// site for all), and the unwinding steps the DWARF memo took.
+#[inline(never)]
+fn bp_cfa_once(cx: &mut Cx, rec: *const u64) -> (Seen, u32, u32) {
+    let mut seen = None;
+    through_c(
+        || {
+            let (.., steps0) = capture_point0(cx, 64);
+            seen = Some((capture_point(cx, 64), cx.memo[0].steps_walked(), steps0))
+        },
+        // SAFETY: calls the callback once, with ctx; rbp is restored.
+        |cb, ctx| unsafe { unwt_bp_cfa_levels(rec, 6, cb, ctx) },
+    );
+    seen.unwrap()
+}
+
+#[test]
+fn an_rbp_passed_through_does_not_keep_the_memo_from_matching() {
+    // A caller keeps a loop counter in rbp: every capture from the site has
+    // another rbp in the frames below it, which no step uses before the
+    // caller's frame restores it. From the second capture on, the memo
+    // knows those steps pass rbp through: the walk stops at the first
+    // frame below them (the ones above the C levels are walked, their rbp
+    // is read from the stack) whatever the number of levels.
+    let mut cx = Cx::new();
+    let values: Vec<u64> = (0..6).map(|i| 0x1000 + 8 * i).collect();
+    let mut steady = Vec::new();
+    for n in [2, 16] {
+        cx.memo[0].clear();
+        let seen = rbp_site(&mut cx, n, &values);
+        let first = seen[0].1;
+        for (i, ([(_, wp, wm), _], steps, steps0)) in seen.iter().enumerate() {
+            assert!(wp.len > n as usize + 2 && !wp.truncated, "{wp:?}");
+            if i >= 2 {
+                assert_eq!(wm.shared, wm.len, "capture {i} of {n} levels: {wm:?}");
+                // The levels, the rbp-setting frame and its callers are copied.
+                assert!(*steps + n as u32 + 2 <= first, "{n}: {steps} of {first}");
+                // Skipping nothing, the walk matches where it starts.
+                // Skipping nothing, the same, and the walk's starting state
+                // matches too (no step from the capture's own frame).
+                assert!(steps0 < steps, "{n}: {steps0} {steps}");
+                assert!(*steps0 + n as u32 + 2 <= first, "{n}: {steps0} of {first}");
+            }
+        }
+        let last = seen.last().unwrap();
+        steady.push((last.1, last.2));
+    }
+    assert_eq!(steady[0], steady[1], "steps with 2 and 16 levels");
+}
+
+#[test]
+fn an_rbp_that_a_later_step_uses_is_compared() {
+    // The same site under a frame whose CFA is rbp-based, reached through
+    // levels that pass rbp through: with its own frame record the walk goes
+    // on to its callers, with the record `rec` (a zero return address) it
+    // ends there. The memo matches at the levels (only rbp differs) but
+    // must walk the rbp-based step again: copying the previous walk's
+    // outcome (its words still hold) would be wrong every other time.
+    let mut cx = Cx::new();
+    let rec = std::hint::black_box([0u64; 2]);
+    let mut lens = [Vec::new(), Vec::new()];
+    // Opaque to the optimiser: an unrolled loop would make several sites.
+    for i in 0..std::hint::black_box(8) {
+        let own = i % 2 == 0;
+        let at = if own { std::ptr::null() } else { rec.as_ptr() };
+        let ([(addrs, wp, wm), _], steps, steps0) = bp_cfa_once(&mut cx, at);
+        if !own {
+            assert_eq!(symbol(addrs[wp.len - 1]), "unwt_bp_cfa_levels");
+            assert!(!wp.truncated);
+        }
+        // Only the frames up to the levels differ in rbp: the memo matched
+        // there and copied the 7 levels; it walked the rbp-based step (the
+        // end), the frames above the levels and the 2 skipped ones.
+        if i >= 2 && !own {
+            assert!(steps as usize + 4 <= wp.len, "{steps} {wm:?}");
+        }
+        // Skipping nothing (one frame more: capture_point0's), the same.
+        if i >= 2 && !own {
+            assert!(
+                steps0 >= 1 && steps0 as usize + 5 <= wp.len,
+                "{steps0} {wm:?}"
+            );
+        }
+        lens[usize::from(own)].push(wp.len);
+    }
+    assert!(lens[1].iter().all(|&l| l > lens[0][0] + 1), "{lens:?}");
+}
+
+extern "C" {
+    /// cb(ctx) n times from one call instruction, rbp untouched.
+    fn unwt_call_n(n: i32, cb: Cb, ctx: *mut std::ffi::c_void);
+}
+
+/// A memoized capture skipping nothing, into `out`, that allocates
+/// nothing: called again in the same state, its registers are the same.
+#[inline(never)]
+fn capture0_fixed(cx: &mut Cx, out: &mut [u64; 64]) -> (MemoWalk, u32) {
+    let w = capture_dwarf_memo(
+        0,
+        &cx.bounds,
+        &cx.unwinder,
+        &mut cx.cache,
+        &mut cx.memo0,
+        out,
+    );
+    (w, cx.memo0.steps_walked())
+}
+
+#[test]
+fn a_capture_in_the_same_state_takes_no_step() {
+    // The same call in the same state (registers and stack): the memo
+    // matches the walk's starting state (the capture function's own rip,
+    // rsp and rbp), so the first step, from the capture's own frame, is
+    // checked by re-reading its words instead of unwinding it.
+    let mut cx = Cx::new();
+    let mut out = [0u64; 64];
+    let mut seen = Vec::new();
+    let mut f = || {
+        let (w, steps) = capture0_fixed(&mut cx, &mut out);
+        seen.push((out[..w.len].to_vec(), w, steps));
+    };
+    through_c(
+        &mut f,
+        // SAFETY: calls the callback 4 times, with ctx.
+        |cb, ctx| unsafe { unwt_call_n(4, cb, ctx) },
+    );
+    let (first, w0, steps0) = &seen[0];
+    assert!(w0.len > 3 && *steps0 as usize > w0.len, "{w0:?} {steps0}");
+    for (addrs, w, steps) in &seen[1..] {
+        assert_eq!(
+            (addrs, w.len, w.truncated, w.shared),
+            (first, w0.len, w0.truncated, w0.len)
+        );
+        assert_eq!(*steps, 0);
     }
 }
