@@ -45,6 +45,9 @@ fp                            10       1         4.0      4.03
 mixed (cfi skip, then fp)     10      11        39.7      3.61
 dwarf (cached), no-fp         60      67       676.4     10.10
 DWARF rule cache: 50800354 hits, 24 misses
+
+memo (16560 bytes per WalkMemo)         chain  frames  ns/capture  shared
+dwarf memo, no-fp, same                 40      49       148.6    49.0
 """
 
 
@@ -73,6 +76,8 @@ class Parsing(unittest.TestCase):
             ("fp", 10): (1, 4.0, 4.03),
             ("mixed (cfi skip, then fp)", 10): (11, 39.7, 3.61),
             ("dwarf (cached), no-fp", 60): (67, 676.4, 10.10),
+            # The memo table's last column is `shared`: ns/frame is computed.
+            ("dwarf memo, no-fp, same", 40): (49, 148.6, 3.03),
         })
 
     def test_paired_is_the_median_of_ratios_within_rounds(self):
