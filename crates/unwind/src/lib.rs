@@ -95,7 +95,7 @@
 //!   reuses those nodes. The new frames are written over the previous
 //!   walk's dead ones (below the current stack pointer), so frames that
 //!   keep their indices are not moved; a memo is two banks of
-//!   [`MEMO_DEPTH`] + 1 frames (about 16 KiB), no heap. In the benchmark
+//!   [`MEMO_DEPTH`] + 1 frames (about 17 KiB), no heap. In the benchmark
 //!   (60-frame chain, 69 frames captured) a DWARF capture goes from
 //!   ~690 ns to ~210 ns from the same call site and ~290 ns alternating
 //!   between two (66 frames shared). With rbp a counter passed through the

@@ -15,7 +15,10 @@ use crate::dwarf::{DwarfCache, DwarfUnwinder};
 /// The most frames a [`WalkMemo`] remembers: a memoized capture with a
 /// longer `out` (a depth limit above this) walks without the memo and
 /// clears it. Callers cap their depth limit at this.
-pub const MEMO_DEPTH: usize = 256;
+///
+/// 268: the writer's largest walk, its depth limit (256) and up to 12 of
+/// the tracer's own frames and spare addresses (crates/writer, capture.rs).
+pub const MEMO_DEPTH: usize = 268;
 
 /// Entries per bank: `MEMO_DEPTH` kept frames and the one beyond the depth
 /// limit that proves a walk truncated.
@@ -197,7 +200,7 @@ const MIXED: u8 = 2;
 /// stack words its step read; whether and how the walk ended; the
 /// unwinder and the capture kind it was made with.
 ///
-/// Fixed size (about 16 KiB, two banks of [`MEMO_DEPTH`] + 1 frames: a
+/// Fixed size (about 17 KiB, two banks of [`MEMO_DEPTH`] + 1 frames: a
 /// walk writes the new frames into one while it still reads the previous
 /// walk's from the other), no heap. Owned by one thread (its writer state)
 /// and passed `&mut` to [`capture_dwarf_memo`] or [`capture_mixed_memo`].

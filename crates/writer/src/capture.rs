@@ -125,6 +125,10 @@ pub const DEFAULT_DEPTH: usize = alloctrace_unwind::DEFAULT_DEPTH;
 /// The largest depth limit a session accepts.
 pub const MAX_DEPTH: usize = 256;
 
+// A walk's buffer (the limit, 4 spare addresses and up to 8 own frames)
+// fits the memo, so the full mode uses it at every depth limit.
+const _: () = assert!(MAX_DEPTH + 12 <= MEMO_DEPTH);
+
 /// The running session's mode (a [`StackMode`]); `None` when stopped.
 static MODE: AtomicU8 = AtomicU8::new(0);
 /// The running session's depth limit.
