@@ -158,7 +158,8 @@ demo: lib cli preload $(BUILD)/demo
 	@printf '  %-68s # %s\n' \
 	  "$(CLI) dump $(BUILD)/demo.trace | head" "the events, one per line" \
 	  "$(CLI) record --overwrite -o ls.trace -- ls -l /" "any program, through the shim" \
-	  "$(CLI) stats ls.trace" "... and its trace"
+	  "$(CLI) stats ls.trace" "... and its trace" \
+	  "$(CLI) dump --stacks ls.trace | less" "its call stacks, module+offset per frame"
 	@echo "  The C API (README.md, Using the C API): build a program my.c with"
 	@echo "  cc -Iinclude my.c -L$(RELEASE) -lalloctrace -lpthread -Wl,-rpath,\$$PWD/$(RELEASE) -o my"
 
