@@ -1,9 +1,9 @@
 //! Native call stacks captured by the tracer itself: the stack mode of a
 //! session, each thread's capture state, the shared DWARF unwinder and its
 //! replacement when libraries come and go. The LD_PRELOAD shim captures
-//! the stack of every allocation through [`capture_stack`]; the C API
-//! offers it as `trace_stack_capture` and, with `trace_config.stacks`, in
-//! the plain alloc calls.
+//! the stack of every allocation through [`capture_stack_or_lost`]; the C
+//! API offers [`capture_stack`] as `trace_stack_capture` and, with
+//! `trace_config.stacks`, in the plain alloc calls.
 //!
 //! ## Design
 //!
@@ -17,7 +17,8 @@
 //!   [`MAX_DEPTH`]) counts native frames; a deeper stack keeps its
 //!   innermost frames under the truncation marker.
 //! - **Per-thread state** ([`CaptureState`]: the stack bounds, framehop's
-//!   rule cache and the frame array) hangs off the thread's slot
+//!   rule cache, the walk's memo, the frame array and the previous stack;
+//!   about 40 KiB) hangs off the thread's slot
 //!   (thread.rs), so the capture finds it with the slot, without TLS of its
 //!   own. Building one allocates (framehop boxes its cache), which a capture
 //!   must never do: states come from a pool that session start fills and
@@ -44,8 +45,8 @@
 //!   the tracer's own module when that is a library of its own
 //!   (liballoctrace.so, the shim; not when linked into the program).
 //! - **The unwinder** is built from a module snapshot at session start and
-//!   rebuilt by [`modules_changed`]: the shim calls it after each
-//!   `dlclose`, the generation's end before it lists the modules, and the
+//!   rebuilt by [`modules_changed`]: the shim calls it before and after
+//!   each `dlclose`, the generation's end before it lists the modules, and the
 //!   writer thread when a capture stopped in code no known module holds (a
 //!   library loaded since: [`refresh_if_stale`], at most every 100 ms).
 //!   Captures reach it through one pointer; the old one is freed after a
@@ -58,7 +59,7 @@
 //!    thread has a state and bounds: the state's first use on a thread may
 //!    find the bounds with system calls (no allocation, no lock). When the
 //!    pool is empty the allocation goes without its stack (counted in
-//!    `lost_stacks`) and the writer thread is woken to refill it.
+//!    `lost_stacks`) until the writer thread, going round, refills it.
 //! 2. A capture runs inside its slot's capture section (`capture_seq` odd).
 //!    The unwinder pointer is loaded inside it; an unwinder is freed only
 //!    after [`swap_unwinder`] has seen every other slot's section even or
