@@ -16,13 +16,13 @@
 //!   pointers). The depth limit (default [`DEFAULT_DEPTH`], at most
 //!   [`MAX_DEPTH`]) counts native frames; a deeper stack keeps its
 //!   innermost frames under the truncation marker.
-//! - **Per-thread state** ([`CaptureState`]: the stack bounds, framehop's
+//! - **Per-thread state** (`CaptureState`: the stack bounds, framehop's
 //!   rule cache, the walk's memo, the frame array and the previous stack;
 //!   about 40 KiB) hangs off the thread's slot
 //!   (thread.rs), so the capture finds it with the slot, without TLS of its
 //!   own. Building one allocates (framehop boxes its cache), which a capture
 //!   must never do: states come from a pool that session start fills and
-//!   the writer thread tops up ([`refill_pool`]). A slot keeps its state
+//!   the writer thread tops up (`refill_pool`). A slot keeps its state
 //!   when its thread exits; the next thread to claim the slot resets the
 //!   bounds (the state remembers the thread pointer it was set up for).
 //! - **Stack bounds**: what the host says (the shim knows each thread's
@@ -48,7 +48,7 @@
 //!   rebuilt by [`modules_changed`]: the shim calls it before and after
 //!   each `dlclose`, the generation's end before it lists the modules, and the
 //!   writer thread when a capture stopped in code no known module holds (a
-//!   library loaded since: [`refresh_if_stale`], at most every 100 ms).
+//!   library loaded since: `refresh_if_stale`, at most every 100 ms).
 //!   Captures reach it through one pointer; the old one is freed after a
 //!   grace period: every thread's capture section (a seqlock in its slot,
 //!   as the event path's) has been left since the swap.
@@ -62,7 +62,7 @@
 //!    `lost_stacks`) until the writer thread, going round, refills it.
 //! 2. A capture runs inside its slot's capture section (`capture_seq` odd).
 //!    The unwinder pointer is loaded inside it; an unwinder is freed only
-//!    after [`swap_unwinder`] has seen every other slot's section even or
+//!    after `swap_unwinder` has seen every other slot's section even or
 //!    moved on after its store (the Dekker pattern of handshake.rs).
 //!    Otherwise a capture could read a freed unwinder.
 //! 3. A signal handler that allocates while its thread is capturing finds
