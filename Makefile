@@ -73,7 +73,10 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-rust-test:
+# The call-stack tests (crates/cli/tests/stacks.rs) run programs under the
+# shim and against liballoctrace.so: build both first (cargo test builds a
+# cdylib's test harness, not the library file).
+rust-test: lib preload
 	$(CARGO) test --workspace --release
 
 # Model-check the generation-advance handshake (crates/writer/tests/loom_handshake.rs).
