@@ -35,17 +35,20 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
         // The object may have been dlopened since the last look (dlopen is
         // not wrapped): list it while it is still loaded, so that the trace
         // has it for the frames recorded in it.
-        let errno = real::errno();
-        reentrancy::own(alloctrace_writer::capture::modules_changed);
-        real::set_errno(errno);
+        refresh();
     }
     // SAFETY: the caller's handle, unchanged.
     let rc = unsafe { real_dlclose(handle) };
     if rc == 0 && traced {
-        // Keep the program's dlerror and errno state as the real call left it.
-        let errno = real::errno();
-        reentrancy::own(alloctrace_writer::capture::modules_changed);
-        real::set_errno(errno);
+        refresh();
     }
     rc
+}
+
+/// Re-reads the loaded objects (alloctrace_writer::capture::modules_changed)
+/// as the shim's own code, keeping the program's errno as it was.
+fn refresh() {
+    let errno = real::errno();
+    reentrancy::own(alloctrace_writer::capture::modules_changed);
+    real::set_errno(errno);
 }

@@ -338,31 +338,16 @@ pub fn capture_dwarf_memo(
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> MemoWalk {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    {
-        if out.len() > MEMO_DEPTH {
-            memo.clear();
-            // One more skipped: this function's own frame.
-            let w = crate::capture_dwarf(skip.saturating_add(1), bounds, unwinder, cache, out);
-            return MemoWalk {
-                len: w.len,
-                truncated: w.truncated,
-                shared: 0,
-            };
-        }
-        let regs = registers_here!();
-        memo_walk(DWARF, skip, regs, bounds, unwinder, cache, memo, out)
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    {
-        let _ = (skip, bounds, unwinder, cache, out);
-        memo.clear();
-        MemoWalk {
-            len: 0,
-            truncated: true,
-            shared: 0,
-        }
-    }
+    memo_capture(
+        DWARF,
+        crate::capture_dwarf,
+        skip,
+        bounds,
+        unwinder,
+        cache,
+        memo,
+        out,
+    )
 }
 
 /// [`capture_mixed`](crate::capture_mixed), memoized: the same
@@ -380,11 +365,40 @@ pub fn capture_mixed_memo(
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> MemoWalk {
+    memo_capture(
+        MIXED,
+        crate::capture_mixed,
+        skip,
+        bounds,
+        unwinder,
+        cache,
+        memo,
+        out,
+    )
+}
+
+/// The body of both memoized captures, inlined into each, so that the
+/// registers it reads and the frame `plain` skips are the public
+/// function's: `kind` is the walk, `plain` the same capture without the
+/// memo (for an `out` longer than [`MEMO_DEPTH`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn memo_capture(
+    kind: u8,
+    plain: fn(usize, &StackBounds, &DwarfUnwinder, &mut DwarfCache, &mut [u64]) -> crate::Walk,
+    skip: usize,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> MemoWalk {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         if out.len() > MEMO_DEPTH {
             memo.clear();
-            let w = crate::capture_mixed(skip.saturating_add(1), bounds, unwinder, cache, out);
+            // One more skipped: the public function's own frame.
+            let w = plain(skip.saturating_add(1), bounds, unwinder, cache, out);
             return MemoWalk {
                 len: w.len,
                 truncated: w.truncated,
@@ -392,11 +406,11 @@ pub fn capture_mixed_memo(
             };
         }
         let regs = registers_here!();
-        memo_walk(MIXED, skip, regs, bounds, unwinder, cache, memo, out)
+        memo_walk(kind, skip, regs, bounds, unwinder, cache, memo, out)
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {
-        let _ = (skip, bounds, unwinder, cache, out);
+        let _ = (kind, plain, skip, bounds, unwinder, cache, out);
         memo.clear();
         MemoWalk {
             len: 0,

@@ -507,12 +507,13 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     // frame on, so a repeated stack costs no CFI step at all. A few more
     // addresses than the limit, to see own frames dropped by address and
     // still keep `depth` of the program's.
-    let walked_skip = match mode() {
+    let mode = mode();
+    let walked_skip = match mode {
         StackMode::Fast => 0,
         StackMode::Full | StackMode::None => skip.min(8),
     };
     let out = &mut state.frames[..depth + 4 + walked_skip];
-    let walk = match mode() {
+    let walk = match mode {
         // The memo would cost the frame-pointer walk more than it saves.
         StackMode::Fast => capture_mixed(skip, &bounds, unwinder, &mut state.cache, out),
         StackMode::Full | StackMode::None if out.len() <= MEMO_DEPTH => {
