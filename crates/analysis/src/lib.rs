@@ -1,0 +1,14 @@
+//! The analysis behind alloctrace's reports and exports.
+//!
+//! - [`stacks`]: call stacks interned across generations and traces.
+//! - [`pass`]: one pass over a trace, every allocation paired with its
+//!   free, handed to a [`Visitor`].
+//!
+//! Reports (`top`, `leaks`, `flamegraph`, `report`, `diff`) and exports
+//! (pprof, Chrome trace, Parquet) are visitors over one pass.
+
+pub mod pass;
+pub mod stacks;
+
+pub use pass::{Alloc, Free, Live, Memory, Pass, PassStats, Visitor};
+pub use stacks::{Frame, GenerationStacks, RegisteredFrame, StackId, StackTable};
