@@ -3,12 +3,16 @@
 //! - [`stacks`]: call stacks interned across generations and traces.
 //! - [`pass`]: one pass over a trace, every allocation paired with its
 //!   free, handed to a [`Visitor`].
+//! - [`resolve`]: stacks as source frames (function, file, line,
+//!   module, address) through the symbolizer.
 //!
 //! Reports (`top`, `leaks`, `flamegraph`, `report`, `diff`) and exports
 //! (pprof, Chrome trace, Parquet) are visitors over one pass.
 
 pub mod pass;
+pub mod resolve;
 pub mod stacks;
 
 pub use pass::{Alloc, Free, Live, Memory, Pass, PassStats, Visitor};
+pub use resolve::{Resolver, SourceFrame};
 pub use stacks::{Frame, GenerationStacks, RegisteredFrame, StackId, StackTable};
