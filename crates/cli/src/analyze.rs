@@ -1,0 +1,65 @@
+//! What the analysis commands (`top`, `leaks`, `flamegraph`, `report`,
+//! `diff`, `export`) share: one pass over every trace given, with progress
+//! on a terminal, and the symbolizer's options.
+
+use std::path::PathBuf;
+
+use alloctrace_analysis::{Pass, Resolver, Visitor};
+use alloctrace_symbolize::{Options, Symbolizer};
+
+use crate::progress::Progress;
+use crate::{expand_inputs, open, prefix, truncation_warning, Failure, Input};
+
+/// The symbolizer's options, the same for every analysis command.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SymbolArgs {
+    /// A directory of separate debug files, searched first (by build ID as
+    /// .build-id/xx/rest.debug, and by .gnu_debuglink name); may be repeated.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
+}
+
+impl SymbolArgs {
+    /// A resolver for the frames of `inputs`' traces.
+    pub fn resolver(&self) -> Resolver {
+        Resolver::new(Symbolizer::new(Options {
+            debug_dirs: self.debug_dirs.clone(),
+        }))
+    }
+}
+
+/// The traces named by `files` (directories give their *.trace files, `-`
+/// standard input), as every reading command takes them.
+pub fn inputs(files: &[PathBuf]) -> Result<Vec<Input>, Failure> {
+    Ok(expand_inputs(files)?.0)
+}
+
+/// Reads every trace of `inputs` through one pass, as one program's
+/// traces (stacks shared, each trace's live memory its own). A cut-off
+/// trace gets the usual warning; a malformed one stops the pass.
+pub fn run_pass<V: Visitor>(inputs: &[Input], visitor: &mut V) -> Result<Pass, Failure> {
+    let mut pass = Pass::new();
+    let labelled = inputs.len() > 1;
+    for input in inputs {
+        let name = input.name();
+        let label = labelled.then_some(name.as_str());
+        let mut reader = open(input)?;
+        let mut progress = Progress::new(input.size());
+        let result = pass.run(&mut reader, visitor, |bytes| progress.update(bytes));
+        progress.finish();
+        match result {
+            Ok(_live) => {}
+            Err(err) => {
+                let failure = Failure::from(err);
+                return Err(match failure {
+                    Failure::Io(msg) => Failure::Io(format!("{}{msg}", prefix(label))),
+                    other => other,
+                });
+            }
+        }
+        if let Some(offset) = reader.truncated() {
+            eprintln!("{}{}", prefix(label), truncation_warning(offset));
+        }
+    }
+    Ok(pass)
+}
