@@ -8,24 +8,22 @@
 //! - [`resolve`]: stacks as source frames (function, file, line,
 //!   module, address) through the symbolizer.
 //! - [`timeline`]: the live memory over time, downsampled.
-//! - [`breakdown`]: allocations by size, lifetime, thread and type; each
-//!   run's pid, start and duration.
+//! - [`summary`]: allocations by size and lifetime; each run's pid,
+//!   start and duration.
 //!
 //! Reports (`top`, `leaks`, `flamegraph`, `report`, `diff`) and exports
 //! (pprof, Chrome trace, Parquet) are visitors over one pass.
 
-pub mod breakdown;
 pub mod pass;
 pub mod profile;
 pub mod resolve;
 pub mod stacks;
+pub mod summary;
 pub mod timeline;
 
-pub use breakdown::{
-    log2_bucket, log2_bucket_min, Breakdown, Histogram, RunFacts, ThreadUsage, TypeUsage, Usage,
-};
 pub use pass::{Alloc, Free, Live, Memory, Pass, PassStats, Visitor};
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};
 pub use stacks::{Frame, GenerationStacks, RegisteredFrame, StackId, StackTable};
+pub use summary::{log2_bucket, log2_bucket_min, Histogram, RunFacts, Summary};
 pub use timeline::{Bucket, Levels, Range, Series, Timeline};
