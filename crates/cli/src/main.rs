@@ -16,6 +16,7 @@ mod progress;
 #[allow(dead_code)]
 mod analyze;
 mod record;
+mod report;
 mod stacks;
 mod stats;
 
@@ -81,6 +82,8 @@ enum Command {
     },
     /// Runs a program under the LD_PRELOAD shim and traces it (exit status passed through).
     Record(record::Args),
+    /// Writes one self-contained HTML page: live memory over time, the peak and what was live at it, leaks, temporaries, sizes, lifetimes, threads, types.
+    Report(report::Args),
 }
 
 /// Why a command failed, which decides the exit code.
@@ -350,6 +353,7 @@ fn main() -> ExitCode {
             run_each(files, |input, label| check::run(input, *json, label))
         }
         Command::Record(args) => record::run(args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
