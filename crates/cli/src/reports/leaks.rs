@@ -104,6 +104,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             }
             out.push('\n');
         }
+        if shown.is_empty() && suppressed == 0 {
+            let _ = writeln!(
+                out,
+                "No leaks: nothing allocated in the trace was live at its end."
+            );
+        }
         let _ = writeln!(
             out,
             "{} leaked in {} objects from {} stack{}",
