@@ -544,6 +544,38 @@ fn diff_matches_two_builds_by_function() {
     assert!(program.is_empty(), "{program:?}");
 }
 
+/// Several traces are one program's: counts summed, each trace's peak
+/// composition added.
+#[test]
+fn several_traces_are_summed() {
+    let t = traces();
+    let v = json(&["leaks", "--json", p(&t.fp), p(&t.nofp)]);
+    let leaks = by_program_function(&v["leaks"], &["objects", "bytes"]);
+    let expected: BTreeMap<String, Vec<u64>> = [
+        ("build_table".to_string(), vec![14, 14_000]),
+        ("make_name".to_string(), vec![200, 6400]),
+    ]
+    .into();
+    assert_eq!(leaks, expected);
+    let v = json(&[
+        "top",
+        "--json",
+        "--sort",
+        "peak",
+        "-n",
+        "0",
+        p(&t.fp),
+        p(&t.nofp),
+    ]);
+    let peak = by_program_function(&v["sites"], &["peak_bytes", "temporary"]);
+    let expected: BTreeMap<String, Vec<u64>> = [
+        ("fill_cache".to_string(), vec![2 * 1_310_720, 0]),
+        ("make_name".to_string(), vec![6400, 0]),
+    ]
+    .into();
+    assert_eq!(peak, expected);
+}
+
 #[test]
 fn reports_read_standard_input() {
     use std::io::Write;

@@ -110,7 +110,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             n => format!("{n} traces: {}", p.names.join(", ")),
         };
         let mut options = flamegraph::Options::default();
-        options.title = format!("{} ({})", args.metric.title(), args.metric.count_name());
+        options.title = args.metric.title().to_string();
         options.subtitle = Some(traces);
         options.count_name = args.metric.count_name().to_string();
         options.colors = Palette::Basic(BasicPalette::Mem);
