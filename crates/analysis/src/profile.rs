@@ -205,6 +205,41 @@ impl Tally {
 struct Keys<K> {
     index: FxHashMap<K, u32>,
     keys: Vec<K>,
+    /// Number keys: the index of each key below [`SMALL_KEYS`] plus one
+    /// (0: not seen yet), and the last key looked up (events come in runs
+    /// of one thread).
+    small: Vec<u32>,
+    last: Option<(u64, u32)>,
+}
+
+/// Number keys below this (sizes, mostly) skip the hash map.
+const SMALL_KEYS: u64 = 4096;
+
+impl Keys<u64> {
+    #[inline]
+    fn get_number(&mut self, key: u64) -> u32 {
+        if key < SMALL_KEYS {
+            if let Some(&i) = self.small.get(key as usize) {
+                if i != 0 {
+                    return i - 1;
+                }
+            }
+            let i = self.get(&key);
+            if self.small.len() <= key as usize {
+                self.small.resize(key as usize + 1, 0);
+            }
+            self.small[key as usize] = i + 1;
+            return i;
+        }
+        if let Some((k, i)) = self.last {
+            if k == key {
+                return i;
+            }
+        }
+        let i = self.get(&key);
+        self.last = Some((key, i));
+        i
+    }
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Keys<K> {
@@ -390,11 +425,11 @@ impl Visitor for Profile {
     fn alloc(&mut self, alloc: &Alloc) {
         self.sites.alloc(alloc.stack, alloc);
         if let Some(b) = self.threads.as_mut() {
-            let i = b.keys.get(&alloc.thread);
+            let i = b.keys.get_number(alloc.thread);
             b.tally.alloc(i, alloc);
         }
         if let Some(b) = self.sizes.as_mut() {
-            let i = b.keys.get(&alloc.size);
+            let i = b.keys.get_number(alloc.size);
             b.tally.alloc(i, alloc);
         }
         if self.types.is_some() {
@@ -425,11 +460,11 @@ impl Visitor for Profile {
         }
         self.sites.free(alloc.stack, alloc, temporary);
         if let Some(b) = self.threads.as_mut() {
-            let i = b.keys.get(&alloc.thread);
+            let i = b.keys.get_number(alloc.thread);
             b.tally.free(i, alloc, temporary);
         }
         if let Some(b) = self.sizes.as_mut() {
-            let i = b.keys.get(&alloc.size);
+            let i = b.keys.get_number(alloc.size);
             b.tally.free(i, alloc, temporary);
         }
         if self.types.is_some() {
@@ -454,11 +489,11 @@ impl Profile {
             self.total.leaked_objects += 1;
             self.total.leaked_bytes += alloc.size;
             if let Some(b) = self.threads.as_mut() {
-                let i = b.keys.get(&alloc.thread);
+                let i = b.keys.get_number(alloc.thread);
                 b.tally.leak(i, alloc);
             }
             if let Some(b) = self.sizes.as_mut() {
-                let i = b.keys.get(&alloc.size);
+                let i = b.keys.get_number(alloc.size);
                 b.tally.leak(i, alloc);
             }
             if self.types.is_some() {
@@ -670,6 +705,26 @@ mod tests {
         assert_eq!(peak.span_bytes, 4096);
         assert_eq!(peak.total_bytes, 4196);
         assert_eq!(f.profile.site(2).peak_bytes, 4096);
+    }
+
+    #[test]
+    fn number_keys_get_one_index_each_small_or_large() {
+        let mut keys = Keys::<u64>::default();
+        let seq = [
+            5,
+            1 << 40,
+            5,
+            70_000,
+            1 << 40,
+            1 << 40,
+            0,
+            4095,
+            4096,
+            70_000,
+        ];
+        let got: Vec<u32> = seq.iter().map(|&k| keys.get_number(k)).collect();
+        assert_eq!(got, [0, 1, 0, 2, 1, 1, 3, 4, 5, 2]);
+        assert_eq!(keys.keys, [5, 1 << 40, 70_000, 0, 4095, 4096]);
     }
 
     #[test]
