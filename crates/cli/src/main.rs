@@ -7,16 +7,15 @@
 
 #![forbid(unsafe_code)]
 
+mod analyze;
 mod check;
 mod dump;
 mod generate;
 mod pages;
 mod progress;
-// The analysis commands' shared pass; its users land one by one.
-#[allow(dead_code)]
-mod analyze;
 mod record;
 mod report;
+mod reports;
 mod stacks;
 mod stats;
 
@@ -84,6 +83,14 @@ enum Command {
     Record(record::Args),
     /// Writes one self-contained HTML page: live memory over time, the peak and what was live at it, leaks, temporaries, sizes, lifetimes, threads, types.
     Report(report::Args),
+    /// The allocation sites (by stack, function, type, size or thread), largest first.
+    Top(reports::top::Args),
+    /// Memory still live at the end, grouped by stack, largest first.
+    Leaks(reports::leaks::Args),
+    /// The allocation sites as an interactive flame graph SVG, or folded stacks.
+    Flamegraph(reports::flamegraph::Args),
+    /// The sites whose allocations, peak or leaks changed between two traces.
+    Diff(reports::diff::Args),
 }
 
 /// Why a command failed, which decides the exit code.
@@ -354,6 +361,10 @@ fn main() -> ExitCode {
         }
         Command::Record(args) => record::run(args),
         Command::Report(args) => report::run(args),
+        Command::Top(args) => reports::top::run(args),
+        Command::Leaks(args) => reports::leaks::run(args),
+        Command::Flamegraph(args) => reports::flamegraph::run(args),
+        Command::Diff(args) => reports::diff::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
