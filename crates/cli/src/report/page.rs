@@ -601,8 +601,8 @@ fn leaks_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
     let total = m.profile.total();
     let _ = writeln!(
         h,
-        "<section id=\"r-leaks\"><h2>Leaks: {} in {} objects</h2>\n<p>Memory still live when the \
-         trace ended, by call stack, largest first.</p>",
+        "<section id=\"r-leaks\"><h2>Leaks: {} in {} objects</h2>\n<p>Memory allocated in the \
+         trace and still live when it ended, by call stack, largest first.</p>",
         units::bytes(total.leaked_bytes),
         units::count(total.leaked_objects)
     );
@@ -646,8 +646,8 @@ fn temporary_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
     let _ = writeln!(
         h,
         "<section id=\"r-temporary\"><h2>Temporary allocations: {} of {}</h2>\n<p>Allocations freed \
-         with no other allocation between their allocation and their free (as heaptrack counts \
-         them), by call stack.</p>",
+         right after they were made, with no other allocation or free between (as heaptrack \
+         counts them), by call stack.</p>",
         units::count(total.temporary),
         units::count(total.allocations)
     );
