@@ -128,15 +128,6 @@ impl Bucket {
         }
     }
 
-    #[inline]
-    fn set(&mut self, levels: &Levels) {
-        self.heap.set(levels.heap);
-        self.span.set(levels.span);
-        self.stack.set(levels.stack);
-        self.total.set(levels.total());
-        self.objects.set(levels.objects);
-    }
-
     fn then(&mut self, later: &Bucket) {
         self.heap.then(&later.heap);
         self.span.then(&later.span);
@@ -174,6 +165,9 @@ pub struct Series {
     pub levels: Levels,
     /// Time of the last event on the monotonic clock, ns.
     pub end_ns: u64,
+    /// End of the last bucket (monotonic ns): an event before it goes to
+    /// the last bucket without arithmetic. 0 before the first event.
+    limit_ns: u64,
 }
 
 impl Series {
@@ -185,6 +179,7 @@ impl Series {
             buckets: Vec::new(),
             levels: Levels::default(),
             end_ns: 0,
+            limit_ns: 0,
         }
     }
 
@@ -235,14 +230,31 @@ impl Series {
         }
         self.buckets.truncate(out);
         self.shift += 1;
+        let len = self.buckets.len() as u64;
+        self.limit_ns = self
+            .origin_ns
+            .unwrap_or(0)
+            .saturating_add(len << self.shift);
     }
 
     /// The index of the bucket of time `at` (monotonic ns), made if
     /// needed (flat at the current levels).
     #[inline]
     fn bucket(&mut self, at: u64) -> usize {
-        let origin = *self.origin_ns.get_or_insert(at);
         self.end_ns = self.end_ns.max(at);
+        // The last bucket is the event's, or later: an event earlier than
+        // the last bucket (clocks of threads disagreeing by a little)
+        // counts in the last one.
+        if at < self.limit_ns {
+            return self.buckets.len() - 1;
+        }
+        self.new_bucket(at)
+    }
+
+    /// [`bucket`](Self::bucket) past the last bucket.
+    #[cold]
+    fn new_bucket(&mut self, at: u64) -> usize {
+        let origin = *self.origin_ns.get_or_insert(at);
         let mut index = at.saturating_sub(origin) >> self.shift;
         while index >= self.max_buckets as u64 {
             self.coarsen();
@@ -253,10 +265,25 @@ impl Series {
             let flat = Bucket::flat(&self.levels);
             self.buckets.resize(index + 1, flat);
         }
-        // The last bucket is the event's, or later: an event earlier than
-        // the last bucket (clocks of threads disagreeing by a little)
-        // counts in the last one.
+        let len = self.buckets.len() as u64;
+        self.limit_ns = origin.saturating_add(len << self.shift);
         self.buckets.len() - 1
+    }
+
+    /// The levels changed (of `memory` and the object count): bucket `i`
+    /// takes them (the other kinds' ranges are unchanged: flat since the
+    /// bucket was made or changed by their own events).
+    #[inline]
+    fn record(&mut self, i: usize, memory: Memory) {
+        let levels = &self.levels;
+        let b = &mut self.buckets[i];
+        match memory {
+            Memory::Heap => b.heap.set(levels.heap),
+            Memory::Span => b.span.set(levels.span),
+            Memory::Stack => b.stack.set(levels.stack),
+        }
+        b.total.set(levels.total());
+        b.objects.set(levels.objects);
     }
 
     #[inline]
@@ -269,7 +296,7 @@ impl Series {
         let b = &mut self.buckets[i];
         b.allocs += 1;
         b.alloc_bytes = b.alloc_bytes.saturating_add(size);
-        b.set(levels);
+        self.record(i, memory);
     }
 
     #[inline]
@@ -279,9 +306,8 @@ impl Series {
         let bytes = levels.bytes_mut(memory);
         *bytes = bytes.saturating_sub(size);
         levels.objects = levels.objects.saturating_sub(1);
-        let b = &mut self.buckets[i];
-        b.frees += 1;
-        b.set(levels);
+        self.buckets[i].frees += 1;
+        self.record(i, memory);
     }
 }
 
