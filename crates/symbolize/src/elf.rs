@@ -46,9 +46,10 @@ pub struct Loaded {
 
 /// What loading a module found.
 pub struct LoadResult {
-    /// `None`: nothing usable (the warnings say why).
+    /// `None`: nothing usable (the warning says why).
     pub module: Option<Loaded>,
-    pub warnings: Vec<String>,
+    /// Why the module's own file was not used, and what was instead.
+    pub warning: Option<String>,
 }
 
 /// A file mapped read-only.
@@ -59,6 +60,10 @@ struct Mapped {
 
 impl Mapped {
     fn open(path: &Path) -> std::io::Result<Mapped> {
+        // Checked before opening too: opening a FIFO would block.
+        if !std::fs::metadata(path)?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
         let file = File::open(path)?;
         if !file.metadata()?.is_file() {
             return Err(std::io::Error::other("not a regular file"));
@@ -317,24 +322,25 @@ fn finish_symbols(symbols: &mut Vec<Symbol>) {
 
 /// Loads module `path` whose trace gives `build_id` (empty: unknown).
 pub fn load(path: &str, build_id: &[u8], debug_dirs: &[PathBuf]) -> LoadResult {
-    let mut warnings = Vec::new();
+    // Why the module's own file is not used.
+    let mut problem = None;
     let dirs = search_dirs(debug_dirs);
     let want = (!build_id.is_empty()).then_some(build_id);
 
     // The module's own file, unless it is missing or another build.
     let main = match Mapped::open(Path::new(path)) {
         Err(e) => {
-            warnings.push(format!("{path}: cannot open ({e})"));
+            problem = Some(format!("{path}: cannot open ({e})"));
             None
         }
         Ok(m) => match m.parse() {
             None => {
-                warnings.push(format!("{path}: not an ELF file this symbolizer reads"));
+                problem = Some(format!("{path}: not an ELF file this symbolizer reads"));
                 None
             }
             Some(f) => match (want, build_id_of(&f)) {
                 (Some(want), have) if have.as_deref() != Some(want) => {
-                    warnings.push(format!(
+                    problem = Some(format!(
                         "{path}: the file on disk is another build (build ID {}, the trace's {}); not symbolized from it",
                         have.map_or_else(|| "none".to_string(), |h| hex(&h)),
                         hex(want)
@@ -359,18 +365,18 @@ pub fn load(path: &str, build_id: &[u8], debug_dirs: &[PathBuf]) -> LoadResult {
     if main_file.is_none() && debug_file.is_none() {
         return LoadResult {
             module: None,
-            warnings,
+            warning: problem.map(|p| format!("{p}; its frames show as module+offset")),
         };
     }
-    // The file found in place of a missing or other-build one is named.
-    if main_file.is_none() {
-        if let Some(d) = &debug {
-            warnings.push(format!(
-                "{path}: symbolized from its debug file {} alone",
-                d.path.display()
-            ));
-        }
-    }
+    // The debug file found in place of a missing or other-build file is
+    // named.
+    let warning = match (problem, &debug) {
+        (Some(p), Some(d)) => Some(format!(
+            "{p}; symbolized from its debug file {} alone",
+            d.path.display()
+        )),
+        (p, _) => p,
+    };
 
     let mut symbols = Vec::new();
     if let Some(f) = &main_file {
@@ -395,7 +401,7 @@ pub fn load(path: &str, build_id: &[u8], debug_dirs: &[PathBuf]) -> LoadResult {
     });
     LoadResult {
         module: Some(Loaded { symbols, dwarf }),
-        warnings,
+        warning,
     }
 }
 

@@ -257,7 +257,7 @@ impl Symbolizer {
         })) {
             Ok(result) => {
                 self.warnings
-                    .extend(result.warnings.iter().map(|w| demangle::bounded(w)));
+                    .extend(result.warning.as_deref().map(demangle::bounded));
                 match result.module {
                     Some(loaded) => Sources::Loaded(Box::new(loaded)),
                     None => Sources::None,

@@ -238,6 +238,12 @@ impl Sidecar {
 
     /// Reads the symbols file at `path`: `Ok(None)` when there is none.
     pub fn read(path: &Path) -> Result<Option<Sidecar>, String> {
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            // Reading a FIFO could block, a device never end.
+            Ok(m) if !m.is_file() => return Err(format!("{}: not a regular file", path.display())),
+            _ => {}
+        }
         let text = match std::fs::read(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

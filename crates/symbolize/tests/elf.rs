@@ -299,9 +299,9 @@ fn split_debug_info_found_by_build_id_in_a_user_dir() {
     });
     assert!(has_source(&mut sym, &module, &full));
     let w = sym.warnings();
-    assert_eq!(w.len(), 2, "{w:?}");
+    assert_eq!(w.len(), 1, "{w:?}");
     assert!(
-        w[0].contains("cannot open") && w[1].contains("debug file"),
+        w[0].contains("cannot open") && w[0].contains("debug file"),
         "{w:?}"
     );
 }
@@ -393,8 +393,18 @@ fn hostile_files_give_module_and_offset_without_panicking() {
     // A directory where a file should be.
     let module_dir = dir.join("libdir.so");
     std::fs::create_dir_all(&module_dir).unwrap();
+    // A FIFO: opening it would block until a writer came.
+    let fifo = dir.join("libfifo.so");
+    let have_fifo = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
     let mut sym = Symbolizer::new(Options::default());
-    for path in [&garbage, &module_dir] {
+    let mut paths = vec![&garbage, &module_dir];
+    if have_fifo {
+        paths.push(&fifo);
+    }
+    for path in paths.iter().copied() {
         let module = ModuleKey {
             path: s(path).to_string(),
             build_id: vec![],
@@ -408,7 +418,7 @@ fn hostile_files_give_module_and_offset_without_panicking() {
             );
         }
     }
-    assert_eq!(sym.warnings().len(), 2, "{:?}", sym.warnings());
+    assert_eq!(sym.warnings().len(), paths.len(), "{:?}", sym.warnings());
 
     if !have("gcc") {
         return;
