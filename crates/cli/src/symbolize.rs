@@ -16,8 +16,8 @@ use crate::{open, prefix, run_each, truncation_warning, Failure, Input};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
-Each trace FILE gets FILE.symbols beside it (replaced if it exists), which the reading commands \
-use before looking at any binary. Without debug info a frame is its function's symbol, else \
+Each trace FILE gets FILE.symbols beside it (docs/SYMBOLS.md); one that exists is merged, each \
+address keeping the answer that knows more. Without debug info a frame is its function's symbol, else \
 MODULE+0xOFFSET; a module whose file is missing or is another build (its build ID differs from \
 the trace's) is not read, and a warning says so.")]
 pub struct Args {
@@ -149,13 +149,28 @@ fn one(symbolizer: &mut Symbolizer, input: &Input, label: Option<&str>) -> Resul
             .cmp(&wanted.modules[b.0])
             .then(a.1.cmp(&b.1))
     });
+    // An existing symbols file (perhaps made where the binaries were) is
+    // merged, not lost: each address keeps the answer that knows more.
+    let out = sidecar_path(path);
+    let old = match Sidecar::read(&out) {
+        Ok(old) => old.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("{}warning: {e}; replacing it", prefix(label));
+            Sidecar::new()
+        }
+    };
     let mut sidecar = Sidecar::new();
     let mut counts = [0usize; 3];
     let mut modules_used = HashSet::new();
     for &(m, offset) in &pairs {
         let module = &wanted.modules[m];
         modules_used.insert(m);
-        let (quality, frames) = symbolizer.resolve(module, offset);
+        let (mut quality, mut frames) = symbolizer.resolve(module, offset);
+        if let Some(kept) = old.get(module, offset) {
+            if Quality::of(kept) > quality {
+                (quality, frames) = (Quality::of(kept), kept);
+            }
+        }
         counts[quality as usize] += 1;
         // Module+offset is what a reader shows anyway; leaving it out lets
         // a machine that has the binary resolve the address itself.
@@ -163,7 +178,6 @@ fn one(symbolizer: &mut Symbolizer, input: &Input, label: Option<&str>) -> Resul
             sidecar.insert(module, offset, frames);
         }
     }
-    let out = sidecar_path(path);
     sidecar
         .write(&out)
         .map_err(|e| Failure::Io(format!("cannot write {}: {e}", out.display())))?;

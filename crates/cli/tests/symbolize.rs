@@ -137,6 +137,15 @@ fn symbolize_writes_a_symbols_file_that_reports_use_without_the_binary() {
 
     // The binary is gone: only the symbols file can name its frames.
     std::fs::remove_file(&prog).unwrap();
+    // Symbolizing again without it loses nothing: the file is merged.
+    let again = alloctrace().arg("symbolize").arg(&trace).output().unwrap();
+    assert!(again.status.success());
+    assert_eq!(String::from_utf8_lossy(&again.stdout), stdout);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains(&format!("warning: {}: cannot open", prog.display())),
+        "{stderr}"
+    );
     let mut symbolizer = Symbolizer::new(Options::default());
     assert_eq!(symbolizer.load_symbols(&sidecar_path(&trace)), Ok(true));
 

@@ -104,6 +104,17 @@ pub enum Quality {
     Source,
 }
 
+impl Quality {
+    /// How much `frames` (an answer read back, from a symbols file) knows.
+    pub fn of(frames: &[SymbolFrame]) -> Quality {
+        if frames.iter().any(|f| f.file.is_some()) {
+            Quality::Source
+        } else {
+            Quality::Symbol
+        }
+    }
+}
+
 /// A module's state: not yet looked at, loaded, or without sources.
 enum Sources {
     Unloaded,
@@ -176,11 +187,7 @@ impl Symbolizer {
         };
         for (module, offset, frames) in sidecar.entries() {
             let m = self.module_index(module);
-            let quality = if frames.iter().any(|f| f.file.is_some()) {
-                Quality::Source
-            } else {
-                Quality::Symbol
-            };
+            let quality = Quality::of(frames);
             self.cache.insert(
                 (m, offset),
                 Answer {

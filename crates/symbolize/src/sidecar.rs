@@ -99,6 +99,11 @@ impl Sidecar {
             .insert(offset, frames.to_vec());
     }
 
+    /// The frames recorded for `offset` in `module`.
+    pub fn get(&self, module: &ModuleKey, offset: u64) -> Option<&[SymbolFrame]> {
+        self.modules.get(module)?.get(&offset).map(Vec::as_slice)
+    }
+
     /// Number of addresses.
     pub fn len(&self) -> usize {
         self.modules.values().map(BTreeMap::len).sum()
@@ -295,6 +300,8 @@ mod tests {
         assert!(text.contains("\"offset\":\"0x1234\""), "{text}");
         let back = Sidecar::parse(&text).unwrap();
         assert_eq!(back, s);
+        assert_eq!(back.get(&key(), 0x1234), Some(&frames[..]));
+        assert_eq!(back.get(&key(), 0x1235), None);
         assert_eq!(back.len(), 2);
         let offsets: Vec<u64> = back.entries().map(|e| e.1).collect();
         assert_eq!(offsets, [0x10, 0x1234]);
