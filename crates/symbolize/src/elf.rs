@@ -416,20 +416,16 @@ impl Loaded {
     /// The frames of `probe` (the call instruction's address): from DWARF,
     /// innermost inlined frame first, else the symbol; `None` when neither
     /// knows it.
-    pub fn frames(&self, probe: u64) -> Option<(Vec<SymbolFrame>, bool)> {
+    pub fn frames(&self, probe: u64) -> Option<Vec<SymbolFrame>> {
         let symbol = self.symbol(probe);
-        if let Some(frames) = self.dwarf_frames(probe, symbol) {
-            return Some((frames, true));
-        }
-        symbol.map(|name| {
-            (
+        self.dwarf_frames(probe, symbol).or_else(|| {
+            symbol.map(|name| {
                 vec![SymbolFrame {
                     function: demangle(name, None),
                     file: None,
                     line: None,
-                }],
-                false,
-            )
+                }]
+            })
         })
     }
 

@@ -105,7 +105,8 @@ pub enum Quality {
 }
 
 impl Quality {
-    /// How much `frames` (an answer read back, from a symbols file) knows.
+    /// How much `frames` (an answer of the symbol tables or DWARF, or one
+    /// read back from a symbols file) knows.
     pub fn of(frames: &[SymbolFrame]) -> Quality {
         if frames.iter().any(|f| f.file.is_some()) {
             Quality::Source
@@ -234,12 +235,9 @@ impl Symbolizer {
             _ => None,
         };
         match found {
-            Some((frames, true)) => Answer {
-                quality: Quality::Source,
-                frames,
-            },
-            Some((frames, false)) => Answer {
-                quality: Quality::Symbol,
+            // DWARF that names a function but no file counts as a symbol.
+            Some(frames) => Answer {
+                quality: Quality::of(&frames),
                 frames,
             },
             None => Answer {
