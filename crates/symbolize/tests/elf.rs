@@ -528,3 +528,49 @@ fn a_symbols_file_answers_first_and_spares_the_disk() {
         "{err}"
     );
 }
+
+const SHARED_HEADER: &str = r#"#include <stdlib.h>
+struct big { int a, b, c, d; double e[4]; };
+static inline __attribute__((always_inline)) void *shared_inline(size_t n) {
+    struct big *b = malloc(n + sizeof(struct big)); /* LINE_SHARED */
+    return b;
+}
+"#;
+
+#[test]
+fn dwz_supplementary_file_found_by_altlink() {
+    if !have("gcc") || !have("dwz") {
+        return;
+    }
+    let dir = scratch("dwz");
+    std::fs::write(dir.join("common.h"), SHARED_HEADER).unwrap();
+    let mut bins = Vec::new();
+    for i in 1..=2 {
+        let source = format!(
+            "#include \"common.h\"\n__attribute__((noinline)) void *outer{i}(size_t n) {{ return shared_inline(n); }}\nint main(int c, char **v) {{ (void)v; free(outer{i}((size_t)c)); return 0; }}\n"
+        );
+        bins.push(build(&dir, &format!("p{i}"), &source, &["-g", "-O2"]));
+    }
+    let sup = dir.join("sup.debug");
+    run(
+        "dwz",
+        &["-m", s(&sup), "-M", s(&sup), s(&bins[0]), s(&bins[1])],
+    );
+    let header = s(&dir.join("common.h")).to_string();
+    let want_inner = frame(
+        "shared_inline",
+        &header,
+        line_of(SHARED_HEADER, "LINE_SHARED"),
+    );
+    let inlined = |sym: &mut Symbolizer| {
+        answers(sym, &key(&bins[0]), &bins[0], "outer1")
+            .iter()
+            .any(|(_, f)| f.len() == 2 && f[0] == want_inner && f[1].function == "outer1")
+    };
+    let mut with = Symbolizer::new(Options::default());
+    assert!(inlined(&mut with));
+    // Without the supplement, the DWARF that refers to it cannot be read.
+    std::fs::rename(&sup, dir.join("sup.away")).unwrap();
+    let mut without = Symbolizer::new(Options::default());
+    assert!(!inlined(&mut without));
+}
