@@ -3,7 +3,8 @@
 //! A native frame is a return address in a module of the trace's module
 //! table; [`Symbolizer::symbolize`] turns it into source frames (function,
 //! file, line), the innermost inlined frame first. Missing debug info
-//! degrades to symbol+offset, then to module+offset, never to an error.
+//! degrades to the name of the symbol holding the address, then to
+//! module+offset (`libfoo.so+0x1234`), never to an error.
 //!
 //! ## Design
 //! - Sources, per module, loaded on its first address and kept: the
@@ -224,9 +225,9 @@ impl Symbolizer {
                     Ok(found) => found,
                     Err(_) => {
                         let path = self.modules[m].key.path.clone();
-                        self.warnings.push(format!(
+                        self.warnings.push(demangle::bounded(&format!(
                             "{path}: its debug info broke the symbolizer; its frames show as module+offset"
-                        ));
+                        )));
                         self.modules[m].sources = Sources::None;
                         None
                     }
@@ -243,7 +244,11 @@ impl Symbolizer {
             None => Answer {
                 quality: Quality::Module,
                 frames: vec![SymbolFrame {
-                    function: format!("{}+{:#x}", self.modules[m].key.file_name(), offset),
+                    function: demangle::bounded(&format!(
+                        "{}+{:#x}",
+                        self.modules[m].key.file_name(),
+                        offset
+                    )),
                     file: None,
                     line: None,
                 }],
@@ -269,10 +274,10 @@ impl Symbolizer {
                 }
             }
             Err(_) => {
-                self.warnings.push(format!(
+                self.warnings.push(demangle::bounded(&format!(
                     "{}: the file broke the symbolizer; its frames show as module+offset",
                     key.path
-                ));
+                )));
                 Sources::None
             }
         }
@@ -303,6 +308,17 @@ mod tests {
             assert_eq!(frames[0].function, format!("{}+0x1234", key.file_name()));
         }
         assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+    }
+
+    #[test]
+    fn a_huge_module_path_is_cut() {
+        let mut s = Symbolizer::new(Options::default());
+        let key = ModuleKey {
+            path: format!("/{}", "d".repeat(100_000)),
+            build_id: vec![],
+        };
+        assert!(s.symbolize(&key, 1)[0].function.len() <= MAX_NAME);
+        assert!(s.warnings().iter().all(|w| w.len() <= MAX_NAME));
     }
 
     #[test]
