@@ -3,7 +3,8 @@
 //! `alloctrace symbolize` meets them), then all again (the cache).
 //!
 //! `cargo run --release -p alloctrace-symbolize --example symbolize_bench -- LIB [N]`
-//! (N defaults to 100000).
+//! (N defaults to 100000). With a `.symbols` file instead of LIB: the time
+//! to load it.
 
 use std::time::Instant;
 
@@ -16,6 +17,14 @@ fn main() {
         eprintln!("usage: symbolize_bench LIB [N]");
         std::process::exit(2);
     };
+    if path.ends_with(".symbols") {
+        let start = Instant::now();
+        let mut sym = Symbolizer::new(Options::default());
+        sym.load_symbols(std::path::Path::new(path))
+            .expect("a symbols file");
+        println!("{path}: loaded in {:.3} s", start.elapsed().as_secs_f64());
+        return;
+    }
     let n: u64 = args.get(2).map_or(100_000, |a| a.parse().expect("N"));
     let data = std::fs::read(path).expect("read the library");
     let file = object::File::parse(&*data).expect("an ELF file");
