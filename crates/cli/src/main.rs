@@ -18,6 +18,7 @@ mod analyze;
 mod record;
 mod stacks;
 mod stats;
+mod symbolize;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -81,6 +82,8 @@ enum Command {
     },
     /// Runs a program under the LD_PRELOAD shim and traces it (exit status passed through).
     Record(record::Args),
+    /// Resolves the native frames of each trace's call stacks into FILE.symbols beside it (functions, files, lines), for reports on another machine.
+    Symbolize(symbolize::Args),
 }
 
 /// Why a command failed, which decides the exit code.
@@ -350,6 +353,7 @@ fn main() -> ExitCode {
             run_each(files, |input, label| check::run(input, *json, label))
         }
         Command::Record(args) => record::run(args),
+        Command::Symbolize(args) => symbolize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
