@@ -1,6 +1,7 @@
-//! `alloctrace report` end to end: c_tests/reports/leaky.c recorded under
-//! the shim, its report checked for the program's known leaks, peak and
-//! temporaries, then opened in headless Chromium (Debian's `chromium`):
+//! `alloctrace report` end to end: c_tests/reports/leaky.c (built with and
+//! without frame pointers) recorded under the shim, its report checked for
+//! the program's known leaks, peak and temporaries by function name and
+//! source line, then opened in headless Chromium (Debian's `chromium`):
 //! it must load without a console message, its script must run to its
 //! end, and a screenshot must show the timeline chart's lines. A trace of
 //! over a million events gives a page of bounded size.
@@ -118,11 +119,12 @@ fn section<'a>(html: &'a str, id: &str) -> &'a str {
     &html[start..end]
 }
 
-/// A table row of a section: its numeric cells' values and the innermost
-/// function its stack cell names.
+/// A table row of a section: its numeric cells' values, and the innermost
+/// function and file:line its stack cell names.
 struct Row {
     values: Vec<u64>,
     function: String,
+    location: String,
 }
 
 fn rows(section: &str) -> Vec<Row> {
@@ -142,45 +144,19 @@ fn rows(section: &str) -> Vec<Row> {
             .nth(1)
             .map(|f| f.split('<').next().unwrap().to_string())
             .unwrap_or_default();
-        out.push(Row { values, function });
+        let location = tr
+            .split("</summary>")
+            .next()
+            .and_then(|s| s.split("<span class=\"loc\">").nth(1))
+            .map(|l| l.split('<').next().unwrap().to_string())
+            .unwrap_or_default();
+        out.push(Row {
+            values,
+            function,
+            location,
+        });
     }
     out
-}
-
-/// leaky's functions: (name, start, end) module-relative addresses, from
-/// its symbol table.
-fn functions(binary: &Path) -> Vec<(String, u64, u64)> {
-    use object::{Object, ObjectSymbol};
-    let data = std::fs::read(binary).expect("read the program");
-    let file = object::File::parse(&*data).expect("parse the program");
-    file.symbols()
-        .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
-        .filter_map(|s| {
-            let name = s.name().ok()?.to_string();
-            Some((name, s.address(), s.address() + s.size()))
-        })
-        .collect()
-}
-
-/// Whether a stack cell's innermost function is `name`: by name once the
-/// symbolizer knows it, else as `leaky+0xOFFSET` inside the function.
-fn is_function(shown: &str, name: &str, table: &[(String, u64, u64)]) -> bool {
-    if shown == name {
-        return true;
-    }
-    let Some(hex) = shown
-        .rsplit_once("+0x")
-        .map(|(_, h)| h)
-        .filter(|_| shown.contains("leaky"))
-    else {
-        return false;
-    };
-    let Ok(offset) = u64::from_str_radix(hex, 16) else {
-        return false;
-    };
-    table
-        .iter()
-        .any(|(n, lo, hi)| n == name && *lo < offset && offset <= *hi)
 }
 
 /// Every resource the page refers to is in the page.
@@ -246,88 +222,67 @@ fn console_lines(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// The numbers of the one row whose innermost frame is `name` (in
+/// leaky.c, with a line).
+fn row_of(rows: &[Row], name: &str) -> Vec<u64> {
+    let hits: Vec<&Row> = rows.iter().filter(|r| r.function == name).collect();
+    assert_eq!(
+        hits.len(),
+        1,
+        "{name}: rows {:?}",
+        rows.iter().map(|r| &r.function).collect::<Vec<_>>()
+    );
+    assert!(
+        hits[0].location.starts_with("leaky.c:"),
+        "{name} at {:?}",
+        hits[0].location
+    );
+    hits[0].values.clone()
+}
+
 #[test]
 fn the_report_of_leaky_names_its_leaks_peak_and_temporaries_and_loads_in_chromium() {
     let dir = Scratch::new("leaky");
-    let prog = dir.path("leaky");
     let src = repo().join("c_tests/reports/leaky.c");
-    compile(&[
-        "-O0",
-        "-fno-omit-frame-pointer",
-        "-g",
-        "-Wall",
-        "-Werror",
-        src.to_str().unwrap(),
-        "-o",
-        prog.to_str().unwrap(),
-    ]);
-    let trace = dir.path("leaky.trace");
-    record(&trace, &prog, &[]);
-    let page = dir.path("leaky.html");
-    let html = report(&trace, &page);
-    let table = functions(&prog);
-    assert_self_contained(&html);
-
-    // Leaks: make_name's 100 blocks of 32 bytes, build_table's 7 of 1,000
-    // (the C library's own blocks may come too).
-    let leaks = rows(section(&html, "r-leaks"));
-    let find = |rows: &[Row], name: &str| -> Vec<u64> {
-        let hits: Vec<&Row> = rows
-            .iter()
-            .filter(|r| is_function(&r.function, name, &table))
-            .collect();
-        assert_eq!(
-            hits.len(),
-            1,
-            "{name}: rows {:?}",
-            rows.iter().map(|r| &r.function).collect::<Vec<_>>()
-        );
-        hits[0].values.clone()
-    };
-    // Leaked bytes, objects, allocations.
-    assert_eq!(find(&leaks, "make_name"), vec![3200, 100, 100]);
-    assert_eq!(find(&leaks, "build_table"), vec![7000, 7, 7]);
-    // The peak: fill_cache's 20 blocks of 64 KiB and make_name's 100
-    // were live; build_table's came after.
-    let peak = rows(section(&html, "r-peak"));
-    let fill = find(&peak, "fill_cache");
-    assert_eq!((fill[0], fill[2], fill[3]), (1_310_720, 20, 20));
-    let names = find(&peak, "make_name");
-    assert_eq!((names[0], names[2]), (3200, 100));
-    assert!(!peak
-        .iter()
-        .any(|r| is_function(&r.function, "build_table", &table)));
-    // Temporaries: scratch's 50.
-    let temporary = rows(section(&html, "r-temporary"));
-    assert_eq!(find(&temporary, "scratch")[..2], [50, 50]);
-    // The flamegraph of the peak, the charts, the facts.
-    let peak_section = section(&html, "r-peak");
-    assert!(peak_section.contains("<svg"), "no flamegraph");
-    assert!(html.contains("id=\"r-timeline-chart\""));
-    assert!(html.contains("id=\"r-sizes-chart\""));
-    assert!(html.contains("id=\"r-lifetimes-chart\""));
-    let run = section(&html, "r-run");
-    assert!(run.contains("leaky.trace"));
+    // With and without frame pointers: the same page.
+    let mut pages = Vec::new();
+    for (name, flags) in [
+        ("leaky_fp", ["-O0", "-fno-omit-frame-pointer"]),
+        ("leaky_nofp", ["-O2", "-fomit-frame-pointer"]),
+    ] {
+        let prog = dir.path(name);
+        let mut args = vec!["-g", "-Wall", "-Werror"];
+        args.extend_from_slice(&flags);
+        args.extend_from_slice(&[src.to_str().unwrap(), "-o", prog.to_str().unwrap()]);
+        compile(&args);
+        let trace = dir.path(&format!("{name}.trace"));
+        record(&trace, &prog, &[]);
+        let page = dir.path(&format!("{name}.html"));
+        let html = report(&trace, &page);
+        check_leaky(&html, name);
+        pages.push(page);
+    }
 
     let Some(chromium) = chromium() else {
         eprintln!("report test: skipped the browser checks: chromium is not installed (apt-get install chromium)");
         return;
     };
+    let page = &pages[0];
     // The page's script ran to its end, and nothing was logged to the
     // console (an uncaught exception would be).
-    let (dom, stderr) = run_chromium(&chromium, &dir, &page, &["--dump-dom"]);
+    let (dom, stderr) = run_chromium(&chromium, &dir, page, &["--dump-dom"]);
     assert!(
         dom.contains("data-report-ready=\"yes\""),
         "the page's script did not finish"
     );
     assert_eq!(console_lines(&stderr), Vec::<&str>::new());
-    // The screenshot shows the timeline: many pixels of the total line's
-    // colour (its legend swatch has 66).
+    // The screenshot shows the timeline: many pixels of the total and
+    // heap lines' colours (their legend swatches have 66 each).
     let shot = dir.path("shot.png");
     let (_, stderr) = run_chromium(
         &chromium,
         &dir,
-        &page,
+        page,
         &[
             "--window-size=1280,1000",
             "--hide-scrollbars",
@@ -344,6 +299,40 @@ fn the_report_of_leaky_names_its_leaks_peak_and_temporaries_and_loads_in_chromiu
     );
     let distinct: std::collections::HashSet<[u8; 3]> = pixels.iter().copied().collect();
     assert!(distinct.len() > 50, "{} colours", distinct.len());
+}
+
+/// leaky.c's known leaks, peak and temporaries, by function.
+fn check_leaky(html: &str, name: &str) {
+    assert_self_contained(html);
+    // Leaks: make_name's 100 blocks of 32 bytes, build_table's 7 of 1,000
+    // (the C library's own blocks may come too). Leaked bytes, objects,
+    // allocations:
+    let leaks = rows(section(html, "r-leaks"));
+    assert_eq!(row_of(&leaks, "make_name"), vec![3200, 100, 100]);
+    assert_eq!(row_of(&leaks, "build_table"), vec![7000, 7, 7]);
+    // The peak: fill_cache's 20 blocks of 64 KiB and make_name's 100
+    // were live; build_table's came after. Live bytes, share, objects,
+    // allocations, bytes:
+    let peak = rows(section(html, "r-peak"));
+    let fill = row_of(&peak, "fill_cache");
+    assert_eq!((fill[0], fill[2], fill[3]), (1_310_720, 20, 20));
+    let names = row_of(&peak, "make_name");
+    assert_eq!((names[0], names[2]), (3200, 100));
+    assert!(!peak.iter().any(|r| r.function == "build_table"));
+    // Temporaries: scratch's 50 (temporary, allocations).
+    let temporary = rows(section(html, "r-temporary"));
+    assert_eq!(row_of(&temporary, "scratch")[..2], [50, 50]);
+    // The flamegraph of the peak has the functions; the charts; the facts.
+    let peak_section = section(html, "r-peak");
+    let svg = &peak_section[peak_section.find("<svg").expect("a flamegraph")..];
+    for f in ["fill_cache", "make_name", "main"] {
+        assert!(svg.contains(f), "{f} not in the flamegraph");
+    }
+    assert!(html.contains("id=\"r-timeline-chart\""));
+    assert!(html.contains("id=\"r-sizes-chart\""));
+    assert!(html.contains("id=\"r-lifetimes-chart\""));
+    let run = section(html, "r-run");
+    assert!(run.contains(&format!("{name}.trace")));
 }
 
 fn close(a: [u8; 3], b: [u8; 3]) -> bool {
