@@ -500,6 +500,11 @@ fn flamegraph(m: &mut Model, sites: &[(StackId, Site)]) -> Option<String> {
             all - shown
         ));
     }
+    flame_svg(&lines)
+}
+
+/// The flamegraph of folded `lines` ("outer;inner bytes"), inline SVG.
+fn flame_svg(lines: &[String]) -> Option<String> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "Live at the peak".to_string();
     opts.count_name = "bytes".to_string();
@@ -952,6 +957,15 @@ mod tests {
         assert_eq!(flame_name("a;b\nc"), "a b c");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word("-o"), "-o");
+    }
+
+    #[test]
+    fn the_flamegraph_escapes_its_names() {
+        let hostile = flame_name("<script>alert(1)</script>&\"'");
+        let svg = flame_svg(&[format!("main;{hostile} 100")]).expect("an SVG");
+        assert!(!svg.contains("alert(1)</script>"));
+        assert!(svg.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(svg.starts_with("<svg"));
     }
 
     #[test]
