@@ -430,3 +430,95 @@ fn the_report_of_a_million_events_stays_small() {
     assert!(size < 3 << 20, "{size} bytes of HTML");
     assert_self_contained(&html);
 }
+
+/// A C-API style trace (the reader's test builder): typed heap objects,
+/// one type with a hostile name, and a span.
+fn typed_trace() -> Vec<u8> {
+    use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
+    use alloctrace_reader::{EventData, TypeInfo};
+    let g = info(1);
+    let mut b = EventsBody::new(1000);
+    let mut ticks = 1000;
+    for i in 0..40u64 {
+        ticks += 10;
+        b.event(
+            &g,
+            ticks,
+            0x10000 + i * 0x100,
+            &EventData::HeapObjectAlloc {
+                size: 48,
+                type_id: 1 + i % 2,
+            },
+        );
+    }
+    ticks += 10;
+    b.event(
+        &g,
+        ticks,
+        0x400000,
+        &EventData::SpanAlloc {
+            npages: 4,
+            kind_class: 3,
+        },
+    );
+    for i in 0..10u64 {
+        ticks += 10;
+        b.event(&g, ticks, 0x10000 + i * 0x100, &EventData::HeapObjectFree);
+    }
+    let types = [
+        TypeInfo {
+            id: 1,
+            size: 48,
+            ptr_bytes: 16,
+            name: "struct node".into(),
+        },
+        TypeInfo {
+            id: 2,
+            size: 48,
+            ptr_bytes: 0,
+            name: "<script>alert(1)</script><img src=x onerror=alert(2)>".into(),
+        },
+    ];
+    let mut t = TraceBuilder::new();
+    t.info(&g)
+        .types(1, &types)
+        .events(1, 1, &b)
+        .generation_end(1, ticks + 10, 5_000_000 + (ticks + 10 - 1000), 0)
+        .trace_end(1);
+    t.finish()
+}
+
+#[test]
+fn types_spans_and_hostile_names_in_a_c_api_trace() {
+    let dir = Scratch::new("typed");
+    let trace = dir.path("typed.trace");
+    std::fs::write(&trace, typed_trace()).expect("write the trace");
+    let page = dir.path("typed.html");
+    let html = report(&trace, &page);
+    assert_self_contained(&html);
+    assert!(!html.contains("<script>alert"), "a type name got through");
+    assert!(!html.contains("<img src=x"), "a type name got through");
+    let types = section(&html, "r-types");
+    assert!(types.contains("struct node"));
+    assert!(
+        types.contains("&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;")
+    );
+    // Per type: allocations, bytes, at peak, share, leaked bytes,
+    // temporary. 20 of each type, 5 of each freed; the span has no type.
+    let rows = rows(types);
+    assert_eq!(rows.len(), 3);
+    assert!(types.contains("(no type)"));
+    assert_eq!(rows[0].values[..2], [1, 16384]);
+    for r in &rows[1..] {
+        assert_eq!(r.values[0], 20);
+        assert_eq!(r.values[1], 960);
+        assert_eq!(r.values[4], 15 * 48);
+    }
+    // The run's facts: the builder's pid and start.
+    let run = section(&html, "r-run");
+    assert!(run.contains("4242"));
+    assert!(run.contains("2023-11-14T22:13:20Z"), "{run}");
+    // The span is in the peak: 40 objects of 48 bytes and 4 pages.
+    let peak = section(&html, "r-peak");
+    assert!(peak.contains("Peak: 17.9 KiB live"), "{peak}");
+}

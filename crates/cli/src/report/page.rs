@@ -291,7 +291,10 @@ fn timeline_section(h: &mut String, m: &Model, s: &Series) {
     }
     let single = m.profile.peaks().len() == 1;
     let peak = m.profile.peak();
-    let marker = (single && peak.total_bytes != 0).then(|| peak.time_ns as f64 / (per));
+    // The peak's time counts from the trace's start (its first generation).
+    let trace_start = m.summary.runs.first().map_or(start, |r| r.start_mono_ns);
+    let marker =
+        (single && peak.total_bytes != 0).then(|| x(trace_start.saturating_add(peak.time_ns)));
     let x_max = x(s.end_ns);
     match charts::timeline(&lines, x_max, unit, s.peak_total() as f64, marker) {
         Ok((svg, area)) => {
