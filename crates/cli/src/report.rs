@@ -22,12 +22,13 @@ mod page;
 mod units;
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use alloctrace_analysis::{
     Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
 };
 use alloctrace_reader::TraceReader;
+use alloctrace_symbolize::sidecar_path;
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
 use crate::Failure;
@@ -110,6 +111,20 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     };
     let pass = run_pass(&inputs, &mut collect)?;
     let mut resolver = args.symbols.resolver();
+    // Each trace's FILE.symbols (`alloctrace symbolize`) answers first.
+    for input in &inputs {
+        let name = input.name();
+        if name == "-" {
+            continue;
+        }
+        let path = sidecar_path(Path::new(&name));
+        if let Err(err) = resolver.symbolizer.load_symbols(&path) {
+            eprintln!(
+                "warning: {} is not used: {err}; symbolizing from the modules' files",
+                path.display()
+            );
+        }
+    }
     let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
     let html = page::render(&mut page::Model {
         files: &names,
@@ -120,6 +135,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         rows: args.rows as usize,
         resolver: &mut resolver,
     });
+    for warning in resolver.symbolizer.warnings() {
+        eprintln!("warning: {warning}");
+    }
     std::fs::write(&args.output, html.as_bytes())
         .map_err(|e| Failure::Io(format!("cannot write {}: {e}", args.output.display())))?;
     Ok(())

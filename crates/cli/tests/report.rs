@@ -262,6 +262,22 @@ fn the_report_of_leaky_names_its_leaks_peak_and_temporaries_and_loads_in_chromiu
         check_leaky(&html, name);
         pages.push(page);
     }
+    // On another machine: the symbols written beside the trace name the
+    // functions once the program is gone.
+    let trace = dir.path("leaky_fp.trace");
+    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .arg("symbolize")
+        .arg(&trace)
+        .output()
+        .expect("run alloctrace symbolize");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_file(dir.path("leaky_fp")).expect("remove the program");
+    let html = report(&trace, &dir.path("moved.html"));
+    check_leaky(&html, "leaky_fp");
 
     let Some(chromium) = chromium() else {
         eprintln!("report test: skipped the browser checks: chromium is not installed (apt-get install chromium)");

@@ -113,6 +113,14 @@ pub fn render(m: &mut Model) -> String {
     lifetimes_section(&mut h, m);
     threads_section(&mut h, m);
     types_section(&mut h, m);
+    let warnings = m.resolver.symbolizer.warnings();
+    if !warnings.is_empty() {
+        h.push_str("<section id=\"r-symbols\"><h2>Symbols</h2>\n");
+        for w in warnings.iter().take(100) {
+            let _ = writeln!(h, "<p class=\"warning\">{}</p>", esc(&clip(w)));
+        }
+        h.push_str("</section>\n");
+    }
     let _ = write!(
         h,
         "</main>\n<footer>Written by alloctrace {}. Everything on this page is in this one file.</footer>\n\
