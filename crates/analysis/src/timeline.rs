@@ -408,12 +408,12 @@ impl Timeline {
         out
     }
 
+    #[inline]
     fn current(&mut self) -> &mut Series {
         if self.series.is_empty() {
             self.series.push(Series::new(self.max_buckets));
         }
-        let last = self.series.len() - 1;
-        &mut self.series[last]
+        self.series.last_mut().expect("a series")
     }
 }
 
