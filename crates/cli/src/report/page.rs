@@ -195,8 +195,8 @@ fn run_section(h: &mut String, m: &Model) {
     );
     fact("Temporary allocations", units::count(total.temporary));
     fact(
-        "Distinct stacks",
-        units::count(m.pass.stacks.len() as u64 - 1),
+        "Allocation sites (distinct stacks)",
+        units::count(m.profile.sites().count() as u64),
     );
     h.push_str("</dl>\n");
     let mut warnings = Vec::new();
