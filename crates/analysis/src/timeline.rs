@@ -49,10 +49,18 @@ impl Range {
         }
     }
 
+    /// The value grew to `value` (from `last`, within the range: the
+    /// minimum stays).
     #[inline]
-    fn set(&mut self, value: u64) {
-        self.min = self.min.min(value);
+    fn rise(&mut self, value: u64) {
         self.max = self.max.max(value);
+        self.last = value;
+    }
+
+    /// The value fell to `value` (the maximum stays).
+    #[inline]
+    fn fall(&mut self, value: u64) {
+        self.min = self.min.min(value);
         self.last = value;
     }
 
@@ -270,20 +278,35 @@ impl Series {
         self.buckets.len() - 1
     }
 
-    /// The levels changed (of `memory` and the object count): bucket `i`
-    /// takes them (the other kinds' ranges are unchanged: flat since the
-    /// bucket was made or changed by their own events).
+    /// The levels grew (of `memory` and the object count, by an
+    /// allocation): bucket `i` takes them (the other kinds' ranges are
+    /// unchanged: flat since the bucket was made or changed by their own
+    /// events).
     #[inline]
-    fn record(&mut self, i: usize, memory: Memory) {
+    fn record_rise(&mut self, i: usize, memory: Memory) {
         let levels = &self.levels;
         let b = &mut self.buckets[i];
         match memory {
-            Memory::Heap => b.heap.set(levels.heap),
-            Memory::Span => b.span.set(levels.span),
-            Memory::Stack => b.stack.set(levels.stack),
+            Memory::Heap => b.heap.rise(levels.heap),
+            Memory::Span => b.span.rise(levels.span),
+            Memory::Stack => b.stack.rise(levels.stack),
         }
-        b.total.set(levels.total());
-        b.objects.set(levels.objects);
+        b.total.rise(levels.total());
+        b.objects.rise(levels.objects);
+    }
+
+    /// The levels fell (by a free).
+    #[inline]
+    fn record_fall(&mut self, i: usize, memory: Memory) {
+        let levels = &self.levels;
+        let b = &mut self.buckets[i];
+        match memory {
+            Memory::Heap => b.heap.fall(levels.heap),
+            Memory::Span => b.span.fall(levels.span),
+            Memory::Stack => b.stack.fall(levels.stack),
+        }
+        b.total.fall(levels.total());
+        b.objects.fall(levels.objects);
     }
 
     #[inline]
@@ -296,7 +319,7 @@ impl Series {
         let b = &mut self.buckets[i];
         b.allocs += 1;
         b.alloc_bytes = b.alloc_bytes.saturating_add(size);
-        self.record(i, memory);
+        self.record_rise(i, memory);
     }
 
     #[inline]
@@ -307,7 +330,7 @@ impl Series {
         *bytes = bytes.saturating_sub(size);
         levels.objects = levels.objects.saturating_sub(1);
         self.buckets[i].frees += 1;
-        self.record(i, memory);
+        self.record_fall(i, memory);
     }
 }
 
@@ -571,5 +594,70 @@ mod tests {
         assert_eq!(m.buckets[mid].total.last, 1010);
         assert_eq!(m.buckets.iter().map(|b| b.allocs).sum::<u64>(), 4);
         assert_eq!(m.levels.total(), 2020);
+    }
+
+    #[test]
+    fn buckets_agree_with_the_levels_recomputed_event_by_event() {
+        // Random allocations and frees of heap objects and spans; each
+        // bucket's min, max and last must be those of the total after
+        // every event in it (and of the level it started from).
+        let mut t = Timeline::new(64);
+        t.trace_start(0);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut live: Vec<Alloc> = Vec::new();
+        let mut time = 0u64;
+        let mut total = 0u64;
+        // (time, total after the event)
+        let mut history = vec![];
+        for i in 0..5000u64 {
+            time += next() % 1000;
+            if live.is_empty() || next() % 3 != 0 {
+                let memory = if next() % 4 == 0 {
+                    Memory::Span
+                } else {
+                    Memory::Heap
+                };
+                let a = alloc(time, i, 1 + next() % 5000, memory);
+                t.alloc(&a);
+                total += a.size;
+                live.push(a);
+            } else {
+                let k = (next() % live.len() as u64) as usize;
+                let a = live.swap_remove(k);
+                t.free(&a, &free(time));
+                total -= a.size;
+            }
+            history.push((time, total));
+        }
+        let s = &t.series()[0];
+        assert!(s.buckets.len() <= 64);
+        let mut before = 0u64;
+        let mut h = history.iter().peekable();
+        for (i, b) in s.buckets.iter().enumerate() {
+            let end = s.bucket_start_ns(i) + s.width_ns();
+            let (mut lo, mut hi, mut last) = (before, before, before);
+            while let Some(&&(at, v)) = h.peek() {
+                if at >= end {
+                    break;
+                }
+                lo = lo.min(v);
+                hi = hi.max(v);
+                last = v;
+                h.next();
+            }
+            assert_eq!(
+                (b.total.min, b.total.max, b.total.last),
+                (lo, hi, last),
+                "bucket {i}"
+            );
+            before = last;
+        }
+        assert_eq!(s.levels.total(), total);
     }
 }
