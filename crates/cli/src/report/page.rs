@@ -152,7 +152,7 @@ fn run_section(h: &mut String, m: &Model) {
                         .join(" ")
                 ))
             ),
-            None => "<span class=\"none\">not recorded in the trace</span>".to_string(),
+            None => "<span class=\"none\">unknown</span>".to_string(),
         };
         let started = if run.start_wall_ns == 0 {
             "unknown".to_string()
