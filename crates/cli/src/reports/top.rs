@@ -109,6 +109,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     };
     let mut rows: Vec<(Key, Site)> = match args.by {
         By::Stack => {
+            // Kept and sorted before the stacks are symbolized, so that only
+            // the rows shown are.
             let mut sites: Vec<(u32, Site)> = p
                 .profile
                 .sites()
