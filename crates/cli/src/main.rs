@@ -17,6 +17,7 @@ mod record;
 mod reports;
 mod stacks;
 mod stats;
+mod symbolize;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -88,6 +89,8 @@ enum Command {
     Flamegraph(reports::flamegraph::Args),
     /// The sites whose allocations, peak or leaks changed between two traces.
     Diff(reports::diff::Args),
+    /// Resolves the native frames of each trace's call stacks into FILE.symbols beside it (functions, files, lines), for reports on another machine.
+    Symbolize(symbolize::Args),
 }
 
 /// Why a command failed, which decides the exit code.
@@ -361,6 +364,7 @@ fn main() -> ExitCode {
         Command::Leaks(args) => reports::leaks::run(args),
         Command::Flamegraph(args) => reports::flamegraph::run(args),
         Command::Diff(args) => reports::diff::run(args),
+        Command::Symbolize(args) => symbolize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1068,6 +1068,7 @@ fn generate_writes_man_pages_and_completions() {
             "alloctrace-pages.1",
             "alloctrace-record.1",
             "alloctrace-stats.1",
+            "alloctrace-symbolize.1",
             "alloctrace-top.1",
             "alloctrace.1",
         ]
