@@ -512,6 +512,35 @@ fn several_traces_are_summed() {
     assert_eq!(peak, expected);
 }
 
+/// A trace's `.symbols` file (`alloctrace symbolize`) names the frames
+/// once the program is gone.
+#[test]
+fn reports_read_the_symbols_file_beside_the_trace() {
+    let dir = scratch();
+    let prog = dir.join("leaky_gone");
+    let src = repo().join("c_tests/reports/leaky.c");
+    compile(&["-O0", "-g", src.to_str().unwrap(), "-o", p(&prog)]);
+    let trace = dir.join("leaky_gone.trace");
+    record(&prog, &trace);
+    let symbols = dir.join("leaky_gone.trace.symbols");
+    let _ = std::fs::remove_file(&symbols);
+    let (code, _, err) = alloctrace(&["symbolize", p(&trace)]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_file(&prog).unwrap();
+    let leaks = |v: &Value| by_program_function(&v["leaks"], &["objects"]);
+    let v = json(&["leaks", "--json", p(&trace)]);
+    let expected: BTreeMap<String, Vec<u64>> = [
+        ("build_table".to_string(), vec![7]),
+        ("make_name".to_string(), vec![100]),
+    ]
+    .into();
+    assert_eq!(leaks(&v), expected, "{v}");
+    // Without it, nothing names them.
+    std::fs::remove_file(&symbols).unwrap();
+    let v = json(&["leaks", "--json", p(&trace)]);
+    assert!(leaks(&v).is_empty(), "{v}");
+}
+
 #[test]
 fn reports_read_standard_input() {
     use std::io::Write;
