@@ -352,9 +352,15 @@ fn malformed_modules_are_reported_at_their_field() {
 #[test]
 fn a_version_2_trace_reads_as_before() {
     let v2 = checksummed_as(&sample_trace_v1(), 2);
-    let v3 = sample_trace();
+    let v3 = checksummed_as(&sample_trace_v1(), 3);
     assert_eq!(&v2[8..10], &[2, 0]);
     assert_eq!(&v3[8..10], &[3, 0]);
+    let v4 = sample_trace();
+    assert_eq!(&v4[8..10], &[4, 0]);
+    assert_eq!(
+        read_with_frames(&v3).unwrap(),
+        read_with_frames(&v4).unwrap()
+    );
     let (a, b) = (
         read_with_frames(&v2).unwrap(),
         read_with_frames(&v3).unwrap(),
