@@ -4,8 +4,11 @@
 use alloctrace_reader::testing::{process_trace, sample_trace, stacks_trace};
 use alloctrace_reader::{Record, TraceReader};
 
+/// A generation's number, and its command line and truncation flag.
+type GenerationCommand = (u64, Option<(Vec<String>, bool)>);
+
 /// Per generation, its command line and truncation flag.
-fn command_lines(trace: &[u8]) -> Vec<(u64, Option<(Vec<String>, bool)>)> {
+fn command_lines(trace: &[u8]) -> Vec<GenerationCommand> {
     let mut reader = TraceReader::new(trace).unwrap();
     assert_eq!(reader.command_line(), None, "before the first generation");
     let mut out = Vec::new();
