@@ -1013,9 +1013,7 @@ mod tests {
         assert_eq!(&header[8..], &[4, 0, 0, 0, 0xb9, 0xfb, 0x03, 0x58]);
         assert_eq!(batch_checksum(&[&[5, 3, 0, 0, 0, 1, 0, 0]]), 0xf94d_aae6);
         // The process batch of section 11: `ls -l`.
-        let process = [
-            13, 11, 0, 0, 0, 1, 0, 0, 0, 2, 2, b'l', b's', 2, b'-', b'l',
-        ];
+        let process = [13, 11, 0, 0, 0, 1, 0, 0, 0, 2, 2, b'l', b's', 2, b'-', b'l'];
         assert_eq!(batch_checksum(&[&process]), 0xdbf5_a04c);
     }
 
