@@ -810,7 +810,17 @@ fn corpus() -> Vec<Vec<u8>> {
     ]);
     t.batch(6, 1, 2, 1000, &body);
     t.generation_end(1, 3000, 5_002_000, 0).trace_end(1);
-    vec![sample_trace(), t.finish()]
+    // Version 1, without checksums: damage reaches the process batch's
+    // parser.
+    let mut p = TraceBuilder::v1();
+    let mut b = EventsBody::new(1000);
+    b.event(&g, 1001, 0x10010, &EventData::HeapObjectFree);
+    p.info(&g)
+        .process(1, 0, &[b"/bin/app", b"--flag", b"value"])
+        .events(1, 1, &b)
+        .generation_end(1, 3000, 5_002_000, 0)
+        .trace_end(1);
+    vec![sample_trace(), t.finish(), p.finish()]
 }
 
 #[test]
