@@ -20,11 +20,11 @@ impl Progress {
     /// A bar for a trace of `total_bytes` (0 when unknown: standard input),
     /// shown when the trace is at least 64 MiB and stderr is a terminal.
     pub fn new(total_bytes: u64) -> Progress {
-        if total_bytes < MIN_SIZE || !io::stderr().is_terminal() {
+        if !shown(total_bytes, io::stderr().is_terminal()) {
             return Progress::hidden();
         }
         let style = ProgressStyle::with_template(
-            "{bar:40} {percent:>3}% of {total_bytes} read, {binary_bytes_per_sec}, {eta} left",
+            "{wide_bar} {percent:>3}% of {total_bytes} read, {binary_bytes_per_sec}, {eta} left",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar());
         let bar = ProgressBar::with_draw_target(
@@ -58,9 +58,37 @@ impl Progress {
     }
 }
 
+/// Whether a trace of `total_bytes` gets a bar: a big one, and only on a
+/// terminal (a pipe or a log file gets nothing).
+fn shown(total_bytes: u64, stderr_is_terminal: bool) -> bool {
+    stderr_is_terminal && total_bytes >= MIN_SIZE
+}
+
 impl Drop for Progress {
     /// A command that fails half-way leaves no bar behind.
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bar_only_for_big_traces_on_a_terminal() {
+        assert!(shown(64 << 20, true));
+        assert!(shown(10 << 30, true));
+        assert!(!shown(10 << 30, false), "piped: nothing");
+        assert!(!shown((64 << 20) - 1, true), "small: nothing");
+        assert!(!shown(0, true), "standard input, size unknown: nothing");
+    }
+
+    #[test]
+    fn a_hidden_bar_takes_updates() {
+        let mut p = Progress::hidden();
+        p.update(1 << 20);
+        p.finish();
+        p.update(2 << 20);
     }
 }
