@@ -370,6 +370,13 @@ fn stats_counts_types_and_peaks_in_human_units() {
             ptr_bytes: 0,
             name: "big_buffer".into(),
         },
+        // Defined, never allocated; a line break in its name.
+        TypeInfo {
+            id: 3,
+            size: 8,
+            ptr_bytes: 8,
+            name: "unused\nnode".into(),
+        },
     ];
     let mut t = TraceBuilder::new();
     t.info(&g)
@@ -384,7 +391,8 @@ fn stats_counts_types_and_peaks_in_human_units() {
         v["per_type"],
         json!([
             {"id": 2, "name": "big_buffer", "size": 1 << 20, "allocations": 3, "bytes": 3 << 20},
-            {"id": 1, "name": "struct small", "size": 64, "allocations": 20_000, "bytes": 20_000 * 64}
+            {"id": 1, "name": "struct small", "size": 64, "allocations": 20_000, "bytes": 20_000 * 64},
+            {"id": 3, "name": "unused\nnode", "size": 8, "allocations": 0, "bytes": 0}
         ])
     );
     let heap_peak = 20_000 * 64 + (3 << 20) + 100;
@@ -406,6 +414,13 @@ fn stats_counts_types_and_peaks_in_human_units() {
     ] {
         assert!(out.contains(line), "{line:?} in {out}");
     }
+    assert!(!out.contains("unused"), "{out}");
+    // --all: the type never allocated too, its name on one line.
+    let (_, out, _) = run("stats", t.bytes(), &["--all"]);
+    assert!(
+        out.contains("\n  unused\\nnode                   0 B  in 0 allocations\n"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -150,13 +150,25 @@ impl Stats {
         u64::try_from(self.maps.peak_total_bytes).unwrap_or(u64::MAX)
     }
 
-    /// Per type allocated: its ID, name (`None` when no type table defines
-    /// it), allocations and bytes; most bytes first.
-    pub fn types_by_bytes(&self) -> Vec<(u64, Option<&str>, u64, u64)> {
-        let mut v: Vec<_> = self
-            .per_type
-            .iter()
-            .map(|(&id, c)| {
+    /// Per type allocated (and, with `defined`, per type a type table
+    /// defines, allocated or not): its ID, name (`None` when no type table
+    /// defines it), allocations and bytes; most bytes first, then most
+    /// allocations, then by ID.
+    pub fn types_by_bytes(&self, defined: bool) -> Vec<(u64, Option<&str>, u64, u64)> {
+        let none = TypeCount::default();
+        let ids: BTreeSet<u64> = if defined {
+            self.per_type
+                .keys()
+                .chain(&self.type_ids)
+                .copied()
+                .collect()
+        } else {
+            self.per_type.keys().copied().collect()
+        };
+        let mut v: Vec<_> = ids
+            .into_iter()
+            .map(|id| {
+                let c = self.per_type.get(&id).unwrap_or(&none);
                 let name = self.type_names.get(&id).map(|(n, _)| n.as_str());
                 let bytes = u64::try_from(c.bytes).unwrap_or(u64::MAX);
                 (id, name, c.allocations, bytes)

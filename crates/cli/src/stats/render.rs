@@ -27,6 +27,24 @@ fn shell_line(args: &[String]) -> String {
     shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
 }
 
+/// `text` with control characters escaped (`\n`, `\u{1b}`), so that a
+/// name from the trace cannot break the table's lines or drive the
+/// terminal.
+fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 impl Stats {
     pub fn to_json(&self) -> Value {
         let per_thread: serde_json::Map<String, Value> = self
@@ -39,7 +57,7 @@ impl Stats {
             .map(|(name, n)| (name.to_string(), json!(n)))
             .collect();
         let per_type: Vec<Value> = self
-            .types_by_bytes()
+            .types_by_bytes(true)
             .into_iter()
             .map(|(id, name, allocations, bytes)| {
                 json!({"id": id, "name": name, "size": self.type_names.get(&id).map(|t| t.1), "allocations": allocations, "bytes": bytes})
@@ -105,7 +123,8 @@ impl Stats {
             match &p.command {
                 Some(c) => {
                     let cut = if c.truncated { " [cut]" } else { "" };
-                    let _ = writeln!(s, "{:<24}{}{cut}", "command", shell_line(&c.command_line));
+                    let line = printable(&shell_line(&c.command_line));
+                    let _ = writeln!(s, "{:<24}{line}{cut}", "command");
                 }
                 None => {
                     let _ = writeln!(s, "{:<24}(not recorded)", "command");
@@ -139,11 +158,11 @@ impl Stats {
             );
         }
         row("types", &count(self.type_ids.len() as u64), "");
-        let types = self.types_by_bytes();
+        let types = self.types_by_bytes(all);
         let shown = if all { types.len() } else { TOP_ROWS };
         for (id, name, allocations, total) in types.iter().take(shown) {
             let name = match name {
-                Some(name) => format!("  {name}"),
+                Some(name) => format!("  {}", printable(name)),
                 None => format!("  type {id} (no name)"),
             };
             let noun = if *allocations == 1 {
