@@ -123,6 +123,9 @@ impl Visitor for Summary {
         }
         let run = self.runs.last_mut().expect("a run per trace");
         run.generations += 1;
+        if run.command.is_none() {
+            run.command = reader.command_line().map(<[String]>::to_vec);
+        }
         if let Some(info) = reader.info() {
             if run.generations == 1 || run.pid == 0 {
                 run.pid = info.pid;

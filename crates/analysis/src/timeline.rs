@@ -1,7 +1,10 @@
 //! The live memory over time, downsampled to a bounded number of buckets.
 //!
 //! [`Timeline`] is a [`Visitor`]: after every allocation and free it knows
-//! the live heap-object, span and stack bytes and the live object count,
+//! the live heap-object, span and stack bytes, their total and the live
+//! object count (the total and the count as [`Profile`](crate::Profile)'s
+//! peak takes them: heap objects and spans; stacks, a thread's reserved
+//! 8 MiB under the shim or a runtime's stacks inside its spans, beside),
 //! and keeps, per time bucket, each quantity's minimum, maximum and last
 //! value, so a spike shorter than a bucket still shows as the bucket's
 //! maximum. The trace's end time is unknown until the pass ends, so the
@@ -87,15 +90,15 @@ pub struct Levels {
     pub span: u64,
     /// Live goroutine-style stack bytes.
     pub stack: u64,
-    /// Live allocations of every kind.
+    /// Live heap objects and spans.
     pub objects: u64,
 }
 
 impl Levels {
+    /// Heap-object and span bytes (stacks are not counted, as in
+    /// [`Profile`](crate::Profile)'s peak).
     pub fn total(&self) -> u64 {
-        self.heap
-            .saturating_add(self.span)
-            .saturating_add(self.stack)
+        self.heap.saturating_add(self.span)
     }
 
     fn bytes_mut(&mut self, memory: Memory) -> &mut u64 {
@@ -113,7 +116,7 @@ pub struct Bucket {
     pub heap: Range,
     pub span: Range,
     pub stack: Range,
-    /// Heap, span and stack bytes together.
+    /// Heap-object and span bytes together ([`Levels::total`]).
     pub total: Range,
     pub objects: Range,
     /// Allocations and frees in the bucket, and the bytes allocated.
@@ -216,7 +219,7 @@ impl Series {
         p
     }
 
-    /// The largest live total (heap, span and stack bytes together).
+    /// The largest live total ([`Levels::total`]).
     pub fn peak_total(&self) -> u64 {
         self.buckets.iter().map(|b| b.total.max).max().unwrap_or(0)
     }
@@ -315,7 +318,7 @@ impl Series {
         let levels = &mut self.levels;
         let bytes = levels.bytes_mut(memory);
         *bytes = bytes.saturating_add(size);
-        levels.objects += 1;
+        levels.objects += u64::from(memory != Memory::Stack);
         let b = &mut self.buckets[i];
         b.allocs += 1;
         b.alloc_bytes = b.alloc_bytes.saturating_add(size);
@@ -328,7 +331,9 @@ impl Series {
         let levels = &mut self.levels;
         let bytes = levels.bytes_mut(memory);
         *bytes = bytes.saturating_sub(size);
-        levels.objects = levels.objects.saturating_sub(1);
+        levels.objects = levels
+            .objects
+            .saturating_sub(u64::from(memory != Memory::Stack));
         self.buckets[i].frees += 1;
         self.record_fall(i, memory);
     }
@@ -568,8 +573,9 @@ mod tests {
             assert_eq!(b.total, Range::flat(64));
             assert_eq!(b.allocs, 0);
         }
-        assert_eq!(s.buckets[99].total.max, 96);
-        assert_eq!(s.buckets[99].total.min, 64);
+        // Stacks are beside the total.
+        assert_eq!(s.buckets[99].total, Range::flat(64));
+        assert_eq!(s.buckets[99].objects, Range::flat(1));
         assert_eq!(s.buckets[99].stack.last, 32);
     }
 

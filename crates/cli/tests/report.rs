@@ -259,7 +259,7 @@ fn the_report_of_leaky_names_its_leaks_peak_and_temporaries_and_loads_in_chromiu
         record(&trace, &prog, &[]);
         let page = dir.path(&format!("{name}.html"));
         let html = report(&trace, &page);
-        check_leaky(&html, name);
+        check_leaky(&html, name, &prog);
         pages.push(page);
     }
     // On another machine: the symbols written beside the trace name the
@@ -277,7 +277,7 @@ fn the_report_of_leaky_names_its_leaks_peak_and_temporaries_and_loads_in_chromiu
     );
     std::fs::remove_file(dir.path("leaky_fp")).expect("remove the program");
     let html = report(&trace, &dir.path("moved.html"));
-    check_leaky(&html, "leaky_fp");
+    check_leaky(&html, "leaky_fp", &dir.path("leaky_fp"));
 
     let Some(chromium) = chromium() else {
         eprintln!("report test: skipped the browser checks: chromium is not installed (apt-get install chromium)");
@@ -318,7 +318,7 @@ fn the_report_of_leaky_names_its_leaks_peak_and_temporaries_and_loads_in_chromiu
 }
 
 /// leaky.c's known leaks, peak and temporaries, by function.
-fn check_leaky(html: &str, name: &str) {
+fn check_leaky(html: &str, name: &str, prog: &Path) {
     assert_self_contained(html);
     // Leaks: make_name's 100 blocks of 32 bytes, build_table's 7 of 1,000
     // (the C library's own blocks may come too). Leaked bytes, objects,
@@ -349,6 +349,11 @@ fn check_leaky(html: &str, name: &str) {
     assert!(html.contains("id=\"r-lifetimes-chart\""));
     let run = section(html, "r-run");
     assert!(run.contains(&format!("{name}.trace")));
+    // The command line the trace records.
+    assert!(
+        run.contains(&format!("<code>{}</code>", prog.display())),
+        "{run}"
+    );
 }
 
 fn close(a: [u8; 3], b: [u8; 3]) -> bool {

@@ -3,13 +3,8 @@
 //! and without frame pointers, recorded under the shim, and read back with
 //! `top`, `leaks`, `flamegraph` and `diff`.
 //!
-//! Frames are checked by function name. The CLI's symbolizer names the
-//! functions (crates/symbolize); where it answers `module+0xOFFSET` (no
-//! symbols found), the test resolves that frame itself from the module's
-//! ELF symbol table (the `object` crate, the return address minus one), so
-//! that the counts are checked either way, and name-dependent outputs (the
-//! flame graph, suppressions) are checked against the name the CLI gave
-//! the frame.
+//! Frames are checked by the function names the CLI gives them (the
+//! programs are built with -g, so every frame of theirs is symbolized).
 //!
 //! Needs the shim (liballoctrace_preload.so) and liballoctrace.so next to
 //! the `alloctrace` binary under test (`cargo build -p alloctrace-preload
@@ -18,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use alloctrace_reader::testing::sample_trace;
 use serde_json::Value;
@@ -151,59 +146,9 @@ fn p(path: &Path) -> &str {
 // ---------------------------------------------------------------------------
 // Function names of the CLI's frames.
 
-/// A file's function symbols: (start, end, name), sorted by start.
-type SymbolTable = Vec<(u64, u64, String)>;
-
-fn symbol_table(path: &str) -> Option<SymbolTable> {
-    use object::{Object, ObjectSymbol, SymbolKind};
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    let mut t: SymbolTable = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.size() > 0)
-        .filter_map(|s| {
-            let name = s.name().ok()?;
-            // gcc's clones (f.constprop.0, .isra.0, .part.0) are f.
-            let name = name.split('.').next().unwrap_or(name);
-            Some((s.address(), s.address() + s.size(), name.to_string()))
-        })
-        .collect();
-    t.sort();
-    Some(t)
-}
-
-/// The function of a frame of the CLI's JSON: its `function`, unless that
-/// is the symbolizer's `module+0xOFFSET` fallback; then the test's own
-/// lookup of `address - 1` in the module's symbol table, if it has one.
+/// The function the CLI named a frame of its JSON.
 fn function(frame: &Value) -> String {
-    static TABLES: OnceLock<Mutex<HashMap<String, Option<SymbolTable>>>> = OnceLock::new();
-    let name = frame["function"].as_str().expect("function").to_string();
-    let module = frame["module"].as_str().unwrap_or("");
-    let address = frame["address"].as_str().unwrap_or("");
-    let file_name = module.rsplit('/').next().unwrap_or(module);
-    if module.is_empty() || name != format!("{file_name}+{address}") {
-        return name;
-    }
-    let Some(offset) = address
-        .strip_prefix("0x")
-        .and_then(|h| u64::from_str_radix(h, 16).ok())
-    else {
-        return name;
-    };
-    let mut tables = TABLES.get_or_init(Default::default).lock().unwrap();
-    let table = tables
-        .entry(module.to_string())
-        .or_insert_with(|| symbol_table(module));
-    let Some(table) = table else {
-        return name;
-    };
-    let vaddr = offset - 1;
-    let i = table.partition_point(|s| s.0 <= vaddr);
-    match i.checked_sub(1).and_then(|i| table.get(i)) {
-        Some((start, end, f)) if *start <= vaddr && vaddr < *end => f.clone(),
-        _ => name,
-    }
+    frame["function"].as_str().expect("function").to_string()
 }
 
 /// The innermost function of a JSON stack.
@@ -232,19 +177,17 @@ fn by_program_function(rows: &Value, keys: &[&str]) -> BTreeMap<String, Vec<u64>
     out
 }
 
-/// The name the CLI gives the innermost frame of `function`'s stack.
+/// `function_name`, after checking that some site of `trace` has it as
+/// its innermost frame.
 fn shown_name(trace: &Path, function_name: &str) -> String {
     let v = json(&["top", "--json", "-n", "0", p(trace)]);
-    v["sites"]
+    let found = v["sites"]
         .as_array()
         .unwrap()
         .iter()
-        .find_map(|s| {
-            let frame = s["stack"].as_array()?.first()?;
-            (function(frame) == function_name)
-                .then(|| frame["function"].as_str().unwrap().to_string())
-        })
-        .unwrap_or_else(|| panic!("no site of {function_name}"))
+        .any(|s| innermost(&s["stack"]).as_deref() == Some(function_name));
+    assert!(found, "no site of {function_name} in {v}");
+    function_name.to_string()
 }
 
 // ---------------------------------------------------------------------------
@@ -522,18 +465,11 @@ fn diff_lists_the_sites_that_changed() {
     assert_eq!(fill["after"]["allocations"].as_u64(), Some(0));
 }
 
-/// Two builds of the program match by function chain: no site changed.
-/// Needs the symbolizer's names (crates/symbolize); with module+offset
-/// frames the builds cannot match, and this says so instead.
+/// Two builds of the program match by function chain: none of the
+/// program's sites changed.
 #[test]
 fn diff_matches_two_builds_by_function() {
     let t = traces();
-    let top = json(&["top", "--json", "-n", "1", p(&t.nofp)]);
-    let frame = &top["sites"][0]["stack"][0];
-    if function(frame) != frame["function"].as_str().unwrap() {
-        eprintln!("diff_matches_two_builds_by_function: skipped, the CLI does not symbolize yet");
-        return;
-    }
     let v = json(&["diff", "--json", p(&t.fp), p(&t.nofp)]);
     let program: Vec<&Value> = v["sites"]
         .as_array()
@@ -574,6 +510,35 @@ fn several_traces_are_summed() {
     ]
     .into();
     assert_eq!(peak, expected);
+}
+
+/// A trace's `.symbols` file (`alloctrace symbolize`) names the frames
+/// once the program is gone.
+#[test]
+fn reports_read_the_symbols_file_beside_the_trace() {
+    let dir = scratch();
+    let prog = dir.join("leaky_gone");
+    let src = repo().join("c_tests/reports/leaky.c");
+    compile(&["-O0", "-g", src.to_str().unwrap(), "-o", p(&prog)]);
+    let trace = dir.join("leaky_gone.trace");
+    record(&prog, &trace);
+    let symbols = dir.join("leaky_gone.trace.symbols");
+    let _ = std::fs::remove_file(&symbols);
+    let (code, _, err) = alloctrace(&["symbolize", p(&trace)]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_file(&prog).unwrap();
+    let leaks = |v: &Value| by_program_function(&v["leaks"], &["objects"]);
+    let v = json(&["leaks", "--json", p(&trace)]);
+    let expected: BTreeMap<String, Vec<u64>> = [
+        ("build_table".to_string(), vec![7]),
+        ("make_name".to_string(), vec![100]),
+    ]
+    .into();
+    assert_eq!(leaks(&v), expected, "{v}");
+    // Without it, nothing names them.
+    std::fs::remove_file(&symbols).unwrap();
+    let v = json(&["leaks", "--json", p(&trace)]);
+    assert!(leaks(&v).is_empty(), "{v}");
 }
 
 #[test]

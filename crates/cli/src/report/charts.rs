@@ -74,12 +74,14 @@ pub fn timeline(
             .bold_line_style(RGBColor(210, 210, 210))
             .draw()
             .map_err(err)?;
-        for line in lines {
-            let color = line.color;
+        // The first line (the total) wider, under the others: where it
+        // equals one of them, both stay visible.
+        for (i, line) in lines.iter().enumerate() {
+            let width = if i == 0 { 5 } else { 2 };
             chart
                 .draw_series(LineSeries::new(
                     line.points.iter().copied(),
-                    color.stroke_width(2),
+                    line.color.stroke_width(width),
                 ))
                 .map_err(err)?;
         }

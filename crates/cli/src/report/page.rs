@@ -20,7 +20,6 @@ const SCRIPT: &str = include_str!("script.js");
 const TOTAL_COLOR: RGBColor = RGBColor(33, 102, 172);
 const HEAP_COLOR: RGBColor = RGBColor(230, 120, 20);
 const SPAN_COLOR: RGBColor = RGBColor(40, 150, 70);
-const STACK_COLOR: RGBColor = RGBColor(150, 80, 170);
 const BAR_COLOR: RGBColor = RGBColor(70, 130, 180);
 
 /// What the page shows.
@@ -142,16 +141,7 @@ fn run_section(h: &mut String, m: &Model) {
     for (i, run) in m.summary.runs.iter().enumerate() {
         let file = m.files.get(i).map_or("", String::as_str);
         let command = match &run.command {
-            Some(args) => format!(
-                "<code>{}</code>",
-                esc(&clip(
-                    &args
-                        .iter()
-                        .map(|a| shell_word(a))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                ))
-            ),
+            Some(args) => format!("<code>{}</code>", esc(&clip(&shell_line(args)))),
             None => "<span class=\"none\">unknown</span>".to_string(),
         };
         let started = if run.start_wall_ns == 0 {
@@ -179,11 +169,17 @@ fn run_section(h: &mut String, m: &Model) {
     fact("Allocations", units::count(total.allocations));
     fact("Bytes allocated", units::bytes(total.bytes));
     fact("Frees", units::count(stats.frees));
-    fact("Peak live (total)", units::bytes(peak.total_bytes));
+    fact(
+        "Peak live (heap objects and spans)",
+        units::bytes(peak.total_bytes),
+    );
     fact("of which heap objects", units::bytes(peak.heap_bytes));
     fact("of which spans (mmap)", units::bytes(peak.span_bytes));
     if peak.stack_bytes != 0 {
-        fact("of which stacks", units::bytes(peak.stack_bytes));
+        fact(
+            "Stacks then (not in the peak)",
+            units::bytes(peak.stack_bytes),
+        );
     }
     fact(
         "Leaked",
@@ -226,16 +222,10 @@ fn run_section(h: &mut String, m: &Model) {
     h.push_str("</section>\n");
 }
 
-/// An argument as a shell would need it quoted.
-fn shell_word(a: &str) -> String {
-    let plain = !a.is_empty()
-        && a.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
-    if plain {
-        a.to_string()
-    } else {
-        format!("'{}'", a.replace('\'', "'\\''"))
-    }
+/// The command line as a shell would take it back (arguments quoted
+/// where needed), as `stats` prints it.
+fn shell_line(args: &[String]) -> String {
+    shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
 }
 
 fn timeline_section(h: &mut String, m: &Model, s: &Series) {
@@ -273,9 +263,9 @@ fn timeline_section(h: &mut String, m: &Model, s: &Series) {
         v
     };
     let peaks = s.peaks();
-    let mut lines = vec![
+    let lines = vec![
         Line {
-            label: "total",
+            label: "total (heap objects and spans)",
             color: TOTAL_COLOR,
             points: points(&|b| b.total.max),
         },
@@ -290,13 +280,6 @@ fn timeline_section(h: &mut String, m: &Model, s: &Series) {
             points: points(&|b| b.span.max),
         },
     ];
-    if peaks.stack != 0 {
-        lines.push(Line {
-            label: "stacks",
-            color: STACK_COLOR,
-            points: points(&|b| b.stack.max),
-        });
-    }
     let single = m.profile.peaks().len() == 1;
     let peak = m.profile.peak();
     // The peak's time counts from the trace's start (its first generation).
@@ -354,7 +337,7 @@ fn timeline_section(h: &mut String, m: &Model, s: &Series) {
         h,
         "<p class=\"note\">Each point is the highest value within its time bucket, so \
          short spikes stay visible: {} buckets of {} each{}. Peaks: total {}, heap \
-         objects {}, spans {}{}.</p>",
+         objects {}, spans {}{}{}.</p>",
         s.buckets.len(),
         units::duration(s.width_ns()),
         if m.summary.runs.len() > 1 {
@@ -366,6 +349,15 @@ fn timeline_section(h: &mut String, m: &Model, s: &Series) {
         units::bytes(s.peak_total()),
         units::bytes(peaks.heap),
         units::bytes(peaks.span),
+        if peaks.stack != 0 {
+            format!(
+                "; stacks, not in the chart (threads' stacks the shim records, a runtime's \
+                 goroutine stacks), up to {}",
+                units::bytes(peaks.stack)
+            )
+        } else {
+            String::new()
+        },
         if single && peak.total_bytes != 0 {
             format!(
                 "; the dashed line marks the peak, at {}",
@@ -536,8 +528,8 @@ fn peak_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
     let peak = m.profile.peak();
     let _ = writeln!(
         h,
-        "<section id=\"r-peak\"><h2>Peak: {} live{}</h2>\n<p>Heap objects {}, spans (mmap) {}{}, \
-         {} live allocations. What was live at that moment, by call stack:</p>",
+        "<section id=\"r-peak\"><h2>Peak: {} live{}</h2>\n<p>Heap objects {}, spans (mmap) {}, \
+         {} live allocations{}. What was live at that moment, by call stack:</p>",
         units::bytes(peak.total_bytes),
         if m.profile.peaks().len() == 1 && peak.total_bytes != 0 {
             format!(" at {}", units::duration(peak.time_ns))
@@ -548,12 +540,15 @@ fn peak_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
         },
         units::bytes(peak.heap_bytes),
         units::bytes(peak.span_bytes),
+        units::count(peak.objects),
         if peak.stack_bytes != 0 {
-            format!(", stacks {}", units::bytes(peak.stack_bytes))
+            format!(
+                " (stacks, not counted in it: {})",
+                units::bytes(peak.stack_bytes)
+            )
         } else {
             String::new()
         },
-        units::count(peak.objects)
     );
     match flamegraph(m, sites) {
         Some(svg) => {
@@ -966,8 +961,10 @@ mod tests {
         assert_eq!(c.chars().count(), MAX_NAME + 1);
         assert!(c.ends_with('…'));
         assert_eq!(flame_name("a;b\nc"), "a b c");
-        assert_eq!(shell_word("it's"), "'it'\\''s'");
-        assert_eq!(shell_word("-o"), "-o");
+        assert_eq!(
+            shell_line(&["echo".to_string(), "a b".to_string()]),
+            "echo 'a b'"
+        );
     }
 
     #[test]

@@ -109,6 +109,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     };
     let mut rows: Vec<(Key, Site)> = match args.by {
         By::Stack => {
+            // Kept and sorted before the stacks are symbolized, so that only
+            // the rows shown are.
             let mut sites: Vec<(u32, Site)> = p
                 .profile
                 .sites()
@@ -196,7 +198,7 @@ fn table(p: &Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
     };
     let _ = writeln!(
         out,
-        "{traces}: {} allocations, {} allocated, peak {} live ({} heap, {} spans, {} stacks), {} leaked in {} objects, {} temporary",
+        "{traces}: {} allocations, {} allocated, peak {} live ({} heap, {} spans; {} of stacks beside), {} leaked in {} objects, {} temporary",
         human_count(total.allocations),
         human_bytes(total.bytes),
         human_bytes(peak.total_bytes),
