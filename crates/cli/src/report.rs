@@ -21,7 +21,7 @@ mod charts;
 mod page;
 mod units;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use alloctrace_analysis::{
@@ -100,6 +100,35 @@ impl Visitor for Collect {
 
 pub fn run(args: &Args) -> Result<(), Failure> {
     let inputs = inputs(&args.files)?;
+    // The page must not replace a trace it reads.
+    if let Ok(output) = std::fs::canonicalize(&args.output) {
+        for input in &inputs {
+            if std::fs::canonicalize(input.name()).is_ok_and(|i| i == output) {
+                return Err(Failure::Io(format!(
+                    "{} is one of the traces to read: give another output",
+                    args.output.display()
+                )));
+            }
+        }
+    }
+    // An output that cannot be written is refused before the pass.
+    let cannot =
+        |e: std::io::Error| Failure::Io(format!("cannot write {}: {e}", args.output.display()));
+    let mut out = std::fs::File::create(&args.output).map_err(cannot)?;
+    let result = write_report(args, &inputs, &mut out);
+    if result.is_err() {
+        let _ = std::fs::remove_file(&args.output);
+    }
+    result
+}
+
+fn write_report(
+    args: &Args,
+    inputs: &[crate::Input],
+    out: &mut std::fs::File,
+) -> Result<(), Failure> {
+    let cannot =
+        |e: std::io::Error| Failure::Io(format!("cannot write {}: {e}", args.output.display()));
     let mut collect = Collect {
         profile: Profile::new(Breakdowns {
             threads: true,
@@ -109,10 +138,10 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         timeline: Timeline::default(),
         summary: Summary::new(),
     };
-    let pass = run_pass(&inputs, &mut collect)?;
+    let pass = run_pass(inputs, &mut collect)?;
     let mut resolver = args.symbols.resolver();
     // Each trace's FILE.symbols (`alloctrace symbolize`) answers first.
-    for input in &inputs {
+    for input in inputs {
         let name = input.name();
         if name == "-" {
             continue;
@@ -138,7 +167,6 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     for warning in resolver.symbolizer.warnings() {
         eprintln!("warning: {warning}");
     }
-    std::fs::write(&args.output, html.as_bytes())
-        .map_err(|e| Failure::Io(format!("cannot write {}: {e}", args.output.display())))?;
-    Ok(())
+    out.write_all(html.as_bytes()).map_err(cannot)?;
+    out.flush().map_err(cannot)
 }

@@ -543,3 +543,45 @@ fn types_spans_and_hostile_names_in_a_c_api_trace() {
     let peak = section(&html, "r-peak");
     assert!(peak.contains("Peak: 17.9 KiB live"), "{peak}");
 }
+
+#[test]
+fn bad_options_and_outputs_are_refused_before_reading() {
+    let dir = Scratch::new("refused");
+    let trace = dir.path("typed.trace");
+    std::fs::write(&trace, typed_trace()).expect("write the trace");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+            .arg("report")
+            .args(args)
+            .output()
+            .expect("run alloctrace report");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let t = trace.to_str().unwrap();
+    // No output, no rows, an output in a missing directory, the trace
+    // itself as the output: exit 1, the trace untouched.
+    let (code, err) = run(&[t]);
+    assert_eq!(code, Some(1), "{err}");
+    let (code, err) = run(&[t, "-o", dir.path("x.html").to_str().unwrap(), "-n", "0"]);
+    assert_eq!(code, Some(1), "{err}");
+    let missing = dir.path("no/such/dir/x.html");
+    let (code, err) = run(&[t, "-o", missing.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot write"), "{err}");
+    let (code, err) = run(&[t, "-o", t]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is one of the traces to read"), "{err}");
+    assert_eq!(std::fs::read(&trace).unwrap(), typed_trace());
+    // A trace that cannot be read leaves no page behind.
+    let page = dir.path("none.html");
+    let (code, err) = run(&[
+        dir.path("absent.trace").to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!page.exists());
+}
