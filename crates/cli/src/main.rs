@@ -9,6 +9,7 @@
 
 mod check;
 mod dump;
+mod export;
 mod generate;
 mod pages;
 mod progress;
@@ -81,6 +82,8 @@ enum Command {
     },
     /// Runs a program under the LD_PRELOAD shim and traces it (exit status passed through).
     Record(record::Args),
+    /// Writes the traces in another tool's format: pprof, Chrome trace JSON or Parquet tables.
+    Export(export::Args),
 }
 
 /// Why a command failed, which decides the exit code.
@@ -350,6 +353,7 @@ fn main() -> ExitCode {
             run_each(files, |input, label| check::run(input, *json, label))
         }
         Command::Record(args) => record::run(args),
+        Command::Export(args) => export::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
