@@ -6,11 +6,48 @@
 //! stacks shared.
 
 mod parquet;
+mod pprof;
 
+use std::io::Read;
 use std::path::PathBuf;
+
+use alloctrace_analysis::{Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Visitor};
+use alloctrace_reader::TraceReader;
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
 use crate::Failure;
+
+/// Two visitors of one pass.
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
+    fn trace_start(&mut self, index: usize) {
+        self.0.trace_start(index);
+        self.1.trace_start(index);
+    }
+
+    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, stacks: &StackTable) {
+        self.0.generation(reader, stacks);
+        self.1.generation(reader, stacks);
+    }
+
+    #[inline]
+    fn alloc(&mut self, alloc: &Alloc) {
+        self.0.alloc(alloc);
+        self.1.alloc(alloc);
+    }
+
+    #[inline]
+    fn free(&mut self, alloc: &Alloc, free: &Free) {
+        self.0.free(alloc, free);
+        self.1.free(alloc, free);
+    }
+
+    fn trace_end(&mut self, live: &Live) {
+        self.0.trace_end(live);
+        self.1.trace_end(live);
+    }
+}
 
 /// What `export` writes.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,9 +117,25 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             let mut resolver = args.symbols.resolver();
             export.finish(&pass.stacks, &mut resolver)
         }
-        Format::Pprof | Format::Chrome => Err(Failure::Io(format!(
-            "--format {:?}: not implemented yet",
-            args.format
-        ))),
+        Format::Pprof => {
+            let mut visitor = Both(Profile::new(Breakdowns::default()), Summary::new());
+            let pass = run_pass(&inputs, &mut visitor)?;
+            let Both(profile, summary) = visitor;
+            let times = pprof::Times {
+                start_unix_ns: summary.runs.first().map_or(0, |r| r.start_wall_ns),
+                duration_ns: summary
+                    .runs
+                    .iter()
+                    .map(|r| r.duration_ns)
+                    .max()
+                    .unwrap_or(0),
+            };
+            let mut resolver = args.symbols.resolver();
+            let proto = pprof::build(&profile, &pass.stacks, &mut resolver, &times);
+            pprof::write(&proto, &args.output)
+        }
+        Format::Chrome => Err(Failure::Io(
+            "--format chrome: not implemented yet".to_string(),
+        )),
     }
 }
