@@ -5,13 +5,16 @@
 //! ([`run_pass`]): several traces are one program's processes, their
 //! stacks shared.
 
+mod chrome;
 mod parquet;
 mod pprof;
 
 use std::io::Read;
 use std::path::PathBuf;
 
-use alloctrace_analysis::{Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Visitor};
+use alloctrace_analysis::{
+    Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
+};
 use alloctrace_reader::TraceReader;
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
@@ -134,8 +137,23 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             let proto = pprof::build(&profile, &pass.stacks, &mut resolver, &times);
             pprof::write(&proto, &args.output)
         }
-        Format::Chrome => Err(Failure::Io(
-            "--format chrome: not implemented yet".to_string(),
-        )),
+        Format::Chrome => {
+            let mut visitor = Both(
+                Both(Timeline::new(chrome::BUCKETS), Summary::new()),
+                chrome::TypeTimelines::default(),
+            );
+            run_pass(&inputs, &mut visitor)?;
+            let Both(Both(timeline, summary), types) = visitor;
+            let processes: Vec<chrome::ProcessName> = inputs
+                .iter()
+                .zip(&summary.runs)
+                .map(|(input, run)| chrome::ProcessName {
+                    pid: run.pid,
+                    name: format!("{} (pid {})", input.name(), run.pid),
+                })
+                .collect();
+            let events = chrome::events(&timeline, &types, &processes);
+            chrome::write(&events, &args.output)
+        }
     }
 }
