@@ -18,7 +18,7 @@ use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use alloctrace_analysis::{Alloc, Frame, Free, Live, Resolver, StackTable, Visitor};
+use alloctrace_analysis::{Alloc, Frame, Free, Live, Memory, Resolver, StackTable, Visitor};
 use alloctrace_format::{EntryPoint, ENTRY_POINTS};
 use alloctrace_reader::TraceReader;
 use bytes::Bytes;
@@ -33,9 +33,14 @@ use rustc_hash::FxHashMap;
 
 use crate::Failure;
 
-/// Rows of `allocations.parquet` per row group: about 80 MiB of column
-/// buffers (13 columns), a few MiB once encoded.
-pub const ROW_GROUP_ROWS: usize = 1 << 20;
+/// Rows of `allocations.parquet` per row group: about 45 MiB of column
+/// buffers (13 columns, 90 bytes a row), a few MiB once encoded.
+/// (Small in unit tests, to cross row groups and chunks quickly.)
+pub const ROW_GROUP_ROWS: usize = if cfg!(test) { 2500 } else { 1 << 19 };
+
+/// Rows of a coded string column turned into strings per call of the
+/// column writer.
+const CHUNK_ROWS: usize = if cfg!(test) { 1000 } else { 1 << 16 };
 
 const ALLOCATIONS_SCHEMA: &str = "
 message allocations {
@@ -111,6 +116,12 @@ enum Values {
     I32(Vec<i32>),
     Bool(Vec<bool>),
     Str(Vec<ByteArray>),
+    /// A string column of few distinct values, kept as indexes into
+    /// `names` (a byte a row instead of a 32-byte `ByteArray`).
+    Codes {
+        codes: Vec<u8>,
+        names: Vec<ByteArray>,
+    },
 }
 
 struct Column {
@@ -209,6 +220,24 @@ impl Table {
         }
     }
 
+    /// Makes column `i` (a string column) a coded one with these names.
+    fn use_codes(&mut self, i: usize, names: Vec<ByteArray>) {
+        self.columns[i].values = Values::Codes {
+            codes: Vec::new(),
+            names,
+        };
+    }
+
+    /// Index `code` of the column's names, or null.
+    #[inline]
+    fn code(&mut self, i: usize, code: Option<u8>) {
+        match (self.column(i, code.is_some()), code) {
+            (Values::Codes { codes, .. }, Some(c)) => codes.push(c),
+            (Values::Codes { .. }, None) => {}
+            _ => unreachable!("column {i} is coded"),
+        }
+    }
+
     #[inline]
     fn str(&mut self, i: usize, v: ByteArray) {
         self.opt_str(i, Some(v));
@@ -253,6 +282,9 @@ impl Table {
                 Values::Str(v) => {
                     writer.typed::<ByteArrayType>().write_batch(v, defs, None)?;
                 }
+                Values::Codes { codes, names } => {
+                    write_codes(writer.typed::<ByteArrayType>(), codes, names, defs)?;
+                }
             }
             writer.close()?;
             match &mut column.values {
@@ -260,6 +292,7 @@ impl Table {
                 Values::I32(v) => v.clear(),
                 Values::Bool(v) => v.clear(),
                 Values::Str(v) => v.clear(),
+                Values::Codes { codes, .. } => codes.clear(),
             }
             if let Some(defs) = &mut column.defs {
                 defs.clear();
@@ -276,6 +309,32 @@ impl Table {
         self.writer.close().map_err(|e| parquet_error(&path, e))?;
         Ok(())
     }
+}
+
+/// Writes a coded column's strings, [`CHUNK_ROWS`] rows at a time.
+fn write_codes(
+    writer: &mut parquet::column::writer::ColumnWriterImpl<'_, ByteArrayType>,
+    codes: &[u8],
+    names: &[ByteArray],
+    defs: Option<&[i16]>,
+) -> Result<(), ParquetError> {
+    let mut values = Vec::with_capacity(CHUNK_ROWS);
+    let rows = defs.map_or(codes.len(), <[i16]>::len);
+    let mut next_code = 0;
+    for start in (0..rows).step_by(CHUNK_ROWS) {
+        let end = (start + CHUNK_ROWS).min(rows);
+        let chunk_defs = defs.map(|d| &d[start..end]);
+        let present = chunk_defs.map_or(end - start, |d| d.iter().filter(|&&l| l == 1).count());
+        values.clear();
+        values.extend(
+            codes[next_code..next_code + present]
+                .iter()
+                .map(|&c| names[usize::from(c)].clone()),
+        );
+        next_code += present;
+        writer.write_batch(&values, chunk_defs, None)?;
+    }
+    Ok(())
 }
 
 /// Writer properties shared by the tables: zstd level 1, version 1 data
@@ -326,9 +385,6 @@ pub struct ParquetExport {
     allocations: Table,
     /// The first write error; nothing more is written after it.
     error: Option<Failure>,
-    memory_names: [ByteArray; 3],
-    /// Entry point names by tag (0: none).
-    entry_names: Vec<ByteArray>,
     names: Vec<String>,
     traces: Vec<TraceRow>,
     trace: i32,
@@ -353,19 +409,26 @@ impl ParquetExport {
                 .set_column_encoding(ColumnPath::from(column), Encoding::DELTA_BINARY_PACKED);
         }
         props = props.set_column_dictionary_enabled(ColumnPath::from("address"), false);
-        let allocations = Table::create(
+        let mut allocations = Table::create(
             dir.join("allocations.parquet"),
             ALLOCATIONS_SCHEMA,
             props.build(),
         )?;
+        // Memory kinds by `Memory as u8`; entry points by tag (0 unused).
+        allocations.use_codes(
+            A_MEMORY,
+            Memory::ALL
+                .iter()
+                .map(|m| static_string(m.name()))
+                .collect(),
+        );
         let mut entry_names = vec![ByteArray::new()];
         entry_names.extend(ENTRY_POINTS.iter().map(|e| static_string(e.name())));
+        allocations.use_codes(A_ENTRY, entry_names);
         Ok(ParquetExport {
             dir: dir.to_path_buf(),
             allocations,
             error: None,
-            memory_names: alloctrace_analysis::Memory::ALL.map(|m| static_string(m.name())),
-            entry_names,
             names,
             traces: Vec::new(),
             trace: 0,
@@ -374,16 +437,10 @@ impl ParquetExport {
         })
     }
 
-    fn entry_name(&self, entry: Option<EntryPoint>) -> Option<ByteArray> {
-        entry.map(|e| self.entry_names[e as usize].clone())
-    }
-
     fn row(&mut self, alloc: &Alloc, free: Option<&Free>) {
         if self.error.is_some() {
             return;
         }
-        let memory = self.memory_names[alloc.memory as usize].clone();
-        let entry = self.entry_name(alloc.entry);
         let t = &mut self.allocations;
         t.i64(A_ALLOC_TIME, alloc.time_ns as i64);
         t.opt_i64(A_FREE_TIME, free.map(|f| f.time_ns as i64));
@@ -395,8 +452,8 @@ impl ParquetExport {
             (alloc.stack != 0).then_some(i64::from(alloc.stack)),
         );
         t.opt_i64(A_TYPE, (alloc.type_id != 0).then_some(alloc.type_id as i64));
-        t.str(A_MEMORY, memory);
-        t.opt_str(A_ENTRY, entry);
+        t.code(A_MEMORY, Some(alloc.memory as u8));
+        t.code(A_ENTRY, alloc.entry.map(|e: EntryPoint| e as u8));
         t.i64(A_PROCESS, self.pid);
         t.i32(A_TRACE, self.trace);
         t.opt_i64(A_FREE_THREAD, free.map(|f| f.thread as i64));
@@ -604,5 +661,87 @@ mod tests {
         assert_eq!(names[A_TRACE], "trace");
         assert_eq!(names[A_FREE_THREAD], "free_thread");
         assert_eq!(names[A_EXISTED], "existed");
+    }
+
+    /// Rows across row groups and coded-column chunks, with nulls, read
+    /// back with the parquet crate's own reader.
+    #[test]
+    fn allocations_read_back_as_written() {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use parquet::record::RowAccessor;
+
+        let dir = std::env::temp_dir().join(format!("alloctrace-parquet-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut export =
+            ParquetExport::create(&dir, vec!["t".to_string()]).unwrap_or_else(|_| panic!("create"));
+        export.trace_start(0);
+        let n = ROW_GROUP_ROWS + 3 * CHUNK_ROWS + 17;
+        for i in 0..n as u64 {
+            let alloc = Alloc {
+                time_ns: i,
+                thread: i % 7,
+                addr: 0x1000 + 16 * i,
+                size: i % 100,
+                type_id: 0,
+                stack: (i % 11) as u32,
+                memory: if i.is_multiple_of(4) {
+                    Memory::Span
+                } else {
+                    Memory::Heap
+                },
+                entry: match i % 3 {
+                    0 => None,
+                    1 => Some(EntryPoint::Malloc),
+                    _ => Some(EntryPoint::Calloc),
+                },
+                existed: false,
+            };
+            let free = Free {
+                time_ns: i + 5,
+                thread: 1,
+                entry: None,
+                implicit: false,
+            };
+            export.row(&alloc, (!i.is_multiple_of(5)).then_some(&free));
+        }
+        let mut resolver = Resolver::new(alloctrace_symbolize::Symbolizer::new(
+            alloctrace_symbolize::Options::default(),
+        ));
+        if export.finish(&StackTable::new(), &mut resolver).is_err() {
+            panic!("finish");
+        }
+
+        let file = File::open(dir.join("allocations.parquet")).unwrap();
+        let reader = SerializedFileReader::new(file).unwrap();
+        assert!(reader.metadata().num_row_groups() >= 2);
+        let mut count = 0u64;
+        for (i, row) in reader.get_row_iter(None).unwrap().enumerate() {
+            let row = row.unwrap();
+            let i = i as u64;
+            assert_eq!(row.get_long(A_ALLOC_TIME).unwrap(), i as i64);
+            assert_eq!(
+                row.get_long(A_FREE_TIME).ok(),
+                (!i.is_multiple_of(5)).then_some(i as i64 + 5)
+            );
+            let memory = if i.is_multiple_of(4) { "span" } else { "heap" };
+            assert_eq!(row.get_string(A_MEMORY).unwrap(), memory, "row {i}");
+            let entry = match i % 3 {
+                0 => None,
+                1 => Some("malloc"),
+                _ => Some("calloc"),
+            };
+            assert_eq!(
+                row.get_string(A_ENTRY).ok().map(String::as_str),
+                entry,
+                "row {i}"
+            );
+            assert_eq!(
+                row.get_long(A_STACK).ok(),
+                (!i.is_multiple_of(11)).then_some((i % 11) as i64)
+            );
+            count += 1;
+        }
+        assert_eq!(count, n as u64);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
