@@ -1,11 +1,14 @@
 //! `export --format parquet`: the traces as tables (docs/EXPORT.md).
 //!
 //! `allocations.parquet` is written while the pass runs: a row per
-//! allocation lifetime, appended when the allocation ends (its free, or
-//! the end of its trace for what was never freed), buffered in columns and
-//! written out as a row group every [`ROW_GROUP_ROWS`] rows, so memory
-//! stays bounded whatever the trace's length. The other tables (stacks,
-//! frames, modules, types, traces) are small and written after the pass.
+//! allocation lifetime, made when the allocation ends (its free, or the
+//! end of its trace for what was never freed). The pass hands lifetimes in
+//! batches to a [`Worker`] thread, which gathers them into columns and
+//! writes a row group every [`ROW_GROUP_ROWS`] rows: the Parquet encoding
+//! costs about as much as the pass, and the two run side by side. Memory
+//! stays bounded whatever the trace's length (one row group of columns and
+//! a few batches). The other tables (stacks, frames, modules, types,
+//! traces) are small and written after the pass.
 //!
 //! The low-level column writer of the `parquet` crate writes them (no
 //! Arrow): every column is a plain Parquet type (INT64, INT32, BOOLEAN,
@@ -16,16 +19,16 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
 use alloctrace_analysis::{Alloc, Frame, Free, Live, Memory, Resolver, StackTable, Visitor};
-use alloctrace_format::{EntryPoint, ENTRY_POINTS};
+use alloctrace_format::ENTRY_POINTS;
 use alloctrace_reader::TraceReader;
 use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
 use parquet::errors::ParquetError;
-use parquet::file::properties::{WriterProperties, WriterVersion};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::ColumnPath;
@@ -34,8 +37,8 @@ use rustc_hash::FxHashMap;
 use crate::Failure;
 
 /// Rows of `allocations.parquet` per row group: about 45 MiB of column
-/// buffers (13 columns, 90 bytes a row), a few MiB once encoded.
-/// (Small in unit tests, to cross row groups and chunks quickly.)
+/// buffers (13 columns, 90 bytes a row), a few MiB once encoded. (Small in
+/// unit tests, to cross row groups and chunks quickly.)
 pub const ROW_GROUP_ROWS: usize = if cfg!(test) { 2500 } else { 1 << 19 };
 
 /// Rows of a coded string column turned into strings per call of the
@@ -116,12 +119,6 @@ enum Values {
     I32(Vec<i32>),
     Bool(Vec<bool>),
     Str(Vec<ByteArray>),
-    /// A string column of few distinct values, kept as indexes into
-    /// `names` (a byte a row instead of a 32-byte `ByteArray`).
-    Codes {
-        codes: Vec<u8>,
-        names: Vec<ByteArray>,
-    },
 }
 
 struct Column {
@@ -129,13 +126,20 @@ struct Column {
     defs: Option<Vec<i16>>,
 }
 
+/// Rows buffered column by column, until written out as a row group.
+struct Rows {
+    columns: Vec<Column>,
+    rows: usize,
+}
+
+type FileWriter = SerializedFileWriter<BufWriter<File>>;
+
 /// A Parquet file being written: buffered columns, written out as a row
 /// group by [`Table::flush`].
 struct Table {
     path: PathBuf,
-    writer: SerializedFileWriter<BufWriter<File>>,
-    columns: Vec<Column>,
-    rows: usize,
+    writer: FileWriter,
+    buf: Rows,
 }
 
 impl Table {
@@ -166,19 +170,17 @@ impl Table {
         Ok(Table {
             path,
             writer,
-            columns,
-            rows: 0,
+            buf: Rows { columns, rows: 0 },
         })
     }
 
     fn column(&mut self, i: usize, present: bool) -> &mut Values {
-        let column = &mut self.columns[i];
+        let column = &mut self.buf.columns[i];
         if let Some(defs) = &mut column.defs {
             defs.push(i16::from(present));
         }
         &mut column.values
     }
-
     #[inline]
     fn i64(&mut self, i: usize, v: i64) {
         match self.column(i, true) {
@@ -220,24 +222,6 @@ impl Table {
         }
     }
 
-    /// Makes column `i` (a string column) a coded one with these names.
-    fn use_codes(&mut self, i: usize, names: Vec<ByteArray>) {
-        self.columns[i].values = Values::Codes {
-            codes: Vec::new(),
-            names,
-        };
-    }
-
-    /// Index `code` of the column's names, or null.
-    #[inline]
-    fn code(&mut self, i: usize, code: Option<u8>) {
-        match (self.column(i, code.is_some()), code) {
-            (Values::Codes { codes, .. }, Some(c)) => codes.push(c),
-            (Values::Codes { .. }, None) => {}
-            _ => unreachable!("column {i} is coded"),
-        }
-    }
-
     #[inline]
     fn str(&mut self, i: usize, v: ByteArray) {
         self.opt_str(i, Some(v));
@@ -255,51 +239,19 @@ impl Table {
     /// A row is complete.
     #[inline]
     fn end_row(&mut self) {
-        self.rows += 1;
+        self.buf.rows += 1;
+    }
+
+    fn rows(&self) -> usize {
+        self.buf.rows
     }
 
     /// Writes the buffered rows as one row group.
     fn flush(&mut self) -> Result<(), ParquetError> {
-        if self.rows == 0 {
-            return Ok(());
+        if self.buf.rows > 0 {
+            write_group(&mut self.writer, &self.buf)?;
+            self.buf.clear();
         }
-        let mut group = self.writer.next_row_group()?;
-        for column in &mut self.columns {
-            let Some(mut writer) = group.next_column()? else {
-                break;
-            };
-            let defs = column.defs.as_deref();
-            match &column.values {
-                Values::I64(v) => {
-                    writer.typed::<Int64Type>().write_batch(v, defs, None)?;
-                }
-                Values::I32(v) => {
-                    writer.typed::<Int32Type>().write_batch(v, defs, None)?;
-                }
-                Values::Bool(v) => {
-                    writer.typed::<BoolType>().write_batch(v, defs, None)?;
-                }
-                Values::Str(v) => {
-                    writer.typed::<ByteArrayType>().write_batch(v, defs, None)?;
-                }
-                Values::Codes { codes, names } => {
-                    write_codes(writer.typed::<ByteArrayType>(), codes, names, defs)?;
-                }
-            }
-            writer.close()?;
-            match &mut column.values {
-                Values::I64(v) => v.clear(),
-                Values::I32(v) => v.clear(),
-                Values::Bool(v) => v.clear(),
-                Values::Str(v) => v.clear(),
-                Values::Codes { codes, .. } => codes.clear(),
-            }
-            if let Some(defs) = &mut column.defs {
-                defs.clear();
-            }
-        }
-        group.close()?;
-        self.rows = 0;
         Ok(())
     }
 
@@ -311,29 +263,48 @@ impl Table {
     }
 }
 
-/// Writes a coded column's strings, [`CHUNK_ROWS`] rows at a time.
-fn write_codes(
-    writer: &mut parquet::column::writer::ColumnWriterImpl<'_, ByteArrayType>,
-    codes: &[u8],
-    names: &[ByteArray],
-    defs: Option<&[i16]>,
-) -> Result<(), ParquetError> {
-    let mut values = Vec::with_capacity(CHUNK_ROWS);
-    let rows = defs.map_or(codes.len(), <[i16]>::len);
-    let mut next_code = 0;
-    for start in (0..rows).step_by(CHUNK_ROWS) {
-        let end = (start + CHUNK_ROWS).min(rows);
-        let chunk_defs = defs.map(|d| &d[start..end]);
-        let present = chunk_defs.map_or(end - start, |d| d.iter().filter(|&&l| l == 1).count());
-        values.clear();
-        values.extend(
-            codes[next_code..next_code + present]
-                .iter()
-                .map(|&c| names[usize::from(c)].clone()),
-        );
-        next_code += present;
-        writer.write_batch(&values, chunk_defs, None)?;
+impl Rows {
+    fn clear(&mut self) {
+        for column in &mut self.columns {
+            match &mut column.values {
+                Values::I64(v) => v.clear(),
+                Values::I32(v) => v.clear(),
+                Values::Bool(v) => v.clear(),
+                Values::Str(v) => v.clear(),
+            }
+            if let Some(defs) = &mut column.defs {
+                defs.clear();
+            }
+        }
+        self.rows = 0;
     }
+}
+
+/// Writes `rows` as one row group.
+fn write_group(writer: &mut FileWriter, rows: &Rows) -> Result<(), ParquetError> {
+    let mut group = writer.next_row_group()?;
+    for column in &rows.columns {
+        let Some(mut writer) = group.next_column()? else {
+            break;
+        };
+        let defs = column.defs.as_deref();
+        match &column.values {
+            Values::I64(v) => {
+                writer.typed::<Int64Type>().write_batch(v, defs, None)?;
+            }
+            Values::I32(v) => {
+                writer.typed::<Int32Type>().write_batch(v, defs, None)?;
+            }
+            Values::Bool(v) => {
+                writer.typed::<BoolType>().write_batch(v, defs, None)?;
+            }
+            Values::Str(v) => {
+                writer.typed::<ByteArrayType>().write_batch(v, defs, None)?;
+            }
+        }
+        writer.close()?;
+    }
+    group.close()?;
     Ok(())
 }
 
@@ -378,13 +349,293 @@ struct TraceRow {
     start_unix_ns: Option<u64>,
 }
 
-/// The visitor: allocation lifetimes into allocations.parquet, and what
-/// the small tables need from the traces (types, pids).
+/// One allocation lifetime, as the pass hands it over: a row of
+/// allocations.parquet.
+#[derive(Clone, Copy)]
+struct Lifetime {
+    alloc: Alloc,
+    /// The free's time and thread, if it was freed.
+    free: Option<(u64, u64)>,
+    pid: i64,
+    trace: i32,
+}
+
+/// Lifetimes handed to the writer thread at a time.
+const BATCH: usize = if cfg!(test) { 300 } else { 1 << 14 };
+/// Batches in existence at most (filled, queued, being written).
+const BATCHES: usize = 4;
+
+/// The thread that turns lifetimes into rows and writes
+/// allocations.parquet, so that the pass and the Parquet encoding (which
+/// costs about as much) run side by side. Batches of lifetimes go to it
+/// and come back emptied for reuse: at most [`BATCHES`] of them exist,
+/// plus the thread's one row group of columns.
+struct Worker {
+    full: mpsc::SyncSender<Vec<Lifetime>>,
+    empty: mpsc::Receiver<Vec<Lifetime>>,
+    made: usize,
+    thread: Option<std::thread::JoinHandle<Result<(), Failure>>>,
+}
+
+impl Worker {
+    fn start(table: Table) -> Worker {
+        let (full, full_rx) = mpsc::sync_channel::<Vec<Lifetime>>(BATCHES - 2);
+        let (empty_tx, empty) = mpsc::channel::<Vec<Lifetime>>();
+        let thread = std::thread::Builder::new()
+            .name("alloctrace-parquet".into())
+            .spawn(move || {
+                let Table {
+                    path, mut writer, ..
+                } = table;
+                let fail = |e| parquet_error(&path, e);
+                let mut group = AllocColumns::default();
+                for mut batch in full_rx {
+                    let mut rest = &batch[..];
+                    while !rest.is_empty() {
+                        let n = rest.len().min(ROW_GROUP_ROWS - group.rows);
+                        group.append(&rest[..n]);
+                        rest = &rest[n..];
+                        if group.rows == ROW_GROUP_ROWS {
+                            group.write(&mut writer).map_err(fail)?;
+                            group.clear();
+                        }
+                    }
+                    batch.clear();
+                    // After an error the pass no longer takes them back.
+                    let _ = empty_tx.send(batch);
+                }
+                if group.rows > 0 {
+                    group.write(&mut writer).map_err(fail)?;
+                }
+                writer.close().map_err(fail)?;
+                Ok(())
+            })
+            .expect("spawn the Parquet writer thread");
+        Worker {
+            full,
+            empty,
+            made: 1,
+            thread: Some(thread),
+        }
+    }
+
+    /// Hands `batch` over and puts an empty one in its place; `Err` when
+    /// the thread stopped (its error comes from [`Worker::finish`]).
+    fn send(&mut self, batch: &mut Vec<Lifetime>) -> Result<(), ()> {
+        let fresh = if self.made < BATCHES {
+            self.made += 1;
+            Vec::with_capacity(BATCH)
+        } else {
+            self.empty.recv().map_err(|_| ())?
+        };
+        let full = std::mem::replace(batch, fresh);
+        self.full.send(full).map_err(|_| ())
+    }
+
+    /// Waits for the thread to write everything and close the file.
+    fn finish(mut self) -> Result<(), Failure> {
+        let thread = self.thread.take();
+        drop(self.full);
+        match thread.map(std::thread::JoinHandle::join) {
+            Some(Ok(result)) => result,
+            _ => Err(Failure::Io(
+                "the Parquet writer thread panicked".to_string(),
+            )),
+        }
+    }
+}
+
+/// allocations.parquet's columns of one row group, filled a batch of
+/// lifetimes at a time, one column after the other (tight loops over a
+/// batch that is still in cache), and written out column by column.
+#[derive(Default)]
+struct AllocColumns {
+    alloc_time: Vec<i64>,
+    free_time: Vec<i64>,
+    size: Vec<i64>,
+    address: Vec<i64>,
+    thread: Vec<i64>,
+    stack: Vec<i64>,
+    type_id: Vec<i64>,
+    /// `Memory as u8`.
+    memory: Vec<u8>,
+    /// `EntryPoint as u8` (its tag, from 1).
+    entry: Vec<u8>,
+    process: Vec<i64>,
+    trace: Vec<i32>,
+    free_thread: Vec<i64>,
+    existed: Vec<bool>,
+    /// Definition levels of the optional columns: freed (free_time_ns,
+    /// free_thread), stack_id, type_id, entry_point.
+    freed: Vec<i16>,
+    has_stack: Vec<i16>,
+    has_type: Vec<i16>,
+    has_entry: Vec<i16>,
+    rows: usize,
+}
+
+impl AllocColumns {
+    fn append(&mut self, batch: &[Lifetime]) {
+        let b = batch;
+        self.alloc_time
+            .extend(b.iter().map(|l| l.alloc.time_ns as i64));
+        self.size.extend(b.iter().map(|l| l.alloc.size as i64));
+        self.address.extend(b.iter().map(|l| l.alloc.addr as i64));
+        self.thread.extend(b.iter().map(|l| l.alloc.thread as i64));
+        self.memory.extend(b.iter().map(|l| l.alloc.memory as u8));
+        self.process.extend(b.iter().map(|l| l.pid));
+        self.trace.extend(b.iter().map(|l| l.trace));
+        self.existed.extend(b.iter().map(|l| l.alloc.existed));
+        self.freed
+            .extend(b.iter().map(|l| i16::from(l.free.is_some())));
+        self.free_time
+            .extend(b.iter().filter_map(|l| l.free.map(|(t, _)| t as i64)));
+        self.free_thread
+            .extend(b.iter().filter_map(|l| l.free.map(|(_, t)| t as i64)));
+        self.has_stack
+            .extend(b.iter().map(|l| i16::from(l.alloc.stack != 0)));
+        self.stack.extend(
+            b.iter()
+                .filter(|l| l.alloc.stack != 0)
+                .map(|l| i64::from(l.alloc.stack)),
+        );
+        self.has_type
+            .extend(b.iter().map(|l| i16::from(l.alloc.type_id != 0)));
+        self.type_id.extend(
+            b.iter()
+                .filter(|l| l.alloc.type_id != 0)
+                .map(|l| l.alloc.type_id as i64),
+        );
+        self.has_entry
+            .extend(b.iter().map(|l| i16::from(l.alloc.entry.is_some())));
+        self.entry
+            .extend(b.iter().filter_map(|l| l.alloc.entry.map(|e| e as u8)));
+        self.rows += b.len();
+    }
+
+    /// Empties the columns, keeping their capacity (the next row group is
+    /// as large).
+    fn clear(&mut self) {
+        for v in [
+            &mut self.alloc_time,
+            &mut self.free_time,
+            &mut self.size,
+            &mut self.address,
+            &mut self.thread,
+            &mut self.stack,
+            &mut self.type_id,
+            &mut self.process,
+            &mut self.free_thread,
+        ] {
+            v.clear();
+        }
+        for v in [
+            &mut self.freed,
+            &mut self.has_stack,
+            &mut self.has_type,
+            &mut self.has_entry,
+        ] {
+            v.clear();
+        }
+        self.memory.clear();
+        self.entry.clear();
+        self.trace.clear();
+        self.existed.clear();
+        self.rows = 0;
+    }
+
+    /// Writes the rows as one row group.
+    fn write(&self, writer: &mut FileWriter) -> Result<(), ParquetError> {
+        let memory_names: Vec<ByteArray> = Memory::ALL
+            .iter()
+            .map(|m| static_string(m.name()))
+            .collect();
+        // By tag: index 0 is unused.
+        let mut entry_names = vec![ByteArray::new()];
+        entry_names.extend(ENTRY_POINTS.iter().map(|e| static_string(e.name())));
+        let mut group = writer.next_row_group()?;
+        let mut index = 0;
+        while let Some(mut column) = group.next_column()? {
+            let i64s = |c: &mut parquet::file::writer::SerializedColumnWriter<'_>,
+                        v: &[i64],
+                        defs: Option<&[i16]>| {
+                c.typed::<Int64Type>()
+                    .write_batch(v, defs, None)
+                    .map(|_| ())
+            };
+            match index {
+                A_ALLOC_TIME => i64s(&mut column, &self.alloc_time, None)?,
+                A_FREE_TIME => i64s(&mut column, &self.free_time, Some(&self.freed))?,
+                A_SIZE => i64s(&mut column, &self.size, None)?,
+                A_ADDRESS => i64s(&mut column, &self.address, None)?,
+                A_THREAD => i64s(&mut column, &self.thread, None)?,
+                A_STACK => i64s(&mut column, &self.stack, Some(&self.has_stack))?,
+                A_TYPE => i64s(&mut column, &self.type_id, Some(&self.has_type))?,
+                A_MEMORY => write_names(&mut column, &self.memory, &memory_names, None)?,
+                A_ENTRY => write_names(
+                    &mut column,
+                    &self.entry,
+                    &entry_names,
+                    Some(&self.has_entry),
+                )?,
+                A_PROCESS => i64s(&mut column, &self.process, None)?,
+                A_TRACE => {
+                    column
+                        .typed::<Int32Type>()
+                        .write_batch(&self.trace, None, None)?;
+                }
+                A_FREE_THREAD => i64s(&mut column, &self.free_thread, Some(&self.freed))?,
+                A_EXISTED => {
+                    column
+                        .typed::<BoolType>()
+                        .write_batch(&self.existed, None, None)?;
+                }
+                _ => unreachable!("allocations.parquet has 13 columns"),
+            }
+            column.close()?;
+            index += 1;
+        }
+        group.close()?;
+        Ok(())
+    }
+}
+
+/// Writes a string column kept as indexes into `names`, [`CHUNK_ROWS`]
+/// rows at a time (a byte a row until then, instead of a 32-byte
+/// `ByteArray`).
+fn write_names(
+    column: &mut parquet::file::writer::SerializedColumnWriter<'_>,
+    codes: &[u8],
+    names: &[ByteArray],
+    defs: Option<&[i16]>,
+) -> Result<(), ParquetError> {
+    let writer = column.typed::<ByteArrayType>();
+    let mut values = Vec::with_capacity(CHUNK_ROWS);
+    let rows = defs.map_or(codes.len(), <[i16]>::len);
+    let mut next_code = 0;
+    for start in (0..rows).step_by(CHUNK_ROWS) {
+        let end = (start + CHUNK_ROWS).min(rows);
+        let chunk_defs = defs.map(|d| &d[start..end]);
+        let present = chunk_defs.map_or(end - start, |d| d.iter().filter(|&&l| l == 1).count());
+        values.clear();
+        values.extend(
+            codes[next_code..next_code + present]
+                .iter()
+                .map(|&c| names[usize::from(c)].clone()),
+        );
+        next_code += present;
+        writer.write_batch(&values, chunk_defs, None)?;
+    }
+    Ok(())
+}
+
+/// The visitor: allocation lifetimes into allocations.parquet (through
+/// the [`Worker`]), and what the small tables need from the traces
+/// (types, pids).
 pub struct ParquetExport {
     dir: PathBuf,
-    allocations: Table,
-    /// The first write error; nothing more is written after it.
-    error: Option<Failure>,
+    worker: Option<Worker>,
+    batch: Vec<Lifetime>,
     names: Vec<String>,
     traces: Vec<TraceRow>,
     trace: i32,
@@ -399,36 +650,48 @@ impl ParquetExport {
     pub fn create(dir: &Path, names: Vec<String>) -> Result<ParquetExport, Failure> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Failure::Io(format!("cannot create {}: {e}", dir.display())))?;
-        // High-cardinality columns skip the dictionary (it would overflow
-        // and fall back anyway); times are nearly sorted, so deltas suit
-        // them.
-        let mut props = properties().set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
-        for column in ["alloc_time_ns", "free_time_ns"] {
+        // Encodings chosen for the cost of writing as much as for size
+        // (zstd does most of the compressing):
+        // - times are nearly sorted: deltas; the process, trace and type
+        //   are constant or nearly so: deltas of 0, cheaper than a
+        //   dictionary lookup a row;
+        // - addresses are all different: plain;
+        // - the two string columns have a handful of values: plain (a
+        //   dictionary would hash and compare every string);
+        // - sizes, threads and stacks repeat: dictionary.
+        // Min/max statistics (what lets a reader skip row groups) for the
+        // times, the process and the trace only: they cost a comparison a
+        // value.
+        let mut props = properties()
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .set_statistics_enabled(EnabledStatistics::None);
+        for column in [
+            "alloc_time_ns",
+            "free_time_ns",
+            "process",
+            "trace",
+            "type_id",
+        ] {
             props = props
                 .set_column_dictionary_enabled(ColumnPath::from(column), false)
                 .set_column_encoding(ColumnPath::from(column), Encoding::DELTA_BINARY_PACKED);
         }
-        props = props.set_column_dictionary_enabled(ColumnPath::from("address"), false);
-        let mut allocations = Table::create(
+        for column in ["address", "memory", "entry_point"] {
+            props = props.set_column_dictionary_enabled(ColumnPath::from(column), false);
+        }
+        for column in ["alloc_time_ns", "free_time_ns", "process", "trace"] {
+            props = props
+                .set_column_statistics_enabled(ColumnPath::from(column), EnabledStatistics::Chunk);
+        }
+        let allocations = Table::create(
             dir.join("allocations.parquet"),
             ALLOCATIONS_SCHEMA,
             props.build(),
         )?;
-        // Memory kinds by `Memory as u8`; entry points by tag (0 unused).
-        allocations.use_codes(
-            A_MEMORY,
-            Memory::ALL
-                .iter()
-                .map(|m| static_string(m.name()))
-                .collect(),
-        );
-        let mut entry_names = vec![ByteArray::new()];
-        entry_names.extend(ENTRY_POINTS.iter().map(|e| static_string(e.name())));
-        allocations.use_codes(A_ENTRY, entry_names);
         Ok(ParquetExport {
             dir: dir.to_path_buf(),
-            allocations,
-            error: None,
+            worker: Some(Worker::start(allocations)),
+            batch: Vec::with_capacity(BATCH),
             names,
             traces: Vec::new(),
             trace: 0,
@@ -437,41 +700,39 @@ impl ParquetExport {
         })
     }
 
+    #[inline]
     fn row(&mut self, alloc: &Alloc, free: Option<&Free>) {
-        if self.error.is_some() {
-            return;
+        self.batch.push(Lifetime {
+            alloc: *alloc,
+            free: free.map(|f| (f.time_ns, f.thread)),
+            pid: self.pid,
+            trace: self.trace,
+        });
+        if self.batch.len() >= BATCH {
+            self.send();
         }
-        let t = &mut self.allocations;
-        t.i64(A_ALLOC_TIME, alloc.time_ns as i64);
-        t.opt_i64(A_FREE_TIME, free.map(|f| f.time_ns as i64));
-        t.i64(A_SIZE, alloc.size as i64);
-        t.i64(A_ADDRESS, alloc.addr as i64);
-        t.i64(A_THREAD, alloc.thread as i64);
-        t.opt_i64(
-            A_STACK,
-            (alloc.stack != 0).then_some(i64::from(alloc.stack)),
-        );
-        t.opt_i64(A_TYPE, (alloc.type_id != 0).then_some(alloc.type_id as i64));
-        t.code(A_MEMORY, Some(alloc.memory as u8));
-        t.code(A_ENTRY, alloc.entry.map(|e: EntryPoint| e as u8));
-        t.i64(A_PROCESS, self.pid);
-        t.i32(A_TRACE, self.trace);
-        t.opt_i64(A_FREE_THREAD, free.map(|f| f.thread as i64));
-        t.bool(A_EXISTED, alloc.existed);
-        t.end_row();
-        if t.rows >= ROW_GROUP_ROWS {
-            if let Err(e) = t.flush() {
-                self.error = Some(parquet_error(&t.path, e));
+    }
+
+    /// Hands the batch to the worker; after its failure, lifetimes are
+    /// dropped (`finish` reports the error).
+    fn send(&mut self) {
+        if let Some(worker) = &mut self.worker {
+            if worker.send(&mut self.batch).is_err() {
+                self.batch.clear();
             }
+        } else {
+            self.batch.clear();
         }
     }
 
     /// Writes the last row group and the small tables.
-    pub fn finish(self, stacks: &StackTable, resolver: &mut Resolver) -> Result<(), Failure> {
-        if let Some(err) = self.error {
-            return Err(err);
+    pub fn finish(mut self, stacks: &StackTable, resolver: &mut Resolver) -> Result<(), Failure> {
+        if !self.batch.is_empty() {
+            self.send();
         }
-        self.allocations.close()?;
+        if let Some(worker) = self.worker.take() {
+            worker.finish()?;
+        }
         write_stacks(&self.dir, stacks, resolver)?;
         let mut t = Table::create(
             self.dir.join("types.parquet"),
@@ -576,7 +837,7 @@ fn write_stacks(dir: &Path, stacks: &StackTable, resolver: &mut Resolver) -> Res
         t.i64(2, frame_id);
         t.i32(3, depth);
         t.end_row();
-        if t.rows >= ROW_GROUP_ROWS {
+        if t.rows() >= ROW_GROUP_ROWS {
             t.flush().map_err(|e| parquet_error(&t.path, e))?;
         }
     }
@@ -609,7 +870,7 @@ fn write_stacks(dir: &Path, stacks: &StackTable, resolver: &mut Resolver) -> Res
             t.str(9, static_string(kind));
             t.end_row();
         }
-        if t.rows >= ROW_GROUP_ROWS {
+        if t.rows() >= ROW_GROUP_ROWS {
             t.flush().map_err(|e| parquet_error(&t.path, e))?;
         }
     }
@@ -633,6 +894,7 @@ fn write_stacks(dir: &Path, stacks: &StackTable, resolver: &mut Resolver) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloctrace_format::EntryPoint;
 
     #[test]
     fn schemas_parse() {
