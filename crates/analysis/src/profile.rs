@@ -11,14 +11,17 @@
 //!   and stacks) is highest; the first such moment when it is reached twice.
 //!   A site's `peak_bytes` and `peak_objects` are its live bytes and
 //!   objects at that moment.
-//! - A temporary allocation is freed with no other allocation between its
-//!   alloc and its free, in the trace's global event order (heaptrack's
-//!   definition). Frees between do not matter; an allocation ended by a
-//!   new allocation at its address (a missed free) is never temporary.
-//! - Leaked: live at the end of its trace.
-//! - `allocations` and `bytes` count allocation events; memory the trace
-//!   learnt of through exists events (live before tracing started) is
-//!   live (at the peak, leaked) but not counted as allocated.
+//! - A temporary allocation is freed right after it was made: no other
+//!   allocation and no other free between its alloc and its free, in the
+//!   trace's global event order (heaptrack's count: its "last allocation"
+//!   is forgotten at every free). An allocation ended by a new allocation
+//!   at its address (a missed free) is never temporary.
+//! - Leaked: allocated in the trace and live at the end of its trace, of
+//!   any kind of memory (heap objects, spans, stacks).
+//! - Memory the trace learnt of through exists events (live before
+//!   tracing started, such as the main thread's stack) is live (it counts
+//!   at the peak) but neither allocated (`allocations`, `bytes`) nor
+//!   leaked.
 //! - Several traces (processes) in one pass: every count is summed over
 //!   the traces; each trace has its own peak, and a site's `peak_bytes` is
 //!   the sum over the traces of its live bytes at its trace's peak
@@ -202,6 +205,41 @@ impl Tally {
 struct Keys<K> {
     index: FxHashMap<K, u32>,
     keys: Vec<K>,
+    /// Number keys: the index of each key below [`SMALL_KEYS`] plus one
+    /// (0: not seen yet), and the last key looked up (events come in runs
+    /// of one thread).
+    small: Vec<u32>,
+    last: Option<(u64, u32)>,
+}
+
+/// Number keys below this (sizes, mostly) skip the hash map.
+const SMALL_KEYS: u64 = 4096;
+
+impl Keys<u64> {
+    #[inline]
+    fn get_number(&mut self, key: u64) -> u32 {
+        if key < SMALL_KEYS {
+            if let Some(&i) = self.small.get(key as usize) {
+                if i != 0 {
+                    return i - 1;
+                }
+            }
+            let i = self.get(&key);
+            if self.small.len() <= key as usize {
+                self.small.resize(key as usize + 1, 0);
+            }
+            self.small[key as usize] = i + 1;
+            return i;
+        }
+        if let Some((k, i)) = self.last {
+            if k == key {
+                return i;
+            }
+        }
+        let i = self.get(&key);
+        self.last = Some((key, i));
+        i
+    }
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Keys<K> {
@@ -250,7 +288,7 @@ pub struct Profile {
     peaks: Vec<Peak>,
     total: Site,
     /// The last allocation of the current trace, (memory, address), while
-    /// no other allocation followed it and it was not freed.
+    /// no other allocation or free followed it.
     last_alloc: Option<(Memory, u64)>,
 }
 
@@ -387,11 +425,11 @@ impl Visitor for Profile {
     fn alloc(&mut self, alloc: &Alloc) {
         self.sites.alloc(alloc.stack, alloc);
         if let Some(b) = self.threads.as_mut() {
-            let i = b.keys.get(&alloc.thread);
+            let i = b.keys.get_number(alloc.thread);
             b.tally.alloc(i, alloc);
         }
         if let Some(b) = self.sizes.as_mut() {
-            let i = b.keys.get(&alloc.size);
+            let i = b.keys.get_number(alloc.size);
             b.tally.alloc(i, alloc);
         }
         if self.types.is_some() {
@@ -415,17 +453,18 @@ impl Visitor for Profile {
     fn free(&mut self, alloc: &Alloc, free: &Free) {
         let temporary =
             !free.implicit && !alloc.existed && self.last_alloc == Some((alloc.memory, alloc.addr));
+        // Any free ends the chance of the last allocation being temporary.
+        self.last_alloc = None;
         if temporary {
-            self.last_alloc = None;
             self.total.temporary += 1;
         }
         self.sites.free(alloc.stack, alloc, temporary);
         if let Some(b) = self.threads.as_mut() {
-            let i = b.keys.get(&alloc.thread);
+            let i = b.keys.get_number(alloc.thread);
             b.tally.free(i, alloc, temporary);
         }
         if let Some(b) = self.sizes.as_mut() {
-            let i = b.keys.get(&alloc.size);
+            let i = b.keys.get_number(alloc.size);
             b.tally.free(i, alloc, temporary);
         }
         if self.types.is_some() {
@@ -445,16 +484,16 @@ impl Visitor for Profile {
 impl Profile {
     /// The trace ended with `live` never freed.
     fn end_trace<'a>(&mut self, live: impl Iterator<Item = &'a Alloc>) {
-        for alloc in live {
+        for alloc in live.filter(|a| !a.existed) {
             self.sites.leak(alloc.stack, alloc);
             self.total.leaked_objects += 1;
             self.total.leaked_bytes += alloc.size;
             if let Some(b) = self.threads.as_mut() {
-                let i = b.keys.get(&alloc.thread);
+                let i = b.keys.get_number(alloc.thread);
                 b.tally.leak(i, alloc);
             }
             if let Some(b) = self.sizes.as_mut() {
-                let i = b.keys.get(&alloc.size);
+                let i = b.keys.get_number(alloc.size);
                 b.tally.leak(i, alloc);
             }
             if self.types.is_some() {
@@ -583,20 +622,39 @@ mod tests {
     }
 
     #[test]
-    fn temporaries_have_no_allocation_between_alloc_and_free() {
+    fn temporaries_are_freed_with_nothing_between() {
         let mut f = Feed::new(Breakdowns::default());
         f.alloc(alloc(1, 0x10, 8, 1));
         f.free(0x10, 2); // temporary
         f.alloc(alloc(3, 0x10, 8, 1));
         f.alloc(alloc(4, 0x20, 8, 2));
-        f.free(0x10, 5); // not: 0x20 between
-        f.free(0x20, 6); // temporary: a free between does not count
+        f.free(0x10, 5); // not: an allocation between
+        f.free(0x20, 6); // not: a free between
         f.alloc(alloc(7, 0x30, 8, 2));
+        f.free(0x30, 8); // temporary
+        f.alloc(alloc(9, 0x40, 8, 2));
         f.end();
         assert_eq!(f.profile.site(1).temporary, 1);
         assert_eq!(f.profile.site(2).temporary, 1);
         assert_eq!(f.profile.total().temporary, 2);
         assert_eq!(f.profile.site(2).leaked_objects, 1);
+    }
+
+    #[test]
+    fn memory_live_before_tracing_is_neither_allocated_nor_leaked() {
+        let mut f = Feed::new(Breakdowns::default());
+        let mut stack = alloc(1, 0x1000, 8 << 20, 0);
+        stack.memory = Memory::Stack;
+        stack.existed = true;
+        f.alloc(stack);
+        f.alloc(alloc(2, 0x10, 8, 1));
+        f.end();
+        let p = &f.profile;
+        assert_eq!(p.total().allocations, 1);
+        assert_eq!(p.total().leaked_bytes, 8);
+        assert_eq!(p.site(0).leaked_objects, 0);
+        assert_eq!(p.site(0).peak_bytes, 8 << 20);
+        assert_eq!(p.peak().stack_bytes, 8 << 20);
     }
 
     #[test]
@@ -647,6 +705,26 @@ mod tests {
         assert_eq!(peak.span_bytes, 4096);
         assert_eq!(peak.total_bytes, 4196);
         assert_eq!(f.profile.site(2).peak_bytes, 4096);
+    }
+
+    #[test]
+    fn number_keys_get_one_index_each_small_or_large() {
+        let mut keys = Keys::<u64>::default();
+        let seq = [
+            5,
+            1 << 40,
+            5,
+            70_000,
+            1 << 40,
+            1 << 40,
+            0,
+            4095,
+            4096,
+            70_000,
+        ];
+        let got: Vec<u32> = seq.iter().map(|&k| keys.get_number(k)).collect();
+        assert_eq!(got, [0, 1, 0, 2, 1, 1, 3, 4, 5, 2]);
+        assert_eq!(keys.keys, [5, 1 << 40, 70_000, 0, 4095, 4096]);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! [`StackTable`] gives each distinct call path one [`StackId`] for the
 //! whole analysis: a native frame is keyed by its module (path and build
 //! ID) and its module-relative address, a registered frame by its
-//! function, file and line.
+//! function, file and line. Frames in the LD_PRELOAD shim itself (its
+//! thread-start trampoline sits under every thread's stack) are left out.
 //!
 //! ## Invariants
 //! 1. Node 0 is the empty stack; every other node's parent is a smaller
@@ -17,6 +18,9 @@
 use alloctrace_reader::{Frame as ReaderFrame, Stacks};
 use alloctrace_symbolize::ModuleKey;
 use rustc_hash::FxHashMap;
+
+/// The LD_PRELOAD shim's file: its frames are left out of stacks.
+pub const SHIM_FILE_NAME: &str = "liballoctrace_preload.so";
 
 /// A call stack of the analysis; 0 is "no stack".
 pub type StackId = u32;
@@ -173,6 +177,14 @@ impl StackTable {
             let parent = map.get(node.parent);
             let word = alloctrace_format::stacks::FrameWord::from_word(node.frame);
             let frame = match stacks.resolve(word, None) {
+                // The shim's own frames (its thread-start trampoline, under
+                // every thread's stack): the tracer, not the program.
+                ReaderFrame::Native {
+                    module: Some(m), ..
+                } if m.file_name() == SHIM_FILE_NAME => {
+                    map.insert(id, parent);
+                    continue;
+                }
                 ReaderFrame::Native {
                     addr,
                     module: Some(m),

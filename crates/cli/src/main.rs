@@ -7,18 +7,18 @@
 
 #![forbid(unsafe_code)]
 
+mod analyze;
 mod check;
 mod dump;
 mod export;
 mod generate;
 mod pages;
 mod progress;
-// The analysis commands' shared pass; its users land one by one.
-#[allow(dead_code)]
-mod analyze;
 mod record;
+mod reports;
 mod stacks;
 mod stats;
+mod symbolize;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -82,6 +82,16 @@ enum Command {
     },
     /// Runs a program under the LD_PRELOAD shim and traces it (exit status passed through).
     Record(record::Args),
+    /// The allocation sites (by stack, function, type, size or thread), largest first.
+    Top(reports::top::Args),
+    /// Memory still live at the end, grouped by stack, largest first.
+    Leaks(reports::leaks::Args),
+    /// The allocation sites as an interactive flame graph SVG, or folded stacks.
+    Flamegraph(reports::flamegraph::Args),
+    /// The sites whose allocations, peak or leaks changed between two traces.
+    Diff(reports::diff::Args),
+    /// Resolves the native frames of each trace's call stacks into FILE.symbols beside it (functions, files, lines), for reports on another machine.
+    Symbolize(symbolize::Args),
     /// Writes the traces in another tool's format: pprof, Chrome trace JSON or Parquet tables.
     Export(export::Args),
 }
@@ -353,6 +363,11 @@ fn main() -> ExitCode {
             run_each(files, |input, label| check::run(input, *json, label))
         }
         Command::Record(args) => record::run(args),
+        Command::Top(args) => reports::top::run(args),
+        Command::Leaks(args) => reports::leaks::run(args),
+        Command::Flamegraph(args) => reports::flamegraph::run(args),
+        Command::Diff(args) => reports::diff::run(args),
+        Command::Symbolize(args) => symbolize::run(args),
         Command::Export(args) => export::run(args),
     };
     match result {

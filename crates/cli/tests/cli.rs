@@ -1061,10 +1061,15 @@ fn generate_writes_man_pages_and_completions() {
         pages,
         [
             "alloctrace-check.1",
+            "alloctrace-diff.1",
             "alloctrace-dump.1",
+            "alloctrace-flamegraph.1",
+            "alloctrace-leaks.1",
             "alloctrace-pages.1",
             "alloctrace-record.1",
             "alloctrace-stats.1",
+            "alloctrace-symbolize.1",
+            "alloctrace-top.1",
             "alloctrace.1",
         ]
     );

@@ -21,6 +21,14 @@ use crate::{get_uvarint, put_uvarint, uvarint_len, VarintError};
 /// Most bytes of a module's GNU build ID.
 pub const MAX_BUILD_ID_LEN: usize = 64;
 
+/// The longest function or file name of a registered frame, in bytes: the
+/// writer cuts longer names (`trace_frame_register`), a reader refuses
+/// them (a hostile trace cannot make a report print megabytes per frame).
+pub const MAX_FRAME_NAME_LEN: usize = 1024;
+
+/// The longest module path, in bytes (Linux's PATH_MAX).
+pub const MAX_MODULE_PATH_LEN: usize = 4096;
+
 /// In the in-memory API (`trace_frame_register`'s result, which
 /// `trace_stack_register` takes mixed with native return addresses): the
 /// bit that marks a registered frame's value `REGISTERED_FRAME_BIT | id`.
@@ -255,8 +263,9 @@ impl<'a> FrameEntry<'a> {
             });
         }
         let line = field(buf, pos, truncated)?;
-        let func = bytes(buf, pos, usize::MAX, truncated, truncated)?;
-        let file = bytes(buf, pos, usize::MAX, truncated, truncated)?;
+        let too_long = "a registered frame's function or file name is longer than 1024 bytes";
+        let func = bytes(buf, pos, MAX_FRAME_NAME_LEN, truncated, too_long)?;
+        let file = bytes(buf, pos, MAX_FRAME_NAME_LEN, truncated, too_long)?;
         Ok(FrameEntry {
             id,
             line,
@@ -351,7 +360,13 @@ impl<'a> ModuleEntry<'a> {
             truncated,
             "a module's build ID is longer than 64 bytes",
         )?;
-        let path = bytes(buf, pos, usize::MAX, truncated, truncated)?;
+        let path = bytes(
+            buf,
+            pos,
+            MAX_MODULE_PATH_LEN,
+            truncated,
+            "a module's path is longer than 4096 bytes",
+        )?;
         Ok(ModuleEntry {
             id,
             start,
@@ -520,10 +535,26 @@ mod tests {
         assert_eq!(FrameEntry::parse(&buf[..n], &mut 0), Ok(f));
         assert!(f.encode(&mut buf[..n - 1], 0).is_none());
         // A name length past the end: the length's offset, no allocation.
-        let lying = [2, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, b'x'];
+        let lying = [2, 0, 0x10, b'x'];
         let err = FrameEntry::parse(&lying, &mut 0).unwrap_err();
         assert_eq!(err.at, 2);
         assert!(err.what.contains("past the end"));
+        // A huge name: refused at its length, whether or not its bytes are there.
+        let huge = [2, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, b'x'];
+        let err = FrameEntry::parse(&huge, &mut 0).unwrap_err();
+        assert_eq!(err.at, 2);
+        assert!(err.what.contains("longer than 1024"), "{}", err.what);
+        let mut long = alloc::vec![2u8, 0, 0x81, 0x08];
+        long.extend_from_slice(&[b'f'; 1025]);
+        long.push(0);
+        assert!(FrameEntry::parse(&long, &mut 0)
+            .unwrap_err()
+            .what
+            .contains("longer than 1024"));
+        let mut max = alloc::vec![2u8, 0, 0x80, 0x08];
+        max.extend_from_slice(&[b'f'; 1024]);
+        max.push(0);
+        assert_eq!(FrameEntry::parse(&max, &mut 0).unwrap().func.len(), 1024);
         assert!(FrameEntry::parse(&[0, 0, 0, 0], &mut 0)
             .unwrap_err()
             .what

@@ -44,6 +44,7 @@
 
 use std::sync::Mutex;
 
+use alloctrace_format::stacks::MAX_MODULE_PATH_LEN;
 use alloctrace_unwind::ModuleInfo;
 
 struct Entry {
@@ -184,7 +185,9 @@ pub(crate) fn write_generation(start: u64, end: u64, mut f: impl FnMut(ModuleRec
             load_ticks: inside(e.load_ticks),
             unload_ticks: inside(e.unload_ticks),
             build_id: &e.info.build_id,
-            path: &e.info.path,
+            // A reader refuses longer paths (never seen: the loader's
+            // names are file paths).
+            path: &e.info.path[..e.info.path.len().min(MAX_MODULE_PATH_LEN)],
         });
     }
     t.entries

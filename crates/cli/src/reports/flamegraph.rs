@@ -1,0 +1,177 @@
+//! `alloctrace flamegraph`: the sites as an interactive flame graph SVG
+//! (the inferno crate), or as folded stacks (`--collapsed`).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use alloctrace_analysis::Breakdowns;
+use inferno::flamegraph::{self, color::BasicPalette, Direction, Palette};
+
+use super::{Profiled, NO_STACK};
+use crate::analyze::SymbolArgs;
+use crate::{output_error, Failure};
+
+/// What the width of a frame measures.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// Number of allocations.
+    Allocations,
+    /// Bytes allocated.
+    Bytes,
+    /// Bytes live at the program's peak.
+    Peak,
+    /// Bytes live at the end.
+    Leaked,
+}
+
+impl Metric {
+    fn of(self, site: &alloctrace_analysis::Site) -> u64 {
+        match self {
+            Metric::Allocations => site.allocations,
+            Metric::Bytes => site.bytes,
+            Metric::Peak => site.peak_bytes,
+            Metric::Leaked => site.leaked_bytes,
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Metric::Allocations => "Allocations",
+            Metric::Bytes => "Bytes allocated",
+            Metric::Peak => "Bytes live at the peak",
+            Metric::Leaked => "Bytes leaked (live at the end)",
+        }
+    }
+
+    fn count_name(self) -> &'static str {
+        match self {
+            Metric::Allocations => "allocations",
+            _ => "bytes",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Trace files, directories of traces (their *.trace files), or - for standard input; several are one program's traces, summed.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The output file (- for standard output); required for the SVG, standard output by default for --collapsed.
+    #[arg(short = 'o', value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// What a frame's width measures.
+    #[arg(long, value_enum, default_value = "bytes")]
+    pub metric: Metric,
+    /// The allocating functions as the roots, their callers above them, drawn top down (an icicle).
+    #[arg(long)]
+    pub inverted: bool,
+    /// Folded stacks (`outer;...;inner VALUE` lines) instead of the SVG.
+    #[arg(long)]
+    pub collapsed: bool,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+pub fn run(args: &Args) -> Result<(), Failure> {
+    if !args.collapsed && args.output.is_none() {
+        return Err(Failure::Io(
+            "flamegraph: -o OUT.svg is required (or --collapsed for folded stacks on standard output)"
+                .to_string(),
+        ));
+    }
+    let mut p = Profiled::read(&args.files, Breakdowns::default(), &args.symbols)?;
+    let folded = fold(&mut p, args.metric, args.inverted);
+    p.print_warnings();
+    let to_stdout = args.output.as_ref().is_none_or(|o| o.as_os_str() == "-");
+    let mut out: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let path = args.output.as_ref().expect("checked");
+        Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| Failure::Io(format!("cannot create {}: {e}", path.display())))?,
+        ))
+    };
+    let write_error = |e: std::io::Error| {
+        if to_stdout {
+            output_error(e)
+        } else {
+            Failure::Io(format!("cannot write the output: {e}"))
+        }
+    };
+    if args.collapsed {
+        for (stack, value) in &folded {
+            writeln!(out, "{stack} {value}").map_err(write_error)?;
+        }
+    } else {
+        let traces = match p.names.len() {
+            1 => p.names[0].clone(),
+            n => format!("{n} traces: {}", p.names.join(", ")),
+        };
+        let mut options = flamegraph::Options::default();
+        options.title = args.metric.title().to_string();
+        options.subtitle = Some(traces);
+        options.count_name = args.metric.count_name().to_string();
+        options.colors = Palette::Basic(BasicPalette::Mem);
+        if args.inverted {
+            options.direction = Direction::Inverted;
+        }
+        if folded.is_empty() {
+            // inferno refuses empty input; one zero-width root says "nothing".
+            let line = format!("no {} 0", args.metric.count_name());
+            flamegraph::from_lines(&mut options, std::iter::once(line.as_str()), &mut out)
+                .or_else(|e| {
+                    if e.kind() == std::io::ErrorKind::InvalidData {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                })
+                .map_err(write_error)?;
+        } else {
+            let lines: Vec<String> = folded.iter().map(|(s, v)| format!("{s} {v}")).collect();
+            flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out)
+                .map_err(write_error)?;
+        }
+    }
+    out.flush().map_err(write_error)
+}
+
+/// Folded stacks (outermost frame first, or innermost with `inverted`)
+/// and their values; equal symbolized stacks are summed, zero values left
+/// out.
+fn fold(p: &mut Profiled, metric: Metric, inverted: bool) -> BTreeMap<String, u64> {
+    let sites: Vec<(u32, u64)> = p
+        .profile
+        .sites()
+        .map(|(id, s)| (id, metric.of(s)))
+        .filter(|&(_, v)| v > 0)
+        .collect();
+    let mut folded = BTreeMap::new();
+    for (id, value) in sites {
+        let frames = p.frames(id);
+        let mut names: Vec<String> = frames.iter().map(|f| clean(&f.function)).collect();
+        if names.is_empty() {
+            names.push(NO_STACK.to_string());
+        }
+        if !inverted {
+            names.reverse();
+        }
+        *folded.entry(names.join(";")).or_insert(0) += value;
+    }
+    folded
+}
+
+/// A function name as a folded-stack frame: no `;` (the separator) and no
+/// line breaks.
+fn clean(function: &str) -> String {
+    function
+        .chars()
+        .map(|c| match c {
+            ';' => ':',
+            '\n' | '\r' => ' ',
+            c => c,
+        })
+        .collect()
+}

@@ -1,0 +1,215 @@
+//! The site reports: `top`, `leaks`, `flamegraph` and `diff`, each a
+//! [`Profile`] of one pass over the traces given, its stacks symbolized
+//! for output.
+
+pub mod diff;
+pub mod flamegraph;
+pub mod leaks;
+pub mod suppressions;
+pub mod top;
+
+use std::path::{Path, PathBuf};
+
+use alloctrace_analysis::{Breakdowns, Pass, Profile, Resolver, Site, SourceFrame, StackId};
+use alloctrace_symbolize::sidecar_path;
+use serde_json::{json, Value};
+
+use crate::analyze::{inputs, run_pass, SymbolArgs};
+use crate::Failure;
+
+/// A pass over `files` with a [`Profile`] of its sites.
+pub struct Profiled {
+    pub pass: Pass,
+    pub profile: Profile,
+    pub resolver: Resolver,
+    /// The files as given, for titles.
+    pub names: Vec<String>,
+}
+
+impl Profiled {
+    /// Reads every trace of `files` (one program's traces) into one
+    /// profile.
+    pub fn read(
+        files: &[PathBuf],
+        breakdowns: Breakdowns,
+        symbols: &SymbolArgs,
+    ) -> Result<Profiled, Failure> {
+        let inputs = inputs(files)?;
+        let mut profile = Profile::new(breakdowns);
+        let pass = run_pass(&inputs, &mut profile)?;
+        let mut resolver = symbols.resolver();
+        // Each trace's FILE.symbols (`alloctrace symbolize`) answers first.
+        for input in &inputs {
+            let name = input.name();
+            if name == "-" {
+                continue;
+            }
+            let path = sidecar_path(Path::new(&name));
+            if let Err(err) = resolver.symbolizer.load_symbols(&path) {
+                eprintln!(
+                    "warning: {} is not used: {err}; symbolizing from the modules' files",
+                    path.display()
+                );
+            }
+        }
+        Ok(Profiled {
+            pass,
+            profile,
+            resolver,
+            names: inputs.iter().map(|i| i.name()).collect(),
+        })
+    }
+
+    /// The source frames of `stack`, innermost first (none for stack 0).
+    pub fn frames(&mut self, stack: StackId) -> Vec<SourceFrame> {
+        self.resolver.stack(&self.pass.stacks, stack)
+    }
+
+    /// The function of the innermost source frame of `stack`;
+    /// [`NO_STACK`] for stack 0.
+    pub fn innermost_function(&mut self, stack: StackId) -> String {
+        match self.pass.stacks.frame(stack) {
+            Some(frame) => self.resolver.frame(&self.pass.stacks, frame)[0]
+                .function
+                .clone(),
+            None => NO_STACK.to_string(),
+        }
+    }
+
+    /// The symbolizer's notes (a missing module file, a build ID that does
+    /// not match) on stderr, once each.
+    pub fn print_warnings(&self) {
+        for warning in self.resolver.symbolizer.warnings() {
+            eprintln!("warning: {warning}");
+        }
+    }
+}
+
+/// The name of allocations recorded without a stack.
+pub const NO_STACK: &str = "[no stack]";
+
+/// A frame as the JSON outputs give it.
+pub fn frame_json(f: &SourceFrame) -> Value {
+    json!({
+        "function": f.function,
+        "file": f.file,
+        "line": f.line,
+        "module": f.module,
+        "address": f.address,
+    })
+}
+
+pub fn stack_json(frames: &[SourceFrame]) -> Value {
+    Value::Array(frames.iter().map(frame_json).collect())
+}
+
+/// A site's counts as JSON keys (`peak_objects` is not part of the
+/// issue's shape and is left out).
+pub fn counts_json(site: &Site, into: &mut serde_json::Map<String, Value>) {
+    into.insert("allocations".into(), site.allocations.into());
+    into.insert("bytes".into(), site.bytes.into());
+    into.insert("peak_bytes".into(), site.peak_bytes.into());
+    into.insert("leaked_objects".into(), site.leaked_objects.into());
+    into.insert("leaked_bytes".into(), site.leaked_bytes.into());
+    into.insert("temporary".into(), site.temporary.into());
+}
+
+/// Bytes for people: `512 B`, `1.50 KiB`, `12.0 MiB`, `3.21 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value < 10.0 {
+        format!("{value:.2} {}", UNITS[unit])
+    } else if value < 100.0 {
+        format!("{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{value:.0} {}", UNITS[unit])
+    }
+}
+
+/// Counts for people: `999`, `12.3k`, `4.56M`, `7.89G`.
+pub fn human_count(n: u64) -> String {
+    if n < 10_000 {
+        return n.to_string();
+    }
+    let (value, unit) = if n < 1_000_000 {
+        (n as f64 / 1e3, "k")
+    } else if n < 1_000_000_000 {
+        (n as f64 / 1e6, "M")
+    } else {
+        (n as f64 / 1e9, "G")
+    };
+    if value < 100.0 {
+        format!("{value:.1}{unit}")
+    } else {
+        format!("{value:.0}{unit}")
+    }
+}
+
+/// `function file:line` (or `function (module)` without a file), how a
+/// frame is shown in text tables.
+pub fn frame_text(f: &SourceFrame) -> String {
+    match (&f.file, f.line) {
+        (Some(file), Some(line)) => format!("{} {}:{line}", f.function, short_path(file)),
+        (Some(file), None) => format!("{} {}", f.function, short_path(file)),
+        (None, _) if !f.module.is_empty() && !f.function.contains('+') => {
+            let module = f.module.rsplit('/').next().unwrap_or(&f.module);
+            format!("{} ({module})", f.function)
+        }
+        (None, _) => f.function.clone(),
+    }
+}
+
+/// The last two components of a path (`src/main.c`).
+fn short_path(path: &str) -> &str {
+    let mut cut = path.len();
+    for _ in 0..2 {
+        match path[..cut].rfind('/') {
+            Some(i) => cut = i,
+            None => return path,
+        }
+    }
+    &path[cut + 1..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(1310720), "1.25 MiB");
+        assert_eq!(human_bytes(50 << 20), "50.0 MiB");
+        assert_eq!(human_bytes(500 << 30), "500 GiB");
+        assert_eq!(human_count(9999), "9999");
+        assert_eq!(human_count(12_345), "12.3k");
+        assert_eq!(human_count(40_000_000), "40.0M");
+    }
+
+    #[test]
+    fn frames_as_text() {
+        let mut f = SourceFrame {
+            function: "make_name".into(),
+            file: Some("/src/c_tests/reports/leaky.c".into()),
+            line: Some(33),
+            module: "/tmp/leaky".into(),
+            address: "0x1149".into(),
+        };
+        assert_eq!(frame_text(&f), "make_name reports/leaky.c:33");
+        f.file = None;
+        assert_eq!(frame_text(&f), "make_name (leaky)");
+        f.function = "leaky+0x1149".into();
+        assert_eq!(frame_text(&f), "leaky+0x1149");
+    }
+}
