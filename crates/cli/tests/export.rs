@@ -652,8 +652,9 @@ fn bad_options_are_refused_before_reading() {
     let file = dir.path("file");
     std::fs::write(&file, b"not a directory").unwrap();
     let missing = dir.path("missing.trace");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--format", "svg", "-o", "x"], "svg"),
+        (&["--format", "parquet", "-o", "-"], "not standard output"),
         (&["--format", "pprof"], "--output"),
         (&["-o", "x"], "--format"),
         (&["--format", "parquet", "-o", s(&file)], "not a directory"),
@@ -714,4 +715,11 @@ fn standard_input_is_read_as_a_file_is() {
     let b = chrome(&from_stdin);
     assert_eq!(a.len(), b.len());
     assert_eq!(a[2..], b[2..]);
+    // `-o -`: the one-file formats go to standard output.
+    let out = alloctrace(&["export", s(&trace), "--format", "pprof", "-o", "-"]);
+    assert!(out.status.success());
+    assert_eq!(&out.stdout[..2], &[0x1f, 0x8b], "gzip on stdout");
+    let out = alloctrace(&["export", s(&trace), "--format", "chrome", "-o", "-"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["traceEvents"].as_array().unwrap().len(), a.len());
 }

@@ -11,14 +11,11 @@
 //! whatever the trace's length.
 
 use std::io::{Read, Write};
-use std::path::Path;
 
 use alloctrace_analysis::{Alloc, Free, Memory, Series, StackTable, Timeline, Visitor};
 use alloctrace_reader::TraceReader;
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
-
-use crate::Failure;
 
 /// Buckets of a trace's live-memory series.
 pub const BUCKETS: usize = 2000;
@@ -227,19 +224,14 @@ fn live_memory(out: &mut Vec<Value>, s: &Series, pid: u64, ts: &impl Fn(u64) -> 
     }
 }
 
-/// Writes `{"traceEvents": [...]}` to `path`.
-pub fn write(events: &[Value], path: &Path) -> Result<(), Failure> {
-    let file = std::fs::File::create(path)
-        .map_err(|e| Failure::Io(format!("cannot create {}: {e}", path.display())))?;
-    let mut w = std::io::BufWriter::new(file);
+/// Writes `{"traceEvents": [...]}` to `out`.
+pub fn write(events: &[Value], out: &mut dyn Write) -> std::io::Result<()> {
     let doc = json!({
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {"generator": format!("alloctrace {}", env!("CARGO_PKG_VERSION"))},
     });
-    serde_json::to_writer(&mut w, &doc)
-        .map_err(std::io::Error::from)
-        .and_then(|()| w.write_all(b"\n"))
-        .and_then(|()| w.flush())
-        .map_err(|e| Failure::Io(format!("cannot write {}: {e}", path.display())))
+    serde_json::to_writer(&mut *out, &doc)?;
+    out.write_all(b"\n")?;
+    out.flush()
 }

@@ -9,8 +9,9 @@ mod chrome;
 mod parquet;
 mod pprof;
 
-use std::io::Read;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 
 use alloctrace_analysis::{
     Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
@@ -18,7 +19,7 @@ use alloctrace_analysis::{
 use alloctrace_reader::TraceReader;
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
-use crate::Failure;
+use crate::{output_error, Failure};
 
 /// Two visitors of one pass.
 pub struct Both<A, B>(pub A, pub B);
@@ -71,7 +72,7 @@ pub struct Args {
     /// The output format.
     #[arg(long, value_enum)]
     pub format: Format,
-    /// The output: a file for pprof and chrome, a directory (created) for parquet.
+    /// The output: a file for pprof and chrome (- for standard output), a directory (created) for parquet.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: PathBuf,
     #[command(flatten)]
@@ -86,6 +87,11 @@ fn check_output(args: &Args) -> Result<(), Failure> {
     }
     match args.format {
         Format::Parquet => {
+            if out.as_os_str() == "-" {
+                return Err(Failure::Io(
+                    "-o -: parquet writes a directory of tables, not standard output".to_string(),
+                ));
+            }
             if out.exists() && !out.is_dir() {
                 return Err(Failure::Io(format!(
                     "-o {}: exists and is not a directory (parquet writes a directory of tables)",
@@ -107,6 +113,21 @@ fn check_output(args: &Args) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// Writes a one-file output to `path`, or to standard output for `-`.
+fn write_output(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Failure> {
+    if path.as_os_str() == "-" {
+        let mut out = io::stdout().lock();
+        return write(&mut out).map_err(output_error);
+    }
+    let file = File::create(path)
+        .map_err(|e| Failure::Io(format!("cannot create {}: {e}", path.display())))?;
+    write(&mut BufWriter::new(file))
+        .map_err(|e| Failure::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 pub fn run(args: &Args) -> Result<(), Failure> {
@@ -135,7 +156,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             };
             let mut resolver = args.symbols.resolver();
             let proto = pprof::build(&profile, &pass.stacks, &mut resolver, &times);
-            pprof::write(&proto, &args.output)
+            write_output(&args.output, |out| pprof::write(&proto, out))
         }
         Format::Chrome => {
             let mut visitor = Both(
@@ -153,7 +174,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 })
                 .collect();
             let events = chrome::events(&timeline, &types, &processes);
-            chrome::write(&events, &args.output)
+            write_output(&args.output, |out| chrome::write(&events, out))
         }
     }
 }

@@ -18,14 +18,11 @@
 //! `prost`.
 
 use std::io::Write;
-use std::path::Path;
 
 use alloctrace_analysis::{Frame, Profile, Resolver, Site, SourceFrame, StackId, StackTable};
 use flate2::write::GzEncoder;
 use prost::Message;
 use rustc_hash::FxHashMap;
-
-use crate::Failure;
 
 /// perftools.profiles.Profile (fields 1-14; `doc_url` and the newer
 /// breakdown fields are not written).
@@ -364,19 +361,11 @@ fn location(
     }
 }
 
-/// Writes `profile` gzipped to `path`.
-pub fn write(profile: &ProfileProto, path: &Path) -> Result<(), Failure> {
-    let bytes = profile.encode_to_vec();
-    let file = std::fs::File::create(path)
-        .map_err(|e| Failure::Io(format!("cannot create {}: {e}", path.display())))?;
-    let mut gz = GzEncoder::new(
-        std::io::BufWriter::new(file),
-        flate2::Compression::default(),
-    );
-    gz.write_all(&bytes)
-        .and_then(|()| gz.finish())
-        .and_then(|mut w| w.flush())
-        .map_err(|e| Failure::Io(format!("cannot write {}: {e}", path.display())))
+/// Writes `profile` gzipped to `out`.
+pub fn write(profile: &ProfileProto, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut gz = GzEncoder::new(out, flate2::Compression::default());
+    gz.write_all(&profile.encode_to_vec())?;
+    gz.finish()?.flush()
 }
 
 #[cfg(test)]
