@@ -13,7 +13,8 @@
 //! The low-level column writer of the `parquet` crate writes them (no
 //! Arrow): every column is a plain Parquet type (INT64, INT32, BOOLEAN,
 //! BYTE_ARRAY with the STRING annotation), signed, so that Spark and Trino
-//! read the files as they are; pages are zstd-compressed.
+//! read the files as they are; the plain columns' pages are
+//! zstd-compressed.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -308,14 +309,17 @@ fn write_group(writer: &mut FileWriter, rows: &Rows) -> Result<(), ParquetError>
     Ok(())
 }
 
+/// zstd at level 1.
+fn zstd() -> Compression {
+    Compression::ZSTD(ZstdLevel::try_new(1).expect("1 is a valid zstd level"))
+}
+
 /// Writer properties shared by the tables: zstd level 1, version 1 data
 /// pages (what every reader takes).
 fn properties() -> parquet::file::properties::WriterPropertiesBuilder {
     WriterProperties::builder()
         .set_writer_version(WriterVersion::PARQUET_1_0)
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(1).expect("1 is a valid zstd level"),
-        ))
+        .set_compression(zstd())
         .set_created_by(format!("alloctrace {}", env!("CARGO_PKG_VERSION")))
 }
 
@@ -600,9 +604,14 @@ impl AllocColumns {
     }
 }
 
-/// Writes a string column kept as indexes into `names`, [`CHUNK_ROWS`]
-/// rows at a time (a byte a row until then, instead of a 32-byte
-/// `ByteArray`).
+/// Rows of one name handed to the column writer at a time.
+const RUN: usize = 4096;
+
+/// Writes a string column kept as indexes into `names` (a byte a row until
+/// then, instead of a 32-byte `ByteArray`). Rows come in runs of the same
+/// value, each written from a prepared slice of copies of its name: no
+/// string is made or dropped per row. Where the runs are short (under 16
+/// rows on average), a chunk's strings are cloned one by one instead.
 fn write_names(
     column: &mut parquet::file::writer::SerializedColumnWriter<'_>,
     codes: &[u8],
@@ -610,21 +619,49 @@ fn write_names(
     defs: Option<&[i16]>,
 ) -> Result<(), ParquetError> {
     let writer = column.typed::<ByteArrayType>();
-    let mut values = Vec::with_capacity(CHUNK_ROWS);
+    let repeated: Vec<Vec<ByteArray>> = names.iter().map(|n| vec![n.clone(); RUN]).collect();
+    let mut values = Vec::new();
     let rows = defs.map_or(codes.len(), <[i16]>::len);
     let mut next_code = 0;
     for start in (0..rows).step_by(CHUNK_ROWS) {
         let end = (start + CHUNK_ROWS).min(rows);
         let chunk_defs = defs.map(|d| &d[start..end]);
         let present = chunk_defs.map_or(end - start, |d| d.iter().filter(|&&l| l == 1).count());
-        values.clear();
-        values.extend(
-            codes[next_code..next_code + present]
-                .iter()
-                .map(|&c| names[usize::from(c)].clone()),
-        );
+        let chunk_codes = &codes[next_code..next_code + present];
         next_code += present;
-        writer.write_batch(&values, chunk_defs, None)?;
+        // A row's value: its code, or none (null).
+        let mut codes_iter = chunk_codes.iter();
+        let value = |row: usize, it: &mut std::slice::Iter<'_, u8>| -> Option<u8> {
+            match chunk_defs {
+                Some(d) if d[row] == 0 => None,
+                _ => it.next().copied(),
+            }
+        };
+        let row_values: Vec<Option<u8>> = (0..end - start)
+            .map(|row| value(row, &mut codes_iter))
+            .collect();
+        let runs = 1 + row_values.windows(2).filter(|w| w[0] != w[1]).count();
+        if runs * 16 > row_values.len() {
+            values.clear();
+            values.extend(chunk_codes.iter().map(|&c| names[usize::from(c)].clone()));
+            writer.write_batch(&values, chunk_defs, None)?;
+            continue;
+        }
+        let mut row = 0;
+        while row < row_values.len() {
+            let v = row_values[row];
+            let mut len = 1;
+            while row + len < row_values.len() && len < RUN && row_values[row + len] == v {
+                len += 1;
+            }
+            let run_defs = chunk_defs.map(|d| &d[row..row + len]);
+            let run_values = match v {
+                Some(c) => &repeated[usize::from(c)][..len],
+                None => &[][..],
+            };
+            writer.write_batch(run_values, run_defs, None)?;
+            row += len;
+        }
     }
     Ok(())
 }
@@ -653,12 +690,12 @@ impl ParquetExport {
         // Encodings chosen for the cost of writing as much as for size
         // (zstd does most of the compressing):
         // - times are nearly sorted: deltas; the process, trace and type
-        //   are constant or nearly so: deltas of 0, cheaper than a
-        //   dictionary lookup a row;
+        //   are constant or nearly so, and thread IDs small: deltas of a
+        //   few bits, cheaper than a dictionary lookup a row;
         // - addresses are all different: plain;
         // - the two string columns have a handful of values: plain (a
         //   dictionary would hash and compare every string);
-        // - sizes, threads and stacks repeat: dictionary.
+        // - sizes and stacks repeat: dictionary.
         // Min/max statistics (what lets a reader skip row groups) for the
         // times, the process and the trace only: they cost a comparison a
         // value.
@@ -671,6 +708,8 @@ impl ParquetExport {
             "process",
             "trace",
             "type_id",
+            "thread",
+            "free_thread",
         ] {
             props = props
                 .set_column_dictionary_enabled(ColumnPath::from(column), false)
@@ -678,6 +717,13 @@ impl ParquetExport {
         }
         for column in ["address", "memory", "entry_point"] {
             props = props.set_column_dictionary_enabled(ColumnPath::from(column), false);
+        }
+        // zstd only where it pays: plain addresses and strings. Deltas and
+        // dictionary indexes are bit-packed already, and compressing them
+        // again cost more than the rest of the encoding.
+        props = props.set_compression(Compression::UNCOMPRESSED);
+        for column in ["address", "memory", "entry_point"] {
+            props = props.set_column_compression(ColumnPath::from(column), zstd());
         }
         for column in ["alloc_time_ns", "free_time_ns", "process", "trace"] {
             props = props
@@ -938,6 +984,15 @@ mod tests {
             ParquetExport::create(&dir, vec!["t".to_string()]).unwrap_or_else(|_| panic!("create"));
         export.trace_start(0);
         let n = ROW_GROUP_ROWS + 3 * CHUNK_ROWS + 17;
+        // Runs of one row (strings cloned one by one) in the first half,
+        // long runs, nulls among them, in the second.
+        let entry_of = |i: u64| {
+            if i < n as u64 / 2 {
+                i % 3
+            } else {
+                (i / 50) % 3
+            }
+        };
         for i in 0..n as u64 {
             let alloc = Alloc {
                 time_ns: i,
@@ -946,12 +1001,12 @@ mod tests {
                 size: i % 100,
                 type_id: 0,
                 stack: (i % 11) as u32,
-                memory: if i.is_multiple_of(4) {
+                memory: if (i / 100).is_multiple_of(4) {
                     Memory::Span
                 } else {
                     Memory::Heap
                 },
-                entry: match i % 3 {
+                entry: match entry_of(i) {
                     0 => None,
                     1 => Some(EntryPoint::Malloc),
                     _ => Some(EntryPoint::Calloc),
@@ -985,9 +1040,13 @@ mod tests {
                 row.get_long(A_FREE_TIME).ok(),
                 (!i.is_multiple_of(5)).then_some(i as i64 + 5)
             );
-            let memory = if i.is_multiple_of(4) { "span" } else { "heap" };
+            let memory = if (i / 100).is_multiple_of(4) {
+                "span"
+            } else {
+                "heap"
+            };
             assert_eq!(row.get_string(A_MEMORY).unwrap(), memory, "row {i}");
-            let entry = match i % 3 {
+            let entry = match entry_of(i) {
                 0 => None,
                 1 => Some("malloc"),
                 _ => Some("calloc"),
