@@ -7,10 +7,13 @@
 //! `flamegraph` and `diff` read it.
 //!
 //! ## Definitions
-//! - The peak is the moment the total of live bytes (heap objects, spans
-//!   and stacks) is highest; the first such moment when it is reached twice.
-//!   A site's `peak_bytes` and `peak_objects` are its live bytes and
-//!   objects at that moment.
+//! - The peak is the moment the total of live bytes (heap objects and
+//!   spans) is highest; the first such moment when it is reached twice.
+//!   A site's `peak_bytes` and `peak_objects` are its live heap-object and
+//!   span bytes and objects at that moment. Stacks (threads' stacks under
+//!   the shim: mostly untouched reservations of 8 MiB; a runtime's stacks,
+//!   which live in its spans) are not part of it: [`Peak::stack_bytes`]
+//!   says how much stack was live then.
 //! - A temporary allocation is freed right after it was made: no other
 //!   allocation and no other free between its alloc and its free, in the
 //!   trace's global event order (heaptrack's count: its "last allocation"
@@ -81,9 +84,9 @@ pub struct Peak {
     pub heap_bytes: u64,
     pub span_bytes: u64,
     pub stack_bytes: u64,
-    /// heap + span + stack bytes.
+    /// heap + span bytes (stacks are not counted).
     pub total_bytes: u64,
-    /// Live allocations of every kind.
+    /// Live heap objects and spans.
     pub objects: u64,
 }
 
@@ -108,6 +111,13 @@ struct Entry {
     snap_bytes: u64,
     snap_objects: u64,
     touched: bool,
+}
+
+/// Whether an allocation is part of the live total the peak is taken on
+/// (heap objects and spans, not stacks).
+#[inline]
+fn counts_at_peak(alloc: &Alloc) -> bool {
+    alloc.memory != Memory::Stack
 }
 
 /// Counts per dense key index, with the peak snapshot.
@@ -140,15 +150,19 @@ impl Tally {
             e.site.allocations += 1;
             e.site.bytes += alloc.size;
         }
-        e.live_bytes += alloc.size;
-        e.live_objects += 1;
+        if counts_at_peak(alloc) {
+            e.live_bytes += alloc.size;
+            e.live_objects += 1;
+        }
     }
 
     #[inline]
     fn free(&mut self, index: u32, alloc: &Alloc, temporary: bool) {
         let e = self.entry(index);
-        e.live_bytes = e.live_bytes.saturating_sub(alloc.size);
-        e.live_objects = e.live_objects.saturating_sub(1);
+        if counts_at_peak(alloc) {
+            e.live_bytes = e.live_bytes.saturating_sub(alloc.size);
+            e.live_objects = e.live_objects.saturating_sub(1);
+        }
         if temporary {
             e.site.temporary += 1;
         }
@@ -378,13 +392,19 @@ impl Profile {
         i
     }
 
+    /// Live heap-object and span bytes now.
+    #[inline]
+    fn peak_total(&self) -> u64 {
+        self.live_bytes[Memory::Heap as usize] + self.live_bytes[Memory::Span as usize]
+    }
+
     fn commit_peak(&mut self, time_ns: u64) {
         self.peak = Peak {
             time_ns,
             heap_bytes: self.live_bytes[Memory::Heap as usize],
             span_bytes: self.live_bytes[Memory::Span as usize],
             stack_bytes: self.live_bytes[Memory::Stack as usize],
-            total_bytes: self.live_bytes.iter().sum(),
+            total_bytes: self.peak_total(),
             objects: self.live_objects,
         };
         self.sites.commit_peak();
@@ -441,10 +461,11 @@ impl Visitor for Profile {
             self.total.bytes += alloc.size;
         }
         self.live_bytes[alloc.memory as usize] += alloc.size;
-        self.live_objects += 1;
+        if counts_at_peak(alloc) {
+            self.live_objects += 1;
+        }
         self.last_alloc = Some((alloc.memory, alloc.addr));
-        let total: u64 = self.live_bytes.iter().sum();
-        if total > self.peak.total_bytes {
+        if self.peak_total() > self.peak.total_bytes {
             self.commit_peak(alloc.time_ns);
         }
     }
@@ -473,7 +494,9 @@ impl Visitor for Profile {
         }
         let m = alloc.memory as usize;
         self.live_bytes[m] = self.live_bytes[m].saturating_sub(alloc.size);
-        self.live_objects = self.live_objects.saturating_sub(1);
+        if counts_at_peak(alloc) {
+            self.live_objects = self.live_objects.saturating_sub(1);
+        }
     }
 
     fn trace_end(&mut self, live: &Live) {
@@ -653,7 +676,9 @@ mod tests {
         assert_eq!(p.total().allocations, 1);
         assert_eq!(p.total().leaked_bytes, 8);
         assert_eq!(p.site(0).leaked_objects, 0);
-        assert_eq!(p.site(0).peak_bytes, 8 << 20);
+        // Stacks are not part of the peak; how much was live is noted.
+        assert_eq!(p.site(0).peak_bytes, 0);
+        assert_eq!(p.peak().total_bytes, 8);
         assert_eq!(p.peak().stack_bytes, 8 << 20);
     }
 

@@ -152,15 +152,24 @@ fn judge(s: &Stats) -> Verdict {
         };
     }
     let message = format!(
-        "ok: {} events in {} generations, {} threads",
-        s.total_events,
-        s.generations,
-        s.threads()
+        "ok: {} in {}, {}",
+        plural(s.total_events, "event"),
+        plural(s.generations, "generation"),
+        plural(s.threads(), "thread")
     );
     Verdict {
         status: "ok",
         code: 0,
         message,
         offset: None,
+    }
+}
+
+/// `1 generation`, `2 generations`.
+fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }

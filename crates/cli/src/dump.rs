@@ -1,16 +1,24 @@
 //! `alloctrace dump`: one line per event. The text form is parsed by the C
 //! tests with sscanf, so its fields and spacing are fixed (docs/CLI.md).
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 
 use alloctrace_reader::{Event, EventData, Record, TypeInfo};
 
+use crate::progress::Progress;
 use crate::{open, output_error, prefix, truncation_warning, Failure, Input};
 
 /// Dumps one trace; a labelled one (one of several) gets a `==> NAME <==`
 /// line before its text, or a `"file"` key first in each JSON object.
 pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure> {
     let mut reader = open(input)?;
+    // A bar only when the events go elsewhere than the terminal.
+    let mut progress = if io::stdout().is_terminal() {
+        Progress::hidden()
+    } else {
+        Progress::new(input.size())
+    };
+    let mut records = 0u64;
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(256 * 1024, stdout.lock());
     let file_key = match label {
@@ -41,7 +49,12 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
             Ok(None) => break Ok(()),
             Err(err) => break Err(Failure::from(err)),
         }
+        records += 1;
+        if records & 0xffff == 0 {
+            progress.update(reader.bytes_read());
+        }
     };
+    progress.finish();
     out.flush().map_err(output_error)?;
     if result.is_ok() {
         if let Some(offset) = reader.truncated() {

@@ -53,7 +53,7 @@ enum Command {
         #[arg(long)]
         stacks: bool,
     },
-    /// Counts events, threads, types, live and peak heap, lost events and anomalies.
+    /// Counts events, threads, types, live and peak heap and spans, lost events and anomalies; names the process.
     Stats {
         /// Trace files, directories of traces (their *.trace files), or - for standard input.
         #[arg(required = true, value_name = "FILE")]
@@ -61,6 +61,9 @@ enum Command {
         /// One JSON object (per trace) instead of a table.
         #[arg(long)]
         json: bool,
+        /// In the table, every row: event kinds and entry points with no events, every thread and type.
+        #[arg(long)]
+        all: bool,
     },
     /// Page-tracer events: pages allocated, freed, scavenged, in use, peak, anomalies.
     Pages {
@@ -353,8 +356,8 @@ fn main() -> ExitCode {
             json,
             stacks: true,
         } => run_each(files, |input, label| stacks::run(input, *json, label)),
-        Command::Stats { files, json } => {
-            run_each(files, |input, label| stats::run(input, *json, label))
+        Command::Stats { files, json, all } => {
+            run_each(files, |input, label| stats::run(input, *json, *all, label))
         }
         Command::Pages { files, json } => {
             run_each(files, |input, label| pages::run(input, *json, label))

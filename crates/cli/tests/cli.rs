@@ -137,7 +137,25 @@ fn stats_json_is_exact() {
         "truncated": false,
         "truncated_at": null,
         "page_anomalies": 0,
-        "skipped_page_events": 0
+        "skipped_page_events": 0,
+        // New keys; the ones above are unchanged (scripts read them).
+        "per_type": [
+            {"id": 1, "name": "struct node", "size": 48, "allocations": 1, "bytes": 48},
+            {"id": 2, "name": "char[32]", "size": 32, "allocations": 1, "bytes": 32}
+        ],
+        "peak_live_objects": 3,
+        // Spans of 4 KiB pages: 2 exist, 1 comes and goes.
+        "live_span_bytes": 8192,
+        "peak_live_spans": 2,
+        "peak_live_span_bytes": 12288,
+        // At 500 ns: spans of 3 pages and the heap's 104 bytes.
+        "peak_live_total_bytes": 12392,
+        "pid": 4242,
+        "start_wall_ns": 1_700_000_000_000_000_000u64,
+        "start_time": "2023-11-14T22:13:20.000Z",
+        // A version-4 trace without a process batch.
+        "command": null,
+        "command_truncated": false
     });
     assert_eq!(got, expected);
 }
@@ -221,22 +239,186 @@ fn stats_tracks_live_maps_and_anomalies() {
 
 #[test]
 fn stats_text_is_a_table() {
-    let (code, out, _) = run("stats", &sample_trace(), &[]);
+    let bytes = sample_trace();
+    let (code, out, _) = run("stats", &bytes, &[]);
     assert_eq!(code, 0);
+    let (_, body) = out.split_once('\n').unwrap();
+    assert_eq!(
+        body,
+        "\
+pid                     4242
+command                 (not recorded)
+started                 2023-11-14T22:13:20.000Z
+duration                5.00 µs
+events                            13
+  span_exists                      1
+  span_alloc                       1
+  span_free                        1
+  heap_object_exists               1
+  heap_object_alloc                2
+  heap_object_free                 3
+  stack_exists                     1
+  stack_alloc                      1
+  stack_free                       2
+generations                        2
+threads                            2
+  thread 1                         9 events
+  thread 2                         4 events
+types                              2
+  struct node                   48 B  in 1 allocation
+  char[32]                      32 B  in 1 allocation
+live heap objects                  0
+live heap bytes                  0 B
+peak live heap objects             3
+peak live heap bytes           104 B
+live spans                         1
+live span bytes             8.00 KiB
+peak live spans                    2
+peak live span bytes       12.00 KiB
+peak live total bytes      12.10 KiB  (heap + spans at one moment)
+live stacks                        0
+long-form events                   3
+lost events                        3
+anomalies                          0
+page anomalies                     0  (alloctrace pages)
+truncated                         no
+"
+    );
+    let first = out.lines().next().unwrap();
     assert!(
-        out.contains("\nevents                            13\n"),
+        first.starts_with("file                    /")
+            && first.ends_with(&format!(".trace ({} B)", bytes.len())),
+        "{first}"
+    );
+    // --all: the zero rows too.
+    let (code, all, _) = run("stats", &bytes, &["--all"]);
+    assert_eq!(code, 0);
+    for line in [
+        "\n  call                             0\n",
+        "\n  page_scav                        0\n",
+        "\n  malloc                           0\n",
+        "\n  double allocs                    0\n",
+        "\nlost stacks                        0\n",
+    ] {
+        assert!(all.contains(line) && !out.contains(line), "{line:?}: {all}");
+    }
+}
+
+#[test]
+fn stats_names_the_process_and_its_command() {
+    use alloctrace_reader::testing::process_trace;
+    let (code, out, _) = run("stats", &process_trace(), &[]);
+    assert_eq!(code, 0);
+    // Quoted as a shell would take it back; the invalid byte as U+FFFD.
+    assert!(
+        out.contains("\npid                     4242\ncommand                 /bin/app --size 3 'x\u{fffd}y'\nstarted                 2023-11-14T22:13:20.000Z\n"),
         "{out}"
     );
-    assert!(
-        out.contains("\n  heap_object_free                 3\n"),
-        "{out}"
+    let (_, out, _) = run("stats", &process_trace(), &["--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    // The first generation's command line.
+    assert_eq!(
+        v["command"],
+        json!(["/bin/app", "--size", "3", "x\u{fffd}y"])
     );
-    assert!(
-        out.contains("\npeak live bytes                  104\n"),
-        "{out}"
+    assert_eq!(v["command_truncated"], false);
+    assert_eq!(v["pid"], 4242);
+}
+
+#[test]
+fn stats_counts_types_and_peaks_in_human_units() {
+    let g = info(1);
+    let mut b = EventsBody::new(1000);
+    let alloc = |size, type_id| EventData::HeapObjectAlloc { size, type_id };
+    // 20,000 objects of type 1 (64 B), 3 of type 2 (1 MiB), one untyped;
+    // then all of type 1 freed, and a 2 MiB span allocated: the heap peaks
+    // with type 1's objects, the total with the span.
+    let mut ticks = 1001;
+    for i in 0..20_000u64 {
+        b.event(&g, ticks, 0x100_0000 + i * 64, &alloc(64, 1));
+        ticks += 1;
+    }
+    for i in 0..3u64 {
+        b.event(&g, ticks, 0x4000_0000 + i * (1 << 20), &alloc(1 << 20, 2));
+        ticks += 1;
+    }
+    b.event(&g, ticks, 0x5000_0000, &alloc(100, 0));
+    ticks += 1;
+    for i in 0..20_000u64 {
+        b.event(&g, ticks, 0x100_0000 + i * 64, &EventData::HeapObjectFree);
+        ticks += 1;
+    }
+    b.event(
+        &g,
+        ticks,
+        0x6000_0000,
+        &EventData::SpanAlloc {
+            npages: 1024,
+            kind_class: 0,
+        },
     );
+    let types = [
+        TypeInfo {
+            id: 1,
+            size: 64,
+            ptr_bytes: 8,
+            name: "struct small".into(),
+        },
+        TypeInfo {
+            id: 2,
+            size: 1 << 20,
+            ptr_bytes: 0,
+            name: "big_buffer".into(),
+        },
+        // Defined, never allocated; a line break in its name.
+        TypeInfo {
+            id: 3,
+            size: 8,
+            ptr_bytes: 8,
+            name: "unused\nnode".into(),
+        },
+    ];
+    let mut t = TraceBuilder::new();
+    t.info(&g)
+        .types(1, &types)
+        .events(1, 1, &b)
+        .generation_end(1, 100_000, 5_099_000, 0)
+        .trace_end(1);
+    let (code, out, _) = run("stats", t.bytes(), &["--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["per_type"],
+        json!([
+            {"id": 2, "name": "big_buffer", "size": 1 << 20, "allocations": 3, "bytes": 3 << 20},
+            {"id": 1, "name": "struct small", "size": 64, "allocations": 20_000, "bytes": 20_000 * 64},
+            {"id": 3, "name": "unused\nnode", "size": 8, "allocations": 0, "bytes": 0}
+        ])
+    );
+    let heap_peak = 20_000 * 64 + (3 << 20) + 100;
+    assert_eq!(v["peak_live_bytes"], heap_peak);
+    assert_eq!(v["peak_live_objects"], 20_004);
+    assert_eq!(v["peak_live_span_bytes"], 4 << 20);
+    // Not the sum of the peaks: the span came after the frees.
+    assert_eq!(v["peak_live_total_bytes"], (3 << 20) + 100 + (4 << 20));
+    let (_, out, _) = run("stats", t.bytes(), &[]);
+    for line in [
+        "\nevents                        40.0 k\n",
+        "\n  heap_object_alloc           20.0 k\n",
+        "\n  big_buffer                3.00 MiB  in 3 allocations\n",
+        "\n  struct small              1.22 MiB  in 20.0 k allocations\n",
+        "\npeak live heap objects        20.0 k\n",
+        "\npeak live heap bytes        4.22 MiB\n",
+        "\npeak live total bytes       7.00 MiB  (heap + spans at one moment)\n",
+        "\nduration                99.0 µs\n",
+    ] {
+        assert!(out.contains(line), "{line:?} in {out}");
+    }
+    assert!(!out.contains("unused"), "{out}");
+    // --all: the type never allocated too, its name on one line.
+    let (_, out, _) = run("stats", t.bytes(), &["--all"]);
     assert!(
-        out.contains("\ntruncated                         no\n"),
+        out.contains("\n  unused\\nnode                   0 B  in 0 allocations\n"),
         "{out}"
     );
 }
@@ -246,6 +428,28 @@ fn check_ok() {
     let (code, out, _) = run("check", &sample_trace(), &[]);
     assert_eq!(code, 0);
     assert_eq!(out, "ok: 13 events in 2 generations, 2 threads\n");
+    // Singular for one.
+    let g = info(1);
+    let mut b = EventsBody::new(1000);
+    b.event(
+        &g,
+        1001,
+        0x10010,
+        &EventData::HeapObjectAlloc {
+            size: 16,
+            type_id: 0,
+        },
+    );
+    let mut t = TraceBuilder::new();
+    t.info(&g)
+        .events(1, 1, &b)
+        .generation_end(1, 2000, 5_001_000, 0)
+        .trace_end(1);
+    let (code, out, _) = run("check", t.bytes(), &[]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "ok: 1 event in 1 generation, 1 thread\n")
+    );
     let (code, out, _) = run("check", &sample_trace(), &["--json"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -263,11 +467,11 @@ fn check_ok() {
 fn check_malformed_exits_2_with_the_offset() {
     let mut bytes = sample_trace();
     // The first batch's kind byte.
-    bytes[16] = 13;
+    bytes[16] = 14;
     let (code, out, err) = run("check", &bytes, &[]);
     assert_eq!((code, out.as_str()), (2, ""));
     assert!(
-        err.starts_with("malformed: malformed trace at byte offset 16: unknown batch kind 13\n"),
+        err.starts_with("malformed: malformed trace at byte offset 16: unknown batch kind 14\n"),
         "{err}"
     );
     let (code, out, _) = run("check", &bytes, &["--json"]);
@@ -511,7 +715,7 @@ fn stats_and_check_count_page_events() {
     let (code, out, err) = run("check", &pages_trace(), &[]);
     assert_eq!(
         (code, out.as_str(), err.as_str()),
-        (0, "ok: 6 events in 1 generations, 2 threads\n", "")
+        (0, "ok: 6 events in 1 generation, 2 threads\n", "")
     );
 }
 
@@ -681,6 +885,9 @@ fn stats_counts_entry_points_when_events_are_tagged() {
         out.contains("\n  free                             2\n"),
         "{out}"
     );
+    // Functions never called only with --all.
+    assert!(!out.contains("\n  mremap "), "{out}");
+    let (_, out, _) = run("stats", t.bytes(), &["--all"]);
     assert!(
         out.contains("\n  mremap                           0\n"),
         "{out}"
@@ -1279,4 +1486,47 @@ fn check_reports_lost_stacks_and_undefined_stack_ids() {
     );
     let (code, _, err) = run("dump", &bytes, &["--stacks"]);
     assert_eq!(code, 2, "{err}");
+}
+
+/// A program run under the LD_PRELOAD shim (`alloctrace record`): `stats`
+/// names its command line, as the program got it, and its pid. Needs the
+/// shim built next to the binary (`cargo build -p alloctrace-preload`).
+#[test]
+fn stats_names_the_command_of_a_recorded_program() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_alloctrace"));
+    let shim = bin.with_file_name("liballoctrace_preload.so");
+    assert!(
+        shim.is_file(),
+        "{} is missing: build it first with `cargo build -p alloctrace-preload`",
+        shim.display()
+    );
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cli-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("echo.trace");
+    let out = Command::new(&bin)
+        .env("ALLOCTRACE_PRELOAD", &shim)
+        .args(["record", "--no-report", "-o"])
+        .arg(&trace)
+        .args(["--", "/bin/echo", "hello", "two words"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = alloctrace(&["stats", "--json", trace.to_str().unwrap()]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["command"], json!(["/bin/echo", "hello", "two words"]));
+    assert_eq!(v["command_truncated"], false);
+    assert!(v["pid"].as_u64().is_some_and(|p| p > 0), "{v}");
+    let out = alloctrace(&["stats", trace.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\ncommand                 /bin/echo hello 'two words'\n"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -19,7 +19,8 @@
 //! the alignments written once per generation in an info batch. Version 3
 //! adds call stacks: allocations carrying a stack ID (event kinds 11 and
 //! 12) and, per generation, batches of modules, registered frames and
-//! call-stack nodes ([`stacks`]).
+//! call-stack nodes ([`stacks`]). Version 4 adds the process batch: the
+//! traced program's command line, once per generation.
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -31,10 +32,12 @@ pub mod stacks;
 /// The first eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"ALCTRACE";
 
-/// The format version this crate writes: 3, version 2 plus call stacks
-/// (event kinds 11 and 12, batch kinds 10 to 12, `lost_stacks` in the
-/// generation end; FORMAT.md section 9).
-pub const VERSION: u16 = 3;
+/// The format version this crate writes: 4, version 3 plus the process
+/// batch (batch kind 13, the command line; FORMAT.md section 9). A new
+/// batch kind bumps the version: readers refuse unknown batch kinds as
+/// malformed, so a version-3 reader refuses a version-4 file by its
+/// version ("unsupported format version"), not as a damaged file.
+pub const VERSION: u16 = 4;
 
 /// The first version, without trailers: still read.
 pub const VERSION_1: u16 = 1;
@@ -42,11 +45,14 @@ pub const VERSION_1: u16 = 1;
 /// The version with checksum trailers and without call stacks: still read.
 pub const VERSION_2: u16 = 2;
 
+/// The version with call stacks and without the process batch: still read.
+pub const VERSION_3: u16 = 3;
+
 /// The versions readers accept, oldest first.
-pub const READABLE_VERSIONS: [u16; 3] = [VERSION_1, VERSION_2, VERSION];
+pub const READABLE_VERSIONS: [u16; 4] = [VERSION_1, VERSION_2, VERSION_3, VERSION];
 
 /// Size of the file header in bytes: magic, version u16 LE, flags u16 LE,
-/// then a u32: zero in version 1, the header's CRC32C in versions 2 and 3.
+/// then a u32: zero in version 1, the header's CRC32C from version 2 on.
 pub const FILE_HEADER_LEN: usize = 16;
 
 /// Size of the checksum trailer after every batch of a version-2 or 3 file
@@ -144,6 +150,43 @@ pub enum BatchKind {
     /// CallStacks [{id, parent, frame}...]: the generation's call stacks as
     /// a prefix tree ([`stacks::CallStackNode`]).
     CallStacks = 12,
+    /// Process [flags, argc, {len, bytes}...]: the traced program's command
+    /// line, at most one per generation (version 4; [`MAX_COMMAND_LINE`],
+    /// [`PROCESS_TRUNCATED`]).
+    Process = 13,
+}
+
+/// Most bytes of arguments, and most arguments, a process batch carries
+/// (FORMAT.md, "Process"): the writer keeps the first 64 KiB of the
+/// command line and sets [`PROCESS_TRUNCATED`] when there was more; readers
+/// refuse a body above either limit, so a hostile batch cannot make them
+/// allocate more.
+pub const MAX_COMMAND_LINE: u64 = 64 << 10;
+
+/// In a process batch's `flags`: the command line was longer than
+/// [`MAX_COMMAND_LINE`] bytes and was cut (its last argument may be cut
+/// too).
+pub const PROCESS_TRUNCATED: u64 = 1;
+
+/// The arguments of a command line as Linux keeps it (`/proc/PID/cmdline`):
+/// each argument followed by a NUL byte. A last argument without its NUL
+/// (a command line cut at [`MAX_COMMAND_LINE`]) counts as an argument; an
+/// empty `raw` has none.
+pub fn command_line_args(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = (!raw.is_empty()).then(|| raw.strip_suffix(&[0]).unwrap_or(raw));
+    core::iter::from_fn(move || {
+        let r = rest?;
+        match r.iter().position(|&b| b == 0) {
+            Some(i) => {
+                rest = Some(&r[i + 1..]);
+                Some(&r[..i])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
 }
 
 impl BatchKind {
@@ -162,6 +205,7 @@ impl BatchKind {
             10 => BatchKind::Modules,
             11 => BatchKind::Frames,
             12 => BatchKind::CallStacks,
+            13 => BatchKind::Process,
             _ => return None,
         })
     }
@@ -181,6 +225,7 @@ impl BatchKind {
             BatchKind::Modules => "modules",
             BatchKind::Frames => "frames",
             BatchKind::CallStacks => "call-stacks",
+            BatchKind::Process => "process",
         }
     }
 }
@@ -905,12 +950,17 @@ mod tests {
         let mut bad = bytes;
         bad[0] = b'X';
         assert_eq!(FileHeader::decode(&bad), Err(HeaderError::BadMagic));
-        let mut v4 = bytes;
-        v4[8] = 4;
+        let mut v5 = bytes;
+        v5[8] = 5;
         assert_eq!(
-            FileHeader::decode(&v4),
-            Err(HeaderError::UnsupportedVersion(4))
+            FileHeader::decode(&v5),
+            Err(HeaderError::UnsupportedVersion(5))
         );
+        let v3 = FileHeader {
+            version: VERSION_3,
+            flags: 0,
+        };
+        assert_eq!(FileHeader::decode(&v3.encode()), Ok(v3));
         let v2 = FileHeader {
             version: VERSION_2,
             flags: 0,
@@ -931,7 +981,7 @@ mod tests {
             flipped[bit / 8] ^= 1 << (bit % 8);
             assert!(
                 FileHeader::decode(&flipped).is_err(),
-                "bit {bit} of a version-3 header"
+                "bit {bit} of a version-4 header"
             );
         }
     }
@@ -955,7 +1005,16 @@ mod tests {
         }
         .encode();
         assert_eq!(&header[8..], &[3, 0, 0, 0, 0x73, 0x43, 0x03, 0x41]);
+        let header = FileHeader {
+            version: 4,
+            flags: 0,
+        }
+        .encode();
+        assert_eq!(&header[8..], &[4, 0, 0, 0, 0xb9, 0xfb, 0x03, 0x58]);
         assert_eq!(batch_checksum(&[&[5, 3, 0, 0, 0, 1, 0, 0]]), 0xf94d_aae6);
+        // The process batch of section 11: `ls -l`.
+        let process = [13, 11, 0, 0, 0, 1, 0, 0, 0, 2, 2, b'l', b's', 2, b'-', b'l'];
+        assert_eq!(batch_checksum(&[&process]), 0xdbf5_a04c);
     }
 
     #[test]
@@ -999,6 +1058,17 @@ mod tests {
     }
 
     #[test]
+    fn command_line_args_split_at_nul() {
+        let args = |raw: &'static [u8]| command_line_args(raw).collect::<alloc::vec::Vec<_>>();
+        assert_eq!(args(b"ls\0-l\0"), [&b"ls"[..], b"-l"]);
+        assert_eq!(args(b"ls\0\0x\0"), [&b"ls"[..], b"", b"x"]);
+        // Cut: the last argument has no NUL.
+        assert_eq!(args(b"ls\0-lon"), [&b"ls"[..], b"-lon"]);
+        assert_eq!(args(b"\0"), [&b""[..]]);
+        assert!(args(b"").is_empty());
+    }
+
+    #[test]
     fn event_kinds_round_trip() {
         for (i, k) in EVENT_KINDS.iter().enumerate() {
             assert_eq!(EventKind::from_u8(i as u8 + 1), Some(*k));
@@ -1019,7 +1089,8 @@ mod tests {
             assert_eq!(k.arg_count(), base.arg_count() + extra, "{k:?}");
         }
         assert_eq!(BatchKind::from_u8(12), Some(BatchKind::CallStacks));
-        assert_eq!(BatchKind::from_u8(13), None);
+        assert_eq!(BatchKind::from_u8(13), Some(BatchKind::Process));
+        assert_eq!(BatchKind::from_u8(14), None);
         for (i, e) in ENTRY_POINTS.iter().enumerate() {
             assert_eq!(EntryPoint::from_tag(i as u64 + 1), Some(*e));
         }

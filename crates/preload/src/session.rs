@@ -292,6 +292,10 @@ fn start_session(kind: Kind) -> bool {
         0 => 4096,
         p => p,
     };
+    // The writer core reads the command line (/proc/self/cmdline) as the
+    // session starts, here, outside any traced call, and records it in
+    // every generation's process batch (alloctrace-writer's process.rs):
+    // a forked child's session reads it again, an exec'd program's its own.
     let config = Config {
         page_size,
         // glibc's malloc returns 16-byte-aligned blocks on 64-bit targets:

@@ -8,10 +8,10 @@ use alloctrace_format::pages::{self, Layout, Word};
 use alloctrace_format::stacks::EntryError;
 use alloctrace_format::{
     exact_log2, get_uvarint, BatchKind, EventKind, VarintError, ENTRY_TAG, EVENT_KIND_MASK,
-    LONG_FORM, MAX_STACK_ORDER,
+    LONG_FORM, MAX_COMMAND_LINE, MAX_STACK_ORDER, PROCESS_TRUNCATED,
 };
 
-use crate::event::{GenerationEnd, GenerationInfo, TypeInfo};
+use crate::event::{GenerationEnd, GenerationInfo, ProcessInfo, TypeInfo};
 use crate::ReadError;
 
 /// Names the batch an error was found in: "events batch starting at offset 1200".
@@ -574,6 +574,54 @@ pub(crate) fn types(
         );
     }
     Ok(memory)
+}
+
+/// Reads a process body (FORMAT.md section 2): flags, the argument count,
+/// then each argument's length and bytes. The count and the bytes are
+/// checked against [`MAX_COMMAND_LINE`] before anything is kept. Returns
+/// the process and the bytes it takes in memory, for the reader's budget.
+pub(crate) fn process(c: &mut Cursor<'_>) -> Result<(ProcessInfo, u64), ReadError> {
+    // Flags the reader does not know are ignored (later versions may
+    // define them).
+    let flags = c.varint("the process flags")?;
+    let argc_pos = c.pos();
+    let argc = c.varint("the argument count")?;
+    if argc > MAX_COMMAND_LINE {
+        return Err(c.error_at(
+            argc_pos,
+            format_args!("argument count {argc} is above the limit of {MAX_COMMAND_LINE}"),
+        ));
+    }
+    let mut total = 0u64;
+    let mut args = Vec::new();
+    for i in 0..argc {
+        let len_pos = c.pos();
+        let len = c.varint("an argument's length")?;
+        total = total.saturating_add(len);
+        if total > MAX_COMMAND_LINE {
+            return Err(c.error_at(
+                len_pos,
+                format_args!(
+                    "argument {i} makes the command line longer than the limit of {MAX_COMMAND_LINE} bytes"
+                ),
+            ));
+        }
+        let left = c.remaining();
+        let arg = usize::try_from(len).ok().and_then(|n| c.bytes(n)).ok_or_else(|| {
+            c.error_at(
+                len_pos,
+                format_args!("argument {i}'s length {len} runs past the end of the payload ({left} bytes left)"),
+            )
+        })?;
+        args.push(String::from_utf8_lossy(arg).into_owned());
+    }
+    // Later versions may append fields: the rest of the body is ignored.
+    let memory = total + argc * 32 + TYPE_ENTRY_OVERHEAD;
+    let process = ProcessInfo {
+        command_line: args,
+        truncated: flags & PROCESS_TRUNCATED != 0,
+    };
+    Ok((process, memory))
 }
 
 /// Rough memory of one type-table entry besides its name.

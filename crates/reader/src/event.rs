@@ -39,6 +39,20 @@ pub struct GenerationInfo {
     pub pid: u64,
 }
 
+/// A generation's process batch (format version 4, FORMAT.md section 2):
+/// the traced program's command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// The arguments, the program first (`argv`, as `/proc/PID/cmdline`
+    /// had it when the session started); invalid UTF-8 is replaced by
+    /// U+FFFD. Empty when the writer found none.
+    pub command_line: Vec<String>,
+    /// The command line was longer than the format's limit
+    /// (`alloctrace_format::MAX_COMMAND_LINE` bytes) and was cut: arguments
+    /// are missing at its end, and the last one may be cut.
+    pub truncated: bool,
+}
+
 /// A generation's generation-end batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GenerationEnd {

@@ -11,7 +11,7 @@ use alloctrace_format::{
 };
 
 use crate::decode::{self, BatchContext, Cursor, PageEvent, PagesState, RawEvent};
-use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, TypeInfo};
+use crate::event::{Event, EventData, GenerationEnd, GenerationInfo, ProcessInfo, TypeInfo};
 use crate::stacks::Stacks;
 use crate::ReadError;
 
@@ -22,6 +22,8 @@ pub(crate) struct Generation {
     pub info: Option<GenerationInfo>,
     pub types: BTreeMap<u64, TypeInfo>,
     pub end: Option<GenerationEnd>,
+    /// The process batch (kind 13, version 4), at most one.
+    pub process: Option<ProcessInfo>,
     /// Call stacks, registered frames and modules (batch kinds 10 to 12).
     pub stacks: Stacks,
     /// Bodies of the generation's events and pages batches, in file order
@@ -72,6 +74,7 @@ impl Generation {
             info: None,
             types: BTreeMap::new(),
             end: None,
+            process: None,
             stacks: Stacks::default(),
             raw: Vec::new(),
             batches: Vec::new(),

@@ -1,5 +1,5 @@
-//! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1, 2
-//! and 3).
+//! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1 to
+//! 4).
 //!
 //! ## Reading protocol
 //! A trace reads as one sequence of records: for each generation, a
@@ -135,6 +135,10 @@
 //!    missing: its events keep their stack IDs, unchecked.
 //!    [`TraceReader::stacks`] offers them once the generation starts; [`Event::stack_id`] is 0 for an event without a stack, and a
 //!    trace of version 1 or 2 reads exactly as before.
+//! 7. The process batch (version 4): at most one per generation, its
+//!    argument count and bytes checked against `MAX_COMMAND_LINE` before
+//!    they are kept; [`TraceReader::command_line`] offers it once the
+//!    generation starts.
 
 #![forbid(unsafe_code)]
 
@@ -160,7 +164,8 @@ use source::{Batch, BatchSource};
 
 pub use error::ReadError;
 pub use event::{
-    Event, EventData, GenerationEnd, GenerationInfo, Record, Step, TypeInfo, PAGE_EVENT_NAMES,
+    Event, EventData, GenerationEnd, GenerationInfo, ProcessInfo, Record, Step, TypeInfo,
+    PAGE_EVENT_NAMES,
 };
 pub use generation::Clock;
 pub use stacks::{Frame, Module, RegisteredFrame, Stacks};
@@ -342,6 +347,20 @@ impl<R: Read> TraceReader<R> {
     /// Info batch of the generation of the last returned event.
     pub fn info(&self) -> Option<&GenerationInfo> {
         self.current.as_ref().map(|em| em.info())
+    }
+
+    /// Process batch (format version 4) of the generation of the last
+    /// returned event: the traced program's command line. `None` before
+    /// the first generation and for a generation without one (traces of
+    /// versions 1 to 3, or a writer that did not know it).
+    pub fn process(&self) -> Option<&ProcessInfo> {
+        self.current.as_ref().and_then(|em| em.gen.process.as_ref())
+    }
+
+    /// The command line of the generation of the last returned event
+    /// (see [`process`](Self::process)), the program first.
+    pub fn command_line(&self) -> Option<&[String]> {
+        self.process().map(|p| p.command_line.as_slice())
     }
 
     /// Generation-end batch of the generation of the last returned event;

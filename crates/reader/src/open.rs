@@ -222,6 +222,17 @@ impl OpenGenerations {
                 let memory = decode::types(&mut c, &mut gen.types)?;
                 charge(gen, memory, max, batch_offset)?;
             }
+            BatchKind::Process => {
+                if gen.process.is_some() {
+                    return Err(ReadError::malformed(
+                        batch_offset,
+                        format!("second process batch for generation {number}"),
+                    ));
+                }
+                let (process, memory) = decode::process(&mut c)?;
+                charge(gen, memory, max, batch_offset)?;
+                gen.process = Some(process);
+            }
             BatchKind::Modules => {
                 let memory = gen.stacks.read_modules(&mut c)?;
                 charge(gen, memory, max, batch_offset)?;

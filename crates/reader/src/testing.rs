@@ -38,8 +38,9 @@ pub fn info(generation: u64) -> GenerationInfo {
     }
 }
 
-/// A trace under construction: version 3 (a checksum trailer after every
-/// batch; call stacks) from [`TraceBuilder::new`], version 2 from
+/// A trace under construction: version 4 (a checksum trailer after every
+/// batch; call stacks; the process batch) from [`TraceBuilder::new`],
+/// version 3 from [`TraceBuilder::v3`], version 2 from
 /// [`TraceBuilder::v2`], version 1 from [`TraceBuilder::v1`].
 pub struct TraceBuilder {
     bytes: Vec<u8>,
@@ -53,9 +54,15 @@ impl Default for TraceBuilder {
 }
 
 impl TraceBuilder {
-    /// A trace of the current version (3) with its file header.
+    /// A trace of the current version (4) with its file header.
     pub fn new() -> TraceBuilder {
         TraceBuilder::with_version(VERSION)
+    }
+
+    /// A version-3 trace (call stacks, no process batch) with its file
+    /// header.
+    pub fn v3() -> TraceBuilder {
+        TraceBuilder::with_version(alloctrace_format::VERSION_3)
     }
 
     /// A version-2 trace (trailers, no call stacks) with its file header.
@@ -245,6 +252,19 @@ impl TraceBuilder {
     pub fn call_stacks(&mut self, generation: u64, nodes: &[CallStackNode]) -> &mut Self {
         let body = encode_entries(nodes.iter().map(|n| (n.encoded_len(), Entry::Node(n))));
         self.batch(BatchKind::CallStacks as u8, generation, 0, 0, &body)
+    }
+
+    /// A process batch (kind 13, version 4) of the tracer: `flags`, then
+    /// the arguments.
+    pub fn process(&mut self, generation: u64, flags: u64, args: &[&[u8]]) -> &mut Self {
+        let mut body = Vec::new();
+        varint(&mut body, flags);
+        varint(&mut body, args.len() as u64);
+        for arg in args {
+            varint(&mut body, arg.len() as u64);
+            body.extend_from_slice(arg);
+        }
+        self.batch(BatchKind::Process as u8, generation, 0, 0, &body)
     }
 
     pub fn trace_end(&mut self, generation: u64) -> &mut Self {
@@ -559,14 +579,14 @@ impl Rng {
     }
 }
 
-/// The current version's form of a version-1 trace: the version-3 header,
+/// The current version's form of a version-1 trace: the version-4 header,
 /// and a trailer after every batch (none inside compressed batches). A cut
 /// last batch stays cut, without a trailer.
 pub fn checksummed(v1: &[u8]) -> Vec<u8> {
     checksummed_as(v1, VERSION)
 }
 
-/// [`checksummed`] with the header of `version` (2 or 3).
+/// [`checksummed`] with the header of `version` (2 to 4).
 pub fn checksummed_as(v1: &[u8], version: u16) -> Vec<u8> {
     let mut out = FileHeader { version, flags: 0 }.encode().to_vec();
     let mut batches = split_batches(v1);
@@ -609,7 +629,7 @@ fn batch_len(bytes: &[u8]) -> usize {
 /// A small valid trace touching every batch kind and every event kind but
 /// those of call stacks ([`stacks_trace`]), in short and long form, across
 /// two threads and two interleaved generations. Used by tests and as a
-/// fuzzing seed. The current version (3), a version-1 trace
+/// fuzzing seed. The current version (4), a version-1 trace
 /// [`checksummed`].
 pub fn sample_trace() -> Vec<u8> {
     checksummed(&sample_trace_v1())
@@ -808,6 +828,40 @@ pub fn stacks_trace() -> Vec<u8> {
     t.finish()
 }
 
+/// A small valid version-4 trace with process batches: generation 1's
+/// command line `["/bin/app", "--size", "3", "x\u{fffd}y"]` (the last
+/// argument with an invalid UTF-8 byte), generation 2's a cut one
+/// (`PROCESS_TRUNCATED`), `["/bin/app", "-"]`, each with an allocation.
+/// Used by tests and as a fuzzing seed.
+pub fn process_trace() -> Vec<u8> {
+    let g1 = info(1);
+    let mut g2 = info(2);
+    g2.start_ticks = 5000;
+    g2.start_mono_ns = 5_004_000;
+    let alloc = EventData::HeapObjectAlloc {
+        size: 16,
+        type_id: 0,
+    };
+    let mut t = TraceBuilder::new();
+    t.info(&g1)
+        .process(1, 0, &[b"/bin/app", b"--size", b"3", b"x\xffy"]);
+    let mut a = EventsBody::new(1100);
+    a.event(&g1, 1100, 0x10040, &alloc);
+    t.events(1, 1, &a)
+        .generation_end_v3(1, 5000, 5_004_000, 0, 0);
+    t.info(&g2).process(
+        2,
+        alloctrace_format::PROCESS_TRUNCATED,
+        &[b"/bin/app", b"-"],
+    );
+    let mut b = EventsBody::new(5100);
+    b.event(&g2, 5100, 0x10080, &alloc);
+    t.events(2, 1, &b)
+        .generation_end_v3(2, 6000, 5_005_000, 0, 0)
+        .trace_end(2);
+    t.finish()
+}
+
 /// The fuzz target's checks (fuzz/fuzz_targets/reader.rs), for it and for
 /// the tests that replay its seeds and crashes: reads `data` to its end and
 /// panics, naming `name`, on a broken rule: an offset outside the input, a
@@ -829,6 +883,12 @@ pub fn fuzz_check(name: &str, data: &[u8]) {
             Ok(Some(Record::GenerationStart { .. })) => {
                 // The accessors must hold up on whatever was read.
                 let _ = (reader.types().len(), reader.info(), reader.generation_end());
+                if let Some(args) = reader.command_line() {
+                    // Lossy UTF-8 turns a byte into at most 3.
+                    let max = alloctrace_format::MAX_COMMAND_LINE as usize;
+                    let bytes: usize = args.iter().map(|a| a.len()).sum();
+                    assert!(args.len() <= max && bytes <= 3 * max, "{name}");
+                }
                 let stacks = reader.stacks();
                 for id in stacks.ids() {
                     let frames = stacks.frames(id).map_or(0, |f| f.count());

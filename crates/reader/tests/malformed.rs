@@ -66,16 +66,16 @@ fn file_header_errors() {
     assert!(e.to_string().contains("not an alloctrace trace"), "{e}");
     let e = TraceReader::new(&b"ALCTRA"[..]).err().unwrap();
     assert!(e.to_string().contains("ends after 6 bytes"), "{e}");
-    let mut v4 = TraceBuilder::new().finish();
-    v4[8] = 4;
-    let e = TraceReader::new(v4.as_slice()).err().unwrap();
+    let mut v5 = TraceBuilder::new().finish();
+    v5[8] = 5;
+    let e = TraceReader::new(v5.as_slice()).err().unwrap();
     assert_eq!(e.offset(), 8);
     assert_eq!(
         e.to_string(),
-        "malformed trace at byte offset 8: unsupported format version 4: this reader reads versions 1, 2 and 3 (a newer alloctrace wrote this trace?)"
+        "malformed trace at byte offset 8: unsupported format version 5: this reader reads versions 1, 2, 3 and 4 (a newer alloctrace wrote this trace?)"
     );
     // Version 1: flags are ignored; the reserved bytes must be zero, so
-    // that a bit flip turning version 3 into 1 is caught.
+    // that a bit flip turning version 3 (or 4... 5) into 1 is caught.
     let mut flagged = TraceBuilder::v1().finish();
     flagged[10] = 0xff;
     assert!(TraceReader::new(flagged.as_slice()).is_ok());
@@ -86,11 +86,17 @@ fn file_header_errors() {
             .contains("checksum mismatch in the file header"),
         "{e}"
     );
-    let mut flipped = TraceBuilder::new().finish();
+    let mut flipped = TraceBuilder::v3().finish();
     flipped[8] ^= 2;
     assert!(
         TraceReader::new(flipped.as_slice()).is_err(),
         "version 3 flipped to 1"
+    );
+    let mut flipped = TraceBuilder::new().finish();
+    flipped[8] ^= 4;
+    assert!(
+        TraceReader::new(flipped.as_slice()).is_err(),
+        "version 4 flipped to 0"
     );
     // Version 2: the header's checksum covers them.
     let mut flagged = TraceBuilder::new().finish();
@@ -103,10 +109,122 @@ fn file_header_errors() {
 fn unknown_batch_kind() {
     let mut t = start();
     let at = t.len() as u64;
-    t.batch(13, 1, 0, 0, &[]);
+    t.batch(14, 1, 0, 0, &[]);
     let e = error(t.bytes());
     assert_eq!(e.offset(), at);
-    assert!(e.what().contains("unknown batch kind 13"), "{e}");
+    assert!(e.what().contains("unknown batch kind 14"), "{e}");
+}
+
+/// A process body (kind 13) after generation 1's info batch, and the
+/// file offset of its body's first byte.
+fn with_process_body(body: &[u8]) -> (Vec<u8>, u64) {
+    let mut t = start();
+    // kind(1) + len(4) + header varints 1, 0, 0.
+    let body_at = t.len() as u64 + 5 + 3;
+    t.batch(13, 1, 0, 0, body);
+    t.generation_end(1, 2000, 5_001_000, 0).trace_end(1);
+    (t.finish(), body_at)
+}
+
+#[test]
+fn every_malformed_process_case_names_its_field() {
+    let max = alloctrace_format::MAX_COMMAND_LINE;
+    let vint = |v: u64| {
+        let mut b = Vec::new();
+        varint(&mut b, v);
+        b
+    };
+    let over_count = [vint(0), vint(max + 1)].concat();
+    // Two arguments of 40,000 bytes: the second crosses the limit at its
+    // length (offset 2 + 3 + 40,000).
+    let big = vec![b'a'; 40_000];
+    let over_bytes = [
+        vint(0),
+        vint(2),
+        vint(40_000),
+        big.clone(),
+        vint(40_000),
+        big,
+    ]
+    .concat();
+    // (body, offset of the bad field in the body, message)
+    let cases: Vec<(Vec<u8>, u64, String)> = vec![
+        (
+            vec![],
+            0,
+            "the process flags runs past the end of the payload (truncated varint)".into(),
+        ),
+        (
+            vec![0],
+            1,
+            "the argument count runs past the end of the payload (truncated varint)".into(),
+        ),
+        (
+            over_count,
+            1,
+            format!("argument count {} is above the limit of {max}", max + 1),
+        ),
+        (
+            vec![0, 2, 1, b'x'],
+            4,
+            "an argument's length runs past the end of the payload (truncated varint)".into(),
+        ),
+        (
+            vec![0, 1, 5, b'a', b'b'],
+            2,
+            "argument 0's length 5 runs past the end of the payload (2 bytes left)".into(),
+        ),
+        (
+            vec![
+                0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+            ],
+            2,
+            "an argument's length is a varint that overflows 64 bits".into(),
+        ),
+        (
+            over_bytes,
+            2 + 3 + 40_000,
+            format!("argument 1 makes the command line longer than the limit of {max} bytes"),
+        ),
+    ];
+    for (body, at, what) in cases {
+        let (trace, body_at) = with_process_body(&body);
+        let e = error(&trace);
+        assert_eq!(e.offset(), body_at + at, "{what}: {e}");
+        assert_eq!(
+            e.what(),
+            format!("{what} in process batch starting at offset {}", body_at - 8),
+            "{e}"
+        );
+    }
+    // A second process batch in one generation.
+    let mut t = start();
+    t.process(1, 0, &[b"a"]);
+    let at = t.len() as u64;
+    t.process(1, 0, &[b"b"]);
+    let e = error(t.bytes());
+    assert_eq!(e.offset(), at);
+    assert_eq!(e.what(), "second process batch for generation 1");
+    // At the limits exactly: read, and bytes after the arguments (fields
+    // of a later version) are ignored.
+    let exact = [
+        vint(3),
+        vint(2),
+        vint(max - 1),
+        vec![b'a'; max as usize - 1],
+        vint(1),
+        vec![b'b'],
+        vec![7, 7],
+    ]
+    .concat();
+    let (trace, _) = with_process_body(&exact);
+    let mut reader = TraceReader::new(trace.as_slice()).unwrap();
+    assert!(reader.next_record().unwrap().is_some());
+    let p = reader.process().expect("the process batch");
+    assert!(p.truncated, "flag bit 0; bit 1 is ignored");
+    assert_eq!(p.command_line.len(), 2);
+    assert_eq!(p.command_line[0].len(), max as usize - 1);
+    assert_eq!(p.command_line[1], "b");
 }
 
 fn words(words: &[u64]) -> Vec<u8> {
@@ -692,7 +810,17 @@ fn corpus() -> Vec<Vec<u8>> {
     ]);
     t.batch(6, 1, 2, 1000, &body);
     t.generation_end(1, 3000, 5_002_000, 0).trace_end(1);
-    vec![sample_trace(), t.finish()]
+    // Version 1, without checksums: damage reaches the process batch's
+    // parser.
+    let mut p = TraceBuilder::v1();
+    let mut b = EventsBody::new(1000);
+    b.event(&g, 1001, 0x10010, &EventData::HeapObjectFree);
+    p.info(&g)
+        .process(1, 0, &[b"/bin/app", b"--flag", b"value"])
+        .events(1, 1, &b)
+        .generation_end(1, 3000, 5_002_000, 0)
+        .trace_end(1);
+    vec![sample_trace(), t.finish(), p.finish()]
 }
 
 #[test]

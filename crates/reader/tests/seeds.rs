@@ -1,17 +1,18 @@
 //! Writes the fuzzing seed corpus, fuzz/seeds/ (ignored by default):
 //! `cargo test -p alloctrace-reader --test seeds -- --ignored`. Each seed
-//! in version 2 (checksummed, no prefix), in version 1 (`v1-*.bin`) and in
-//! version 3 (`v3-*.bin`), and the version-3 traces with call stacks
-//! (`stacks*.bin`).
+//! in version 2 (checksummed, no prefix), in version 1 (`v1-*.bin`), in
+//! version 3 (`v3-*.bin`) and in version 4 (`v4-*.bin`), the traces with
+//! call stacks (`stacks*.bin`) and with process batches (`process*.bin`).
 
 use alloctrace_reader::testing::{
-    checksummed_as, info, sample_trace, sample_trace_v1, stacks_trace, EventsBody, TraceBuilder,
+    checksummed_as, info, process_trace, sample_trace, sample_trace_v1, stacks_trace, EventsBody,
+    TraceBuilder,
 };
 use alloctrace_reader::{EventData, TypeInfo};
 
 fn seeds() -> Vec<(String, Vec<u8>)> {
     let mut all = Vec::new();
-    for (version, prefix) in [(2, ""), (1, "v1-"), (3, "v3-")] {
+    for (version, prefix) in [(2, ""), (1, "v1-"), (3, "v3-"), (4, "v4-")] {
         all.extend(
             seeds_of(version)
                 .into_iter()
@@ -24,6 +25,12 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
         stacks[..stacks.len() * 2 / 3].to_vec(),
     ));
     all.push(("stacks.bin".into(), stacks));
+    let process = process_trace();
+    all.push((
+        "process-cut.bin".into(),
+        process[..process.len() * 2 / 3].to_vec(),
+    ));
+    all.push(("process.bin".into(), process));
     all
 }
 
@@ -31,11 +38,12 @@ fn seeds_of(version: u16) -> Vec<(&'static str, Vec<u8>)> {
     let builder = || match version {
         1 => TraceBuilder::v1(),
         2 => TraceBuilder::v2(),
+        3 => TraceBuilder::v3(),
         _ => TraceBuilder::new(),
     };
     let sample = match version {
         1 => sample_trace_v1(),
-        2 => checksummed_as(&sample_trace_v1(), 2),
+        2 | 3 => checksummed_as(&sample_trace_v1(), version),
         _ => sample_trace(),
     };
     let mut empty = builder();
@@ -60,8 +68,11 @@ fn seeds_of(version: u16) -> Vec<(&'static str, Vec<u8>)> {
         ptr_bytes: 8,
         name: "t".into(),
     }];
-    one.info(&g)
-        .events(1, 1, &b)
+    one.info(&g);
+    if version >= 4 {
+        one.process(1, 0, &[b"./one", b"pair"]);
+    }
+    one.events(1, 1, &b)
         .types(1, &types)
         .generation_end(1, 2000, 5_001_000, 0)
         .trace_end(1);

@@ -326,19 +326,22 @@ fn malformed_modules_are_reported_at_their_field() {
     let e = error(&bytes);
     assert_eq!(e.offset(), body(at, m.encoded_len()), "{e}");
     assert!(e.what().contains("module ID 1 listed twice"), "{e}");
-    // A build ID of 65 bytes, and a path length far past the end (no huge
-    // allocation: the reader borrows, then refuses).
+    // A build ID of 65 bytes, a path of 4096 bytes (the most) running past
+    // the end, and a huge path length (no huge allocation: the reader
+    // borrows, then refuses).
     // Fields: id 1, start 0x1000 (2 bytes), end 0x2000 (2), bias, eh,
     // load, unload: 9 bytes; then the build ID length, the path length.
     let mut long = vec![1, 0x80, 0x20, 0x80, 0x40, 0, 0, 0, 0, 65];
     long.extend_from_slice(&[0; 65]);
     long.push(0);
-    let lying = [
+    let lying = [1, 0x80, 0x20, 0x80, 0x40, 0, 0, 0, 0, 0, 0x80, 0x20];
+    let huge = [
         1, 0x80, 0x20, 0x80, 0x40, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f,
     ];
     for (body_bytes, field, what) in [
         (&long[..], 9, "build ID is longer than 64 bytes"),
         (&lying[..], 10, "runs past the end"),
+        (&huge[..], 10, "path is longer than 4096 bytes"),
     ] {
         let (bytes, _, at) = with_events(&EventsBody::new(1000), |t| {
             t.batch(10, 1, 0, 0, body_bytes);
@@ -352,9 +355,15 @@ fn malformed_modules_are_reported_at_their_field() {
 #[test]
 fn a_version_2_trace_reads_as_before() {
     let v2 = checksummed_as(&sample_trace_v1(), 2);
-    let v3 = sample_trace();
+    let v3 = checksummed_as(&sample_trace_v1(), 3);
     assert_eq!(&v2[8..10], &[2, 0]);
     assert_eq!(&v3[8..10], &[3, 0]);
+    let v4 = sample_trace();
+    assert_eq!(&v4[8..10], &[4, 0]);
+    assert_eq!(
+        read_with_frames(&v3).unwrap(),
+        read_with_frames(&v4).unwrap()
+    );
     let (a, b) = (
         read_with_frames(&v2).unwrap(),
         read_with_frames(&v3).unwrap(),

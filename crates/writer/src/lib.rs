@@ -9,7 +9,8 @@
 //!   the type table;
 //! - the session layer: `session` (the session's state; its module docs
 //!   state the design and invariants of the layer), `emit` (the event
-//!   path), `meta` (the tracer's own batches), `lifecycle` (start, advance,
+//!   path), `meta` (the tracer's own batches; `process`, the command line
+//!   its process batch carries), `lifecycle` (start, advance,
 //!   stop), `advancer`, `fork`;
 //! - `thread`, `handshake`, `buffer`, `writer` (the writer thread),
 //!   `output`, `clock`, `type_table`, `shared`, `tls`: the machinery under
@@ -53,6 +54,8 @@ mod meta;
 mod module_table;
 #[cfg(not(loom))]
 mod output;
+#[cfg(not(loom))]
+mod process;
 #[cfg(not(loom))]
 mod reserved;
 #[cfg(not(loom))]

@@ -94,6 +94,7 @@ pub fn start_with(
                 // SAFETY: getpid has no preconditions.
                 pid: unsafe { libc::getpid() } as u64,
             },
+            command_line: crate::process::CommandLine::read(),
         });
         // A few buffers ready for the first threads (BufferPool::reserve).
         session.pool.reserve(4);

@@ -1,5 +1,6 @@
 //! The tracer's own batches, which the thread running start, advance or
-//! stop writes with thread ID 0: the info batch that opens a generation,
+//! stop writes with thread ID 0: the info and process batches that open a
+//! generation,
 //! the type table (type_table.rs) and the generation-end batch that close
 //! it, and the trace end ([`MetaWriter`], [`finish_generation`]); and the
 //! process's count of generations written ([`written_totals`]).
@@ -11,7 +12,7 @@
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use alloctrace_format::{uvarint_len, BatchKind};
+use alloctrace_format::{command_line_args, uvarint_len, BatchKind, PROCESS_TRUNCATED};
 
 use crate::buffer::Buffer;
 use crate::clock::{self, ClockPair};
@@ -127,7 +128,8 @@ impl<'a> MetaWriter<'a> {
     }
 }
 
-/// Writes the info batch that opens generation `generation`.
+/// Writes the info batch, then the process batch, that open generation
+/// `generation`.
 pub(crate) fn write_info(session: &Session, generation: u64) {
     let info = session.info;
     let start = ClockPair::now();
@@ -146,6 +148,41 @@ pub(crate) fn write_info(session: &Session, generation: u64) {
         info.pid,
     ] {
         batch.varint(v);
+    }
+    batch.finish();
+    write_process(session, generation);
+}
+
+/// Writes the process batch of generation `generation` (the session's
+/// command line, process.rs), when the session has one. One batch: the
+/// leading arguments that fit one buffer, with `PROCESS_TRUNCATED` when
+/// any is left out (or the command line was cut when it was read).
+fn write_process(session: &Session, generation: u64) {
+    let Some(cmd) = &session.command_line else {
+        return;
+    };
+    let mut batch = MetaWriter::new(session, BatchKind::Process, generation);
+    let Some(room) = batch.room(0).map(|b| b.room()) else {
+        return;
+    };
+    // The flags take 1 byte, the count at most 3 (it is at most
+    // MAX_COMMAND_LINE, 2^16).
+    let budget = room.saturating_sub(1 + 3);
+    let (mut count, mut used) = (0u64, 0);
+    let mut truncated = cmd.truncated;
+    for arg in command_line_args(&cmd.raw) {
+        let need = uvarint_len(arg.len() as u64) + arg.len();
+        if used + need > budget {
+            truncated = true;
+            break;
+        }
+        used += need;
+        count += 1;
+    }
+    batch.varint(if truncated { PROCESS_TRUNCATED } else { 0 });
+    batch.varint(count);
+    for arg in command_line_args(&cmd.raw).take(count as usize) {
+        batch.entry(&[(&[arg.len() as u64], arg)]);
     }
     batch.finish();
 }

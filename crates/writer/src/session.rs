@@ -183,6 +183,9 @@ pub(crate) struct Session {
     pub(crate) bytes: ByteCount,
     /// What the info batch of every generation repeats.
     pub(crate) info: SessionInfo,
+    /// What the process batch of every generation repeats (process.rs);
+    /// `None`: no process batch.
+    pub(crate) command_line: Option<crate::process::CommandLine>,
 }
 
 /// What the advancer thread and the rest of the session tell each other.

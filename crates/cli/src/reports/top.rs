@@ -198,7 +198,7 @@ fn table(p: &Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
     };
     let _ = writeln!(
         out,
-        "{traces}: {} allocations, {} allocated, peak {} live ({} heap, {} spans, {} stacks), {} leaked in {} objects, {} temporary",
+        "{traces}: {} allocations, {} allocated, peak {} live ({} heap, {} spans; {} of stacks beside), {} leaked in {} objects, {} temporary",
         human_count(total.allocations),
         human_bytes(total.bytes),
         human_bytes(peak.total_bytes),

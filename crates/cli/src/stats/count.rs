@@ -66,7 +66,9 @@ impl Live {
 }
 
 /// The three live maps and what they count: heap objects (with their
-/// bytes), spans and stacks.
+/// bytes), spans (with their bytes: pages times the generation's page
+/// size) and stacks; the peaks of the heap, of the spans and of their sum
+/// (the total, at one moment).
 #[derive(Default)]
 pub(super) struct Maps {
     pub(super) heap: Live,
@@ -76,6 +78,15 @@ pub(super) struct Maps {
     /// overflow; printed saturated to u64.
     pub(super) live_bytes: u128,
     pub(super) peak_live_bytes: u128,
+    /// The most heap objects live at once.
+    pub(super) peak_live_objects: u64,
+    /// Bytes of the live spans.
+    pub(super) span_bytes: u128,
+    pub(super) peak_span_bytes: u128,
+    /// The most spans live at once.
+    pub(super) peak_spans: u64,
+    /// The peak of `live_bytes + span_bytes`: both at one moment.
+    pub(super) peak_total_bytes: u128,
     pub(super) unknown_free: u64,
     pub(super) double_alloc: u64,
 }
@@ -131,16 +142,31 @@ pub(super) fn kind_names() -> impl Iterator<Item = &'static str> {
 #[derive(Clone, Copy)]
 pub(super) struct Op {
     addr: u64,
-    /// A heap object's or a stack's bytes, a span's pages; 0 for a free or
-    /// a call.
+    /// A heap object's, a span's or a stack's bytes; 0 for a free or a
+    /// call.
     size: u64,
     ticks: u64,
     thread: u64,
+    /// A heap object's type ID (0 for none), saturated to u32 (the
+    /// writers number types from 1): the Op stays 40 bytes.
+    type_id: u32,
     /// [`kind_index`], below 10.
     kind: u8,
     /// The entry point's tag, 0 for none.
     entry: u8,
     long_form: bool,
+}
+
+/// Type IDs below this are counted in a vector (see `Tally::types`),
+/// others in a map.
+const SMALL_TYPES: usize = 4096;
+
+/// Allocations of one type ID: how many (exists events included) and
+/// their bytes.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct TypeCount {
+    pub(crate) allocations: u64,
+    pub(crate) bytes: u128,
 }
 
 const WHAT_DOUBLE_ALLOC: &str = "allocation of an address that is already live";
@@ -162,6 +188,11 @@ pub(super) struct Tally {
     small_thread_counts: Box<[u64; SMALL_THREADS]>,
     long_form_events: u64,
     entry_points: [u64; ENTRY_POINTS.len()],
+    /// Allocations per type ID below `SMALL_TYPES`, indexed by ID (grown
+    /// as IDs come).
+    types: Vec<TypeCount>,
+    /// Allocations per type ID from `SMALL_TYPES` on.
+    big_types: FxHashMap<u64, TypeCount>,
     maps: Maps,
     first_anomaly: Option<String>,
     /// The time of the latest event.
@@ -174,6 +205,8 @@ impl Default for Tally {
             counts: [0; KINDS],
             thread_counts: FxHashMap::default(),
             small_thread_counts: Box::new([0; SMALL_THREADS]),
+            types: Vec::new(),
+            big_types: FxHashMap::default(),
             long_form_events: 0,
             entry_points: [0; ENTRY_POINTS.len()],
             maps: Maps::default(),
@@ -228,6 +261,12 @@ impl Tally {
                 }
                 maps.live_bytes += u128::from(op.size);
                 maps.peak_live_bytes = maps.peak_live_bytes.max(maps.live_bytes);
+                maps.peak_total_bytes =
+                    maps.peak_total_bytes.max(maps.live_bytes + maps.span_bytes);
+                maps.peak_live_objects = maps.peak_live_objects.max(maps.heap.len() as u64);
+                if op.type_id != 0 {
+                    self.count_type(op.type_id, op.size);
+                }
                 old.map(|_| WHAT_DOUBLE_ALLOC)
             }
             5 => match maps.heap.free(op.addr) {
@@ -249,17 +288,59 @@ impl Tally {
     /// Spans and stacks: out of the heap objects' loop.
     #[inline(never)]
     fn other(&mut self, kind: u8, addr: u64, size: u64) -> Option<&'static str> {
-        let (live, alloc) = match kind {
-            0 | 1 => (&mut self.maps.spans, true),
-            2 => (&mut self.maps.spans, false),
-            6 | 7 => (&mut self.maps.stacks, true),
-            _ => (&mut self.maps.stacks, false),
-        };
-        if alloc {
-            live.alloc(addr, size).map(|_| WHAT_DOUBLE_ALLOC)
-        } else {
-            live.free(addr).map_or(Some(WHAT_UNKNOWN_FREE), |_| None)
+        let maps = &mut self.maps;
+        match kind {
+            // Span exists, alloc: its bytes count in the spans' and the
+            // total's peaks.
+            0 | 1 => {
+                let old = maps.spans.alloc(addr, size);
+                maps.span_bytes =
+                    maps.span_bytes.saturating_sub(old.map_or(0, u128::from)) + u128::from(size);
+                maps.peak_span_bytes = maps.peak_span_bytes.max(maps.span_bytes);
+                maps.peak_total_bytes =
+                    maps.peak_total_bytes.max(maps.live_bytes + maps.span_bytes);
+                maps.peak_spans = maps.peak_spans.max(maps.spans.len() as u64);
+                old.map(|_| WHAT_DOUBLE_ALLOC)
+            }
+            2 => match maps.spans.free(addr) {
+                Some(size) => {
+                    maps.span_bytes = maps.span_bytes.saturating_sub(u128::from(size));
+                    None
+                }
+                None => Some(WHAT_UNKNOWN_FREE),
+            },
+            6 | 7 => maps.stacks.alloc(addr, size).map(|_| WHAT_DOUBLE_ALLOC),
+            _ => maps
+                .stacks
+                .free(addr)
+                .map_or(Some(WHAT_UNKNOWN_FREE), |_| None),
         }
+    }
+
+    /// One allocation of `size` bytes of type `type_id` (not 0).
+    #[inline]
+    fn count_type(&mut self, type_id: u32, size: u64) {
+        let count = match self.types.get_mut(type_id as usize) {
+            Some(count) => count,
+            None => return self.count_type_slow(type_id, size),
+        };
+        count.allocations += 1;
+        count.bytes += u128::from(size);
+    }
+
+    /// [`count_type`](Self::count_type) for an ID the vector does not
+    /// reach yet.
+    #[inline(never)]
+    fn count_type_slow(&mut self, type_id: u32, size: u64) {
+        let i = type_id as usize;
+        let count = if i < SMALL_TYPES {
+            self.types.resize(i + 1, TypeCount::default());
+            &mut self.types[i]
+        } else {
+            self.big_types.entry(u64::from(type_id)).or_default()
+        };
+        count.allocations += 1;
+        count.bytes += u128::from(size);
     }
 
     #[cold]
@@ -302,6 +383,12 @@ impl Tally {
             *total += n;
         }
         stats.maps = self.maps;
+        let types = (0u64..).zip(self.types).chain(self.big_types);
+        for (id, count) in types.filter(|(_, c)| c.allocations > 0) {
+            let total = stats.per_type.entry(id).or_default();
+            total.allocations += count.allocations;
+            total.bytes += count.bytes;
+        }
         stats.first_anomaly = self.first_anomaly;
         stats.duration_ns = stats.duration_ns.max(self.duration_ns);
     }
@@ -320,6 +407,9 @@ struct Where<'a> {
 pub(super) struct Reading {
     /// Type IDs of the current generation's type table.
     generation_types: BTreeSet<u64>,
+    /// The current generation's page size: a span's bytes are its pages
+    /// times it.
+    page_size: u64,
     /// Ticks of the last event handed out.
     pub(super) last_ticks: u64,
     /// Page events per thread.
@@ -331,6 +421,23 @@ impl Reading {
         self.generation_types.clear();
         self.generation_types.extend(reader.types().keys().copied());
         stats.type_ids.extend(reader.types().keys().copied());
+        for t in reader.types().values() {
+            // The latest generation's name of an ID wins.
+            stats.type_names.insert(t.id, (t.name.clone(), t.size));
+        }
+        self.page_size = reader.info().map_or(0, |info| info.page_size);
+        // The first generation's process (a trace is of one process); the
+        // command line of the first generation that has one.
+        if let (None, Some(info)) = (&stats.process, reader.info()) {
+            stats.process = Some(super::Process {
+                pid: info.pid,
+                start_wall_ns: info.start_wall_ns,
+                command: None,
+            });
+        }
+        if let Some(p) = stats.process.as_mut().filter(|p| p.command.is_none()) {
+            p.command = reader.process().cloned();
+        }
         stats.pages.generation_start(reader.info());
         if let (Some(end), Some(origin)) = (reader.generation_end(), reader.time_origin_ns()) {
             stats.duration_ns = stats
@@ -347,15 +454,21 @@ impl Reading {
     #[inline(always)]
     pub(super) fn event(&mut self, stats: &mut Stats, e: &Event, clock: &Clock) -> Option<Op> {
         self.last_ticks = e.ticks;
+        let mut type_id = 0;
         let size = match e.data {
-            EventData::HeapObjectExists { size, type_id }
-            | EventData::HeapObjectAlloc { size, type_id } => {
-                if type_id != 0 && !self.generation_types.contains(&type_id) {
-                    unknown_type(stats, timed(e, clock), type_id);
+            EventData::HeapObjectExists { size, type_id: t }
+            | EventData::HeapObjectAlloc { size, type_id: t } => {
+                if t != 0 {
+                    if !self.generation_types.contains(&t) {
+                        unknown_type(stats, timed(e, clock), t);
+                    }
+                    type_id = u32::try_from(t).unwrap_or(u32::MAX);
                 }
                 size
             }
-            EventData::SpanExists { npages, .. } | EventData::SpanAlloc { npages, .. } => npages,
+            EventData::SpanExists { npages, .. } | EventData::SpanAlloc { npages, .. } => {
+                npages.saturating_mul(self.page_size)
+            }
             EventData::StackExists { size } | EventData::StackAlloc { size } => size,
             EventData::HeapObjectFree
             | EventData::SpanFree
@@ -373,6 +486,7 @@ impl Reading {
             size,
             ticks: e.ticks,
             thread: e.thread,
+            type_id,
             kind: kind_index(&e.data) as u8,
             entry: e.entry.map_or(0, |entry| entry as u8),
             long_form: e.long_form,

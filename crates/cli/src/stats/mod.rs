@@ -12,16 +12,18 @@
 mod count;
 mod pipeline;
 mod render;
+mod units;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use alloctrace_format::{EntryPoint, ENTRY_POINTS};
+use alloctrace_reader::ProcessInfo;
 use serde_json::Value;
 
 use crate::pages::PageStats;
 use crate::{prefix, print_stdout, truncation_warning, Failure, Input};
 
-use count::{Maps, KINDS};
+use count::{Maps, TypeCount, KINDS};
 pub use pipeline::collect;
 
 /// What `stats` finds in a trace (see docs/CLI.md for each number).
@@ -35,6 +37,14 @@ pub struct Stats {
     pub per_thread: BTreeMap<u64, u64>,
     /// Type IDs defined in any generation's type table.
     pub type_ids: BTreeSet<u64>,
+    /// Per type ID, its name and size in the latest type table that
+    /// defines it.
+    pub type_names: BTreeMap<u64, (String, u64)>,
+    /// Allocations (exists events included) per type ID, for the IDs
+    /// allocated (not 0).
+    per_type: BTreeMap<u64, TypeCount>,
+    /// The traced process, from the first generation.
+    pub process: Option<Process>,
     pub generations: u64,
     pub lost_events: u64,
     /// Allocations recorded without their stack (generation-end batches,
@@ -54,6 +64,16 @@ pub struct Stats {
     pub entry_points: [u64; ENTRY_POINTS.len()],
     /// Page-tracer events accounted as runs of pages in use.
     pub pages: PageStats,
+}
+
+/// Which process a trace is of: its first generation's info batch, and
+/// the first process batch (format version 4).
+pub struct Process {
+    pub pid: u64,
+    /// CLOCK_REALTIME when the trace started, ns since the Unix epoch.
+    pub start_wall_ns: u64,
+    /// `None` for traces before version 4.
+    pub command: Option<ProcessInfo>,
 }
 
 impl Stats {
@@ -106,6 +126,58 @@ impl Stats {
         u64::try_from(self.maps.peak_live_bytes).unwrap_or(u64::MAX)
     }
 
+    /// The most heap objects live at once.
+    pub fn peak_live_objects(&self) -> u64 {
+        self.maps.peak_live_objects
+    }
+
+    /// Bytes of the spans live at the end (pages times the page size).
+    pub fn live_span_bytes(&self) -> u64 {
+        u64::try_from(self.maps.span_bytes).unwrap_or(u64::MAX)
+    }
+
+    pub fn peak_live_span_bytes(&self) -> u64 {
+        u64::try_from(self.maps.peak_span_bytes).unwrap_or(u64::MAX)
+    }
+
+    /// The most spans live at once.
+    pub fn peak_live_spans(&self) -> u64 {
+        self.maps.peak_spans
+    }
+
+    /// The peak of heap plus span bytes, live at one moment.
+    pub fn peak_live_total_bytes(&self) -> u64 {
+        u64::try_from(self.maps.peak_total_bytes).unwrap_or(u64::MAX)
+    }
+
+    /// Per type allocated (and, with `defined`, per type a type table
+    /// defines, allocated or not): its ID, name (`None` when no type table
+    /// defines it), allocations and bytes; most bytes first, then most
+    /// allocations, then by ID.
+    pub fn types_by_bytes(&self, defined: bool) -> Vec<(u64, Option<&str>, u64, u64)> {
+        let none = TypeCount::default();
+        let ids: BTreeSet<u64> = if defined {
+            self.per_type
+                .keys()
+                .chain(&self.type_ids)
+                .copied()
+                .collect()
+        } else {
+            self.per_type.keys().copied().collect()
+        };
+        let mut v: Vec<_> = ids
+            .into_iter()
+            .map(|id| {
+                let c = self.per_type.get(&id).unwrap_or(&none);
+                let name = self.type_names.get(&id).map(|(n, _)| n.as_str());
+                let bytes = u64::try_from(c.bytes).unwrap_or(u64::MAX);
+                (id, name, c.allocations, bytes)
+            })
+            .collect();
+        v.sort_by(|a, b| b.3.cmp(&a.3).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        v
+    }
+
     /// Events tagged with `entry`.
     pub fn entry_point(&self, entry: EntryPoint) -> u64 {
         self.entry_points[entry as usize - 1]
@@ -114,7 +186,8 @@ impl Stats {
 
 /// Prints one trace's stats; a labelled one (one of several) gets a
 /// `"file"` key in its JSON object, or a blank line after its table.
-pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure> {
+/// `all`: the table shows every row, zero or not (the JSON always does).
+pub fn run(input: &Input, json: bool, all: bool, label: Option<&str>) -> Result<(), Failure> {
     let stats = collect(input)?;
     let text = if json {
         let mut v = stats.to_json();
@@ -123,7 +196,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
         }
         format!("{v}\n")
     } else {
-        let mut text = stats.to_text(&input.name());
+        let mut text = stats.to_text(&input.name(), all);
         if label.is_some() {
             text.push('\n');
         }

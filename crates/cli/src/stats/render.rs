@@ -1,13 +1,49 @@
-//! The output of `alloctrace stats`: a [`Stats`] as a text table or a JSON
-//! object (docs/CLI.md).
+//! The output of `alloctrace stats`: a [`Stats`] as a text table in human
+//! units or a JSON object of exact numbers (docs/CLI.md).
 
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
 
 use alloctrace_format::ENTRY_POINTS;
 use serde_json::{json, Value};
 
 use super::count::kind_names;
+use super::units::{bytes, count, duration};
 use super::Stats;
+
+/// Rows of threads and of types the table shows without `--all`.
+const TOP_ROWS: usize = 10;
+
+/// The UTC time `wall_ns` after the Unix epoch, ISO 8601 to the
+/// millisecond: `2026-11-26T17:35:33.123Z`.
+fn iso_time(wall_ns: u64) -> String {
+    let t = SystemTime::UNIX_EPOCH + Duration::from_nanos(wall_ns);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// The command line as a shell would take it back (arguments quoted where
+/// needed).
+fn shell_line(args: &[String]) -> String {
+    shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
+}
+
+/// `text` with control characters escaped (`\n`, `\u{1b}`), so that a
+/// name from the trace cannot break the table's lines or drive the
+/// terminal.
+fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
 
 impl Stats {
     pub fn to_json(&self) -> Value {
@@ -20,6 +56,15 @@ impl Stats {
             .zip(self.counts)
             .map(|(name, n)| (name.to_string(), json!(n)))
             .collect();
+        let per_type: Vec<Value> = self
+            .types_by_bytes(true)
+            .into_iter()
+            .map(|(id, name, allocations, bytes)| {
+                json!({"id": id, "name": name, "size": self.type_names.get(&id).map(|t| t.1), "allocations": allocations, "bytes": bytes})
+            })
+            .collect();
+        let process = self.process.as_ref();
+        let command = process.and_then(|p| p.command.as_ref());
         let mut v = json!({
             "events": counts,
             "total_events": self.total_events,
@@ -27,10 +72,16 @@ impl Stats {
             "threads": self.threads(),
             "per_thread": per_thread,
             "types": self.type_ids.len(),
+            "per_type": per_type,
             "live_objects": self.live_objects(),
             "live_bytes": self.live_bytes(),
             "peak_live_bytes": self.peak_live_bytes(),
+            "peak_live_objects": self.peak_live_objects(),
             "live_spans": self.maps.spans.len(),
+            "live_span_bytes": self.live_span_bytes(),
+            "peak_live_spans": self.peak_live_spans(),
+            "peak_live_span_bytes": self.peak_live_span_bytes(),
+            "peak_live_total_bytes": self.peak_live_total_bytes(),
             "live_stacks": self.maps.stacks.len(),
             "lost_events": self.lost_events,
             "lost_stacks": self.lost_stacks,
@@ -45,6 +96,11 @@ impl Stats {
             // Page events are decoded since this key came: always 0, kept
             // for scripts that read it.
             "skipped_page_events": 0,
+            "pid": process.map(|p| p.pid),
+            "start_wall_ns": process.map(|p| p.start_wall_ns),
+            "start_time": process.map(|p| iso_time(p.start_wall_ns)),
+            "command": command.map(|c| &c.command_line),
+            "command_truncated": command.is_some_and(|c| c.truncated),
         });
         if let (true, Some(map)) = (self.has_entry_points(), v.as_object_mut()) {
             let entries: serde_json::Map<String, Value> = ENTRY_POINTS
@@ -56,58 +112,134 @@ impl Stats {
         v
     }
 
-    /// A two-column table: names left, numbers right-aligned.
-    pub fn to_text(&self, name: &str) -> String {
-        let mut s = format!("{:<22}{} ({} bytes)\n", "file", name, self.bytes);
-        let mut row = |name: &str, value: &dyn std::fmt::Display, note: &str| {
-            let _ = writeln!(s, "{name:<22}{value:>14}{note}");
+    /// A two-column table: names left, values right-aligned, in human
+    /// units. Rows that would say 0 (event kinds, entry points, anomaly
+    /// kinds) are left out, and only the busiest threads and types shown,
+    /// unless `all`.
+    pub fn to_text(&self, name: &str, all: bool) -> String {
+        let mut s = format!("{:<24}{} ({})\n", "file", name, bytes(self.bytes));
+        if let Some(p) = &self.process {
+            let _ = writeln!(s, "{:<24}{}", "pid", p.pid);
+            match &p.command {
+                Some(c) => {
+                    let cut = if c.truncated { " [cut]" } else { "" };
+                    let line = printable(&shell_line(&c.command_line));
+                    let _ = writeln!(s, "{:<24}{line}{cut}", "command");
+                }
+                None => {
+                    let _ = writeln!(s, "{:<24}(not recorded)", "command");
+                }
+            }
+            let _ = writeln!(s, "{:<24}{}", "started", iso_time(p.start_wall_ns));
+        }
+        let _ = writeln!(s, "{:<24}{}", "duration", duration(self.duration_ns));
+        let mut row = |name: &str, value: &str, note: &str| {
+            let _ = writeln!(s, "{name:<24}{value:>12}{note}");
         };
-        row("events", &self.total_events, "");
+        row("events", &count(self.total_events), "");
         for (kind, n) in kind_names().zip(self.counts) {
-            row(&format!("  {kind}"), &n, "");
+            if n > 0 || all {
+                row(&format!("  {kind}"), &count(n), "");
+            }
         }
-        row("generations", &self.generations, "");
-        row("threads", &self.threads(), "");
-        for (thread, n) in &self.per_thread {
-            row(&format!("  thread {thread}"), n, " events");
+        row("generations", &count(self.generations), "");
+        row("threads", &count(self.threads()), "");
+        let mut threads: Vec<_> = self.per_thread.iter().collect();
+        threads.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let shown = if all { threads.len() } else { TOP_ROWS };
+        for (thread, n) in threads.iter().take(shown) {
+            row(&format!("  thread {thread}"), &count(**n), " events");
         }
-        row("types", &self.type_ids.len(), "");
-        row("live heap objects", &self.live_objects(), "");
-        row("live bytes", &self.live_bytes(), "");
-        row("peak live bytes", &self.peak_live_bytes(), "");
-        row("live spans", &self.maps.spans.len(), "");
-        row("live stacks", &self.maps.stacks.len(), "");
-        row("long-form events", &self.long_form_events, "");
-        if self.has_entry_points() {
+        if threads.len() > shown {
+            row(
+                &format!("  {} more", threads.len() - shown),
+                "",
+                "   (--all lists them)",
+            );
+        }
+        row("types", &count(self.type_ids.len() as u64), "");
+        let types = self.types_by_bytes(all);
+        let shown = if all { types.len() } else { TOP_ROWS };
+        for (id, name, allocations, total) in types.iter().take(shown) {
+            let name = match name {
+                Some(name) => format!("  {}", printable(name)),
+                None => format!("  type {id} (no name)"),
+            };
+            let noun = if *allocations == 1 {
+                "allocation"
+            } else {
+                "allocations"
+            };
+            row(
+                &name,
+                &bytes(*total),
+                &format!("  in {} {noun}", count(*allocations)),
+            );
+        }
+        if types.len() > shown {
+            row(
+                &format!("  {} more", types.len() - shown),
+                "",
+                "   (--all lists them)",
+            );
+        }
+        row("live heap objects", &count(self.live_objects()), "");
+        row("live heap bytes", &bytes(self.live_bytes()), "");
+        row(
+            "peak live heap objects",
+            &count(self.peak_live_objects()),
+            "",
+        );
+        row("peak live heap bytes", &bytes(self.peak_live_bytes()), "");
+        row("live spans", &count(self.maps.spans.len() as u64), "");
+        row("live span bytes", &bytes(self.live_span_bytes()), "");
+        row("peak live spans", &count(self.peak_live_spans()), "");
+        row(
+            "peak live span bytes",
+            &bytes(self.peak_live_span_bytes()),
+            "",
+        );
+        row(
+            "peak live total bytes",
+            &bytes(self.peak_live_total_bytes()),
+            "  (heap + spans at one moment)",
+        );
+        row("live stacks", &count(self.maps.stacks.len() as u64), "");
+        if self.long_form_events > 0 || all {
+            row("long-form events", &count(self.long_form_events), "");
+        }
+        if self.has_entry_points() || all {
             row(
                 "entry points",
-                &self.entry_points.iter().sum::<u64>(),
+                &count(self.entry_points.iter().sum::<u64>()),
                 " tagged events",
             );
             for e in ENTRY_POINTS {
-                row(&format!("  {}", e.name()), &self.entry_point(e), "");
+                let n = self.entry_point(e);
+                if n > 0 || all {
+                    row(&format!("  {}", e.name()), &count(n), "");
+                }
             }
         }
-        row("lost events", &self.lost_events, "");
-        if self.lost_stacks > 0 {
-            row("lost stacks", &self.lost_stacks, "");
+        row("lost events", &count(self.lost_events), "");
+        if self.lost_stacks > 0 || all {
+            row("lost stacks", &count(self.lost_stacks), "");
         }
-        row("anomalies", &self.anomalies(), "");
-        row("  unknown frees", &self.maps.unknown_free, "");
-        row("  double allocs", &self.maps.double_alloc, "");
+        row("anomalies", &count(self.anomalies()), "");
+        if self.maps.unknown_free > 0 || all {
+            row("  unknown frees", &count(self.maps.unknown_free), "");
+        }
+        if self.maps.double_alloc > 0 || all {
+            row("  double allocs", &count(self.maps.double_alloc), "");
+        }
         row(
             "page anomalies",
-            &self.page_anomalies(),
+            &count(self.page_anomalies()),
             "  (alloctrace pages)",
         );
-        row(
-            "duration ns",
-            &self.duration_ns,
-            &format!("  ({:.3} ms)", self.duration_ns as f64 / 1e6),
-        );
         match self.truncated_at {
-            Some(offset) => row("truncated at byte", &offset, ""),
-            None => row("truncated", &"no", ""),
+            Some(offset) => row("truncated at byte", &offset.to_string(), ""),
+            None => row("truncated", "no", ""),
         }
         s
     }
