@@ -652,8 +652,13 @@ fn bad_options_are_refused_before_reading() {
     let file = dir.path("file");
     std::fs::write(&file, b"not a directory").unwrap();
     let missing = dir.path("missing.trace");
-    let cases: [(&[&str], &str); 6] = [
+    let nowhere = dir.path("no/such/dir/x.json");
+    let cases: [(&[&str], &str); 7] = [
         (&["--format", "svg", "-o", "x"], "svg"),
+        (
+            &["--format", "chrome", "-o", s(&nowhere)],
+            "no such directory",
+        ),
         (&["--format", "parquet", "-o", "-"], "not standard output"),
         (&["--format", "pprof"], "--output"),
         (&["-o", "x"], "--format"),

@@ -100,6 +100,14 @@ fn check_output(args: &Args) -> Result<(), Failure> {
             }
         }
         Format::Pprof | Format::Chrome => {
+            let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+            if out.as_os_str() != "-" && parent.is_some_and(|p| !p.is_dir()) {
+                return Err(Failure::Io(format!(
+                    "-o {}: no such directory {}",
+                    out.display(),
+                    parent.map_or(String::new(), |p| p.display().to_string())
+                )));
+            }
             if out.is_dir() {
                 return Err(Failure::Io(format!(
                     "-o {}: is a directory ({} writes one file)",
