@@ -7,6 +7,9 @@
 //!   leaks, temporaries and the composition of the peak.
 //! - [`resolve`]: stacks as source frames (function, file, line,
 //!   module, address) through the symbolizer.
+//! - [`timeline`]: the live memory over time, downsampled.
+//! - [`summary`]: allocations by size and lifetime; each run's pid,
+//!   start and duration.
 //!
 //! Reports (`top`, `leaks`, `flamegraph`, `report`, `diff`) and exports
 //! (pprof, Chrome trace, Parquet) are visitors over one pass.
@@ -15,8 +18,12 @@ pub mod pass;
 pub mod profile;
 pub mod resolve;
 pub mod stacks;
+pub mod summary;
+pub mod timeline;
 
 pub use pass::{Alloc, Free, Live, Memory, Pass, PassStats, Visitor};
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};
 pub use stacks::{Frame, GenerationStacks, RegisteredFrame, StackId, StackTable};
+pub use summary::{log2_bucket, log2_bucket_min, Histogram, RunFacts, Summary};
+pub use timeline::{Bucket, Levels, Range, Series, Timeline};
