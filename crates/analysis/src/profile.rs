@@ -295,6 +295,9 @@ pub struct Profile {
     types: Option<Breakdown<String>>,
     /// The current trace's type IDs as indexes of `types`.
     type_ids: FxHashMap<u64, u32>,
+    /// The last type ID looked up and its index (allocations come in runs
+    /// of one type, or of none: 0 for every shim trace).
+    last_type: Option<(u64, u32)>,
     /// Live bytes per [`Memory`] now, and the current trace's peak.
     live_bytes: [u64; 3],
     live_objects: u64,
@@ -377,7 +380,19 @@ impl Profile {
         self.total
     }
 
+    #[inline]
     fn type_index(&mut self, type_id: u64) -> u32 {
+        if let Some((id, i)) = self.last_type {
+            if id == type_id {
+                return i;
+            }
+        }
+        let i = self.type_index_lookup(type_id);
+        self.last_type = Some((type_id, i));
+        i
+    }
+
+    fn type_index_lookup(&mut self, type_id: u64) -> u32 {
         if let Some(&i) = self.type_ids.get(&type_id) {
             return i;
         }
@@ -427,12 +442,14 @@ impl Visitor for Profile {
         self.peak = Peak::default();
         self.last_alloc = None;
         self.type_ids.clear();
+        self.last_type = None;
     }
 
     fn generation<R: Read>(&mut self, reader: &TraceReader<R>, stacks: &StackTable) {
         if self.sites.entries.len() < stacks.len() {
             self.sites.entries.resize(stacks.len(), Entry::default());
         }
+        self.last_type = None;
         if let Some(types) = self.types.as_mut() {
             for (&id, info) in reader.types() {
                 let i = types.keys.get(&info.name);

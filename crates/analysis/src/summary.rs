@@ -10,7 +10,7 @@ use std::io::Read;
 
 use alloctrace_reader::TraceReader;
 
-use crate::pass::{Alloc, Free, Visitor};
+use crate::pass::{Alloc, Free, Live, Visitor};
 use crate::stacks::StackTable;
 
 /// Buckets of a [`Histogram`]: 0, then one per power of two up to 2^63.
@@ -93,8 +93,10 @@ pub struct Summary {
     /// Freed allocations by lifetime in ns (bucket of the lifetime), with
     /// their bytes; memory that existed before tracing started is left out.
     pub lifetimes: Histogram,
-    /// One per trace of the pass.
+    /// One per trace of the pass (its duration set at its end).
     pub runs: Vec<RunFacts>,
+    /// The current trace's last allocation or free.
+    last_ns: u64,
 }
 
 impl Summary {
@@ -104,7 +106,14 @@ impl Summary {
 }
 
 impl Visitor for Summary {
+    fn trace_end(&mut self, _live: &Live) {
+        if let Some(run) = self.runs.last_mut() {
+            run.duration_ns = self.last_ns;
+        }
+    }
+
     fn trace_start(&mut self, _index: usize) {
+        self.last_ns = 0;
         self.runs.push(RunFacts::default());
     }
 
@@ -114,6 +123,9 @@ impl Visitor for Summary {
         }
         let run = self.runs.last_mut().expect("a run per trace");
         run.generations += 1;
+        if run.command.is_none() {
+            run.command = reader.command_line().map(<[String]>::to_vec);
+        }
         if let Some(info) = reader.info() {
             if run.generations == 1 || run.pid == 0 {
                 run.pid = info.pid;
@@ -126,9 +138,7 @@ impl Visitor for Summary {
     #[inline]
     fn alloc(&mut self, alloc: &Alloc) {
         self.sizes[alloc.memory as usize].add(alloc.size, alloc.size);
-        if let Some(run) = self.runs.last_mut() {
-            run.duration_ns = run.duration_ns.max(alloc.time_ns);
-        }
+        self.last_ns = self.last_ns.max(alloc.time_ns);
     }
 
     #[inline]
@@ -137,9 +147,7 @@ impl Visitor for Summary {
             let lifetime = free.time_ns.saturating_sub(alloc.time_ns);
             self.lifetimes.add(lifetime, alloc.size);
         }
-        if let Some(run) = self.runs.last_mut() {
-            run.duration_ns = run.duration_ns.max(free.time_ns);
-        }
+        self.last_ns = self.last_ns.max(free.time_ns);
     }
 }
 
@@ -201,6 +209,7 @@ mod tests {
         existed.existed = true;
         b.alloc(&existed);
         b.free(&existed, &free(40));
+        b.trace_end(&Live::default());
         let heap = &b.sizes[Memory::Heap as usize];
         assert_eq!(heap.counts[log2_bucket(16)], 1);
         assert_eq!(heap.counts[log2_bucket(40)], 1);
@@ -223,9 +232,11 @@ mod tests {
         let mut b = Summary::new();
         b.trace_start(0);
         b.alloc(&alloc(5, 7, 8, 0));
+        b.trace_end(&Live::default());
         b.trace_start(1);
         b.alloc(&alloc(9, 7, 8, 0));
         b.alloc(&alloc(12, 7, 8, 0));
+        b.trace_end(&Live::default());
         assert_eq!(b.runs.len(), 2);
         assert_eq!(b.runs[0].duration_ns, 5);
         assert_eq!(b.runs[1].duration_ns, 12);

@@ -1,7 +1,10 @@
 //! The live memory over time, downsampled to a bounded number of buckets.
 //!
 //! [`Timeline`] is a [`Visitor`]: after every allocation and free it knows
-//! the live heap-object, span and stack bytes and the live object count,
+//! the live heap-object, span and stack bytes, their total and the live
+//! object count (the total and the count as [`Profile`](crate::Profile)'s
+//! peak takes them: heap objects and spans; stacks, a thread's reserved
+//! 8 MiB under the shim or a runtime's stacks inside its spans, beside),
 //! and keeps, per time bucket, each quantity's minimum, maximum and last
 //! value, so a spike shorter than a bucket still shows as the bucket's
 //! maximum. The trace's end time is unknown until the pass ends, so the
@@ -49,10 +52,18 @@ impl Range {
         }
     }
 
+    /// The value grew to `value` (from `last`, within the range: the
+    /// minimum stays).
     #[inline]
-    fn set(&mut self, value: u64) {
-        self.min = self.min.min(value);
+    fn rise(&mut self, value: u64) {
         self.max = self.max.max(value);
+        self.last = value;
+    }
+
+    /// The value fell to `value` (the maximum stays).
+    #[inline]
+    fn fall(&mut self, value: u64) {
+        self.min = self.min.min(value);
         self.last = value;
     }
 
@@ -79,15 +90,15 @@ pub struct Levels {
     pub span: u64,
     /// Live goroutine-style stack bytes.
     pub stack: u64,
-    /// Live allocations of every kind.
+    /// Live heap objects and spans.
     pub objects: u64,
 }
 
 impl Levels {
+    /// Heap-object and span bytes (stacks are not counted, as in
+    /// [`Profile`](crate::Profile)'s peak).
     pub fn total(&self) -> u64 {
-        self.heap
-            .saturating_add(self.span)
-            .saturating_add(self.stack)
+        self.heap.saturating_add(self.span)
     }
 
     fn bytes_mut(&mut self, memory: Memory) -> &mut u64 {
@@ -105,7 +116,7 @@ pub struct Bucket {
     pub heap: Range,
     pub span: Range,
     pub stack: Range,
-    /// Heap, span and stack bytes together.
+    /// Heap-object and span bytes together ([`Levels::total`]).
     pub total: Range,
     pub objects: Range,
     /// Allocations and frees in the bucket, and the bytes allocated.
@@ -126,15 +137,6 @@ impl Bucket {
             frees: 0,
             alloc_bytes: 0,
         }
-    }
-
-    #[inline]
-    fn set(&mut self, levels: &Levels) {
-        self.heap.set(levels.heap);
-        self.span.set(levels.span);
-        self.stack.set(levels.stack);
-        self.total.set(levels.total());
-        self.objects.set(levels.objects);
     }
 
     fn then(&mut self, later: &Bucket) {
@@ -174,6 +176,9 @@ pub struct Series {
     pub levels: Levels,
     /// Time of the last event on the monotonic clock, ns.
     pub end_ns: u64,
+    /// End of the last bucket (monotonic ns): an event before it goes to
+    /// the last bucket without arithmetic. 0 before the first event.
+    limit_ns: u64,
 }
 
 impl Series {
@@ -185,6 +190,7 @@ impl Series {
             buckets: Vec::new(),
             levels: Levels::default(),
             end_ns: 0,
+            limit_ns: 0,
         }
     }
 
@@ -213,7 +219,7 @@ impl Series {
         p
     }
 
-    /// The largest live total (heap, span and stack bytes together).
+    /// The largest live total ([`Levels::total`]).
     pub fn peak_total(&self) -> u64 {
         self.buckets.iter().map(|b| b.total.max).max().unwrap_or(0)
     }
@@ -235,14 +241,31 @@ impl Series {
         }
         self.buckets.truncate(out);
         self.shift += 1;
+        let len = self.buckets.len() as u64;
+        self.limit_ns = self
+            .origin_ns
+            .unwrap_or(0)
+            .saturating_add(len << self.shift);
     }
 
     /// The index of the bucket of time `at` (monotonic ns), made if
     /// needed (flat at the current levels).
     #[inline]
     fn bucket(&mut self, at: u64) -> usize {
-        let origin = *self.origin_ns.get_or_insert(at);
         self.end_ns = self.end_ns.max(at);
+        // The last bucket is the event's, or later: an event earlier than
+        // the last bucket (clocks of threads disagreeing by a little)
+        // counts in the last one.
+        if at < self.limit_ns {
+            return self.buckets.len() - 1;
+        }
+        self.new_bucket(at)
+    }
+
+    /// [`bucket`](Self::bucket) past the last bucket.
+    #[cold]
+    fn new_bucket(&mut self, at: u64) -> usize {
+        let origin = *self.origin_ns.get_or_insert(at);
         let mut index = at.saturating_sub(origin) >> self.shift;
         while index >= self.max_buckets as u64 {
             self.coarsen();
@@ -253,10 +276,40 @@ impl Series {
             let flat = Bucket::flat(&self.levels);
             self.buckets.resize(index + 1, flat);
         }
-        // The last bucket is the event's, or later: an event earlier than
-        // the last bucket (clocks of threads disagreeing by a little)
-        // counts in the last one.
+        let len = self.buckets.len() as u64;
+        self.limit_ns = origin.saturating_add(len << self.shift);
         self.buckets.len() - 1
+    }
+
+    /// The levels grew (of `memory` and the object count, by an
+    /// allocation): bucket `i` takes them (the other kinds' ranges are
+    /// unchanged: flat since the bucket was made or changed by their own
+    /// events).
+    #[inline]
+    fn record_rise(&mut self, i: usize, memory: Memory) {
+        let levels = &self.levels;
+        let b = &mut self.buckets[i];
+        match memory {
+            Memory::Heap => b.heap.rise(levels.heap),
+            Memory::Span => b.span.rise(levels.span),
+            Memory::Stack => b.stack.rise(levels.stack),
+        }
+        b.total.rise(levels.total());
+        b.objects.rise(levels.objects);
+    }
+
+    /// The levels fell (by a free).
+    #[inline]
+    fn record_fall(&mut self, i: usize, memory: Memory) {
+        let levels = &self.levels;
+        let b = &mut self.buckets[i];
+        match memory {
+            Memory::Heap => b.heap.fall(levels.heap),
+            Memory::Span => b.span.fall(levels.span),
+            Memory::Stack => b.stack.fall(levels.stack),
+        }
+        b.total.fall(levels.total());
+        b.objects.fall(levels.objects);
     }
 
     #[inline]
@@ -265,11 +318,11 @@ impl Series {
         let levels = &mut self.levels;
         let bytes = levels.bytes_mut(memory);
         *bytes = bytes.saturating_add(size);
-        levels.objects += 1;
+        levels.objects += u64::from(memory != Memory::Stack);
         let b = &mut self.buckets[i];
         b.allocs += 1;
         b.alloc_bytes = b.alloc_bytes.saturating_add(size);
-        b.set(levels);
+        self.record_rise(i, memory);
     }
 
     #[inline]
@@ -278,10 +331,11 @@ impl Series {
         let levels = &mut self.levels;
         let bytes = levels.bytes_mut(memory);
         *bytes = bytes.saturating_sub(size);
-        levels.objects = levels.objects.saturating_sub(1);
-        let b = &mut self.buckets[i];
-        b.frees += 1;
-        b.set(levels);
+        levels.objects = levels
+            .objects
+            .saturating_sub(u64::from(memory != Memory::Stack));
+        self.buckets[i].frees += 1;
+        self.record_fall(i, memory);
     }
 }
 
@@ -382,12 +436,12 @@ impl Timeline {
         out
     }
 
+    #[inline]
     fn current(&mut self) -> &mut Series {
         if self.series.is_empty() {
             self.series.push(Series::new(self.max_buckets));
         }
-        let last = self.series.len() - 1;
-        &mut self.series[last]
+        self.series.last_mut().expect("a series")
     }
 }
 
@@ -519,8 +573,9 @@ mod tests {
             assert_eq!(b.total, Range::flat(64));
             assert_eq!(b.allocs, 0);
         }
-        assert_eq!(s.buckets[99].total.max, 96);
-        assert_eq!(s.buckets[99].total.min, 64);
+        // Stacks are beside the total.
+        assert_eq!(s.buckets[99].total, Range::flat(64));
+        assert_eq!(s.buckets[99].objects, Range::flat(1));
         assert_eq!(s.buckets[99].stack.last, 32);
     }
 
@@ -545,5 +600,70 @@ mod tests {
         assert_eq!(m.buckets[mid].total.last, 1010);
         assert_eq!(m.buckets.iter().map(|b| b.allocs).sum::<u64>(), 4);
         assert_eq!(m.levels.total(), 2020);
+    }
+
+    #[test]
+    fn buckets_agree_with_the_levels_recomputed_event_by_event() {
+        // Random allocations and frees of heap objects and spans; each
+        // bucket's min, max and last must be those of the total after
+        // every event in it (and of the level it started from).
+        let mut t = Timeline::new(64);
+        t.trace_start(0);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut live: Vec<Alloc> = Vec::new();
+        let mut time = 0u64;
+        let mut total = 0u64;
+        // (time, total after the event)
+        let mut history = vec![];
+        for i in 0..5000u64 {
+            time += next() % 1000;
+            if live.is_empty() || next() % 3 != 0 {
+                let memory = if next() % 4 == 0 {
+                    Memory::Span
+                } else {
+                    Memory::Heap
+                };
+                let a = alloc(time, i, 1 + next() % 5000, memory);
+                t.alloc(&a);
+                total += a.size;
+                live.push(a);
+            } else {
+                let k = (next() % live.len() as u64) as usize;
+                let a = live.swap_remove(k);
+                t.free(&a, &free(time));
+                total -= a.size;
+            }
+            history.push((time, total));
+        }
+        let s = &t.series()[0];
+        assert!(s.buckets.len() <= 64);
+        let mut before = 0u64;
+        let mut h = history.iter().peekable();
+        for (i, b) in s.buckets.iter().enumerate() {
+            let end = s.bucket_start_ns(i) + s.width_ns();
+            let (mut lo, mut hi, mut last) = (before, before, before);
+            while let Some(&&(at, v)) = h.peek() {
+                if at >= end {
+                    break;
+                }
+                lo = lo.min(v);
+                hi = hi.max(v);
+                last = v;
+                h.next();
+            }
+            assert_eq!(
+                (b.total.min, b.total.max, b.total.last),
+                (lo, hi, last),
+                "bucket {i}"
+            );
+            before = last;
+        }
+        assert_eq!(s.levels.total(), total);
     }
 }

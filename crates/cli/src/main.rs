@@ -15,6 +15,7 @@ mod generate;
 mod pages;
 mod progress;
 mod record;
+mod report;
 mod reports;
 mod stacks;
 mod stats;
@@ -85,6 +86,8 @@ enum Command {
     },
     /// Runs a program under the LD_PRELOAD shim and traces it (exit status passed through).
     Record(record::Args),
+    /// Writes one self-contained HTML page: live memory over time, the peak and what was live at it, leaks, temporaries, sizes, lifetimes, threads, types.
+    Report(report::Args),
     /// The allocation sites (by stack, function, type, size or thread), largest first.
     Top(reports::top::Args),
     /// Memory still live at the end, grouped by stack, largest first.
@@ -366,6 +369,7 @@ fn main() -> ExitCode {
             run_each(files, |input, label| check::run(input, *json, label))
         }
         Command::Record(args) => record::run(args),
+        Command::Report(args) => report::run(args),
         Command::Top(args) => reports::top::run(args),
         Command::Leaks(args) => reports::leaks::run(args),
         Command::Flamegraph(args) => reports::flamegraph::run(args),

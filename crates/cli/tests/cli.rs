@@ -1275,6 +1275,7 @@ fn generate_writes_man_pages_and_completions() {
             "alloctrace-leaks.1",
             "alloctrace-pages.1",
             "alloctrace-record.1",
+            "alloctrace-report.1",
             "alloctrace-stats.1",
             "alloctrace-symbolize.1",
             "alloctrace-top.1",

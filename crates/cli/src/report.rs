@@ -1,0 +1,144 @@
+//! `alloctrace report FILE... -o OUT.html`: one self-contained HTML page
+//! (no network access needed to view it) with the live memory over time,
+//! the peak and what was live at it (flamegraph and table), leaks,
+//! temporary allocations, the size and lifetime histograms, the per-thread
+//! and per-type breakdowns and the run's facts.
+//!
+//! One pass feeds three visitors: [`Profile`] (per stack, thread and type),
+//! [`Timeline`] (downsampled to at most 2,000 buckets) and [`Summary`]
+//! (histograms, run facts). The page's size is bounded whatever the
+//! trace's length: the timeline has a bounded number of points, every
+//! table at most `-n` rows, every stack in a table at most
+//! [`MAX_FRAMES`] frames, every name at most [`MAX_NAME`] characters, and
+//! the flamegraph at most [`FLAME_STACKS`] stacks of [`FLAME_DEPTH`]
+//! frames.
+//!
+//! Every string that comes from the trace (function, file, module and
+//! type names) is escaped for HTML; the charts (plotters, SVG) hold only
+//! numbers, and the flamegraph (inferno) escapes its own text.
+
+mod charts;
+mod page;
+mod units;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use alloctrace_analysis::{
+    Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
+};
+use alloctrace_reader::TraceReader;
+use alloctrace_symbolize::sidecar_path;
+
+use crate::analyze::{inputs, run_pass, SymbolArgs};
+use crate::Failure;
+
+/// Frames shown per stack in a table.
+pub const MAX_FRAMES: usize = 48;
+/// Characters shown of a name (function, file, module, type).
+pub const MAX_NAME: usize = 400;
+/// Stacks in the flamegraph (the largest at the peak), and frames of each.
+pub const FLAME_STACKS: usize = 400;
+pub const FLAME_DEPTH: usize = 64;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Trace files, directories of traces (their *.trace files), or - for standard input (several: one program's processes).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// The HTML file to write.
+    #[arg(short = 'o', long = "output", value_name = "OUT.html")]
+    output: PathBuf,
+    /// Rows per table (stacks at the peak, leaks, temporaries, threads, types).
+    #[arg(short = 'n', long = "rows", value_name = "N", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    rows: u32,
+    #[command(flatten)]
+    symbols: SymbolArgs,
+}
+
+/// The three visitors of the pass.
+struct Collect {
+    profile: Profile,
+    timeline: Timeline,
+    summary: Summary,
+}
+
+impl Visitor for Collect {
+    fn trace_start(&mut self, index: usize) {
+        self.profile.trace_start(index);
+        self.timeline.trace_start(index);
+        self.summary.trace_start(index);
+    }
+
+    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, stacks: &StackTable) {
+        self.profile.generation(reader, stacks);
+        self.timeline.generation(reader, stacks);
+        self.summary.generation(reader, stacks);
+    }
+
+    #[inline]
+    fn alloc(&mut self, alloc: &Alloc) {
+        self.profile.alloc(alloc);
+        self.timeline.alloc(alloc);
+        self.summary.alloc(alloc);
+    }
+
+    #[inline]
+    fn free(&mut self, alloc: &Alloc, free: &Free) {
+        self.profile.free(alloc, free);
+        self.timeline.free(alloc, free);
+        self.summary.free(alloc, free);
+    }
+
+    fn trace_end(&mut self, live: &Live) {
+        self.profile.trace_end(live);
+        self.timeline.trace_end(live);
+        self.summary.trace_end(live);
+    }
+}
+
+pub fn run(args: &Args) -> Result<(), Failure> {
+    let inputs = inputs(&args.files)?;
+    let mut collect = Collect {
+        profile: Profile::new(Breakdowns {
+            threads: true,
+            types: true,
+            sizes: false,
+        }),
+        timeline: Timeline::default(),
+        summary: Summary::new(),
+    };
+    let pass = run_pass(&inputs, &mut collect)?;
+    let mut resolver = args.symbols.resolver();
+    // Each trace's FILE.symbols (`alloctrace symbolize`) answers first.
+    for input in &inputs {
+        let name = input.name();
+        if name == "-" {
+            continue;
+        }
+        let path = sidecar_path(Path::new(&name));
+        if let Err(err) = resolver.symbolizer.load_symbols(&path) {
+            eprintln!(
+                "warning: {} is not used: {err}; symbolizing from the modules' files",
+                path.display()
+            );
+        }
+    }
+    let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
+    let html = page::render(&mut page::Model {
+        files: &names,
+        pass: &pass,
+        profile: &collect.profile,
+        timeline: &collect.timeline,
+        summary: &collect.summary,
+        rows: args.rows as usize,
+        resolver: &mut resolver,
+    });
+    for warning in resolver.symbolizer.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    std::fs::write(&args.output, html.as_bytes())
+        .map_err(|e| Failure::Io(format!("cannot write {}: {e}", args.output.display())))?;
+    Ok(())
+}
