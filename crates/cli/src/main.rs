@@ -10,6 +10,7 @@
 mod analyze;
 mod check;
 mod dump;
+mod export;
 mod generate;
 mod pages;
 mod progress;
@@ -97,6 +98,8 @@ enum Command {
     Diff(reports::diff::Args),
     /// Resolves the native frames of each trace's call stacks into FILE.symbols beside it (functions, files, lines), for reports on another machine.
     Symbolize(symbolize::Args),
+    /// Writes the traces in another tool's format: pprof, Chrome trace JSON or Parquet tables.
+    Export(export::Args),
 }
 
 /// Why a command failed, which decides the exit code.
@@ -372,6 +375,7 @@ fn main() -> ExitCode {
         Command::Flamegraph(args) => reports::flamegraph::run(args),
         Command::Diff(args) => reports::diff::run(args),
         Command::Symbolize(args) => symbolize::run(args),
+        Command::Export(args) => export::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1270,6 +1270,7 @@ fn generate_writes_man_pages_and_completions() {
             "alloctrace-check.1",
             "alloctrace-diff.1",
             "alloctrace-dump.1",
+            "alloctrace-export.1",
             "alloctrace-flamegraph.1",
             "alloctrace-leaks.1",
             "alloctrace-pages.1",

@@ -1,0 +1,188 @@
+//! `alloctrace export FILE... --format pprof|chrome|parquet -o OUT`: the
+//! traces in other tools' formats (docs/EXPORT.md).
+//!
+//! Every format is a visitor of one pass over the traces given
+//! ([`run_pass`]): several traces are one program's processes, their
+//! stacks shared.
+
+mod chrome;
+mod parquet;
+mod pprof;
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use alloctrace_analysis::{
+    Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
+};
+use alloctrace_reader::TraceReader;
+
+use crate::analyze::{inputs, run_pass, SymbolArgs};
+use crate::{output_error, Failure};
+
+/// Two visitors of one pass.
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
+    fn trace_start(&mut self, index: usize) {
+        self.0.trace_start(index);
+        self.1.trace_start(index);
+    }
+
+    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, stacks: &StackTable) {
+        self.0.generation(reader, stacks);
+        self.1.generation(reader, stacks);
+    }
+
+    #[inline]
+    fn alloc(&mut self, alloc: &Alloc) {
+        self.0.alloc(alloc);
+        self.1.alloc(alloc);
+    }
+
+    #[inline]
+    fn free(&mut self, alloc: &Alloc, free: &Free) {
+        self.0.free(alloc, free);
+        self.1.free(alloc, free);
+    }
+
+    fn trace_end(&mut self, live: &Live) {
+        self.0.trace_end(live);
+        self.1.trace_end(live);
+    }
+}
+
+/// What `export` writes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// profile.proto, gzipped, as Go's heap profiles (go tool pprof, Pyroscope, Parca, Perfetto UI).
+    Pprof,
+    /// Trace Event Format JSON with the live heap as counters (ui.perfetto.dev, chrome://tracing).
+    Chrome,
+    /// A directory of Parquet tables: allocation lifetimes, stacks, frames, modules, types (DuckDB, Spark, Trino).
+    Parquet,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Trace files, directories of traces (their *.trace files), or - for standard input.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The output format.
+    #[arg(long, value_enum)]
+    pub format: Format,
+    /// The output: a file for pprof and chrome (- for standard output), a directory (created) for parquet.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+/// Refuses an output that cannot be written before any trace is read.
+fn check_output(args: &Args) -> Result<(), Failure> {
+    let out = &args.output;
+    if out.as_os_str().is_empty() {
+        return Err(Failure::Io("-o: an empty path".to_string()));
+    }
+    match args.format {
+        Format::Parquet => {
+            if out.as_os_str() == "-" {
+                return Err(Failure::Io(
+                    "-o -: parquet writes a directory of tables, not standard output".to_string(),
+                ));
+            }
+            if out.exists() && !out.is_dir() {
+                return Err(Failure::Io(format!(
+                    "-o {}: exists and is not a directory (parquet writes a directory of tables)",
+                    out.display()
+                )));
+            }
+        }
+        Format::Pprof | Format::Chrome => {
+            let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+            if out.as_os_str() != "-" && parent.is_some_and(|p| !p.is_dir()) {
+                return Err(Failure::Io(format!(
+                    "-o {}: no such directory {}",
+                    out.display(),
+                    parent.map_or(String::new(), |p| p.display().to_string())
+                )));
+            }
+            if out.is_dir() {
+                return Err(Failure::Io(format!(
+                    "-o {}: is a directory ({} writes one file)",
+                    out.display(),
+                    match args.format {
+                        Format::Pprof => "pprof",
+                        _ => "chrome",
+                    }
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes a one-file output to `path`, or to standard output for `-`.
+fn write_output(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Failure> {
+    if path.as_os_str() == "-" {
+        let mut out = io::stdout().lock();
+        return write(&mut out).map_err(output_error);
+    }
+    let file = File::create(path)
+        .map_err(|e| Failure::Io(format!("cannot create {}: {e}", path.display())))?;
+    write(&mut BufWriter::new(file))
+        .map_err(|e| Failure::Io(format!("cannot write {}: {e}", path.display())))
+}
+
+pub fn run(args: &Args) -> Result<(), Failure> {
+    check_output(args)?;
+    let inputs = inputs(&args.files)?;
+    match args.format {
+        Format::Parquet => {
+            let names = inputs.iter().map(|i| i.name()).collect();
+            let mut export = parquet::ParquetExport::create(&args.output, names)?;
+            let pass = run_pass(&inputs, &mut export)?;
+            let mut resolver = args.symbols.resolver();
+            export.finish(&pass.stacks, &mut resolver)
+        }
+        Format::Pprof => {
+            let mut visitor = Both(Profile::new(Breakdowns::default()), Summary::new());
+            let pass = run_pass(&inputs, &mut visitor)?;
+            let Both(profile, summary) = visitor;
+            let times = pprof::Times {
+                start_unix_ns: summary.runs.first().map_or(0, |r| r.start_wall_ns),
+                duration_ns: summary
+                    .runs
+                    .iter()
+                    .map(|r| r.duration_ns)
+                    .max()
+                    .unwrap_or(0),
+            };
+            let mut resolver = args.symbols.resolver();
+            let proto = pprof::build(&profile, &pass.stacks, &mut resolver, &times);
+            write_output(&args.output, |out| pprof::write(&proto, out))
+        }
+        Format::Chrome => {
+            let mut visitor = Both(
+                Both(Timeline::new(chrome::BUCKETS), Summary::new()),
+                chrome::TypeTimelines::default(),
+            );
+            run_pass(&inputs, &mut visitor)?;
+            let Both(Both(timeline, summary), types) = visitor;
+            let processes: Vec<chrome::ProcessName> = inputs
+                .iter()
+                .zip(&summary.runs)
+                .map(|(input, run)| chrome::ProcessName {
+                    pid: run.pid,
+                    name: format!("{} (pid {})", input.name(), run.pid),
+                })
+                .collect();
+            let events = chrome::events(&timeline, &types, &processes);
+            write_output(&args.output, |out| chrome::write(&events, out))
+        }
+    }
+}
