@@ -149,22 +149,36 @@ c-test-asan: cli $(ASAN_BINS)
 	$(call run_c_tests,$(ASAN_BINS),TEST_SCALE=10 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1,asan)
 
 # Builds everything the README's next steps use (library, command, shim),
-# traces the demo program, prints its stats and commands to try next, with
-# paths that work from the repository root.
-demo: lib cli preload $(BUILD)/demo
+# traces the demo program (the C API) and prints its stats, records the
+# leaky example under the shim and prints who leaked and who held the
+# peak, writes its HTML report, then commands to try next, with paths that
+# work from the repository root.
+demo: lib cli preload $(BUILD)/demo $(BUILD)/leaky
 	@rm -f $(BUILD)/demo.trace
 	$(BUILD)/demo $(BUILD)/demo.trace
 	$(CLI) stats $(BUILD)/demo.trace
 	@echo
+	$(CLI) record --overwrite -o $(BUILD)/leaky.trace -- $(BUILD)/leaky
+	$(CLI) leaks $(BUILD)/leaky.trace
+	$(CLI) top $(BUILD)/leaky.trace --sort peak -n 3
+	$(CLI) report $(BUILD)/leaky.trace -o $(BUILD)/leaky.html
+	@echo
 	@echo "Built: $(CLI) (the command), $(PRELOAD_SO) (the LD_PRELOAD shim),"
 	@echo "       $(LIB_SO), $(LIB_A) and $(HEADER) (the C API). Next, from here:"
 	@printf '  %-68s # %s\n' \
+	  "open $(BUILD)/leaky.html" "the report: heap over time, peak, leaks, ..." \
+	  "$(CLI) flamegraph $(BUILD)/leaky.trace --metric peak -o peak.svg" "who held the peak, as a flame graph" \
 	  "$(CLI) dump $(BUILD)/demo.trace | head" "the events, one per line" \
 	  "$(CLI) record --overwrite -o ls.trace -- ls -l /" "any program, through the shim" \
-	  "$(CLI) stats ls.trace" "... and its trace" \
-	  "$(CLI) dump --stacks ls.trace | less" "its call stacks, module+offset per frame"
+	  "$(CLI) top ls.trace --by function" "... who allocates in it" \
+	  "$(CLI) export ls.trace --format pprof -o ls.pb.gz" "... for go tool pprof (or parquet, chrome)"
 	@echo "  The C API (README.md, Using the C API): build a program my.c with"
 	@echo "  cc -Iinclude my.c -L$(RELEASE) -lalloctrace -lpthread -Wl,-rpath,\$$PWD/$(RELEASE) -o my"
+
+# The reports' example (and test) program: known leaks, temporaries and peak.
+$(BUILD)/leaky: c_tests/reports/leaky.c
+	@mkdir -p $(BUILD)
+	$(CC) $(CWARN) -O2 -g $< -o $@
 
 $(BUILD)/demo: examples/demo.c $(HEADER) $(LIB_SO)
 	@mkdir -p $(BUILD)
