@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use alloctrace_analysis::{Pass, Resolver, Visitor};
-use alloctrace_symbolize::{Options, Symbolizer};
+use alloctrace_symbolize::{sidecar_path, Options, Symbolizer};
 
 use crate::progress::Progress;
 use crate::{expand_inputs, open, prefix, truncation_warning, Failure, Input};
@@ -20,11 +20,23 @@ pub struct SymbolArgs {
 }
 
 impl SymbolArgs {
-    /// A resolver for the frames of `inputs`' traces.
-    pub fn resolver(&self) -> Resolver {
-        Resolver::new(Symbolizer::new(Options {
+    /// A resolver for the frames of `inputs`' traces: each trace's
+    /// FILE.symbols (`alloctrace symbolize`) answers first, then the
+    /// modules' files and the debug directories.
+    pub fn resolver(&self, inputs: &[Input]) -> Resolver {
+        let mut resolver = Resolver::new(Symbolizer::new(Options {
             debug_dirs: self.debug_dirs.clone(),
-        }))
+        }));
+        for path in inputs.iter().filter_map(|i| i.path.as_deref()) {
+            let symbols = sidecar_path(path);
+            if let Err(err) = resolver.symbolizer.load_symbols(&symbols) {
+                eprintln!(
+                    "warning: {} is not used: {err}; symbolizing from the modules' files",
+                    symbols.display()
+                );
+            }
+        }
+        resolver
     }
 }
 

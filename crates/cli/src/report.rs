@@ -22,13 +22,12 @@ mod page;
 mod units;
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use alloctrace_analysis::{
     Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
 };
 use alloctrace_reader::TraceReader;
-use alloctrace_symbolize::sidecar_path;
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
 use crate::Failure;
@@ -139,21 +138,7 @@ fn write_report(
         summary: Summary::new(),
     };
     let pass = run_pass(inputs, &mut collect)?;
-    let mut resolver = args.symbols.resolver();
-    // Each trace's FILE.symbols (`alloctrace symbolize`) answers first.
-    for input in inputs {
-        let name = input.name();
-        if name == "-" {
-            continue;
-        }
-        let path = sidecar_path(Path::new(&name));
-        if let Err(err) = resolver.symbolizer.load_symbols(&path) {
-            eprintln!(
-                "warning: {} is not used: {err}; symbolizing from the modules' files",
-                path.display()
-            );
-        }
-    }
+    let mut resolver = args.symbols.resolver(inputs);
     let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
     let html = page::render(&mut page::Model {
         files: &names,

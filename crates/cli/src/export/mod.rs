@@ -146,7 +146,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             let names = inputs.iter().map(|i| i.name()).collect();
             let mut export = parquet::ParquetExport::create(&args.output, names)?;
             let pass = run_pass(&inputs, &mut export)?;
-            let mut resolver = args.symbols.resolver();
+            let mut resolver = args.symbols.resolver(&inputs);
             export.finish(&pass.stacks, &mut resolver)
         }
         Format::Pprof => {
@@ -162,7 +162,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                     .max()
                     .unwrap_or(0),
             };
-            let mut resolver = args.symbols.resolver();
+            let mut resolver = args.symbols.resolver(&inputs);
             let proto = pprof::build(&profile, &pass.stacks, &mut resolver, &times);
             write_output(&args.output, |out| pprof::write(&proto, out))
         }

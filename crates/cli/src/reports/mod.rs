@@ -8,10 +8,9 @@ pub mod leaks;
 pub mod suppressions;
 pub mod top;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use alloctrace_analysis::{Breakdowns, Pass, Profile, Resolver, Site, SourceFrame, StackId};
-use alloctrace_symbolize::sidecar_path;
 use serde_json::{json, Value};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
@@ -37,21 +36,7 @@ impl Profiled {
         let inputs = inputs(files)?;
         let mut profile = Profile::new(breakdowns);
         let pass = run_pass(&inputs, &mut profile)?;
-        let mut resolver = symbols.resolver();
-        // Each trace's FILE.symbols (`alloctrace symbolize`) answers first.
-        for input in &inputs {
-            let name = input.name();
-            if name == "-" {
-                continue;
-            }
-            let path = sidecar_path(Path::new(&name));
-            if let Err(err) = resolver.symbolizer.load_symbols(&path) {
-                eprintln!(
-                    "warning: {} is not used: {err}; symbolizing from the modules' files",
-                    path.display()
-                );
-            }
-        }
+        let resolver = symbols.resolver(&inputs);
         Ok(Profiled {
             pass,
             profile,
