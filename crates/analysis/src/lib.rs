@@ -21,7 +21,7 @@ pub mod stacks;
 pub mod summary;
 pub mod timeline;
 
-pub use pass::{Alloc, Free, Live, Memory, Pass, PassStats, Visitor};
+pub use pass::{Alloc, Free, GenerationView, Live, Memory, Pass, PassStats, Visitor};
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};
 pub use stacks::{Frame, GenerationStacks, RegisteredFrame, StackId, StackTable};

@@ -19,7 +19,12 @@
 use std::io::Read;
 
 use alloctrace_format::EntryPoint;
-use alloctrace_reader::{EventData, ReadError, Step, TraceReader};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+
+use alloctrace_reader::{
+    EventData, GenerationEnd, GenerationInfo, ReadError, Stacks, Step, TraceReader, TypeInfo,
+};
 use hashbrown::HashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -87,14 +92,53 @@ pub struct Free {
 pub trait Visitor {
     /// A trace starts (`index` counts the traces of the pass from 0).
     fn trace_start(&mut self, _index: usize) {}
-    /// A generation's events follow; `reader` describes it (info, types,
-    /// stacks, generation end).
-    fn generation<R: Read>(&mut self, _reader: &TraceReader<R>, _stacks: &StackTable) {}
+    /// A generation's events follow; `generation` describes it (info,
+    /// types, generation end, command line), `stacks` holds its stacks.
+    fn generation(&mut self, _generation: &GenerationView, _stacks: &StackTable) {}
     fn alloc(&mut self, alloc: &Alloc);
     /// `alloc` ends: the allocation as it was made.
     fn free(&mut self, alloc: &Alloc, free: &Free);
     /// The trace ended; `live` holds what was never freed.
     fn trace_end(&mut self, _live: &Live) {}
+}
+
+/// What the reader said of a generation, as visitors see it (on the pass's
+/// pairing thread, away from the reader): the reader's methods of the
+/// same names.
+#[derive(Clone, Debug, Default)]
+pub struct GenerationView {
+    info: Option<GenerationInfo>,
+    types: BTreeMap<u64, TypeInfo>,
+    end: Option<GenerationEnd>,
+    command_line: Option<Vec<String>>,
+    time_origin_ns: Option<u64>,
+}
+
+impl GenerationView {
+    /// The generation's info batch.
+    pub fn info(&self) -> Option<&GenerationInfo> {
+        self.info.as_ref()
+    }
+
+    /// The type table (C API traces).
+    pub fn types(&self) -> &BTreeMap<u64, TypeInfo> {
+        &self.types
+    }
+
+    /// The generation-end batch; `None` for a generation cut off before it.
+    pub fn generation_end(&self) -> Option<&GenerationEnd> {
+        self.end.as_ref()
+    }
+
+    /// The traced program's command line (format version 4).
+    pub fn command_line(&self) -> Option<&[String]> {
+        self.command_line.as_deref()
+    }
+
+    /// The trace's time origin in ns (what event times count from).
+    pub fn time_origin_ns(&self) -> Option<u64> {
+        self.time_origin_ns
+    }
 }
 
 /// Live memory: address to allocation, per [`Memory`].
@@ -158,8 +202,42 @@ pub struct Pass {
     traces: usize,
 }
 
-/// Events handed out per step of the reader.
-const STEP_EVENTS: usize = 1 << 16;
+/// Events per chunk handed from the reading thread to the pairing one.
+const CHUNK: usize = 4096;
+
+/// Full chunks on their way to the pairing thread, at most.
+const QUEUE: usize = 4;
+
+/// An event as the pairing thread needs it (the reader's `Event` less
+/// what no visitor reads).
+#[derive(Clone, Copy)]
+struct Op {
+    time_ns: u64,
+    thread: u64,
+    addr: u64,
+    /// Bytes, or pages for a span.
+    size: u64,
+    type_id: u64,
+    /// The generation's stack ID.
+    stack_id: u64,
+    entry: Option<EntryPoint>,
+    what: What,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum What {
+    Alloc(Memory),
+    Exists(Memory),
+    Free(Memory),
+    /// Counted, nothing else (calls, page events).
+    Other,
+}
+
+/// What the reading thread hands to the pairing thread, in trace order.
+enum Message {
+    Events(Vec<Op>),
+    Generation(Box<(GenerationView, Stacks)>),
+}
 
 impl Pass {
     pub fn new() -> Pass {
@@ -168,7 +246,12 @@ impl Pass {
 
     /// Reads one trace to its end. `progress` gets the bytes read so far
     /// after every run of events.
-    pub fn run<R: Read, V: Visitor>(
+    ///
+    /// Two threads: the calling one reads and decodes the trace, a second
+    /// one pairs allocations with frees and runs the visitor, on the
+    /// events in trace order (chunks of [`CHUNK`] events, at most
+    /// [`QUEUE`] waiting). The result is that of one thread doing both.
+    pub fn run<R: Read, V: Visitor + Send>(
         &mut self,
         reader: &mut TraceReader<R>,
         visitor: &mut V,
@@ -177,106 +260,212 @@ impl Pass {
         let index = self.traces;
         self.traces += 1;
         visitor.trace_start(index);
-        let mut live = Live::default();
-        let mut gen_stacks = GenerationStacks::default();
-        let mut page_size = 0u64;
+        let stacks = &mut self.stacks;
         let stats = &mut self.stats;
-        loop {
-            let step = reader.next_step(STEP_EVENTS, |event| {
-                stats.events += 1;
-                let time_ns = event.time_ns;
-                if stats.first_time_ns.is_none() {
-                    stats.first_time_ns = Some(time_ns);
-                }
-                stats.last_time_ns = time_ns;
-                let (memory, size, type_id, existed) = match event.data {
-                    EventData::HeapObjectAlloc { size, type_id } => {
-                        (Memory::Heap, size, type_id, false)
-                    }
-                    EventData::HeapObjectExists { size, type_id } => {
-                        (Memory::Heap, size, type_id, true)
-                    }
-                    EventData::SpanAlloc { npages, .. } => {
-                        (Memory::Span, npages.saturating_mul(page_size), 0, false)
-                    }
-                    EventData::SpanExists { npages, .. } => {
-                        (Memory::Span, npages.saturating_mul(page_size), 0, true)
-                    }
-                    EventData::StackAlloc { size } => (Memory::Stack, size, 0, false),
-                    EventData::StackExists { size } => (Memory::Stack, size, 0, true),
-                    EventData::HeapObjectFree | EventData::SpanFree | EventData::StackFree => {
-                        let memory = match event.data {
-                            EventData::HeapObjectFree => Memory::Heap,
-                            EventData::SpanFree => Memory::Span,
-                            _ => Memory::Stack,
-                        };
-                        match live.tables[memory as usize].remove(&event.addr) {
-                            Some(alloc) => {
-                                stats.frees += 1;
-                                let free = Free {
-                                    time_ns,
-                                    thread: event.thread,
-                                    entry: event.entry,
-                                    implicit: false,
-                                };
-                                visitor.free(&alloc, &free);
-                            }
-                            None => stats.unmatched_frees += 1,
-                        }
-                        return;
-                    }
-                    _ => return,
-                };
-                let stack = gen_stacks.get(event.stack_id);
-                if stack == 0 && event.stack_id != 0 {
-                    stats.unresolved_stacks += 1;
-                }
-                let alloc = Alloc {
-                    time_ns,
-                    thread: event.thread,
-                    addr: event.addr,
-                    size,
-                    type_id,
-                    stack,
-                    memory,
-                    entry: event.entry,
-                    existed,
-                };
-                let table = &mut live.tables[memory as usize];
-                if existed && table.contains_key(&event.addr) {
-                    return;
-                }
-                stats.allocs += 1;
-                if let Some(old) = table.insert(event.addr, alloc) {
-                    stats.replaced += 1;
-                    let free = Free {
-                        time_ns,
-                        thread: event.thread,
-                        entry: None,
-                        implicit: true,
-                    };
-                    visitor.free(&old, &free);
-                }
-                visitor.alloc(&alloc);
-            })?;
-            match step {
-                Step::Events(_) => progress(reader.bytes_read()),
-                Step::GenerationStart { .. } => {
-                    stats.generations += 1;
-                    page_size = reader.info().map_or(0, |i| i.page_size);
-                    if let Some(end) = reader.generation_end() {
-                        stats.lost_events += end.lost_events;
-                        stats.lost_stacks += end.lost_stacks;
-                    }
-                    gen_stacks = self.stacks.add_generation(reader.stacks());
-                    visitor.generation(reader, &self.stacks);
-                }
-                Step::End => break,
-            }
-        }
-        progress(reader.bytes_read());
-        stats.truncated.push(reader.truncated());
-        visitor.trace_end(&live);
+        let (result, live) = std::thread::scope(|scope| {
+            let (to_pairing, from_reading) = sync_channel::<Message>(QUEUE);
+            let (to_reading, returned) = channel::<Vec<Op>>();
+            let pairing = std::thread::Builder::new()
+                .name("alloctrace-pass".into())
+                .spawn_scoped(scope, move || {
+                    pair(from_reading, to_reading, stacks, stats, visitor)
+                })
+                .expect("spawning the pass's pairing thread");
+            let result = read(reader, &to_pairing, &returned, &mut progress);
+            // The pairing thread ends when the channel does.
+            drop(to_pairing);
+            let live = match pairing.join() {
+                Ok(live) => live,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (result, live)
+        });
+        result?;
+        self.stats.truncated.push(reader.truncated());
         Ok(live)
     }
+}
+
+/// The reading thread: decodes the trace into chunks for the pairing one.
+fn read<R: Read>(
+    reader: &mut TraceReader<R>,
+    to_pairing: &SyncSender<Message>,
+    returned: &Receiver<Vec<Op>>,
+    progress: &mut impl FnMut(u64),
+) -> Result<(), ReadError> {
+    let fresh = |returned: &Receiver<Vec<Op>>| {
+        returned
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK))
+    };
+    let mut chunk = fresh(returned);
+    loop {
+        let step = reader.next_step(CHUNK - chunk.len(), |event| {
+            let (what, size, type_id) = match event.data {
+                EventData::HeapObjectAlloc { size, type_id } => {
+                    (What::Alloc(Memory::Heap), size, type_id)
+                }
+                EventData::HeapObjectExists { size, type_id } => {
+                    (What::Exists(Memory::Heap), size, type_id)
+                }
+                EventData::SpanAlloc { npages, .. } => (What::Alloc(Memory::Span), npages, 0),
+                EventData::SpanExists { npages, .. } => (What::Exists(Memory::Span), npages, 0),
+                EventData::StackAlloc { size } => (What::Alloc(Memory::Stack), size, 0),
+                EventData::StackExists { size } => (What::Exists(Memory::Stack), size, 0),
+                EventData::HeapObjectFree => (What::Free(Memory::Heap), 0, 0),
+                EventData::SpanFree => (What::Free(Memory::Span), 0, 0),
+                EventData::StackFree => (What::Free(Memory::Stack), 0, 0),
+                _ => (What::Other, 0, 0),
+            };
+            chunk.push(Op {
+                time_ns: event.time_ns,
+                thread: event.thread,
+                addr: event.addr,
+                size,
+                type_id,
+                stack_id: event.stack_id,
+                entry: event.entry,
+                what,
+            });
+        })?;
+        let full = chunk.len() >= CHUNK;
+        let send_chunk = |chunk: &mut Vec<Op>| {
+            if chunk.is_empty() {
+                return true;
+            }
+            let next = fresh(returned);
+            to_pairing
+                .send(Message::Events(std::mem::replace(chunk, next)))
+                .is_ok()
+        };
+        match step {
+            Step::Events(_) => {
+                if full && !send_chunk(&mut chunk) {
+                    return Ok(());
+                }
+                progress(reader.bytes_read());
+            }
+            Step::GenerationStart { .. } => {
+                if !send_chunk(&mut chunk) {
+                    return Ok(());
+                }
+                let view = GenerationView {
+                    info: reader.info().copied(),
+                    types: reader.types().clone(),
+                    end: reader.generation_end().copied(),
+                    command_line: reader.command_line().map(<[String]>::to_vec),
+                    time_origin_ns: reader.time_origin_ns(),
+                };
+                let message = Message::Generation(Box::new((view, reader.stacks().clone())));
+                if to_pairing.send(message).is_err() {
+                    return Ok(());
+                }
+            }
+            Step::End => {
+                send_chunk(&mut chunk);
+                progress(reader.bytes_read());
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The pairing thread: every event in order, allocations paired with
+/// their frees, handed to the visitor.
+fn pair<V: Visitor>(
+    from_reading: Receiver<Message>,
+    to_reading: Sender<Vec<Op>>,
+    table: &mut StackTable,
+    stats: &mut PassStats,
+    visitor: &mut V,
+) -> Live {
+    let mut live = Live::default();
+    let mut gen_stacks = GenerationStacks::default();
+    let mut page_size = 0u64;
+    for message in from_reading {
+        let mut ops = match message {
+            Message::Generation(generation) => {
+                let (view, stacks) = *generation;
+                stats.generations += 1;
+                page_size = view.info.map_or(0, |i| i.page_size);
+                if let Some(end) = view.end {
+                    stats.lost_events += end.lost_events;
+                    stats.lost_stacks += end.lost_stacks;
+                }
+                gen_stacks = table.add_generation(&stacks);
+                visitor.generation(&view, table);
+                continue;
+            }
+            Message::Events(ops) => ops,
+        };
+        stats.events += ops.len() as u64;
+        if let (Some(first), Some(last)) = (ops.first(), ops.last()) {
+            stats.first_time_ns.get_or_insert(first.time_ns);
+            stats.last_time_ns = last.time_ns;
+        }
+        for op in &ops {
+            let (memory, existed) = match op.what {
+                What::Alloc(memory) => (memory, false),
+                What::Exists(memory) => (memory, true),
+                What::Free(memory) => {
+                    match live.tables[memory as usize].remove(&op.addr) {
+                        Some(alloc) => {
+                            stats.frees += 1;
+                            let free = Free {
+                                time_ns: op.time_ns,
+                                thread: op.thread,
+                                entry: op.entry,
+                                implicit: false,
+                            };
+                            visitor.free(&alloc, &free);
+                        }
+                        None => stats.unmatched_frees += 1,
+                    }
+                    continue;
+                }
+                What::Other => continue,
+            };
+            let size = if memory == Memory::Span {
+                op.size.saturating_mul(page_size)
+            } else {
+                op.size
+            };
+            let stack = gen_stacks.get(op.stack_id);
+            if stack == 0 && op.stack_id != 0 {
+                stats.unresolved_stacks += 1;
+            }
+            let alloc = Alloc {
+                time_ns: op.time_ns,
+                thread: op.thread,
+                addr: op.addr,
+                size,
+                type_id: op.type_id,
+                stack,
+                memory,
+                entry: op.entry,
+                existed,
+            };
+            let table = &mut live.tables[memory as usize];
+            if existed && table.contains_key(&op.addr) {
+                continue;
+            }
+            stats.allocs += 1;
+            if let Some(old) = table.insert(op.addr, alloc) {
+                stats.replaced += 1;
+                let free = Free {
+                    time_ns: op.time_ns,
+                    thread: op.thread,
+                    entry: None,
+                    implicit: true,
+                };
+                visitor.free(&old, &free);
+            }
+            visitor.alloc(&alloc);
+        }
+        ops.clear();
+        // The reading thread may have finished: then the chunk is dropped.
+        let _ = to_reading.send(ops);
+    }
+    visitor.trace_end(&live);
+    live
 }

@@ -37,9 +37,7 @@
 //! and copied into their snapshot when a new peak is reached (each change
 //! is listed once, so the copying is bounded by the events).
 
-use std::io::Read;
-
-use alloctrace_reader::TraceReader;
+use crate::pass::GenerationView;
 use rustc_hash::FxHashMap;
 
 use crate::pass::{Alloc, Free, Live, Memory, Visitor};
@@ -445,7 +443,7 @@ impl Visitor for Profile {
         self.last_type = None;
     }
 
-    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, stacks: &StackTable) {
+    fn generation(&mut self, reader: &GenerationView, stacks: &StackTable) {
         if self.sites.entries.len() < stacks.len() {
             self.sites.entries.resize(stacks.len(), Entry::default());
         }

@@ -6,9 +6,7 @@
 //! thread and per type: [`Profile`](crate::profile::Profile)'s
 //! breakdowns.)
 
-use std::io::Read;
-
-use alloctrace_reader::TraceReader;
+use crate::pass::GenerationView;
 
 use crate::pass::{Alloc, Free, Live, Visitor};
 use crate::stacks::StackTable;
@@ -117,7 +115,7 @@ impl Visitor for Summary {
         self.runs.push(RunFacts::default());
     }
 
-    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, _stacks: &StackTable) {
+    fn generation(&mut self, reader: &GenerationView, _stacks: &StackTable) {
         if self.runs.is_empty() {
             self.runs.push(RunFacts::default());
         }

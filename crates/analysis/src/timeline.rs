@@ -25,9 +25,7 @@
 //!    its end; a bucket without events is flat at the level it inherits.
 //! 3. The maximum over all buckets of `max` is the exact peak of the trace.
 
-use std::io::Read;
-
-use alloctrace_reader::TraceReader;
+use crate::pass::GenerationView;
 
 use crate::pass::{Alloc, Free, Memory, Visitor};
 use crate::stacks::StackTable;
@@ -451,7 +449,7 @@ impl Visitor for Timeline {
         self.origin_ns = 0;
     }
 
-    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, _stacks: &StackTable) {
+    fn generation(&mut self, reader: &GenerationView, _stacks: &StackTable) {
         self.origin_ns = reader.time_origin_ns().unwrap_or(0);
     }
 

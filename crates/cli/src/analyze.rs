@@ -49,7 +49,7 @@ pub fn inputs(files: &[PathBuf]) -> Result<Vec<Input>, Failure> {
 /// Reads every trace of `inputs` through one pass, as one program's
 /// traces (stacks shared, each trace's live memory its own). A cut-off
 /// trace gets the usual warning; a malformed one stops the pass.
-pub fn run_pass<V: Visitor>(inputs: &[Input], visitor: &mut V) -> Result<Pass, Failure> {
+pub fn run_pass<V: Visitor + Send>(inputs: &[Input], visitor: &mut V) -> Result<Pass, Failure> {
     let mut pass = Pass::new();
     let labelled = inputs.len() > 1;
     for input in inputs {

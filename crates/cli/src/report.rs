@@ -21,13 +21,13 @@ mod charts;
 mod page;
 mod units;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
+use alloctrace_analysis::GenerationView;
 use alloctrace_analysis::{
     Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
 };
-use alloctrace_reader::TraceReader;
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
 use crate::Failure;
@@ -70,7 +70,7 @@ impl Visitor for Collect {
         self.summary.trace_start(index);
     }
 
-    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, stacks: &StackTable) {
+    fn generation(&mut self, reader: &GenerationView, stacks: &StackTable) {
         self.profile.generation(reader, stacks);
         self.timeline.generation(reader, stacks);
         self.summary.generation(reader, stacks);

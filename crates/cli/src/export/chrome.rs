@@ -10,10 +10,10 @@
 //! [`Timeline`] per type. The output's size is bounded by these numbers,
 //! whatever the trace's length.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
+use alloctrace_analysis::GenerationView;
 use alloctrace_analysis::{Alloc, Free, Memory, Series, StackTable, Timeline, Visitor};
-use alloctrace_reader::TraceReader;
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
@@ -82,7 +82,7 @@ impl Visitor for TypeTimelines {
         self.origin_ns = 0;
     }
 
-    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, _stacks: &StackTable) {
+    fn generation(&mut self, reader: &GenerationView, _stacks: &StackTable) {
         self.origin_ns = reader.time_origin_ns().unwrap_or(0);
         for (id, t) in reader.types() {
             self.names.entry(*id).or_insert_with(|| t.name.clone());

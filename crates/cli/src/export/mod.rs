@@ -10,13 +10,13 @@ mod parquet;
 mod pprof;
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use alloctrace_analysis::GenerationView;
 use alloctrace_analysis::{
     Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
 };
-use alloctrace_reader::TraceReader;
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
 use crate::{output_error, Failure};
@@ -30,7 +30,7 @@ impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
         self.1.trace_start(index);
     }
 
-    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, stacks: &StackTable) {
+    fn generation(&mut self, reader: &GenerationView, stacks: &StackTable) {
         self.0.generation(reader, stacks);
         self.1.generation(reader, stacks);
     }

@@ -18,13 +18,13 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Read};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 
+use alloctrace_analysis::GenerationView;
 use alloctrace_analysis::{Alloc, Frame, Free, Live, Memory, Resolver, StackTable, Visitor};
 use alloctrace_format::ENTRY_POINTS;
-use alloctrace_reader::TraceReader;
 use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
@@ -823,7 +823,7 @@ impl Visitor for ParquetExport {
         });
     }
 
-    fn generation<R: Read>(&mut self, reader: &TraceReader<R>, _stacks: &StackTable) {
+    fn generation(&mut self, reader: &GenerationView, _stacks: &StackTable) {
         if let Some(info) = reader.info() {
             self.pid = info.pid as i64;
             if let Some(row) = self.traces.last_mut() {
