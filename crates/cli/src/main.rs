@@ -20,6 +20,7 @@ mod reports;
 mod stacks;
 mod stats;
 mod symbolize;
+mod units;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};

@@ -31,6 +31,7 @@ use std::process::Command;
 
 use alloctrace_options::{env, Clock, Compression, Families, Stacks};
 
+use crate::units::{self, Decimals};
 use crate::Failure;
 
 /// The shim's file name.
@@ -207,36 +208,21 @@ fn create_index() -> Result<(PathBuf, File), Failure> {
     )))
 }
 
-/// 1234567 -> "1,234,567".
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// Bytes for people: "512 bytes", "1.5 KiB", "12.0 MiB".
 fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if n < 1024 {
-        return format!("{n} bytes");
+        format!("{n} bytes")
+    } else {
+        units::bytes(n, Decimals::Fixed(1))
     }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+    format!(
+        "{} {}",
+        units::thousands(n),
+        if n == 1 { one } else { many }
+    )
 }
 
 /// What the index says about the run (see the shim's `append_index`).
@@ -325,15 +311,6 @@ fn alive(pid: &str) -> bool {
         .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
 }
 
-/// "1.25 s", "830 ms".
-fn human_duration(ns: u64) -> String {
-    if ns >= 1_000_000_000 {
-        format!("{:.2} s", ns as f64 / 1e9)
-    } else {
-        format!("{} ms", ns / 1_000_000)
-    }
-}
-
 /// The paragraph about one trace: read whole when `read` (counts of
 /// events and heap bytes), else from the index's totals.
 fn summary(trace: &Trace, read: bool) -> String {
@@ -362,7 +339,7 @@ fn summary(trace: &Trace, read: bool) -> String {
                     "{head}\n    {} in {} over {}",
                     human_bytes(end.bytes),
                     plural(end.generations, "generation", "generations"),
-                    human_duration(end.duration_ns)
+                    units::duration_ms(end.duration_ns)
                 );
                 if end.lost > 0 {
                     text.push_str(&format!("; {} lost", plural(end.lost, "event", "events")));
@@ -714,10 +691,6 @@ mod tests {
 
     #[test]
     fn formats() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
         assert_eq!(human_bytes(512), "512 bytes");
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(12 << 20), "12.0 MiB");

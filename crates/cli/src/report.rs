@@ -19,7 +19,6 @@
 
 mod charts;
 mod page;
-mod units;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::units;
+use crate::units::{self, Decimals};
 
 /// A line of the timeline chart.
 pub struct Line<'a> {
@@ -60,7 +60,7 @@ pub fn timeline(
             .y_label_area_size(90)
             .build_cartesian_2d(0f64..x_max, 0f64..y_max)
             .map_err(err)?;
-        let y_fmt = |v: &f64| units::bytes(v.max(0.0) as u64);
+        let y_fmt = |v: &f64| units::bytes(v.max(0.0) as u64, Decimals::OneBelow100);
         let x_fmt = |v: &f64| units::number(*v);
         chart
             .configure_mesh()
@@ -134,7 +134,7 @@ pub fn bars(
             SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
             _ => String::new(),
         };
-        let y_fmt = |v: &f64| units::count(v.max(0.0) as u64);
+        let y_fmt = |v: &f64| units::thousands(v.max(0.0) as u64);
         chart
             .configure_mesh()
             .disable_x_mesh()

@@ -11,8 +11,8 @@ use base64::Engine as _;
 use plotters::style::RGBColor;
 
 use super::charts::{self, Line};
-use super::units;
 use super::{FLAME_DEPTH, FLAME_STACKS, MAX_FRAMES, MAX_NAME};
+use crate::units::{self, Decimals};
 
 const CSS: &str = include_str!("style.css");
 const SCRIPT: &str = include_str!("script.js");
@@ -157,7 +157,7 @@ fn run_section(h: &mut String, m: &Model) {
             esc(&clip(file)),
             run.pid,
             esc(&started),
-            units::duration(run.duration_ns),
+            units::duration_decimal(run.duration_ns),
             run.generations
         );
     }
@@ -165,47 +165,56 @@ fn run_section(h: &mut String, m: &Model) {
     let mut fact = |name: &str, value: String| {
         let _ = writeln!(h, "<div><dt>{name}</dt><dd>{value}</dd></div>");
     };
-    fact("Events", units::count(stats.events));
-    fact("Allocations", units::count(total.allocations));
-    fact("Bytes allocated", units::bytes(total.bytes));
-    fact("Frees", units::count(stats.frees));
+    fact("Events", units::thousands(stats.events));
+    fact("Allocations", units::thousands(total.allocations));
+    fact(
+        "Bytes allocated",
+        units::bytes(total.bytes, Decimals::OneBelow100),
+    );
+    fact("Frees", units::thousands(stats.frees));
     fact(
         "Peak live (heap objects and spans)",
-        units::bytes(peak.total_bytes),
+        units::bytes(peak.total_bytes, Decimals::OneBelow100),
     );
-    fact("of which heap objects", units::bytes(peak.heap_bytes));
-    fact("of which spans (mmap)", units::bytes(peak.span_bytes));
+    fact(
+        "of which heap objects",
+        units::bytes(peak.heap_bytes, Decimals::OneBelow100),
+    );
+    fact(
+        "of which spans (mmap)",
+        units::bytes(peak.span_bytes, Decimals::OneBelow100),
+    );
     if peak.stack_bytes != 0 {
         fact(
             "Stacks then (not in the peak)",
-            units::bytes(peak.stack_bytes),
+            units::bytes(peak.stack_bytes, Decimals::OneBelow100),
         );
     }
     fact(
         "Leaked",
         format!(
             "{} in {} objects",
-            units::bytes(total.leaked_bytes),
-            units::count(total.leaked_objects)
+            units::bytes(total.leaked_bytes, Decimals::OneBelow100),
+            units::thousands(total.leaked_objects)
         ),
     );
-    fact("Temporary allocations", units::count(total.temporary));
+    fact("Temporary allocations", units::thousands(total.temporary));
     fact(
         "Allocation sites (distinct stacks)",
-        units::count(m.profile.sites().count() as u64),
+        units::thousands(m.profile.sites().count() as u64),
     );
     h.push_str("</dl>\n");
     let mut warnings = Vec::new();
     if stats.lost_events != 0 {
         warnings.push(format!(
             "The tracer lost {} events: counts are low.",
-            units::count(stats.lost_events)
+            units::thousands(stats.lost_events)
         ));
     }
     if stats.unmatched_frees != 0 {
         warnings.push(format!(
             "{} frees of memory allocated before tracing started (or whose allocation was lost).",
-            units::count(stats.unmatched_frees)
+            units::thousands(stats.unmatched_frees)
         ));
     }
     for (i, t) in stats.truncated.iter().enumerate() {
@@ -339,21 +348,21 @@ fn timeline_section(h: &mut String, m: &Model, s: &Series) {
          short spikes stay visible: {} buckets of {} each{}. Peaks: total {}, heap \
          objects {}, spans {}{}{}.</p>",
         s.buckets.len(),
-        units::duration(s.width_ns()),
+        units::duration_decimal(s.width_ns()),
         if m.summary.runs.len() > 1 {
             " (the traces' live memory summed; a bucket's highest value is the sum of \
              each trace's, an upper bound)"
         } else {
             ""
         },
-        units::bytes(s.peak_total()),
-        units::bytes(peaks.heap),
-        units::bytes(peaks.span),
+        units::bytes(s.peak_total(), Decimals::OneBelow100),
+        units::bytes(peaks.heap, Decimals::OneBelow100),
+        units::bytes(peaks.span, Decimals::OneBelow100),
         if peaks.stack != 0 {
             format!(
                 "; stacks, not in the chart (threads' stacks the shim records, a runtime's \
                  goroutine stacks), up to {}",
-                units::bytes(peaks.stack)
+                units::bytes(peaks.stack, Decimals::OneBelow100)
             )
         } else {
             String::new()
@@ -361,7 +370,7 @@ fn timeline_section(h: &mut String, m: &Model, s: &Series) {
         if single && peak.total_bytes != 0 {
             format!(
                 "; the dashed line marks the peak, at {}",
-                units::duration(peak.time_ns)
+                units::duration_decimal(peak.time_ns)
             )
         } else {
             String::new()
@@ -530,21 +539,21 @@ fn peak_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
         h,
         "<section id=\"r-peak\"><h2>Peak: {} live{}</h2>\n<p>Heap objects {}, spans (mmap) {}, \
          {} live allocations{}. What was live at that moment, by call stack:</p>",
-        units::bytes(peak.total_bytes),
+        units::bytes(peak.total_bytes, Decimals::OneBelow100),
         if m.profile.peaks().len() == 1 && peak.total_bytes != 0 {
-            format!(" at {}", units::duration(peak.time_ns))
+            format!(" at {}", units::duration_decimal(peak.time_ns))
         } else if m.profile.peaks().len() > 1 {
             " (each trace's peak, summed)".to_string()
         } else {
             String::new()
         },
-        units::bytes(peak.heap_bytes),
-        units::bytes(peak.span_bytes),
-        units::count(peak.objects),
+        units::bytes(peak.heap_bytes, Decimals::OneBelow100),
+        units::bytes(peak.span_bytes, Decimals::OneBelow100),
+        units::thousands(peak.objects),
         if peak.stack_bytes != 0 {
             format!(
                 " (stacks, not counted in it: {})",
-                units::bytes(peak.stack_bytes)
+                units::bytes(peak.stack_bytes, Decimals::OneBelow100)
             )
         } else {
             String::new()
@@ -579,11 +588,14 @@ fn peak_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
             let _ = writeln!(
                 h,
                 "<tr>{}{}{}{}{}{}</tr>",
-                num(s.peak_bytes, units::bytes(s.peak_bytes)),
+                num(
+                    s.peak_bytes,
+                    units::bytes(s.peak_bytes, Decimals::OneBelow100)
+                ),
                 num(s.peak_bytes, units::percent(s.peak_bytes, peak.total_bytes)),
-                num(s.peak_objects, units::count(s.peak_objects)),
-                num(s.allocations, units::count(s.allocations)),
-                num(s.bytes, units::bytes(s.bytes)),
+                num(s.peak_objects, units::thousands(s.peak_objects)),
+                num(s.allocations, units::thousands(s.allocations)),
+                num(s.bytes, units::bytes(s.bytes, Decimals::OneBelow100)),
                 stack_cell(&f)
             );
         }
@@ -603,7 +615,7 @@ fn more(h: &mut String, all: usize, shown: usize) {
         let _ = writeln!(
             h,
             "<p class=\"note\">{} more not shown (<code>-n</code> sets the rows).</p>",
-            units::count((all - shown) as u64)
+            units::thousands((all - shown) as u64)
         );
     }
 }
@@ -614,8 +626,8 @@ fn leaks_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
         h,
         "<section id=\"r-leaks\"><h2>Leaks: {} in {} objects</h2>\n<p>Memory allocated in the \
          trace and still live when it ended, by call stack, largest first.</p>",
-        units::bytes(total.leaked_bytes),
-        units::count(total.leaked_objects)
+        units::bytes(total.leaked_bytes, Decimals::OneBelow100),
+        units::thousands(total.leaked_objects)
     );
     let chosen = top(sites, m.rows, |s| s.leaked_bytes);
     if chosen.is_empty() {
@@ -636,9 +648,12 @@ fn leaks_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
             let _ = writeln!(
                 h,
                 "<tr>{}{}{}{}</tr>",
-                num(s.leaked_bytes, units::bytes(s.leaked_bytes)),
-                num(s.leaked_objects, units::count(s.leaked_objects)),
-                num(s.allocations, units::count(s.allocations)),
+                num(
+                    s.leaked_bytes,
+                    units::bytes(s.leaked_bytes, Decimals::OneBelow100)
+                ),
+                num(s.leaked_objects, units::thousands(s.leaked_objects)),
+                num(s.allocations, units::thousands(s.allocations)),
                 stack_cell(&f)
             );
         }
@@ -659,8 +674,8 @@ fn temporary_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
         "<section id=\"r-temporary\"><h2>Temporary allocations: {} of {}</h2>\n<p>Allocations freed \
          right after they were made, with no other allocation or free between (as heaptrack \
          counts them), by call stack.</p>",
-        units::count(total.temporary),
-        units::count(total.allocations)
+        units::thousands(total.temporary),
+        units::thousands(total.allocations)
     );
     let chosen = top(sites, m.rows, |s| s.temporary);
     if chosen.is_empty() {
@@ -681,8 +696,8 @@ fn temporary_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
             let _ = writeln!(
                 h,
                 "<tr>{}{}{}{}</tr>",
-                num(s.temporary, units::count(s.temporary)),
-                num(s.allocations, units::count(s.allocations)),
+                num(s.temporary, units::thousands(s.temporary)),
+                num(s.allocations, units::thousands(s.allocations)),
                 num(
                     s.temporary * 1000 / s.allocations.max(1),
                     units::percent(s.temporary, s.allocations)
@@ -762,14 +777,23 @@ fn sizes_section(h: &mut String, m: &Model) {
     let rows = (lo..=hi)
         .map(|k| {
             let mut cells = vec![
-                (heap.counts[k], units::count(heap.counts[k])),
-                (heap.bytes[k], units::bytes(heap.bytes[k])),
-                (span.counts[k], units::count(span.counts[k])),
-                (span.bytes[k], units::bytes(span.bytes[k])),
+                (heap.counts[k], units::thousands(heap.counts[k])),
+                (
+                    heap.bytes[k],
+                    units::bytes(heap.bytes[k], Decimals::OneBelow100),
+                ),
+                (span.counts[k], units::thousands(span.counts[k])),
+                (
+                    span.bytes[k],
+                    units::bytes(span.bytes[k], Decimals::OneBelow100),
+                ),
             ];
             if stack.total() != 0 {
-                cells.push((stack.counts[k], units::count(stack.counts[k])));
-                cells.push((stack.bytes[k], units::bytes(stack.bytes[k])));
+                cells.push((stack.counts[k], units::thousands(stack.counts[k])));
+                cells.push((
+                    stack.bytes[k],
+                    units::bytes(stack.bytes[k], Decimals::OneBelow100),
+                ));
             }
             (size_range(k), cells)
         })
@@ -786,14 +810,14 @@ fn sizes_section(h: &mut String, m: &Model) {
 fn size_range(k: usize) -> String {
     let lo = log2_bucket_min(k);
     if k <= 1 {
-        return units::bytes(lo);
+        return units::bytes(lo, Decimals::OneBelow100);
     }
     let hi = if k == 64 { u64::MAX } else { (1u64 << k) - 1 };
     if lo >= 1024 {
         format!(
             "{} – <{}",
-            units::bytes(lo),
-            units::bytes(hi.saturating_add(1))
+            units::bytes(lo, Decimals::OneBelow100),
+            units::bytes(hi.saturating_add(1), Decimals::OneBelow100)
         )
     } else {
         format!("{lo} – {hi} B")
@@ -825,7 +849,7 @@ fn lifetimes_section(h: &mut String, m: &Model) {
                 h,
                 "<figcaption>Freed allocations by time from allocation to free; {} never freed \
                  (leaked) are not in it.</figcaption></figure>",
-                units::count(total.leaked_objects)
+                units::thousands(total.leaked_objects)
             );
         }
         Err(e) => {
@@ -840,15 +864,15 @@ fn lifetimes_section(h: &mut String, m: &Model) {
             } else {
                 format!(
                     "{} – {}",
-                    units::duration(lo),
-                    units::duration(lo.saturating_mul(2))
+                    units::duration_decimal(lo),
+                    units::duration_decimal(lo.saturating_mul(2))
                 )
             };
             (
                 label,
                 vec![
-                    (l.counts[k], units::count(l.counts[k])),
-                    (l.bytes[k], units::bytes(l.bytes[k])),
+                    (l.counts[k], units::thousands(l.counts[k])),
+                    (l.bytes[k], units::bytes(l.bytes[k], Decimals::OneBelow100)),
                 ],
             )
         })
@@ -882,12 +906,18 @@ fn breakdown_table(h: &mut String, id: &str, key: &str, rows: &[(String, Site)],
             h,
             "<tr><td>{}</td>{}{}{}{}{}{}</tr>",
             esc(&clip(name)),
-            num(s.allocations, units::count(s.allocations)),
-            num(s.bytes, units::bytes(s.bytes)),
-            num(s.peak_bytes, units::bytes(s.peak_bytes)),
+            num(s.allocations, units::thousands(s.allocations)),
+            num(s.bytes, units::bytes(s.bytes, Decimals::OneBelow100)),
+            num(
+                s.peak_bytes,
+                units::bytes(s.peak_bytes, Decimals::OneBelow100)
+            ),
             num(s.peak_bytes, units::percent(s.peak_bytes, peak_total)),
-            num(s.leaked_bytes, units::bytes(s.leaked_bytes)),
-            num(s.temporary, units::count(s.temporary)),
+            num(
+                s.leaked_bytes,
+                units::bytes(s.leaked_bytes, Decimals::OneBelow100)
+            ),
+            num(s.temporary, units::thousands(s.temporary)),
         );
     }
     h.push_str("</tbody></table>\n");

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use alloctrace_analysis::{Breakdowns, Site, SourceFrame};
 use serde_json::{json, Value};
 
-use super::{counts_json, frame_text, human_bytes, human_count, stack_json, Profiled, NO_STACK};
+use super::{counts_json, frame_text, stack_json, Profiled, NO_STACK};
 use crate::analyze::SymbolArgs;
+use crate::units::{self, Decimals};
 use crate::{print_stdout, Failure};
 
 #[derive(clap::Args, Debug)]
@@ -155,16 +156,18 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 /// `+1.50 KiB`, `-3 B`, `0 B`.
 fn signed_bytes(before: u64, after: u64) -> String {
     match after.cmp(&before) {
-        std::cmp::Ordering::Greater => format!("+{}", human_bytes(after - before)),
-        std::cmp::Ordering::Less => format!("-{}", human_bytes(before - after)),
+        std::cmp::Ordering::Greater => {
+            format!("+{}", units::bytes(after - before, Decimals::Three))
+        }
+        std::cmp::Ordering::Less => format!("-{}", units::bytes(before - after, Decimals::Three)),
         std::cmp::Ordering::Equal => "0".to_string(),
     }
 }
 
 fn signed_count(before: u64, after: u64) -> String {
     match after.cmp(&before) {
-        std::cmp::Ordering::Greater => format!("+{}", human_count(after - before)),
-        std::cmp::Ordering::Less => format!("-{}", human_count(before - after)),
+        std::cmp::Ordering::Greater => format!("+{}", units::count_compact(after - before)),
+        std::cmp::Ordering::Less => format!("-{}", units::count_compact(before - after)),
         std::cmp::Ordering::Equal => "0".to_string(),
     }
 }
@@ -174,18 +177,18 @@ fn table(args: &Args, changes: &[Change], before: &Site, after: &Site) -> String
     let _ = writeln!(
         out,
         "before: {} allocations, {} allocated, {} at the peak, {} leaked",
-        human_count(before.allocations),
-        human_bytes(before.bytes),
-        human_bytes(before.peak_bytes),
-        human_bytes(before.leaked_bytes)
+        units::count_compact(before.allocations),
+        units::bytes(before.bytes, Decimals::Three),
+        units::bytes(before.peak_bytes, Decimals::Three),
+        units::bytes(before.leaked_bytes, Decimals::Three)
     );
     let _ = writeln!(
         out,
         "after:  {} allocations, {} allocated, {} at the peak, {} leaked",
-        human_count(after.allocations),
-        human_bytes(after.bytes),
-        human_bytes(after.peak_bytes),
-        human_bytes(after.leaked_bytes)
+        units::count_compact(after.allocations),
+        units::bytes(after.bytes, Decimals::Three),
+        units::bytes(after.peak_bytes, Decimals::Three),
+        units::bytes(after.leaked_bytes, Decimals::Three)
     );
     if changes.is_empty() {
         let _ = writeln!(out, "No site changed.");

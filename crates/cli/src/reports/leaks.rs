@@ -8,8 +8,9 @@ use alloctrace_analysis::Breakdowns;
 use serde_json::{json, Value};
 
 use super::suppressions::Suppressions;
-use super::{frame_text, human_bytes, human_count, stack_json, Profiled, NO_STACK};
+use super::{frame_text, stack_json, Profiled, NO_STACK};
 use crate::analyze::SymbolArgs;
+use crate::units::{self, Decimals};
 use crate::{print_stdout, Failure};
 
 #[derive(clap::Args, Debug)]
@@ -65,8 +66,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let suppressed_note = format!(
         "{suppressed} leak{} suppressed ({} in {} objects)",
         if suppressed == 1 { "" } else { "s" },
-        human_bytes(suppressed_bytes),
-        human_count(suppressed_objects)
+        units::bytes(suppressed_bytes, Decimals::Three),
+        units::count_compact(suppressed_objects)
     );
     let text = if args.json {
         if suppressions.is_some() {
@@ -92,8 +93,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             let _ = writeln!(
                 out,
                 "{} in {} object{} leaked at:",
-                human_bytes(*bytes),
-                human_count(*objects),
+                units::bytes(*bytes, Decimals::Three),
+                units::count_compact(*objects),
                 if *objects == 1 { "" } else { "s" }
             );
             if frames.is_empty() {
@@ -113,8 +114,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         let _ = writeln!(
             out,
             "{} leaked in {} objects from {} stack{}",
-            human_bytes(bytes),
-            human_count(objects),
+            units::bytes(bytes, Decimals::Three),
+            units::count_compact(objects),
             shown.len(),
             if shown.len() == 1 { "" } else { "s" }
         );

@@ -99,46 +99,6 @@ pub fn counts_json(site: &Site, into: &mut serde_json::Map<String, Value>) {
     into.insert("temporary".into(), site.temporary.into());
 }
 
-/// Bytes for people: `512 B`, `1.50 KiB`, `12.0 MiB`, `3.21 GiB`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value < 10.0 {
-        format!("{value:.2} {}", UNITS[unit])
-    } else if value < 100.0 {
-        format!("{value:.1} {}", UNITS[unit])
-    } else {
-        format!("{value:.0} {}", UNITS[unit])
-    }
-}
-
-/// Counts for people: `999`, `12.3k`, `4.56M`, `7.89G`.
-pub fn human_count(n: u64) -> String {
-    if n < 10_000 {
-        return n.to_string();
-    }
-    let (value, unit) = if n < 1_000_000 {
-        (n as f64 / 1e3, "k")
-    } else if n < 1_000_000_000 {
-        (n as f64 / 1e6, "M")
-    } else {
-        (n as f64 / 1e9, "G")
-    };
-    if value < 100.0 {
-        format!("{value:.1}{unit}")
-    } else {
-        format!("{value:.0}{unit}")
-    }
-}
-
 /// `function file:line` (or `function (module)` without a file), how a
 /// frame is shown in text tables.
 pub fn frame_text(f: &SourceFrame) -> String {
@@ -168,19 +128,6 @@ fn short_path(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn units() {
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(1023), "1023 B");
-        assert_eq!(human_bytes(1536), "1.50 KiB");
-        assert_eq!(human_bytes(1310720), "1.25 MiB");
-        assert_eq!(human_bytes(50 << 20), "50.0 MiB");
-        assert_eq!(human_bytes(500 << 30), "500 GiB");
-        assert_eq!(human_count(9999), "9999");
-        assert_eq!(human_count(12_345), "12.3k");
-        assert_eq!(human_count(40_000_000), "40.0M");
-    }
 
     #[test]
     fn frames_as_text() {

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use alloctrace_analysis::{Breakdowns, Site, SourceFrame};
 use serde_json::{json, Value};
 
-use super::{counts_json, frame_text, human_bytes, human_count, stack_json, Profiled};
+use super::{counts_json, frame_text, stack_json, Profiled};
 use crate::analyze::SymbolArgs;
+use crate::units::{self, Decimals};
 use crate::{print_stdout, Failure};
 
 /// What a row of `top` stands for.
@@ -199,15 +200,15 @@ fn table(p: &Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
     let _ = writeln!(
         out,
         "{traces}: {} allocations, {} allocated, peak {} live ({} heap, {} spans; {} of stacks beside), {} leaked in {} objects, {} temporary",
-        human_count(total.allocations),
-        human_bytes(total.bytes),
-        human_bytes(peak.total_bytes),
-        human_bytes(peak.heap_bytes),
-        human_bytes(peak.span_bytes),
-        human_bytes(peak.stack_bytes),
-        human_bytes(total.leaked_bytes),
-        human_count(total.leaked_objects),
-        human_count(total.temporary),
+        units::count_compact(total.allocations),
+        units::bytes(total.bytes, Decimals::Three),
+        units::bytes(peak.total_bytes, Decimals::Three),
+        units::bytes(peak.heap_bytes, Decimals::Three),
+        units::bytes(peak.span_bytes, Decimals::Three),
+        units::bytes(peak.stack_bytes, Decimals::Three),
+        units::bytes(total.leaked_bytes, Decimals::Three),
+        units::count_compact(total.leaked_objects),
+        units::count_compact(total.temporary),
     );
     let what = match args.by {
         By::Stack => "stacks",
@@ -226,12 +227,12 @@ fn table(p: &Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
         .iter()
         .map(|(_, s)| {
             [
-                human_count(s.allocations),
-                human_bytes(s.bytes),
-                human_bytes(s.peak_bytes),
-                human_bytes(s.leaked_bytes),
-                human_count(s.leaked_objects),
-                human_count(s.temporary),
+                units::count_compact(s.allocations),
+                units::bytes(s.bytes, Decimals::Three),
+                units::bytes(s.peak_bytes, Decimals::Three),
+                units::bytes(s.leaked_bytes, Decimals::Three),
+                units::count_compact(s.leaked_objects),
+                units::count_compact(s.temporary),
             ]
         })
         .collect();

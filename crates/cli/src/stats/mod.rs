@@ -12,7 +12,6 @@
 mod count;
 mod pipeline;
 mod render;
-mod units;
 
 use std::collections::{BTreeMap, BTreeSet};
 

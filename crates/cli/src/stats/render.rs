@@ -8,8 +8,8 @@ use alloctrace_format::ENTRY_POINTS;
 use serde_json::{json, Value};
 
 use super::count::kind_names;
-use super::units::{bytes, count, duration};
 use super::Stats;
+use crate::units::{bytes, count, duration, Decimals};
 
 /// Rows of threads and of types the table shows without `--all`.
 const TOP_ROWS: usize = 10;
@@ -117,7 +117,12 @@ impl Stats {
     /// kinds) are left out, and only the busiest threads and types shown,
     /// unless `all`.
     pub fn to_text(&self, name: &str, all: bool) -> String {
-        let mut s = format!("{:<24}{} ({})\n", "file", name, bytes(self.bytes));
+        let mut s = format!(
+            "{:<24}{} ({})\n",
+            "file",
+            name,
+            bytes(self.bytes, Decimals::Fixed(2))
+        );
         if let Some(p) = &self.process {
             let _ = writeln!(s, "{:<24}{}", "pid", p.pid);
             match &p.command {
@@ -172,7 +177,7 @@ impl Stats {
             };
             row(
                 &name,
-                &bytes(*total),
+                &bytes(*total, Decimals::Fixed(2)),
                 &format!("  in {} {noun}", count(*allocations)),
             );
         }
@@ -184,24 +189,36 @@ impl Stats {
             );
         }
         row("live heap objects", &count(self.live_objects()), "");
-        row("live heap bytes", &bytes(self.live_bytes()), "");
+        row(
+            "live heap bytes",
+            &bytes(self.live_bytes(), Decimals::Fixed(2)),
+            "",
+        );
         row(
             "peak live heap objects",
             &count(self.peak_live_objects()),
             "",
         );
-        row("peak live heap bytes", &bytes(self.peak_live_bytes()), "");
+        row(
+            "peak live heap bytes",
+            &bytes(self.peak_live_bytes(), Decimals::Fixed(2)),
+            "",
+        );
         row("live spans", &count(self.maps.spans.len() as u64), "");
-        row("live span bytes", &bytes(self.live_span_bytes()), "");
+        row(
+            "live span bytes",
+            &bytes(self.live_span_bytes(), Decimals::Fixed(2)),
+            "",
+        );
         row("peak live spans", &count(self.peak_live_spans()), "");
         row(
             "peak live span bytes",
-            &bytes(self.peak_live_span_bytes()),
+            &bytes(self.peak_live_span_bytes(), Decimals::Fixed(2)),
             "",
         );
         row(
             "peak live total bytes",
-            &bytes(self.peak_live_total_bytes()),
+            &bytes(self.peak_live_total_bytes(), Decimals::Fixed(2)),
             "  (heap + spans at one moment)",
         );
         row("live stacks", &count(self.maps.stacks.len() as u64), "");
