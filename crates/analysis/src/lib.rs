@@ -21,6 +21,9 @@ pub mod stacks;
 pub mod summary;
 pub mod timeline;
 
+#[cfg(test)]
+pub(crate) mod testing;
+
 pub use pass::{Alloc, Free, GenerationView, Live, Memory, Pass, PassStats, Visitor};
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};

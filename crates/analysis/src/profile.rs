@@ -559,27 +559,10 @@ impl Profile {
 mod tests {
     use super::*;
 
-    fn alloc(time_ns: u64, addr: u64, size: u64, stack: StackId) -> Alloc {
-        Alloc {
-            time_ns,
-            thread: 1,
-            addr,
-            size,
-            type_id: 0,
-            stack,
-            memory: Memory::Heap,
-            entry: None,
-            existed: false,
-        }
-    }
+    use crate::testing::alloc;
 
     fn free(time_ns: u64) -> Free {
-        Free {
-            time_ns,
-            thread: 1,
-            entry: None,
-            implicit: false,
-        }
+        crate::testing::free(time_ns, 1)
     }
 
     /// Feeds a trace's allocations and frees, then its end with what

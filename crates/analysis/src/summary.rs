@@ -156,25 +156,14 @@ mod tests {
 
     fn alloc(time_ns: u64, thread: u64, size: u64, type_id: u64) -> Alloc {
         Alloc {
-            time_ns,
             thread,
-            addr: time_ns,
-            size,
             type_id,
-            stack: 0,
-            memory: Memory::Heap,
-            entry: None,
-            existed: false,
+            ..crate::testing::alloc(time_ns, time_ns, size, 0)
         }
     }
 
     fn free(time_ns: u64) -> Free {
-        Free {
-            time_ns,
-            thread: 99,
-            entry: None,
-            implicit: false,
-        }
+        crate::testing::free(time_ns, 99)
     }
 
     #[test]

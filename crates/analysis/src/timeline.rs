@@ -472,25 +472,13 @@ mod tests {
 
     fn alloc(time_ns: u64, addr: u64, size: u64, memory: Memory) -> Alloc {
         Alloc {
-            time_ns,
-            thread: 1,
-            addr,
-            size,
-            type_id: 0,
-            stack: 0,
             memory,
-            entry: None,
-            existed: false,
+            ..crate::testing::alloc(time_ns, addr, size, 0)
         }
     }
 
     fn free(time_ns: u64) -> Free {
-        Free {
-            time_ns,
-            thread: 1,
-            entry: None,
-            implicit: false,
-        }
+        crate::testing::free(time_ns, 1)
     }
 
     #[test]
