@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+mod support;
+
 use alloctrace_reader::testing::{info, sample_trace, EventsBody, PagesBody, TraceBuilder};
 use alloctrace_reader::{EventData, TypeInfo};
 use serde_json::{json, Value};
@@ -1494,21 +1496,15 @@ fn check_reports_lost_stacks_and_undefined_stack_ids() {
 /// shim built next to the binary (`cargo build -p alloctrace-preload`).
 #[test]
 fn stats_names_the_command_of_a_recorded_program() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_alloctrace"));
-    let shim = bin.with_file_name("liballoctrace_preload.so");
-    assert!(
-        shim.is_file(),
-        "{} is missing: build it first with `cargo build -p alloctrace-preload`",
-        shim.display()
-    );
+    // Fail early, before making the directory, without the shim.
+    support::shim();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("cli-record-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("echo.trace");
-    let out = Command::new(&bin)
-        .env("ALLOCTRACE_PRELOAD", &shim)
-        .args(["record", "--no-report", "-o"])
+    let out = support::record_command()
+        .args(["--no-report", "-o"])
         .arg(&trace)
         .args(["--", "/bin/echo", "hello", "two words"])
         .output()

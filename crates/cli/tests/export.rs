@@ -27,43 +27,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
+
+mod support;
 
 use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
 use alloctrace_reader::{EventData, TypeInfo};
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A fresh directory, removed when the test passes.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("export-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+use support::{compile, record_command, repo, traces_in, Scratch};
 
 fn alloctrace(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_alloctrace"))
@@ -104,12 +75,20 @@ fn leaky_builds() -> &'static [PathBuf] {
         .iter()
         .map(|(name, opt, fp)| {
             let out = dir.join(name);
-            let status = Command::new("gcc")
-                .args(["-Wall", "-Wextra", "-Werror", "-g", opt, fp, s(&src), "-o"])
-                .arg(&out)
-                .status()
-                .expect("run gcc");
-            assert!(status.success(), "gcc failed on {}", src.display());
+            compile(
+                "gcc",
+                &[
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-g",
+                    opt,
+                    fp,
+                    s(&src),
+                    "-o",
+                    s(&out),
+                ],
+            );
             out
         })
         .collect()
@@ -118,21 +97,8 @@ fn leaky_builds() -> &'static [PathBuf] {
 
 /// Records `program` under the shim into `dir`; returns the trace.
 fn record(dir: &Scratch, program: &Path) -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let shim = bin.join("liballoctrace_preload.so");
-    assert!(
-        shim.is_file(),
-        "{} is missing: build it first with `cargo build -p alloctrace-preload`",
-        shim.display()
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .env("ALLOCTRACE_PRELOAD", &shim)
-        .env_remove("ALLOCTRACE_STACKS")
-        .env_remove("ALLOCTRACE_STACK_DEPTH")
-        .args(["record", "--no-report", "-o"])
+    let out = record_command()
+        .args(["--no-report", "-o"])
         .arg(dir.path("t.%p.trace"))
         .arg("--")
         .arg(program)
@@ -143,11 +109,7 @@ fn record(dir: &Scratch, program: &Path) -> PathBuf {
         "record: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let traces: Vec<PathBuf> = std::fs::read_dir(&dir.0)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "trace"))
-        .collect();
+    let traces = traces_in(&dir.0);
     assert_eq!(traces.len(), 1, "{traces:?}");
     traces[0].clone()
 }

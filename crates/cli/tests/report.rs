@@ -12,73 +12,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod support;
 
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .parent()
-        .expect("the binary's directory")
-        .to_path_buf()
-}
-
-fn shim() -> PathBuf {
-    let path = bin_dir().join("liballoctrace_preload.so");
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first with `cargo build -p alloctrace-preload` (add --release for a release test run)",
-        path.display()
-    );
-    path
-}
-
-/// A fresh directory, removed when the test passes.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("report-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn compile(args: &[&str]) {
-    let out = Command::new("gcc").args(args).output().expect("run gcc");
-    assert!(
-        out.status.success(),
-        "gcc {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use support::{compile, record_command, repo, Scratch};
 
 /// `alloctrace record -o TRACE -- PROG ARGS` under the shim.
 fn record(trace: &Path, prog: &Path, args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .env("ALLOCTRACE_PRELOAD", shim())
-        .env_remove("ALLOCTRACE_STACKS")
-        .env_remove("ALLOCTRACE_STACK_DEPTH")
-        .args(["record", "--no-report", "-o"])
+    let out = record_command()
+        .args(["--no-report", "-o"])
         .arg(trace)
         .arg("--")
         .arg(prog)
@@ -254,7 +196,7 @@ fn the_report_of_leaky_names_its_leaks_peak_and_temporaries_and_loads_in_chromiu
         let mut args = vec!["-g", "-Wall", "-Werror"];
         args.extend_from_slice(&flags);
         args.extend_from_slice(&[src.to_str().unwrap(), "-o", prog.to_str().unwrap()]);
-        compile(&args);
+        compile("gcc", &args);
         let trace = dir.path(&format!("{name}.trace"));
         record(&trace, &prog, &[]);
         let page = dir.path(&format!("{name}.html"));
@@ -411,15 +353,18 @@ fn the_report_of_a_million_events_stays_small() {
     let src = dir.path("many.c");
     std::fs::write(&src, MANY).expect("write the program");
     let prog = dir.path("many");
-    compile(&[
-        "-O1",
-        "-g",
-        "-fno-omit-frame-pointer",
-        "-fno-optimize-sibling-calls",
-        src.to_str().unwrap(),
-        "-o",
-        prog.to_str().unwrap(),
-    ]);
+    compile(
+        "gcc",
+        &[
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+            src.to_str().unwrap(),
+            "-o",
+            prog.to_str().unwrap(),
+        ],
+    );
     let trace = dir.path("many.trace");
     record(&trace, &prog, &["600000"]);
     let page = dir.path("many.html");

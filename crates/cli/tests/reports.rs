@@ -15,22 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+mod support;
+
 use alloctrace_reader::testing::sample_trace;
 use serde_json::Value;
+use support::{compile, record_command, repo};
 
 // ---------------------------------------------------------------------------
 // Building and recording.
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .parent()
-        .expect("the binary's directory")
-        .to_path_buf()
-}
 
 fn scratch() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("reports");
@@ -38,33 +30,11 @@ fn scratch() -> PathBuf {
     dir
 }
 
-fn compile(args: &[&str]) {
-    let out = Command::new("gcc")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-    assert!(
-        out.status.success(),
-        "gcc {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Records `prog` under the shim into `trace`.
 fn record(prog: &Path, trace: &Path) {
-    let shim = bin_dir().join("liballoctrace_preload.so");
-    assert!(
-        shim.is_file(),
-        "{} is missing: build it first with `cargo build -p alloctrace-preload -p alloctrace`",
-        shim.display()
-    );
     let _ = std::fs::remove_file(trace);
-    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .env("ALLOCTRACE_PRELOAD", &shim)
-        .env_remove("ALLOCTRACE_STACKS")
-        .env_remove("ALLOCTRACE_STACK_DEPTH")
-        .args(["record", "--no-report", "-o"])
+    let out = record_command()
+        .args(["--no-report", "-o"])
         .arg(trace)
         .arg("--")
         .arg(prog)
@@ -99,7 +69,7 @@ fn traces() -> &'static Traces {
             let mut args = vec!["-Wall", "-Wextra", "-Werror", "-g"];
             args.extend_from_slice(flags);
             args.extend_from_slice(&[src, "-o", prog.to_str().unwrap()]);
-            compile(&args);
+            compile("gcc", &args);
             let trace = dir.join(format!("{name}.trace"));
             record(&prog, &trace);
             trace
@@ -519,7 +489,7 @@ fn reports_read_the_symbols_file_beside_the_trace() {
     let dir = scratch();
     let prog = dir.join("leaky_gone");
     let src = repo().join("c_tests/reports/leaky.c");
-    compile(&["-O0", "-g", src.to_str().unwrap(), "-o", p(&prog)]);
+    compile("gcc", &["-O0", "-g", src.to_str().unwrap(), "-o", p(&prog)]);
     let trace = dir.join("leaky_gone.trace");
     record(&prog, &trace);
     let symbols = dir.join("leaky_gone.trace.symbols");

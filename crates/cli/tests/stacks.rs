@@ -29,55 +29,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
+
+mod support;
 
 use alloctrace_format::EntryPoint;
 use alloctrace_reader::{EventData, Frame, Record, TraceReader};
+use support::{bin_dir, built_by_cargo, compile, record_command, repo, traces_in, Scratch};
 
 // ---------------------------------------------------------------------------
 // Where things are, and building the programs.
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn sources() -> PathBuf {
     repo().join("c_tests/stacks")
-}
-
-/// The directory of the `alloctrace` binary under test (target/debug or
-/// target/release), where cargo also puts the shim and the C library.
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .parent()
-        .expect("the binary's directory")
-        .to_path_buf()
-}
-
-/// A file cargo builds next to the binary, or a panic saying how to build it.
-fn built_by_cargo(name: &str, package: &str) -> PathBuf {
-    let path = bin_dir().join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first with `cargo build -p {package}` (add --release for a release test run)",
-        path.display()
-    );
-    path
-}
-
-/// Runs a compiler; panics with its output when it fails.
-fn compile(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The programs of c_tests/stacks, built once.
@@ -182,29 +146,6 @@ fn programs() -> &'static Programs {
     })
 }
 
-/// A fresh directory for one test's traces, removed when the test passes.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("stacks-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 /// What one `alloctrace record` run left.
 struct Run {
     code: i32,
@@ -217,18 +158,13 @@ struct Run {
 /// `alloctrace record --stacks MODE [extra...] -o DIR/t.%p.trace -- prog args`
 /// (without `--stacks` when `mode` is empty).
 fn record(dir: &Scratch, mode: &str, extra: &[&str], prog: &Path, args: &[&str]) -> Run {
-    let shim = built_by_cargo("liballoctrace_preload.so", "alloctrace-preload");
     let pattern = dir.0.join("t.%p.trace");
     let mode_args: &[&str] = if mode.is_empty() {
         &[]
     } else {
         &["--stacks", mode]
     };
-    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .env("ALLOCTRACE_PRELOAD", &shim)
-        .env_remove("ALLOCTRACE_STACKS")
-        .env_remove("ALLOCTRACE_STACK_DEPTH")
-        .arg("record")
+    let out = record_command()
         .args(mode_args)
         .arg("--no-report")
         .args(extra)
@@ -239,12 +175,7 @@ fn record(dir: &Scratch, mode: &str, extra: &[&str], prog: &Path, args: &[&str])
         .args(args)
         .output()
         .expect("run alloctrace record");
-    let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir.0)
-        .expect("read the scratch directory")
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "trace"))
-        .collect();
-    traces.sort();
+    let traces = traces_in(&dir.0);
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -9,11 +9,14 @@
 //! alloctrace-preload`; `cargo test --workspace` builds it), and gcc
 //! (without it the test says so and passes).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+
+mod support;
 
 use alloctrace_reader::{EventData, Frame, Record, TraceReader};
 use alloctrace_symbolize::{sidecar_path, ModuleKey, Options, Quality, Symbolizer};
+use support::{compile, record_command, shim};
 
 const PROGRAM: &str = r#"#include <stdio.h>
 #include <stdlib.h>
@@ -65,15 +68,8 @@ fn symbolize_writes_a_symbols_file_that_reports_use_without_the_binary() {
         eprintln!("skipped: gcc is not installed");
         return;
     }
-    let shim = Path::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .parent()
-        .unwrap()
-        .join("liballoctrace_preload.so");
-    assert!(
-        shim.is_file(),
-        "{} is missing: build it first with `cargo build -p alloctrace-preload` (add --release for a release test run)",
-        shim.display()
-    );
+    // Fail early, before building anything, without the shim.
+    shim();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("symbolize-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -81,25 +77,23 @@ fn symbolize_writes_a_symbols_file_that_reports_use_without_the_binary() {
     let src = dir.join("prog.c");
     std::fs::write(&src, PROGRAM).unwrap();
     let prog = dir.join("prog");
-    let out = Command::new("gcc")
-        .args(["-g", "-O2", "-Wall", "-Wextra", "-Werror"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    compile(
+        "gcc",
+        &[
+            "-g",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            src.to_str().unwrap(),
+            "-o",
+            prog.to_str().unwrap(),
+        ],
     );
 
     let trace = dir.join("t.trace");
-    let out = alloctrace()
-        .env("ALLOCTRACE_PRELOAD", &shim)
-        .env_remove("ALLOCTRACE_STACKS")
-        .env_remove("ALLOCTRACE_STACK_DEPTH")
-        .args(["record", "--stacks", "full", "--no-report", "-o"])
+    let out = record_command()
+        .args(["--stacks", "full", "--no-report", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(&prog)

@@ -1,0 +1,105 @@
+//! What the CLI's integration tests share: where the repository, the
+//! binary and the shim are, compiling C programs, scratch directories and
+//! `alloctrace record` under the shim. Each test file uses some of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The directory of the `alloctrace` binary under test (target/debug or
+/// target/release), where cargo also puts the shim and the C library.
+pub fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .parent()
+        .expect("the binary's directory")
+        .to_path_buf()
+}
+
+/// A file cargo builds next to the binary, or a panic saying how to build it.
+pub fn built_by_cargo(name: &str, package: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first with `cargo build -p {package}` (add --release for a release test run)",
+        path.display()
+    );
+    path
+}
+
+/// The LD_PRELOAD shim, or a panic saying how to build it.
+pub fn shim() -> PathBuf {
+    built_by_cargo("liballoctrace_preload.so", "alloctrace-preload")
+}
+
+/// `alloctrace record` under the shim, with the stack options of the
+/// environment removed; the caller adds the options and the program.
+pub fn record_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_alloctrace"));
+    cmd.env("ALLOCTRACE_PRELOAD", shim())
+        .env_remove("ALLOCTRACE_STACKS")
+        .env_remove("ALLOCTRACE_STACK_DEPTH")
+        .arg("record");
+    cmd
+}
+
+/// Runs a compiler; panics with its output when it fails.
+pub fn compile(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The trace files in `dir`, in name order.
+pub fn traces_in(dir: &Path) -> Vec<PathBuf> {
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read the scratch directory")
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "trace"))
+        .collect();
+    traces.sort();
+    traces
+}
+
+/// A fresh directory for one test, named after the test file and `name`,
+/// removed when the test passes.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "{}-{name}-{}-{n}",
+            env!("CARGO_CRATE_NAME"),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a scratch directory");
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
