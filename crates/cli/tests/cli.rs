@@ -1,6 +1,6 @@
 //! The alloctrace binary on traces built by the reader's test builder.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -1503,17 +1503,7 @@ fn stats_names_the_command_of_a_recorded_program() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("echo.trace");
-    let out = support::record_command()
-        .args(["--no-report", "-o"])
-        .arg(&trace)
-        .args(["--", "/bin/echo", "hello", "two words"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::record(&[], &trace, Path::new("/bin/echo"), &["hello", "two words"]);
     let out = alloctrace(&["stats", "--json", trace.to_str().unwrap()]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["command"], json!(["/bin/echo", "hello", "two words"]));

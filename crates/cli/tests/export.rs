@@ -34,7 +34,7 @@ mod support;
 use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
 use alloctrace_reader::{EventData, TypeInfo};
 use serde_json::Value;
-use support::{compile, record_command, repo, traces_in, Scratch};
+use support::{compile, repo, traces_in, Scratch};
 
 fn alloctrace(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_alloctrace"))
@@ -97,18 +97,7 @@ fn leaky_builds() -> &'static [PathBuf] {
 
 /// Records `program` under the shim into `dir`; returns the trace.
 fn record(dir: &Scratch, program: &Path) -> PathBuf {
-    let out = record_command()
-        .args(["--no-report", "-o"])
-        .arg(dir.path("t.%p.trace"))
-        .arg("--")
-        .arg(program)
-        .output()
-        .expect("run alloctrace record");
-    assert!(
-        out.status.success(),
-        "record: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::record(&[], &dir.path("t.%p.trace"), program, &[]);
     let traces = traces_in(&dir.0);
     assert_eq!(traces.len(), 1, "{traces:?}");
     traces[0].clone()

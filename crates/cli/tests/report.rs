@@ -15,23 +15,11 @@ use std::process::Command;
 
 mod support;
 
-use support::{compile, record_command, repo, Scratch};
+use support::{compile, repo, Scratch};
 
 /// `alloctrace record -o TRACE -- PROG ARGS` under the shim.
 fn record(trace: &Path, prog: &Path, args: &[&str]) {
-    let out = record_command()
-        .args(["--no-report", "-o"])
-        .arg(trace)
-        .arg("--")
-        .arg(prog)
-        .args(args)
-        .output()
-        .expect("run alloctrace record");
-    assert!(
-        out.status.success(),
-        "record: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::record(&[], trace, prog, args);
     assert!(trace.is_file(), "no trace at {}", trace.display());
 }
 

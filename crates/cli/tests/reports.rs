@@ -19,7 +19,7 @@ mod support;
 
 use alloctrace_reader::testing::sample_trace;
 use serde_json::Value;
-use support::{compile, record_command, repo};
+use support::{compile, repo};
 
 // ---------------------------------------------------------------------------
 // Building and recording.
@@ -33,19 +33,8 @@ fn scratch() -> PathBuf {
 /// Records `prog` under the shim into `trace`.
 fn record(prog: &Path, trace: &Path) {
     let _ = std::fs::remove_file(trace);
-    let out = record_command()
-        .args(["--no-report", "-o"])
-        .arg(trace)
-        .arg("--")
-        .arg(prog)
-        .output()
-        .expect("run alloctrace record");
-    assert!(
-        out.status.success() && trace.is_file(),
-        "record {}: {}",
-        prog.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::record(&[], trace, prog, &[]);
+    assert!(trace.is_file(), "no trace at {}", trace.display());
 }
 
 /// The traces of leaky.c, built and recorded once per test run.

@@ -16,7 +16,7 @@ mod support;
 
 use alloctrace_reader::{EventData, Frame, Record, TraceReader};
 use alloctrace_symbolize::{sidecar_path, ModuleKey, Options, Quality, Symbolizer};
-use support::{compile, record_command, shim};
+use support::{compile, record, shim};
 
 const PROGRAM: &str = r#"#include <stdio.h>
 #include <stdlib.h>
@@ -92,18 +92,7 @@ fn symbolize_writes_a_symbols_file_that_reports_use_without_the_binary() {
     );
 
     let trace = dir.join("t.trace");
-    let out = record_command()
-        .args(["--stacks", "full", "--no-report", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    record(&["--stacks", "full"], &trace, &prog, &[]);
 
     // A bad option is refused before anything is written.
     let out = alloctrace()

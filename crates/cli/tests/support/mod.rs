@@ -103,3 +103,24 @@ impl Drop for Scratch {
         }
     }
 }
+
+/// `alloctrace record --no-report OPTIONS -o OUTPUT -- PROG ARGS` under
+/// the shim, which must succeed.
+pub fn record(options: &[&str], output: &Path, prog: &Path, args: &[&str]) {
+    let out = record_command()
+        .arg("--no-report")
+        .args(options)
+        .arg("-o")
+        .arg(output)
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .output()
+        .expect("run alloctrace record");
+    assert!(
+        out.status.success(),
+        "record {}: {}",
+        prog.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
