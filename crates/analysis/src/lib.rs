@@ -24,7 +24,7 @@ pub mod timeline;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use pass::{Alloc, Free, GenerationView, Live, Memory, Pass, PassStats, Visitor};
+pub use pass::{Alloc, Both, Free, GenerationView, Live, Memory, Pass, PassStats, Visitor};
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};
 pub use stacks::{Frame, GenerationStacks, RegisteredFrame, StackId, StackTable};

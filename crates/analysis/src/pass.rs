@@ -102,6 +102,39 @@ pub trait Visitor {
     fn trace_end(&mut self, _live: &Live) {}
 }
 
+/// Two visitors of one pass: each gets every call, the first first.
+/// Nest them for more (`Both(a, Both(b, c))`).
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
+    fn trace_start(&mut self, index: usize) {
+        self.0.trace_start(index);
+        self.1.trace_start(index);
+    }
+
+    fn generation(&mut self, reader: &GenerationView, stacks: &StackTable) {
+        self.0.generation(reader, stacks);
+        self.1.generation(reader, stacks);
+    }
+
+    #[inline]
+    fn alloc(&mut self, alloc: &Alloc) {
+        self.0.alloc(alloc);
+        self.1.alloc(alloc);
+    }
+
+    #[inline]
+    fn free(&mut self, alloc: &Alloc, free: &Free) {
+        self.0.free(alloc, free);
+        self.1.free(alloc, free);
+    }
+
+    fn trace_end(&mut self, live: &Live) {
+        self.0.trace_end(live);
+        self.1.trace_end(live);
+    }
+}
+
 /// What the reader said of a generation, as visitors see it (on the pass's
 /// pairing thread, away from the reader): the reader's methods of the
 /// same names.
@@ -151,11 +184,6 @@ impl Live {
     /// Every live allocation (in no particular order).
     pub fn iter(&self) -> impl Iterator<Item = &Alloc> + '_ {
         self.tables.iter().flat_map(|t| t.values())
-    }
-
-    /// The live allocations of one kind of memory.
-    pub fn of(&self, memory: Memory) -> impl Iterator<Item = &Alloc> + '_ {
-        self.tables[memory as usize].values()
     }
 
     pub fn len(&self) -> usize {

@@ -136,7 +136,8 @@ impl StackTable {
     }
 
     /// The stack of `frames`, given innermost first.
-    pub fn intern_frames(&mut self, frames: &[Frame]) -> StackId {
+    #[cfg(test)]
+    fn intern_frames(&mut self, frames: &[Frame]) -> StackId {
         frames
             .iter()
             .rev()
@@ -168,6 +169,9 @@ impl StackTable {
     /// generation's stack IDs into the table's.
     pub fn add_generation(&mut self, stacks: &Stacks) -> GenerationStacks {
         let mut map = GenerationStacks::with_capacity(stacks.len());
+        // The table's index of each of the generation's modules, by
+        // module ID, looked up once per module rather than once per frame.
+        let mut modules: FxHashMap<u64, u32> = FxHashMap::default();
         // Node IDs increase and every parent precedes its node (the
         // reader checks both), so a parent is always mapped first.
         for id in stacks.ids() {
@@ -189,12 +193,19 @@ impl StackTable {
                     addr,
                     module: Some(m),
                 } => {
-                    let key = ModuleKey {
-                        path: m.path.clone(),
-                        build_id: m.build_id.clone(),
+                    let module = match modules.get(&m.id) {
+                        Some(&i) => i,
+                        None => {
+                            let i = self.module(&ModuleKey {
+                                path: m.path.clone(),
+                                build_id: m.build_id.clone(),
+                            });
+                            modules.insert(m.id, i);
+                            i
+                        }
                     };
                     Frame::Native {
-                        module: self.module(&key),
+                        module,
                         offset: m.offset(addr),
                     }
                 }
@@ -218,24 +229,26 @@ impl StackTable {
 /// A generation's stack IDs mapped to [`StackId`]s.
 #[derive(Default)]
 pub struct GenerationStacks {
-    /// Dense when the IDs are (the writer counts them from 1).
+    /// Dense when the IDs are (the writer counts them from 1): IDs below
+    /// `dense_limit`.
     dense: Vec<StackId>,
     sparse: FxHashMap<u64, StackId>,
+    /// A few times the generation's node count, so that a hostile trace's
+    /// large IDs cannot make the dense map big.
+    dense_limit: u64,
 }
-
-/// IDs below this go to the dense map.
-const DENSE_LIMIT: u64 = 1 << 24;
 
 impl GenerationStacks {
     fn with_capacity(n: usize) -> GenerationStacks {
         GenerationStacks {
             dense: Vec::with_capacity(n + 1),
             sparse: FxHashMap::default(),
+            dense_limit: 2 * n as u64 + 1024,
         }
     }
 
     fn insert(&mut self, id: u64, stack: StackId) {
-        if id < DENSE_LIMIT {
+        if id < self.dense_limit {
             let i = id as usize;
             if self.dense.len() <= i {
                 self.dense.resize(i + 1, 0);
@@ -250,7 +263,7 @@ impl GenerationStacks {
     /// generation does not define (a generation cut off before its stacks).
     #[inline]
     pub fn get(&self, id: u64) -> StackId {
-        if id < DENSE_LIMIT {
+        if id < self.dense_limit {
             self.dense.get(id as usize).copied().unwrap_or(0)
         } else {
             self.sparse.get(&id).copied().unwrap_or(0)

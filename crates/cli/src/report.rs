@@ -23,10 +23,7 @@ mod page;
 use std::io::Write;
 use std::path::PathBuf;
 
-use alloctrace_analysis::GenerationView;
-use alloctrace_analysis::{
-    Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
-};
+use alloctrace_analysis::{Both, Breakdowns, Profile, Summary, Timeline};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
 use crate::Failure;
@@ -53,47 +50,6 @@ pub struct Args {
     rows: u32,
     #[command(flatten)]
     symbols: SymbolArgs,
-}
-
-/// The three visitors of the pass.
-struct Collect {
-    profile: Profile,
-    timeline: Timeline,
-    summary: Summary,
-}
-
-impl Visitor for Collect {
-    fn trace_start(&mut self, index: usize) {
-        self.profile.trace_start(index);
-        self.timeline.trace_start(index);
-        self.summary.trace_start(index);
-    }
-
-    fn generation(&mut self, reader: &GenerationView, stacks: &StackTable) {
-        self.profile.generation(reader, stacks);
-        self.timeline.generation(reader, stacks);
-        self.summary.generation(reader, stacks);
-    }
-
-    #[inline]
-    fn alloc(&mut self, alloc: &Alloc) {
-        self.profile.alloc(alloc);
-        self.timeline.alloc(alloc);
-        self.summary.alloc(alloc);
-    }
-
-    #[inline]
-    fn free(&mut self, alloc: &Alloc, free: &Free) {
-        self.profile.free(alloc, free);
-        self.timeline.free(alloc, free);
-        self.summary.free(alloc, free);
-    }
-
-    fn trace_end(&mut self, live: &Live) {
-        self.profile.trace_end(live);
-        self.timeline.trace_end(live);
-        self.summary.trace_end(live);
-    }
 }
 
 pub fn run(args: &Args) -> Result<(), Failure> {
@@ -127,24 +83,22 @@ fn write_report(
 ) -> Result<(), Failure> {
     let cannot =
         |e: std::io::Error| Failure::Io(format!("cannot write {}: {e}", args.output.display()));
-    let mut collect = Collect {
-        profile: Profile::new(Breakdowns {
-            threads: true,
-            types: true,
-            sizes: false,
-        }),
-        timeline: Timeline::default(),
-        summary: Summary::new(),
-    };
-    let pass = run_pass(inputs, &mut collect)?;
+    let profile = Profile::new(Breakdowns {
+        threads: true,
+        types: true,
+        sizes: false,
+    });
+    let mut visitor = Both(profile, Both(Timeline::default(), Summary::new()));
+    let pass = run_pass(inputs, &mut visitor)?;
+    let Both(profile, Both(timeline, summary)) = visitor;
     let mut resolver = args.symbols.resolver(inputs);
     let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
     let html = page::render(&mut page::Model {
         files: &names,
         pass: &pass,
-        profile: &collect.profile,
-        timeline: &collect.timeline,
-        summary: &collect.summary,
+        profile: &profile,
+        timeline: &timeline,
+        summary: &summary,
         rows: args.rows as usize,
         resolver: &mut resolver,
     });

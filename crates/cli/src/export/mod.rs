@@ -13,45 +13,10 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use alloctrace_analysis::GenerationView;
-use alloctrace_analysis::{
-    Alloc, Breakdowns, Free, Live, Profile, StackTable, Summary, Timeline, Visitor,
-};
+use alloctrace_analysis::{Both, Breakdowns, Profile, Summary, Timeline};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
 use crate::{output_error, Failure};
-
-/// Two visitors of one pass.
-pub struct Both<A, B>(pub A, pub B);
-
-impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
-    fn trace_start(&mut self, index: usize) {
-        self.0.trace_start(index);
-        self.1.trace_start(index);
-    }
-
-    fn generation(&mut self, reader: &GenerationView, stacks: &StackTable) {
-        self.0.generation(reader, stacks);
-        self.1.generation(reader, stacks);
-    }
-
-    #[inline]
-    fn alloc(&mut self, alloc: &Alloc) {
-        self.0.alloc(alloc);
-        self.1.alloc(alloc);
-    }
-
-    #[inline]
-    fn free(&mut self, alloc: &Alloc, free: &Free) {
-        self.0.free(alloc, free);
-        self.1.free(alloc, free);
-    }
-
-    fn trace_end(&mut self, live: &Live) {
-        self.0.trace_end(live);
-        self.1.trace_end(live);
-    }
-}
 
 /// What `export` writes.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
