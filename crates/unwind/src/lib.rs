@@ -252,6 +252,7 @@ mod dwarf;
 mod fp;
 mod memo;
 mod modules;
+mod walker;
 
 pub use bounds::StackBounds;
 pub use dwarf::{capture_dwarf, capture_mixed, DwarfCache, DwarfUnwinder, MappedBytes};
@@ -260,6 +261,7 @@ pub use fp::capture_fp_raw;
 pub use fp::{capture_fp, walk_fp_chain, TRUNCATED_BIT};
 pub use memo::{capture_dwarf_memo, capture_mixed_memo, MemoWalk, WalkMemo, MEMO_DEPTH};
 pub use modules::{LoadSegment, ModuleInfo, Modules};
+pub use walker::{capture_from, StartRegs};
 
 /// The default depth limit (frames per capture), as heaptrack's.
 pub const DEFAULT_DEPTH: usize = 64;
