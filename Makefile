@@ -342,7 +342,7 @@ BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -
                 $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION) \
                 $(if $(shell grep -l trace_stack_capture $(HEADER) 2>/dev/null),-DBENCH_HAVE_STACK_CAPTURE)
 BENCH_BINS   := $(addprefix $(BUILD)/bench/,libbenchnoop.so event_cost advance workload workload_capi \
-                libcount.so librdtsc.so librecord.so librecord_coarse.so stack_capture)
+                libcount.so librdtsc.so librecord.so librecord_coarse.so stack_capture threads_rss)
 
 .PHONY: bench
 bench: all $(BENCH_BINS)
@@ -375,6 +375,11 @@ bench-test: $(BUILD)/bench/stack_capture cli
 	python3 bench/test_run.py
 
 $(BUILD)/bench/workload: bench/workload.c bench/bench.h
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) $< -lpthread -o $@
+
+# The tracer's memory per live thread (issue 19): threads parked, alive.
+$(BUILD)/bench/threads_rss: bench/threads_rss.c bench/bench.h
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) $< -lpthread -o $@
 
