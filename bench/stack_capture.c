@@ -3,7 +3,7 @@
  * the cost of trace_stack_capture per call and per frame, at the end of a
  * C call chain of a few depths, against the frame-pointer floor.
  *
- *   stack_capture TRACE_PATH fast|full [REPS]
+ *   stack_capture TRACE_PATH full [REPS]
  *
  * Built with frame pointers (-fno-omit-frame-pointer). For each chain depth
  * (CHAIN_DEPTHS levels of `chain`) and each of REPS rounds (default 15;
@@ -173,8 +173,8 @@ __attribute__((noinline)) static void start_chain(struct job *j, int depth) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || (strcmp(argv[2], "fast") != 0 && strcmp(argv[2], "full") != 0)) {
-        fprintf(stderr, "usage: stack_capture TRACE_PATH fast|full [REPS]\n");
+    if (argc < 3 || strcmp(argv[2], "full") != 0) {
+        fprintf(stderr, "usage: stack_capture TRACE_PATH full [REPS]\n");
         return 2;
     }
     int reps = (int)arg_long(argc, argv, 3, 15);
@@ -188,7 +188,7 @@ int main(int argc, char **argv) {
     cfg.path = argv[1];
     bool capture = false;
 #ifdef BENCH_HAVE_STACK_CAPTURE
-    cfg.stacks = strcmp(argv[2], "fast") == 0 ? TRACE_STACKS_FAST : TRACE_STACKS_FULL;
+    cfg.stacks = TRACE_STACKS_FULL; /* the only mode with stacks (issue 19 removes `fast`) */
     cfg.stack_depth = MAX_FRAMES / 2;
     capture = true;
 #endif

@@ -50,6 +50,35 @@ memo (16560 bytes per WalkMemo)         chain  frames  ns/capture  shared
 dwarf memo, no-fp, same                 40      49       148.6    49.0
 """
 
+# `callgrind_annotate --inclusive=yes --threshold=100 --auto=no` of a run
+# under the shim, trimmed: an inlined function comes as several
+# file:function entries (the one with the object is the whole), Python's
+# recursion levels as 'N, unknown files as ???.
+CALLGRIND_ANNOTATE = """\
+--------------------------------------------------------------------------------
+Profile data file 'cg.9877' (creator: callgrind-3.19.0)
+--------------------------------------------------------------------------------
+Events recorded:  Ir
+Events shown:     Ir
+Thresholds:       100
+--------------------------------------------------------------------------------
+Ir
+--------------------------------------------------------------------------------
+1,000,000 (100.0%)  PROGRAM TOTALS
+
+--------------------------------------------------------------------------------
+Ir                      file:function
+--------------------------------------------------------------------------------
+4,693,794 (469.4%)  ???:_PyEval_EvalFrameDefault'2 [/usr/bin/python3.11]
+  800,000 (80.00%)  /w/crates/writer/src/capture.rs:alloctrace_writer::capture::capture_stack_or_lost [/w/liballoctrace_preload.so]
+  600,000 (60.00%)  /w/crates/unwind/src/memo.rs:alloctrace_unwind::memo::capture_dwarf_memo [/w/liballoctrace_preload.so]
+  150,000 (15.00%)  /w/crates/unwind/src/bounds.rs:alloctrace_unwind::memo::capture_dwarf_memo
+  100,000 (10.00%)  /cargo/framehop-0.16.0/src/dwarf.rs:framehop::dwarf::DwarfUnwinder<R,A,UCS>::unwind_frame_with_fde [/w/liballoctrace_preload.so]
+   50,000 ( 5.00%)  /cargo/framehop-0.16.0/src/x86_64/unwind_rule.rs:<framehop::x86_64::unwind_rule::UnwindRuleX86_64 as framehop::unwind_rule::UnwindRule>::exec [/w/liballoctrace_preload.so]
+   40,000 ( 4.00%)  /w/crates/writer/src/call_stack_table.rs:alloctrace_writer::call_stack_table::intern_child [/w/liballoctrace_preload.so]
+   13,708 ( 1.37%)  ???:0x0000000000023930 [/w/liballoctrace_preload.so]
+"""
+
 
 class Parsing(unittest.TestCase):
     def test_stack_table_counts_native_frames_and_the_truncation_mark(self):
@@ -86,6 +115,88 @@ class Parsing(unittest.TestCase):
         self.assertEqual(bench.paired([2.0, 3.0, 10.0], [1.0, 3.0, 2.0]), 2.0)
         self.assertEqual(bench.paired([4.0, 3.0, 10.0], [1.0, 3.0, 2.0]), 4.0)  # 4 / 2 by medians, 3 / 1 by bests
 
+    def test_callgrind_annotate_keeps_each_functions_whole_entry(self):
+        funcs, total = bench.parse_callgrind_annotate(CALLGRIND_ANNOTATE)
+        self.assertEqual(total, 1000000)
+        # The entry with the object (the whole function), not bounds.rs's part.
+        self.assertEqual(funcs["alloctrace_unwind::memo::capture_dwarf_memo"], 600000)
+        self.assertEqual(funcs["alloctrace_writer::capture::capture_stack_or_lost"], 800000)
+        self.assertEqual(funcs["<framehop::x86_64::unwind_rule::UnwindRuleX86_64 as "
+                               "framehop::unwind_rule::UnwindRule>::exec"], 50000)
+        self.assertEqual(funcs["_PyEval_EvalFrameDefault'2"], 4693794)
+        self.assertEqual(funcs["0x0000000000023930"], 13708)
+        self.assertNotIn("PROGRAM TOTALS", funcs)
+
+    def test_callgrind_the_first_pattern_that_matches_wins(self):
+        funcs, _ = bench.parse_callgrind_annotate(CALLGRIND_ANNOTATE)
+        self.assertEqual(bench.cg_match(funcs, [r"::capture_from$", r"::capture_dwarf_memo$"]),
+                         (600000, ["alloctrace_unwind::memo::capture_dwarf_memo"]))
+        self.assertEqual(bench.cg_match(funcs, [r"::no_such_fn$"]), (None, []))
+        self.assertEqual(bench.cg_match(funcs, [r"(unbalanced", r"::intern_child$"])[0], 40000)  # a bad regex is skipped
+        self.assertEqual(bench.cg_match(funcs, None), (None, []))
+
+    def test_callgrind_pieces_per_allocation_and_per_frame(self):
+        funcs, _ = bench.parse_callgrind_annotate(CALLGRIND_ANNOTATE)
+        pieces = {p[0]: p for p in bench.cg_pieces(funcs, None, 1000, {"new": 2.0, "shared": 0.01})}
+        self.assertEqual(pieces["capture"][2], 800)
+        self.assertEqual(pieces["walk"][2], 600)
+        self.assertIsNone(pieces["own"][2])  # no function matched: n/a
+        self.assertIsNone(pieces["revalidate"][2])
+        self.assertEqual(pieces["step"][2], 100)  # framehop's unwind_frame_with_fde
+        self.assertEqual(pieces["step"][3], 50)  # per new frame
+        self.assertEqual(pieces["intern"][2:4], (40, 20))
+        self.assertEqual(pieces["framework"][2], 800 - 600 - 40)
+        # The delta method subtracts the short run's counts of the same functions.
+        short = {f: n // 2 for f, n in funcs.items()}
+        pieces = {p[0]: p for p in bench.cg_pieces(funcs, short, 100, {"new": 0.0, "shared": 30})}
+        self.assertEqual(pieces["walk"][2], 3000)
+        self.assertIsNone(pieces["step"][3])  # no new frames: no figure per frame
+        self.assertEqual(pieces["framework"][2], 4000 - 3000 - 200)
+
+    def test_callgrind_patterns_from_the_environment(self):
+        funcs, _ = bench.parse_callgrind_annotate(CALLGRIND_ANNOTATE)
+        saved = os.environ.get("BENCH_CG_PATTERNS")
+        os.environ["BENCH_CG_PATTERNS"] = "own=::exec$;walk=::nothing$|::unwind_frame_with_fde$"
+        try:
+            pieces = {p[0]: p for p in bench.cg_pieces(funcs, None, 1000, {})}
+        finally:
+            if saved is None:
+                del os.environ["BENCH_CG_PATTERNS"]
+            else:
+                os.environ["BENCH_CG_PATTERNS"] = saved
+        self.assertEqual(pieces["own"][2], 50)
+        self.assertEqual(pieces["walk"][2], 100)
+        self.assertEqual(pieces["framework"][2], 800 - 100 - 50 - 40)
+
+    def test_callgrind_missing_valgrind_is_skipped(self):
+        saved = bench.shutil.which
+        bench.shutil.which = lambda name: None
+        try:
+            self.assertEqual(bench.callgrind_skip(), "skipped: valgrind not installed")
+        finally:
+            bench.shutil.which = saved
+
+    def test_stack_sharing_counts_new_and_shared_frames_per_thread(self):
+        table = bench.parse_stack_frames(STACKS_JSON)
+        self.assertEqual(table[2], (4198700, 4198656))
+        table = {1: (10, 20, 30), 2: (11, 20, 30), 3: (12, 20, 21, 30), 4: (40,)}
+        # Thread 1: 1 (all new), 2 (shares 20, 30), 3 (shares 30: 20 is at
+        # another depth); thread 2: 4 (all new), 1 (nothing in common).
+        d = bench.stack_sharing([(1, 1), (1, 2), (2, 4), (1, 3), (2, 1)], table)
+        self.assertEqual(d, {"allocs": 5, "frames": 3 + 3 + 1 + 4 + 3, "new": 3 + 1 + 1 + 3 + 3,
+                             "shared": 0 + 2 + 0 + 1 + 0})
+
+    def test_bench_only_groups(self):
+        saved = bench.ONLY
+        try:
+            bench.ONLY = ("callgrind",)
+            self.assertTrue(bench.want("callgrind"))
+            self.assertFalse(bench.want("workload"))
+            bench.ONLY = ()
+            self.assertTrue(all(bench.want(g) for g in bench.GROUPS))
+        finally:
+            bench.ONLY = saved
+
     def test_default_stack_mode_is_read_from_the_options_crate(self):
         self.assertIn(bench.default_stack_mode(), ("none", "fast", "full", None))
 
@@ -121,14 +232,6 @@ class StackCaptureEndToEnd(unittest.TestCase):
         # Deeper chains, more frames: the tags name their own chains.
         self.assertLess(res["capture_8_frames"], res["capture_32_frames"])
         self.assertLess(res["capture_32_frames"], res["capture_64_frames"])
-
-    def test_fast_mode_stops_at_the_chain_without_frame_pointers(self):
-        res = bench.capture_c("fast")
-        if not res["capture"]:
-            self.skipTest("built without trace_stack_capture")
-        self.assertGreater(res["capture_64_frames"], 64)
-        if "capture_nofp_64" in res:
-            self.assertLess(res["capture_nofp_64_frames"], 64)
 
 
 if __name__ == "__main__":
