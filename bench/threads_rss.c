@@ -7,6 +7,10 @@
  *
  *   threads_rss THREADS [OPS]
  *
+ * OPS defaults to 1000: few enough events that each thread's trace buffer
+ * holds them (more, and the buffers' backlog, larger without stacks since
+ * the threads run faster, outweighs the stack state).
+ *
  * Plain C, not linked with alloctrace: run it under the shim with
  * ALLOCTRACE_STACKS=none and =full; the driver divides the difference of
  * the two RSS by THREADS (what the stack capture keeps per thread: its
@@ -70,7 +74,7 @@ static long status_kib(const char *field) {
 
 int main(int argc, char **argv) {
     int threads = (int)arg_long(argc, argv, 1, 8);
-    long ops = arg_long(argc, argv, 2, 20000);
+    long ops = arg_long(argc, argv, 2, 1000);
     if (threads < 0 || threads > MAX_THREADS || ops < 1) {
         fprintf(stderr, "usage: threads_rss THREADS [OPS]\n");
         return 2;

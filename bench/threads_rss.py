@@ -29,7 +29,7 @@ def status_kib(field):
 
 def main():
     threads = int(sys.argv[1]) if len(sys.argv) > 1 else 8
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
     parked = threading.Barrier(threads + 1)
     release = threading.Event()
 
