@@ -186,6 +186,10 @@ class Parsing(unittest.TestCase):
         self.assertEqual(d, {"allocs": 5, "frames": 3 + 3 + 1 + 4 + 3, "new": 3 + 1 + 1 + 3 + 3,
                              "shared": 0 + 2 + 0 + 1 + 0})
 
+    def test_rss_per_thread(self):
+        rss = {("none", 1): 1000, ("full", 1): 1300, ("none", 9): 2000, ("full", 9): 2700}
+        self.assertEqual(bench.rss_per_thread(rss, 9), (700, 300, 700 / 9, 50))
+
     def test_bench_only_groups(self):
         saved = bench.ONLY
         try:
