@@ -334,9 +334,11 @@ fuzz:
 	@mkdir -p fuzz/corpus/reader
 	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run reader corpus/reader seeds -- -max_total_time=$${FUZZ_SECONDS:-60}
 
-# Benchmarks (issue 5): builds bench/*.c and runs bench/run, which prints a
-# table of measured values, ratios and targets and writes
+# Benchmarks (issues 5, 12, 13, 19): builds bench/*.c and runs bench/run,
+# which prints a table of measured values, ratios and targets and writes
 # target/bench/results.json. It reports numbers and never fails on them.
+# BENCH_ONLY=callgrind make bench runs only the instruction budgets (I1-I2,
+# about 30 s); bench/README.md lists the groups.
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -Iinclude -Ibench \
                 $(if $(shell grep -l TRACE_CLOCK_COARSE $(HEADER) 2>/dev/null),-DBENCH_HAVE_CLOCK) \
                 $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION) \
