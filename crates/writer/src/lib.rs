@@ -63,6 +63,8 @@ mod session;
 #[cfg(not(loom))]
 pub mod shared;
 #[cfg(not(loom))]
+mod tables;
+#[cfg(not(loom))]
 mod thread;
 #[cfg(not(loom))]
 pub mod tls;

@@ -283,6 +283,20 @@ impl WriterHost for Session {
             self.advancer.thread.wake();
         }
     }
+
+    fn lists_modules(&self) -> bool {
+        crate::meta::lists_modules()
+    }
+
+    fn generation_start(&self, generation: u64) -> u64 {
+        crate::meta::generation_start(generation)
+    }
+
+    /// Modules unloaded before the next generation started are listed by
+    /// no later one.
+    fn generation_written(&self, generation: u64) {
+        crate::module_table::forget_unloaded_before(crate::meta::generation_start(generation + 1));
+    }
 }
 
 /// Errors of the lifecycle calls; the C API maps them to `trace_result`.
