@@ -111,10 +111,11 @@
 //! - More threads than slots: events of slotless threads are counted lost.
 //! - fork: the first start registers pthread_atfork handlers (fork.rs).
 //!   Prepare takes [`CONTROL`] so no start/advance/stop is half done at the
-//!   fork; the child turns tracing off and forgets the parent's session (its
+//!   fork; the child turns tracing off, closes its copy of the trace's
+//!   descriptor (one the core opened) and forgets the parent's session (its
 //!   buffers and queue may be mid-update by threads the child does not have,
 //!   and its trace is the parent's), so the child's events cost nothing and
-//!   never reach the parent's file. A child that wants its own trace calls
+//!   never reach the parent's file, nor does the child hold it open. A child that wants its own trace calls
 //!   start again (the LD_PRELOAD shim does, with a file of its own).
 //!
 //! [`ThreadSlot`]: crate::thread::ThreadSlot
