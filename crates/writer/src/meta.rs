@@ -23,6 +23,11 @@ use crate::{call_stack_table, capture, type_table};
 /// for its modules batches (tables.rs).
 static GENERATION_START: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
+/// The end tick of the last generation of each parity to end (its
+/// generation-end batch), so its last listing leaves out modules loaded
+/// after it.
+static GENERATION_END: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
 /// Writes the type table and the generation-end batch of `old`, whose
 /// batches are all queued, with `lost` events lost in it.
 pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
@@ -35,6 +40,7 @@ pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     }
     let lost_stacks = LOST_STACKS[(old & 1) as usize].swap(0, Ordering::Relaxed);
     let end = ClockPair::now();
+    GENERATION_END[(old & 1) as usize].store(end.ticks, Ordering::Relaxed);
     let mut batch = MetaWriter::new(session, BatchKind::GenerationEnd, old);
     batch.base_ticks(end.ticks);
     batch.varint(end.ticks);
@@ -214,6 +220,15 @@ pub(crate) fn lists_modules() -> bool {
 /// as its info batch says.
 pub(crate) fn generation_start(generation: u64) -> u64 {
     GENERATION_START[(generation & 1) as usize].load(Ordering::Relaxed)
+}
+
+/// The ticks generation `generation` started and, once it has ended,
+/// ended at. (Its parity's slots are not reused while the writer thread
+/// still lists it: lifecycle.rs, `wait_for_parity`.)
+pub(crate) fn generation_span(generation: u64) -> (u64, Option<u64>) {
+    let start = generation_start(generation);
+    let end = GENERATION_END[(generation & 1) as usize].load(Ordering::Relaxed);
+    (start, (end > start).then_some(end))
 }
 
 /// Generation-end batches this process has written, over all its

@@ -197,7 +197,8 @@ pub(crate) struct ModuleRecord<'a> {
 }
 
 /// Calls `f`, in ID order, for every module alive during the generation
-/// (of parity `parity`) that started at tick `start`, up to now (`now`),
+/// (of parity `parity`) that started at tick `start`, up to `now` (the
+/// present, or the generation's end),
 /// that the listing `key` has not listed, or listed before its unload
 /// became known; notes them listed. Writer thread only.
 pub(crate) fn list_pending(
@@ -214,7 +215,13 @@ pub(crate) fn list_pending(
         if !loaded_before_end || unloaded_before_start {
             continue;
         }
-        let inside = |ticks: u64| if ticks > start { ticks } else { 0 };
+        let inside = |ticks: u64| {
+            if ticks > start && ticks <= now {
+                ticks
+            } else {
+                0
+            }
+        };
         let unload = inside(e.unload_ticks);
         if e.listed[parity] == (key, unload) {
             continue;

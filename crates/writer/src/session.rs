@@ -289,8 +289,8 @@ impl WriterHost for Session {
         crate::meta::lists_modules()
     }
 
-    fn generation_start(&self, generation: u64) -> u64 {
-        crate::meta::generation_start(generation)
+    fn generation_span(&self, generation: u64) -> (u64, Option<u64>) {
+        crate::meta::generation_span(generation)
     }
 
     /// Modules unloaded before the next generation started are listed by

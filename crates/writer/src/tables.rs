@@ -123,14 +123,14 @@ impl Tables {
     /// Called with each batch the writer is about to write: lists into
     /// [`Tables::out`] (cleared first) what the batch's generation uses
     /// and no earlier listing of it has listed. `with_modules`: whether
-    /// the session lists modules; `start`: the tick its generation
-    /// started. Returns the batch's generation, or `None` for bytes that
+    /// the session lists modules; `span`: the ticks its generation started
+    /// and (once it has) ended at. Returns the batch's generation, or `None` for bytes that
     /// are not a batch with a header.
     pub(crate) fn before(
         &mut self,
         batch: &[u8],
         with_modules: bool,
-        start: impl FnOnce(u64) -> u64,
+        span: impl FnOnce(u64) -> (u64, Option<u64>),
     ) -> Option<Seen> {
         self.out.clear();
         let kind = BatchKind::from_u8(*batch.first()?)?;
@@ -161,10 +161,12 @@ impl Tables {
             let version = module_table::version();
             if version != self.modules_version[parity] {
                 self.modules_version[parity] = version;
-                let start = start(generation);
+                let (start, end) = span(generation);
+                let now = clock::ticks();
+                let until = end.map_or(now, |end| end.min(now));
                 let modules = &mut self.modules;
                 let out = &mut self.out;
-                module_table::list_pending(parity, key, start, clock::ticks(), |m| {
+                module_table::list_pending(parity, key, start, until, |m| {
                     put_module(modules, &m);
                     if modules.bytes.len() >= BATCH_LIMIT {
                         modules.flush(generation, out);

@@ -92,9 +92,10 @@ pub(crate) trait WriterHost: Send + Sync + 'static {
     fn lists_modules(&self) -> bool {
         false
     }
-    /// The tick generation `generation` started at.
-    fn generation_start(&self, _generation: u64) -> u64 {
-        0
+    /// The ticks generation `generation` started and (once it has) ended
+    /// at.
+    fn generation_span(&self, _generation: u64) -> (u64, Option<u64>) {
+        (0, None)
     }
     /// Called when the writer has passed the end of `generation`, before
     /// it publishes that in [`Writer::ended`].
@@ -285,7 +286,7 @@ fn run_writer<H: WriterHost>(
             // SAFETY: popping the full queue hands this thread the buffer.
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
             let seen = tables.before(bytes, session.lists_modules(), |g| {
-                session.generation_start(g)
+                session.generation_span(g)
             });
             put(&mut compression, &tables.out);
             session.count_written(tables.out.len());
