@@ -13,7 +13,8 @@
 //!
 //! Under it (and never importing it): thread.rs, handshake.rs, buffer.rs,
 //! writer.rs (the writer thread, given what it needs through
-//! `writer::WriterHost`), output.rs, clock.rs, shared.rs, tls.rs,
+//! `writer::WriterHost`), tables.rs (its listing of the stack tables
+//! before each batch), output.rs, clock.rs, shared.rs, tls.rs,
 //! type_table.rs. Above it: events.rs and crash.rs. The invariants below are
 //! numbered; the code that relies on one says so ("invariant N", meaning
 //! this list).
