@@ -32,12 +32,17 @@ pub mod stacks;
 /// The first eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"ALCTRACE";
 
-/// The format version this crate writes: 4, version 3 plus the process
-/// batch (batch kind 13, the command line; FORMAT.md section 9). A new
-/// batch kind bumps the version: readers refuse unknown batch kinds as
-/// malformed, so a version-3 reader refuses a version-4 file by its
-/// version ("unsupported format version"), not as a damaged file.
-pub const VERSION: u16 = 4;
+/// The format version this crate writes: 5, version 4 with the stack
+/// tables listed as the generation goes (FORMAT.md sections 9 and 10):
+/// call-stack nodes in any ID order, a module listed again with its
+/// unload tick. A change that earlier readers would call malformed (a new
+/// batch kind, a rule relaxed) bumps the version, so they refuse the file
+/// by its version ("unsupported format version"), not as a damaged file.
+pub const VERSION: u16 = 5;
+
+/// The version with the process batch and stack tables listed as a
+/// generation ends: still read.
+pub const VERSION_4: u16 = 4;
 
 /// The first version, without trailers: still read.
 pub const VERSION_1: u16 = 1;
@@ -49,7 +54,7 @@ pub const VERSION_2: u16 = 2;
 pub const VERSION_3: u16 = 3;
 
 /// The versions readers accept, oldest first.
-pub const READABLE_VERSIONS: [u16; 4] = [VERSION_1, VERSION_2, VERSION_3, VERSION];
+pub const READABLE_VERSIONS: [u16; 5] = [VERSION_1, VERSION_2, VERSION_3, VERSION_4, VERSION];
 
 /// Size of the file header in bytes: magic, version u16 LE, flags u16 LE,
 /// then a u32: zero in version 1, the header's CRC32C from version 2 on.
@@ -950,12 +955,17 @@ mod tests {
         let mut bad = bytes;
         bad[0] = b'X';
         assert_eq!(FileHeader::decode(&bad), Err(HeaderError::BadMagic));
-        let mut v5 = bytes;
-        v5[8] = 5;
+        let mut v6 = bytes;
+        v6[8] = 6;
         assert_eq!(
-            FileHeader::decode(&v5),
-            Err(HeaderError::UnsupportedVersion(5))
+            FileHeader::decode(&v6),
+            Err(HeaderError::UnsupportedVersion(6))
         );
+        let v4 = FileHeader {
+            version: VERSION_4,
+            flags: 0,
+        };
+        assert_eq!(FileHeader::decode(&v4.encode()), Ok(v4));
         let v3 = FileHeader {
             version: VERSION_3,
             flags: 0,

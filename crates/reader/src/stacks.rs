@@ -3,9 +3,15 @@
 //! batches arrive, then offered to the reader's users through
 //! [`TraceReader::stacks`](crate::TraceReader::stacks).
 //!
+//! Since version 5 the writer lists a generation's entries as it goes,
+//! before the events that use them, in as many batches as it likes: a
+//! node's ID need not be above the previous one's (a node first used late
+//! in a generation may be an old one), and a module is listed again when
+//! its unload becomes known.
+//!
 //! ## Invariants
-//! 1. Node IDs are strictly increasing across the generation's call-stacks
-//!    batches, so `ids` is sorted and a lookup is a binary search.
+//! 1. `ids` is sorted (a node listed out of order is inserted in its
+//!    place), so a lookup is a binary search; an ID is listed once.
 //! 2. Every node's parent is 0 or an earlier node, so a walk from any node
 //!    to the root ends (the parent's ID is always smaller) and never meets
 //!    an undefined node.
@@ -101,8 +107,8 @@ pub enum Frame<'a> {
 /// trace without stacks (versions 1 and 2, or a recording without them).
 #[derive(Clone, Debug, Default)]
 pub struct Stacks {
-    /// Node IDs, strictly increasing (invariant 1); `parents` and `words`
-    /// run alongside.
+    /// Node IDs, sorted (invariant 1); `parents` and `words` run
+    /// alongside.
     ids: Vec<u64>,
     parents: Vec<u64>,
     words: Vec<u64>,
@@ -110,9 +116,10 @@ pub struct Stacks {
     /// In file order.
     modules: Vec<Module>,
     /// The generation was cut off before its generation-end batch (a
-    /// truncated trace), and so before its stack batches, which the writer
-    /// writes as the generation ends: its events' stack IDs are kept but
-    /// not checked.
+    /// truncated trace): its events' stack IDs are kept but not checked
+    /// (a writer before version 5 listed the stacks only as the
+    /// generation ended; since, every event cut short of its stack is one
+    /// a damaged or hostile file names wrongly).
     cut: bool,
 }
 
@@ -143,8 +150,9 @@ impl Stacks {
     }
 
     /// Whether the generation was cut off before its generation-end batch
-    /// (a truncated trace): its stack batches may be missing, so stack IDs
-    /// of its events may name no stack here.
+    /// (a truncated trace): with a writer before version 5 its stack
+    /// batches are missing, so stack IDs of its events may name no stack
+    /// here.
     pub fn is_cut(&self) -> bool {
         self.cut
     }
@@ -246,11 +254,7 @@ impl Stacks {
         while c.remaining() > 0 {
             let at = c.pos();
             let m = c.entry(ModuleEntry::parse)?;
-            if self.modules.iter().any(|old| old.id == m.id) {
-                return Err(c.error_at(at, format_args!("module ID {} listed twice", m.id)));
-            }
-            memory += ENTRY_OVERHEAD + m.path.len() as u64 + m.build_id.len() as u64;
-            self.modules.push(Module {
+            let module = Module {
                 id: m.id,
                 start: m.start,
                 end: m.end,
@@ -260,7 +264,27 @@ impl Stacks {
                 unload_ticks: m.unload_ticks,
                 build_id: m.build_id.to_vec(),
                 path: String::from_utf8_lossy(m.path).into_owned(),
-            });
+            };
+            if let Some(old) = self.modules.iter_mut().find(|old| old.id == m.id) {
+                // Listed again: the same object, its unload now known.
+                let same = Module {
+                    unload_ticks: old.unload_ticks,
+                    ..module.clone()
+                };
+                if same != *old || (old.unload_ticks != 0 && old.unload_ticks != m.unload_ticks) {
+                    return Err(c.error_at(
+                        at,
+                        format_args!(
+                            "module ID {} listed twice, not as the same object with its unload",
+                            m.id
+                        ),
+                    ));
+                }
+                old.unload_ticks = m.unload_ticks;
+                continue;
+            }
+            memory += ENTRY_OVERHEAD + m.path.len() as u64 + m.build_id.len() as u64;
+            self.modules.push(module);
         }
         Ok(memory)
     }
@@ -298,17 +322,20 @@ impl Stacks {
         while c.remaining() > 0 {
             let at = c.pos();
             let n = c.entry(CallStackNode::parse)?;
-            if let Some(&last) = self.ids.last() {
-                if n.id <= last {
-                    return Err(c.error_at(
-                        at,
-                        format_args!(
-                            "call-stack node ID {} after node {last} (IDs must increase)",
-                            n.id
-                        ),
-                    ));
-                }
-            }
+            // Where the node goes in `ids`: at the end, but for a node
+            // listed after a larger one (version 5).
+            let place = match self.ids.last() {
+                Some(&last) if n.id <= last => match self.ids.binary_search(&n.id) {
+                    Ok(_) => {
+                        return Err(c.error_at(
+                            at,
+                            format_args!("call-stack node ID {} listed twice", n.id),
+                        ))
+                    }
+                    Err(i) => i,
+                },
+                _ => self.ids.len(),
+            };
             if n.parent != 0 && !self.contains(n.parent) {
                 return Err(c.error_at(
                     at,
@@ -329,9 +356,9 @@ impl Stacks {
                     ));
                 }
             }
-            self.ids.push(n.id);
-            self.parents.push(n.parent);
-            self.words.push(n.frame);
+            self.ids.insert(place, n.id);
+            self.parents.insert(place, n.parent);
+            self.words.insert(place, n.frame);
             memory += NODE_MEMORY;
         }
         Ok(memory)

@@ -223,12 +223,13 @@ fn malformed_call_stack_nodes_are_reported_at_their_entry() {
         (
             vec![node(2, 0, native), node(2, 0, native)],
             4,
-            "node ID 2 after node 2",
+            "node ID 2 listed twice",
         ),
+        // Since version 5 a node may come after a larger one, but once.
         (
-            vec![node(3, 0, native), node(2, 0, native)],
-            4,
-            "node ID 2 after node 3",
+            vec![node(3, 0, native), node(2, 0, native), node(3, 0, native)],
+            8,
+            "node ID 3 listed twice",
         ),
         (vec![node(0, 0, native)], 0, "node ID 0"),
         (
@@ -320,12 +321,30 @@ fn malformed_modules_are_reported_at_their_field() {
     let e = error(&bytes);
     assert_eq!(e.offset(), body(at, m.encoded_len()), "{e}");
     assert!(e.what().contains("range is empty"), "{e}");
-    let (bytes, _, at) = with_events(&EventsBody::new(1000), |t| {
-        t.modules(1, &[m, m]);
-    });
-    let e = error(&bytes);
-    assert_eq!(e.offset(), body(at, m.encoded_len()), "{e}");
-    assert!(e.what().contains("module ID 1 listed twice"), "{e}");
+    // Listed again (version 5): the same object, its unload learnt, is
+    // fine; another object under the ID, or a second unload, is not.
+    let other = ModuleEntry { path: b"/b", ..m };
+    let unloaded = ModuleEntry {
+        unload_ticks: 500,
+        ..m
+    };
+    let later = ModuleEntry {
+        unload_ticks: 600,
+        ..m
+    };
+    for (second, third) in [(other, None), (unloaded, Some(later))] {
+        let list: Vec<ModuleEntry> = [Some(m), Some(second), third]
+            .into_iter()
+            .flatten()
+            .collect();
+        let (bytes, _, at) = with_events(&EventsBody::new(1000), |t| {
+            t.modules(1, &list);
+        });
+        let e = error(&bytes);
+        let bad = list[..list.len() - 1].iter().map(|m| m.encoded_len()).sum();
+        assert_eq!(e.offset(), body(at, bad), "{e}");
+        assert!(e.what().contains("module ID 1 listed twice"), "{e}");
+    }
     // A build ID of 65 bytes, a path of 4096 bytes (the most) running past
     // the end, and a huge path length (no huge allocation: the reader
     // borrows, then refuses).
@@ -358,11 +377,11 @@ fn a_version_2_trace_reads_as_before() {
     let v3 = checksummed_as(&sample_trace_v1(), 3);
     assert_eq!(&v2[8..10], &[2, 0]);
     assert_eq!(&v3[8..10], &[3, 0]);
-    let v4 = sample_trace();
-    assert_eq!(&v4[8..10], &[4, 0]);
+    let v5 = sample_trace();
+    assert_eq!(&v5[8..10], &[5, 0]);
     assert_eq!(
         read_with_frames(&v3).unwrap(),
-        read_with_frames(&v4).unwrap()
+        read_with_frames(&v5).unwrap()
     );
     let (a, b) = (
         read_with_frames(&v2).unwrap(),
@@ -412,4 +431,70 @@ fn a_generation_cut_off_keeps_its_stack_ids_unchecked() {
     let mut reader = TraceReader::new(complete.as_slice()).unwrap();
     reader.next_record().unwrap();
     assert!(!reader.stacks().is_cut());
+}
+
+/// Version 5: the writer lists a generation's stack tables as it goes,
+/// before the events that use them. A trace cut before its generation
+/// ends (a process killed by SIGKILL) still resolves every event's stack;
+/// nodes may come after larger ones, and a module listed again carries
+/// the unload tick learnt since.
+#[test]
+fn a_cut_trace_resolves_the_stacks_listed_before_its_events() {
+    let g = info(1);
+    let lib = ModuleEntry {
+        id: 1,
+        start: 0x7f00_0000_0000,
+        end: 0x7f00_0001_0000,
+        bias: 0x7f00_0000_0000,
+        eh_frame_hdr: 0,
+        load_ticks: 0,
+        unload_ticks: 0,
+        build_id: &[],
+        path: b"/lib/libinner0.so",
+    };
+    let mut t = TraceBuilder::new();
+    t.info(&g);
+    t.modules(1, &[lib]);
+    t.call_stacks(1, &[node(5, 0, FrameWord::Native(0x7f00_0000_0100))]);
+    let mut a = EventsBody::new(1000);
+    a.event_with_stack(&g, 1001, 0x10010, &alloc(), 5);
+    t.events(1, 1, &a);
+    // An older node, first used now; the module's unload, now known.
+    t.call_stacks(1, &[node(2, 0, FrameWord::Native(0x7f00_0000_0200))]);
+    t.modules(
+        1,
+        &[ModuleEntry {
+            unload_ticks: 3000,
+            ..lib
+        }],
+    );
+    let mut b = EventsBody::new(2000);
+    b.event_with_stack(&g, 2001, 0x10020, &alloc(), 2)
+        .event_with_stack(&g, 2002, 0x10030, &alloc(), 5);
+    t.events(1, 1, &b);
+    let bytes = t.finish();
+    let mut reader = TraceReader::new(bytes.as_slice()).unwrap();
+    let mut got = Vec::new();
+    while let Some(record) = reader.next_record().unwrap() {
+        let Record::Event(e) = record else { continue };
+        let frames: Vec<String> = reader
+            .stacks()
+            .frames_at(e.stack_id, e.ticks)
+            .map(|f| f.map(render).collect())
+            .unwrap_or_default();
+        got.push((e.stack_id, frames));
+    }
+    assert!(reader.truncated().is_some(), "the trace is cut");
+    assert_eq!(
+        got,
+        vec![
+            (5, vec!["libinner0.so+0x100".to_string()]),
+            (2, vec!["libinner0.so+0x200".to_string()]),
+            (5, vec!["libinner0.so+0x100".to_string()]),
+        ]
+    );
+    let stacks = reader.stacks();
+    assert_eq!(stacks.ids().collect::<Vec<_>>(), vec![2, 5]);
+    assert_eq!(stacks.modules().len(), 1);
+    assert_eq!(stacks.modules()[0].unload_ticks, 3000);
 }

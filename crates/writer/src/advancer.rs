@@ -46,10 +46,9 @@ fn run(session: &Session, advance: fn(&Session)) {
         if coarse {
             clock::publish();
         }
-        if session.bytes.generation_bytes > 0
-            && signals.wanted.swap(false, Ordering::AcqRel)
-            && !signals.exit.load(Ordering::Acquire)
-        {
+        // Wanted: the generation is over its budget, or a module was
+        // unloaded (lifecycle.rs `after_modules_refresh`).
+        if signals.wanted.swap(false, Ordering::AcqRel) && !signals.exit.load(Ordering::Acquire) {
             // This session's generation only: never one of a session
             // started after this one was stopped.
             advance(session);

@@ -19,9 +19,14 @@
 //! Unlike Go's, IDs are stable for the process: a runtime registers a
 //! stack once and keeps its ID (`trace_stack_register`). Each generation
 //! still lists every node its events use, ancestors included, so it reads
-//! alone: an event that uses a stack marks its node and the node's
-//! ancestors with the generation ([`mark_used`]), and the generation's end
-//! lists the marked nodes ([`for_each_used`]).
+//! alone; and it lists them *before* the events that use them, so a trace
+//! cut anywhere (a process killed by SIGKILL) keeps the stacks of every
+//! event it holds. An event that uses a stack marks its node and the
+//! node's ancestors with the generation ([`mark_used`]); the writer thread,
+//! before it writes any batch of the generation, lists the marked nodes it
+//! has not listed in that generation yet ([`Lister::list`], tables.rs).
+//! So the writer finds new marks without scanning the table, a marker
+//! announces each mark in a per-chunk counter ([`DIRTY`]).
 //!
 //! ## Invariants
 //!
@@ -31,30 +36,28 @@
 //!    a lookup could match a half-written node.
 //! 2. A node's parent ID is smaller than its own: the parent is interned
 //!    (its ID taken from the counter) before the child asks for an ID. So
-//!    the listing in ID order has every parent before its children, as the
-//!    format requires.
+//!    a walk to the root ends, and listing ancestors first puts every
+//!    parent before its children, as the format requires.
 //! 3. `mark_used(id, g)` MUST run inside the event's seqlock section of
-//!    generation `g` (as the event itself is written), and marks the node
-//!    before its parent. The generation's end lists nodes only after the
-//!    handshake has waited for every event of `g`, so every mark of `g` is
-//!    complete by then, and a node found marked has its ancestors marked:
-//!    a marker that stops at an already-marked node relies on this.
+//!    generation `g`, before the event is written. A node's mark goes
+//!    through three steps: `used = 2g` (marked), then its chunk's
+//!    [`DIRTY`] counter is incremented (Release), then `used = 2g + 1`
+//!    (announced). A marker that finds `2g + 1` relies on the announcement
+//!    of whoever stored it (which happened before, by the Release/Acquire
+//!    of the mark); one that finds `2g` (a marker between the two steps)
+//!    increments the counter itself. So when the writer thread takes a
+//!    batch whose events use node `n`, an increment made after `n` was
+//!    marked happened before it: the writer, which reads the counter
+//!    (Acquire) before it scans the chunk and scans again whenever the
+//!    counter moved, finds `n` marked before it writes the batch.
 //! 4. Marks are kept per generation parity: generations `g` and `g + 1`
 //!    may be open at once (an advance), and the events of `g + 1` must not
-//!    overwrite the marks the end of `g` is about to list. A third
-//!    generation opens only after `g` has ended (session.rs invariant 4).
-//!
-//! ## Corner cases
-//!
-//! - Two threads interning the same new node: both may take an ID, one
-//!   wins the slot, the other's ID stays a hole (never returned, never
-//!   marked, never listed). IDs in a listing may therefore skip values.
-//! - Full (MAX_NODES nodes, or a probe run past MAX_PROBES): interning
-//!   returns 0, "no stack"; the caller records the allocation without a
-//!   stack and counts it in the generation's `lost_stacks`.
-//! - The kernel refuses the mapping: as full.
-//! - A caller-supplied ID (the C API) is checked with [`is_defined`] before
-//!   use; an undefined one is counted like a full table.
+//!    overwrite the marks of `g` the writer has yet to list. A third
+//!    generation opens only after the writer has written `g`'s end
+//!    (lifecycle.rs, `advance_session`).
+//! 5. The writer lists a node's unlisted ancestors before the node (it
+//!    walks the parents itself), so a node marked by a marker that has not
+//!    yet marked its ancestors is listed whole.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -75,10 +78,28 @@ struct Node {
     /// Set (Release) once `parent` and `frame` are written (invariant 1).
     ready: AtomicBool,
     frame: AtomicU64,
-    /// The last generation of each parity whose events used this node
-    /// (invariant 4).
+    /// `2g` or `2g + 1` for the last generation `g` of each parity whose
+    /// events used this node (invariants 3 and 4).
     used: [AtomicU64; 2],
+    /// The writer thread's own: the last listing key (tables.rs) of each
+    /// parity that listed the node.
+    listed: [AtomicU64; 2],
 }
+
+/// Nodes per chunk of [`DIRTY`].
+const CHUNK_BITS: u32 = 10;
+/// Chunks of the node array.
+pub(crate) const CHUNKS: usize = MAX_NODES >> CHUNK_BITS;
+
+/// Per generation parity and chunk of 1024 nodes: incremented after a node
+/// of the chunk is marked (invariant 3), so the writer scans only chunks
+/// with new marks.
+#[allow(clippy::declare_interior_mutable_const)]
+static DIRTY: [[AtomicU64; CHUNKS]; 2] = {
+    const ZERO: AtomicU64 = AtomicU64::new(0);
+    const ROW: [AtomicU64; CHUNKS] = [ZERO; CHUNKS];
+    [ROW, ROW]
+};
 
 const NODES_LEN: usize = MAX_NODES * core::mem::size_of::<Node>();
 const SLOTS_LEN: usize = SLOTS * core::mem::size_of::<AtomicU32>();
@@ -198,29 +219,40 @@ pub(crate) fn used_by(id: u64, generation: u64) -> bool {
     id > 0
         && id < MAX_NODES as u64
         && (id as usize) < NEXT.load(Ordering::Relaxed)
-        && node(nodes, id as usize).used[(generation & 1) as usize].load(Ordering::Relaxed)
-            == generation
+        && node(nodes, id as usize).used[(generation & 1) as usize].load(Ordering::Acquire)
+            == announced(generation)
 }
 
-/// Marks node `id` and its ancestors as used by `generation`, calling
-/// `on_frame` with the frame word of every node it marks (to mark the
-/// registered frames they name). Runs inside the event's seqlock section
-/// (invariant 3). `id` is one [`intern`] returned or [`is_defined`]
-/// accepted.
-pub(crate) fn mark_used(id: u32, generation: u64, mut on_frame: impl FnMut(u64)) {
+/// A node's `used` once its mark of `generation` is announced (invariant 3).
+#[inline(always)]
+fn announced(generation: u64) -> u64 {
+    generation.wrapping_mul(2) | 1
+}
+
+/// Marks node `id` and its ancestors as used by `generation`, each
+/// announced in its chunk's counter (invariant 3). Runs inside the event's
+/// seqlock section, before the event is written. `id` is one [`intern`]
+/// returned or [`is_defined`] accepted.
+pub(crate) fn mark_used(id: u32, generation: u64) {
     let Some(nodes) = NODES.base_if_mapped() else {
         return;
     };
+    let parity = (generation & 1) as usize;
+    let marked = generation.wrapping_mul(2);
     let mut id = id as usize;
     // At most one step per node: parents have smaller IDs (invariant 2).
     while id > 0 && id < MAX_NODES {
         let n = node(nodes, id);
-        let mark = &n.used[(generation & 1) as usize];
-        if mark.load(Ordering::Relaxed) == generation {
+        let mark = &n.used[parity];
+        let now = mark.load(Ordering::Acquire);
+        if now == marked | 1 {
             return;
         }
-        mark.store(generation, Ordering::Release);
-        on_frame(n.frame.load(Ordering::Relaxed));
+        if now != marked {
+            mark.store(marked, Ordering::Release);
+        }
+        DIRTY[parity][id >> CHUNK_BITS].fetch_add(1, Ordering::Release);
+        mark.store(marked | 1, Ordering::Release);
         let parent = n.parent.load(Ordering::Relaxed) as usize;
         if parent >= id {
             return;
@@ -229,22 +261,83 @@ pub(crate) fn mark_used(id: u32, generation: u64, mut on_frame: impl FnMut(u64))
     }
 }
 
-/// Calls `f(id, parent, frame)` for every node `generation` used, in ID
-/// order (so parents first). Runs at the generation's end, after the
-/// handshake (invariant 3).
-pub(crate) fn for_each_used(generation: u64, mut f: impl FnMut(u32, u32, u64)) {
-    let Some(nodes) = NODES.base_if_mapped() else {
-        return;
-    };
-    let end = NEXT.load(Ordering::Acquire).min(MAX_NODES);
-    for id in 1..end {
-        let n = node(nodes, id);
-        if n.used[(generation & 1) as usize].load(Ordering::Acquire) == generation {
-            f(
-                id as u32,
-                n.parent.load(Ordering::Relaxed),
-                n.frame.load(Ordering::Relaxed),
-            );
+/// The writer thread's state for listing one parity's nodes (tables.rs):
+/// what it read of each chunk's counter when it last scanned the chunk.
+pub(crate) struct Lister {
+    seen: Vec<u64>,
+    /// Ancestors waiting to be listed, innermost first.
+    path: Vec<u32>,
+}
+
+impl Lister {
+    pub(crate) fn new() -> Lister {
+        Lister {
+            seen: vec![0; CHUNKS],
+            path: Vec::with_capacity(256),
+        }
+    }
+
+    /// Calls `f(id, parent, frame)` for every node `generation` used that
+    /// no listing of `key` has listed yet, ancestors before their nodes
+    /// (invariant 5), and notes them listed under `key`. With `full`
+    /// (the first listing of a generation), scans every chunk; else only
+    /// chunks whose counter moved since this lister last scanned them.
+    pub(crate) fn list(
+        &mut self,
+        generation: u64,
+        key: u64,
+        full: bool,
+        mut f: impl FnMut(u32, u32, u64),
+    ) {
+        let Some(nodes) = NODES.base_if_mapped() else {
+            return;
+        };
+        let parity = (generation & 1) as usize;
+        let marked = generation.wrapping_mul(2);
+        let end = NEXT.load(Ordering::Acquire).min(MAX_NODES);
+        let chunks = end.div_ceil(1 << CHUNK_BITS);
+        for (chunk, dirty) in DIRTY[parity].iter().enumerate().take(chunks) {
+            let count = dirty.load(Ordering::Acquire);
+            if !full && count == self.seen[chunk] {
+                continue;
+            }
+            self.seen[chunk] = count;
+            let first = (chunk << CHUNK_BITS).max(1);
+            let last = ((chunk + 1) << CHUNK_BITS).min(end);
+            for id in first..last {
+                let n = node(nodes, id);
+                if n.used[parity].load(Ordering::Acquire) | 1 != marked | 1
+                    || n.listed[parity].load(Ordering::Relaxed) == key
+                {
+                    continue;
+                }
+                // The node and its unlisted ancestors, listed outermost
+                // first.
+                let mut at = id;
+                while at > 0 && at < MAX_NODES {
+                    let a = node(nodes, at);
+                    if !a.ready.load(Ordering::Acquire)
+                        || a.listed[parity].load(Ordering::Relaxed) == key
+                    {
+                        break;
+                    }
+                    a.listed[parity].store(key, Ordering::Relaxed);
+                    self.path.push(at as u32);
+                    let parent = a.parent.load(Ordering::Relaxed) as usize;
+                    if parent >= at {
+                        break;
+                    }
+                    at = parent;
+                }
+                while let Some(at) = self.path.pop() {
+                    let a = node(nodes, at as usize);
+                    f(
+                        at,
+                        a.parent.load(Ordering::Relaxed),
+                        a.frame.load(Ordering::Relaxed),
+                    );
+                }
+            }
         }
     }
 }
@@ -259,9 +352,12 @@ mod tests {
         words.iter().map(|w| (tag << 40 | w) << 1).collect()
     }
 
+    /// What a fresh writer lists for `generation` (a key of its own).
     fn listing(generation: u64) -> Vec<(u32, u32, u64)> {
+        static KEY: AtomicU64 = AtomicU64::new(1 << 62);
+        let key = KEY.fetch_add(1, Ordering::Relaxed);
         let mut out = Vec::new();
-        for_each_used(generation, |id, parent, frame| {
+        Lister::new().list(generation, key, true, |id, parent, frame| {
             out.push((id, parent, frame))
         });
         out
@@ -313,16 +409,11 @@ mod tests {
         let a = intern(&frames(2, &[3, 2, 1]));
         let b = intern(&frames(2, &[4, 2, 1]));
         let c = intern(&frames(2, &[5]));
-        let mut seen = Vec::new();
-        mark_used(a, g1, |f| seen.push(f));
-        mark_used(a, g1, |f| seen.push(f));
-        assert_eq!(
-            seen,
-            frames(2, &[3, 2, 1]),
-            "each node once, innermost first"
-        );
-        mark_used(c, g2, |_| ());
-        mark_used(b, g2, |_| ());
+        mark_used(a, g1);
+        mark_used(a, g1);
+        assert!(used_by(a as u64, g1) && !used_by(a as u64, g2));
+        mark_used(c, g2);
+        mark_used(b, g2);
         let one = listing(g1);
         assert_eq!(one.len(), 3);
         assert_eq!(one.last().unwrap().0, a);
@@ -338,6 +429,43 @@ mod tests {
         assert!(two.contains(&b) && two.contains(&c) && !two.contains(&a));
         // g3 reuses g1's parity: g1's marks do not leak into it.
         assert!(listing(g1 + 2).is_empty());
+    }
+
+    /// The writer lists each node once per generation, as its marks come:
+    /// a later listing of the same generation holds only the new ones, a
+    /// node marked before its ancestors comes with them, parents first.
+    #[test]
+    fn a_writer_lists_each_new_mark_once_with_its_unlisted_ancestors() {
+        let g = 1_000_011;
+        let key = 77;
+        let mut lister = Lister::new();
+        let a = intern(&frames(6, &[3, 2, 1]));
+        mark_used(a, g);
+        let mut first = Vec::new();
+        lister.list(g, key, true, |id, parent, _| first.push((id, parent)));
+        assert_eq!(first.len(), 3);
+        assert_eq!(first.last().unwrap().0, a);
+        let mut again = Vec::new();
+        lister.list(g, key, false, |id, _, _| again.push(id));
+        assert!(again.is_empty(), "nothing new: {again:?}");
+        // A new stack sharing a's callers: only its own node is new.
+        let b = intern(&frames(6, &[4, 2, 1]));
+        mark_used(b, g);
+        let mut second = Vec::new();
+        lister.list(g, key, false, |id, _, _| second.push(id));
+        assert_eq!(second, vec![b]);
+        // A node marked alone (its marker not yet at its ancestors): the
+        // writer lists the ancestors first.
+        let c = intern(&frames(6, &[9, 8, 7]));
+        let n = node(NODES.base_if_mapped().unwrap(), c as usize);
+        n.used[(g & 1) as usize].store(announced(g), Ordering::Release);
+        DIRTY[(g & 1) as usize][c as usize >> CHUNK_BITS].fetch_add(1, Ordering::Release);
+        let mut third = Vec::new();
+        lister.list(g, key, false, |id, parent, _| third.push((id, parent)));
+        assert_eq!(third.len(), 3);
+        assert_eq!(third[0].1, 0);
+        assert_eq!(third[1].1, third[0].0);
+        assert_eq!(third[2], (c, third[1].0));
     }
 
     #[test]

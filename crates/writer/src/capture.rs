@@ -354,13 +354,17 @@ pub fn modules_changed() {
     if UNWINDER.load(Ordering::Acquire).is_null() {
         return;
     }
-    let _guard = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
-    let modules = Modules::snapshot();
-    let now = clock::ticks();
-    LAST_REFRESH.store(now, Ordering::Relaxed);
-    if module_table::refresh(modules.modules(), now) {
-        swap_unwinder(Unwinding::new(&modules));
+    {
+        let _guard = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
+        let modules = Modules::snapshot();
+        let now = clock::ticks();
+        LAST_REFRESH.store(now, Ordering::Relaxed);
+        if module_table::refresh(modules.modules(), now) {
+            swap_unwinder(Unwinding::new(&modules));
+        }
     }
+    // A module gone: a new generation (lifecycle.rs).
+    crate::lifecycle::after_modules_refresh();
 }
 
 /// Refreshes the module table if a capture found code outside every known

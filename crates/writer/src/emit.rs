@@ -15,17 +15,16 @@
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering;
 
-use alloctrace_format::stacks::FrameWord;
 use alloctrace_format::{
     AddressClass, BatchKind, EventKind, ENTRY_TAG, LONG_FORM, MAX_BATCH_HEADER_LEN, MAX_EVENT_LEN,
 };
 
 use crate::buffer::Buffer;
+use crate::call_stack_table;
 use crate::clock;
 use crate::session::{LOST_STACKS, LOST_WITHOUT_SLOT, SESSION};
 use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};
-use crate::{call_stack_table, frame_table};
 
 /// Whether tracing is on.
 #[inline(always)]
@@ -112,12 +111,7 @@ fn emit_with_stack_enabled<const KIND: u8, const TAGGED: bool>(
         #[inline(always)]
         |slot, generation| {
             if defined {
-                call_stack_table::mark_used(stack as u32, generation, |word| {
-                    // The truncation marker (frame 0) is no table entry.
-                    if let FrameWord::Registered(id) = FrameWord::from_word(word) {
-                        frame_table::mark_used(id, generation);
-                    }
-                });
+                call_stack_table::mark_used(stack as u32, generation);
                 write_event(slot, generation, kind, addr, arg1, arg2, stack, entry);
             } else {
                 LOST_STACKS[(generation & 1) as usize].fetch_add(1, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! The pthread_atfork handlers: no start, advance or stop is half done at
-//! a fork, and the child turns tracing off and forgets the parent's session
-//! (session.rs, corner case "fork"). Relies on invariant 4 (the lifecycle
+//! a fork, and the child turns tracing off, closes its copy of the
+//! parent's trace descriptor and forgets the parent's session (session.rs,
+//! corner case "fork"). Relies on invariant 4 (the lifecycle
 //! calls hold `CONTROL`, which prepare takes) of session.rs.
 
 use core::sync::atomic::Ordering;
@@ -63,6 +64,10 @@ extern "C" fn fork_child() {
     thread::reset_after_fork();
     let mut guard = take_fork_guard();
     if let Some(control) = guard.as_mut() {
+        // The parent's trace is not the child's to write or hold open.
+        if let Some(session) = control.session.as_ref() {
+            session.writer.output.close_in_forked_child();
+        }
         // The parent's session and tracer threads are not ours: forget them
         // without running their destructors (no unmapping of buffers, no
         // join of a thread that does not exist here).

@@ -6,10 +6,10 @@
 //! Process-wide and append-only, like the type table, in memory of its own
 //! (reserved.rs): registering never calls malloc nor locks, so a runtime
 //! may register from inside its allocator. IDs are stable for the process;
-//! each generation lists the frames its call stacks use ([`mark_used`] from
-//! call_stack_table.rs's marking, [`for_each_used`] at the generation's
-//! end), with the same parity rule as the call-stack table (its invariants
-//! 3 and 4).
+//! each generation lists the frames its call stacks use: the writer thread,
+//! as it lists a call-stack node naming a registered frame, lists the frame
+//! first unless that generation's listing already has ([`take_unlisted`],
+//! tables.rs).
 //!
 //! Frame 0 is not registered: it is the format's truncation marker.
 
@@ -30,8 +30,9 @@ struct FrameEntry {
     file: Span,
     /// Set (Release) once the fields above are written.
     ready: AtomicBool,
-    /// The last generation of each parity that used the frame.
-    used: [AtomicU64; 2],
+    /// The writer thread's own: the last listing key (tables.rs) of each
+    /// parity that listed the frame.
+    listed: [AtomicU64; 2],
 }
 
 const ENTRIES_LEN: usize = MAX_FRAMES * core::mem::size_of::<FrameEntry>();
@@ -92,21 +93,6 @@ pub(crate) fn is_defined(id: u64) -> bool {
         && ready_entry(entries, id as usize).is_some()
 }
 
-/// Marks frame `id` as used by `generation` (from the call-stack table's
-/// marking, inside the event's seqlock section).
-pub(crate) fn mark_used(id: u64, generation: u64) {
-    if let Some(entries) = ENTRIES.base_if_mapped() {
-        if id > 0 && id < MAX_FRAMES as u64 {
-            if let Some(e) = ready_entry(entries, id as usize) {
-                let mark = &e.used[(generation & 1) as usize];
-                if mark.load(Ordering::Relaxed) != generation {
-                    mark.store(generation, Ordering::Release);
-                }
-            }
-        }
-    }
-}
-
 /// A registered frame, as written into a frames batch.
 pub(crate) struct FrameRecord<'a> {
     pub(crate) id: u64,
@@ -115,25 +101,24 @@ pub(crate) struct FrameRecord<'a> {
     pub(crate) file: &'a [u8],
 }
 
-/// Calls `f` for every frame `generation` used, in ID order.
-pub(crate) fn for_each_used(generation: u64, mut f: impl FnMut(FrameRecord<'_>)) {
-    let Some(entries) = ENTRIES.base_if_mapped() else {
-        return;
-    };
-    let end = NEXT.load(Ordering::Acquire).min(MAX_FRAMES);
-    for id in 1..end {
-        let Some(e) = ready_entry(entries, id) else {
-            continue;
-        };
-        if e.used[(generation & 1) as usize].load(Ordering::Acquire) == generation {
-            f(FrameRecord {
-                id: id as u64,
-                line: e.line,
-                function: NAMES.get(e.function),
-                file: NAMES.get(e.file),
-            });
-        }
+/// Frame `id`, unless the listing `key` of parity `parity` has listed it
+/// already (then, or for an ID that names no frame, `None`); noted listed.
+/// Writer thread only.
+pub(crate) fn take_unlisted(id: u64, parity: usize, key: u64) -> Option<FrameRecord<'static>> {
+    let entries = ENTRIES.base_if_mapped()?;
+    if id == 0 || id >= MAX_FRAMES as u64 {
+        return None;
     }
+    let e = ready_entry(entries, id as usize)?;
+    if e.listed[parity].swap(key, Ordering::Relaxed) == key {
+        return None;
+    }
+    Some(FrameRecord {
+        id,
+        line: e.line,
+        function: NAMES.get(e.function),
+        file: NAMES.get(e.file),
+    })
 }
 
 #[cfg(test)]
@@ -141,30 +126,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_generation_lists_the_registered_frames_it_used() {
-        let g = 2_000_001;
+    fn a_listing_takes_each_registered_frame_once() {
         let a = register(b"eval_loop", b"vm.c", 120);
         let b = register(&[b'f'; MAX_NAME_LEN + 5], b"", 0);
-        let unused = register(b"never", b"x.lua", 1);
-        assert!(a >= 1 && b == a + 1 && unused == b + 1);
+        assert!(a >= 1 && b == a + 1);
         assert!(is_defined(a) && !is_defined(0) && !is_defined(u64::MAX));
-        mark_used(b, g);
-        mark_used(a, g);
-        mark_used(a, g);
-        let mut seen = Vec::new();
-        for_each_used(g, |f| {
-            seen.push((f.id, f.line, f.function.to_vec(), f.file.to_vec()))
-        });
+        let f = take_unlisted(a, 1, 9).unwrap();
         assert_eq!(
-            seen,
-            vec![
-                (a, 120, b"eval_loop".to_vec(), b"vm.c".to_vec()),
-                (b, 0, vec![b'f'; MAX_NAME_LEN], Vec::new()),
-            ]
+            (f.id, f.line, f.function, f.file),
+            (a, 120, &b"eval_loop"[..], &b"vm.c"[..])
         );
-        // The next generation of the same parity starts empty.
-        let mut later = 0;
-        for_each_used(g + 2, |_| later += 1);
-        assert_eq!(later, 0);
+        assert!(take_unlisted(a, 1, 9).is_none(), "listed once per key");
+        assert!(
+            take_unlisted(a, 0, 9).is_some(),
+            "the other parity lists its own"
+        );
+        assert!(
+            take_unlisted(a, 1, 10).is_some(),
+            "a new listing lists it again"
+        );
+        let long = take_unlisted(b, 1, 9).unwrap();
+        assert_eq!(long.function.len(), MAX_NAME_LEN);
+        assert!(take_unlisted(0, 1, 9).is_none() && take_unlisted(u64::MAX, 1, 9).is_none());
     }
 }

@@ -13,7 +13,8 @@
 //!   its process batch carries), `lifecycle` (start, advance,
 //!   stop), `advancer`, `fork`;
 //! - `thread`, `handshake`, `buffer`, `writer` (the writer thread),
-//!   `output`, `clock`, `type_table`, `shared`, `tls`: the machinery under
+//!   `tables` (the stack tables it lists before each batch, so a cut
+//!   trace keeps its stacks), `output`, `clock`, `type_table`, `shared`, `tls`: the machinery under
 //!   it, which never imports the session layer (what it needs of a session
 //!   is passed down);
 //! - `crash`: [`flush_for_fatal_signal`], saving the trace from the handler
@@ -62,6 +63,8 @@ mod reserved;
 mod session;
 #[cfg(not(loom))]
 pub mod shared;
+#[cfg(not(loom))]
+mod tables;
 #[cfg(not(loom))]
 mod thread;
 #[cfg(not(loom))]

@@ -187,6 +187,7 @@ fn advance_session(only: Option<&Session>) -> Result<(), Error> {
         }
         let old = SHARED.generation.load(Ordering::Relaxed);
         let new = old + 1;
+        wait_for_parity(session, new);
         write_info(session, new);
         if clock::COARSE.load(Ordering::Relaxed) {
             // After the new generation's start time was read, before any
@@ -196,6 +197,47 @@ fn advance_session(only: Option<&Session>) -> Result<(), Error> {
         end_generation(session, old, new);
         Ok(())
     })
+}
+
+/// Waits until the writer thread has passed the end of generation
+/// `new - 2`, whose parity `new` takes over: until then it may still be
+/// listing that generation's stack-table entries, by their marks of that
+/// parity (call_stack_table.rs invariant 4). The writer never waits for
+/// CONTROL, so this ends; it is immediate unless advances come faster
+/// than the writer writes.
+fn wait_for_parity(session: &Session, new: u64) {
+    let Some(previous) = new.checked_sub(2).filter(|&g| g > 0) else {
+        return;
+    };
+    while session.writer.ended.load(Ordering::Acquire) < previous {
+        session.writer.wake();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+/// After a refresh of the module table (capture.rs `modules_changed`):
+/// when a module was found unloaded, starts a new generation, so that the
+/// loader reusing the module's range for another object never has two
+/// modules at one range in a generation, nor one stack ID name both
+/// (docs/FORMAT.md section 10). A generation's own end (which refreshes
+/// first) needs none; the writer thread, which must not wait for an
+/// advance, asks the advancer thread for one.
+pub(crate) fn after_modules_refresh() {
+    if !crate::module_table::take_unloaded() || IN_CONTROL.with(|c| c.get()) {
+        return;
+    }
+    if writer::on_writer_thread() {
+        let session = SESSION.load(Ordering::Acquire);
+        if !session.is_null() {
+            // SAFETY: the writer thread runs inside its session, which
+            // stop frees only after joining it.
+            let advancer = unsafe { &(*session).advancer };
+            advancer.wanted.store(true, Ordering::Release);
+            advancer.thread.wake();
+        }
+        return;
+    }
+    let _ = advance();
 }
 
 /// Flushes everything, ends the trace and closes the output (a path it

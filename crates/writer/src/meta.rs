@@ -17,21 +17,30 @@ use alloctrace_format::{command_line_args, uvarint_len, BatchKind, PROCESS_TRUNC
 use crate::buffer::Buffer;
 use crate::clock::{self, ClockPair};
 use crate::session::{Session, LOST_STACKS};
-use crate::{call_stack_table, capture, frame_table, module_table, type_table};
+use crate::{call_stack_table, capture, type_table};
 
 /// The start tick of the last generation of each parity (its info batch),
-/// for the modules batch of its end.
+/// for its modules batches (tables.rs).
 static GENERATION_START: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// The end tick of the last generation of each parity to end (its
+/// generation-end batch), so its last listing leaves out modules loaded
+/// after it.
+static GENERATION_END: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Writes the type table and the generation-end batch of `old`, whose
 /// batches are all queued, with `lost` events lost in it.
 pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     write_types(session, old);
-    write_modules(session, old);
-    write_frames(session, old);
-    write_call_stacks(session, old);
+    if lists_modules() {
+        // Libraries loaded since the last look (a dlopen the shim did not
+        // see) join the table before the writer thread lists the
+        // generation's last entries, as it writes its end (tables.rs).
+        capture::modules_changed();
+    }
     let lost_stacks = LOST_STACKS[(old & 1) as usize].swap(0, Ordering::Relaxed);
     let end = ClockPair::now();
+    GENERATION_END[(old & 1) as usize].store(end.ticks, Ordering::Relaxed);
     let mut batch = MetaWriter::new(session, BatchKind::GenerationEnd, old);
     batch.base_ticks(end.ticks);
     batch.varint(end.ticks);
@@ -200,76 +209,26 @@ fn write_types(session: &Session, generation: u64) {
     }
 }
 
-/// Writes the modules alive during generation `generation` (module_table.rs),
-/// when the session captures native stacks or any call stack was interned
-/// (registered stacks may hold native addresses).
-fn write_modules(session: &Session, generation: u64) {
-    if capture::mode() == capture::StackMode::None && !call_stack_table::any() {
-        return;
-    }
-    // Libraries loaded since the last look (a dlopen is not wrapped: see
-    // capture.rs) join the table before the generation lists it.
-    capture::modules_changed();
-    let start = GENERATION_START[(generation & 1) as usize].load(Ordering::Relaxed);
-    let end = clock::ticks();
-    let mut batch = MetaWriter::new(session, BatchKind::Modules, generation);
-    let mut any = false;
-    module_table::write_generation(start, end, |m| {
-        any = true;
-        batch.entry(&[
-            (
-                &[
-                    m.id,
-                    m.start,
-                    m.end,
-                    m.bias,
-                    m.eh_frame_hdr,
-                    m.load_ticks,
-                    m.unload_ticks,
-                    m.build_id.len() as u64,
-                ],
-                m.build_id,
-            ),
-            (&[m.path.len() as u64], m.path),
-        ]);
-    });
-    if any {
-        batch.finish();
-    }
+/// Whether the session's generations list modules: it captures native
+/// stacks, or a stack was interned (registered stacks may hold native
+/// addresses).
+pub(crate) fn lists_modules() -> bool {
+    capture::mode() != capture::StackMode::None || call_stack_table::any()
 }
 
-/// Writes the registered frames generation `generation`'s call stacks use
-/// (their marks are complete: call_stack_table.rs invariant 3).
-fn write_frames(session: &Session, generation: u64) {
-    let mut batch = MetaWriter::new(session, BatchKind::Frames, generation);
-    let mut any = false;
-    frame_table::for_each_used(generation, |f| {
-        any = true;
-        batch.entry(&[
-            (
-                &[f.id, u64::from(f.line), f.function.len() as u64],
-                f.function,
-            ),
-            (&[f.file.len() as u64], f.file),
-        ]);
-    });
-    if any {
-        batch.finish();
-    }
+/// The tick generation `generation` (of the running session) started at,
+/// as its info batch says.
+pub(crate) fn generation_start(generation: u64) -> u64 {
+    GENERATION_START[(generation & 1) as usize].load(Ordering::Relaxed)
 }
 
-/// Writes the call-stack nodes generation `generation` used, ancestors
-/// included, in ID order (so parents first).
-fn write_call_stacks(session: &Session, generation: u64) {
-    let mut batch = MetaWriter::new(session, BatchKind::CallStacks, generation);
-    let mut any = false;
-    call_stack_table::for_each_used(generation, |id, parent, frame| {
-        any = true;
-        batch.entry(&[(&[u64::from(id), u64::from(parent), frame], &[])]);
-    });
-    if any {
-        batch.finish();
-    }
+/// The ticks generation `generation` started and, once it has ended,
+/// ended at. (Its parity's slots are not reused while the writer thread
+/// still lists it: lifecycle.rs, `wait_for_parity`.)
+pub(crate) fn generation_span(generation: u64) -> (u64, Option<u64>) {
+    let start = generation_start(generation);
+    let end = GENERATION_END[(generation & 1) as usize].load(Ordering::Relaxed);
+    (start, (end > start).then_some(end))
 }
 
 /// Generation-end batches this process has written, over all its

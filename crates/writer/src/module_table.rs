@@ -14,11 +14,20 @@
 //! load time; an object gone gets the refresh's tick as its unload time and
 //! stays listed until the generation that saw it go has been written.
 //!
-//! Every generation lists every module alive during any part of it
-//! ([`write_generation`]): loaded before its end, not unloaded before its
-//! start. Load and unload ticks inside the generation are written as they
-//! are, others as 0 (loaded before the generation started / still loaded at
-//! its end), as the format says.
+//! Every generation lists every module alive during any part of it: loaded
+//! before its end, not unloaded before its start. The writer thread lists
+//! them as it goes, before the batches of the generation it writes
+//! ([`list_pending`], tables.rs): every module known by then, once, and a
+//! module again when its unload has become known since (the format lets a
+//! later listing of an ID replace the earlier one). Load and unload ticks
+//! inside the generation are written as they are, others as 0 (loaded
+//! before the generation started / still loaded at its end), as the format
+//! says.
+//!
+//! A refresh that finds a module gone says so ([`take_unloaded`]): the
+//! session then starts a new generation (lifecycle.rs), so that no
+//! generation lists two modules at one range when the loader reuses it,
+//! and the stacks of a generation name the code of one load.
 //!
 //! ## Invariants
 //!
@@ -54,6 +63,9 @@ struct Entry {
     load_ticks: u64,
     /// 0 while still loaded.
     unload_ticks: u64,
+    /// Per generation parity: the listing key (tables.rs) that last listed
+    /// the module, and the unload tick it listed.
+    listed: [(u64, u64); 2],
 }
 
 struct Table {
@@ -61,12 +73,18 @@ struct Table {
     next_id: u64,
     /// The tick of the last reset or refresh.
     last_refresh: u64,
+    /// Counts the changes (a reset, a refresh that changed something).
+    version: u64,
+    /// A refresh found a module unloaded since the last [`take_unloaded`].
+    unloaded: bool,
 }
 
 static TABLE: Mutex<Table> = Mutex::new(Table {
     entries: Vec::new(),
     next_id: 1,
     last_refresh: 0,
+    version: 0,
+    unloaded: false,
 });
 
 fn table() -> std::sync::MutexGuard<'static, Table> {
@@ -84,6 +102,7 @@ fn same_object(a: &ModuleInfo, b: &ModuleInfo) -> bool {
 pub(crate) fn reset(modules: &[ModuleInfo], now: u64) {
     let mut t = table();
     t.entries.clear();
+    t.unloaded = false;
     t.next_id = 1;
     t.last_refresh = now;
     for info in modules {
@@ -94,8 +113,10 @@ pub(crate) fn reset(modules: &[ModuleInfo], now: u64) {
             info: info.clone(),
             load_ticks: 0,
             unload_ticks: 0,
+            listed: [(0, 0); 2],
         });
     }
+    t.version += 1;
 }
 
 /// Notes that the table was known to be current at tick `now` (the
@@ -116,12 +137,14 @@ pub(crate) fn current_at(now: u64) {
 pub(crate) fn refresh(modules: &[ModuleInfo], now: u64) -> bool {
     let mut t = table();
     let mut changed = false;
+    let mut unloaded = false;
     let loaded = t.last_refresh.saturating_add(1);
     t.last_refresh = now;
     for e in t.entries.iter_mut().filter(|e| e.unload_ticks == 0) {
         if !modules.iter().any(|m| same_object(m, &e.info)) {
             e.unload_ticks = now.max(1);
             changed = true;
+            unloaded = true;
         }
     }
     for info in modules {
@@ -137,11 +160,27 @@ pub(crate) fn refresh(modules: &[ModuleInfo], now: u64) -> bool {
                 info: info.clone(),
                 load_ticks: loaded,
                 unload_ticks: 0,
+                listed: [(0, 0); 2],
             });
             changed = true;
         }
     }
+    if changed {
+        t.version += 1;
+    }
+    t.unloaded |= unloaded;
     changed
+}
+
+/// Whether a refresh found a module unloaded since the last call.
+pub(crate) fn take_unloaded() -> bool {
+    core::mem::take(&mut table().unloaded)
+}
+
+/// The table's change count: a listing that saw this version has nothing
+/// new to list until it moves.
+pub(crate) fn version() -> u64 {
+    table().version
 }
 
 /// One module as a generation's batch lists it (docs/FORMAT.md).
@@ -157,25 +196,37 @@ pub(crate) struct ModuleRecord<'a> {
     pub(crate) path: &'a [u8],
 }
 
-/// Calls `f` for every module alive during the generation that ran from
-/// tick `start` to tick `end`, in ID order, then drops the modules
-/// unloaded before `end` (invariant 3: the generations after this one
-/// start later than their unload).
-pub(crate) fn write_generation(start: u64, end: u64, mut f: impl FnMut(ModuleRecord<'_>)) {
+/// Calls `f`, in ID order, for every module alive during the generation
+/// (of parity `parity`) that started at tick `start`, up to `now` (the
+/// present, or the generation's end),
+/// that the listing `key` has not listed, or listed before its unload
+/// became known; notes them listed. Writer thread only.
+pub(crate) fn list_pending(
+    parity: usize,
+    key: u64,
+    start: u64,
+    now: u64,
+    mut f: impl FnMut(ModuleRecord<'_>),
+) {
     let mut t = table();
-    for e in &t.entries {
-        let loaded_before_end = e.load_ticks < end;
+    for e in t.entries.iter_mut() {
+        let loaded_before_end = e.load_ticks <= now;
         let unloaded_before_start = e.unload_ticks != 0 && e.unload_ticks <= start;
         if !loaded_before_end || unloaded_before_start {
             continue;
         }
         let inside = |ticks: u64| {
-            if ticks > start && ticks < end {
+            if ticks > start && ticks <= now {
                 ticks
             } else {
                 0
             }
         };
+        let unload = inside(e.unload_ticks);
+        if e.listed[parity] == (key, unload) {
+            continue;
+        }
+        e.listed[parity] = (key, unload);
         f(ModuleRecord {
             id: e.id,
             start: e.info.start,
@@ -183,54 +234,92 @@ pub(crate) fn write_generation(start: u64, end: u64, mut f: impl FnMut(ModuleRec
             bias: e.info.bias,
             eh_frame_hdr: e.info.eh_frame_hdr,
             load_ticks: inside(e.load_ticks),
-            unload_ticks: inside(e.unload_ticks),
+            unload_ticks: unload,
             build_id: &e.info.build_id,
             // A reader refuses longer paths (never seen: the loader's
             // names are file paths).
             path: &e.info.path[..e.info.path.len().min(MAX_MODULE_PATH_LEN)],
         });
     }
-    t.entries
-        .retain(|e| e.unload_ticks == 0 || e.unload_ticks >= end);
+}
+
+/// Drops the modules unloaded before tick `start`, once every generation
+/// that started before it has been listed whole (invariant 3): the writer
+/// thread calls it as it writes a generation's end, with the start of the
+/// generation after it.
+pub(crate) fn forget_unloaded_before(start: u64) {
+    table()
+        .entries
+        .retain(|e| e.unload_ticks == 0 || e.unload_ticks >= start);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// What a generation `[start, end)` lists, as one listing of its own.
+    fn listing(start: u64, end: u64) -> Vec<(u64, u64, u64)> {
+        static KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
+        let key = KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut out = Vec::new();
+        list_pending(0, key, start, end, |m| {
+            out.push((m.id, m.load_ticks, m.unload_ticks))
+        });
+        out
+    }
+
     #[test]
     fn a_generation_lists_what_was_alive_in_it_with_its_load_and_unload_ticks() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let snapshot = alloctrace_unwind::Modules::snapshot().modules().to_vec();
         assert!(snapshot.len() > 1);
         reset(&snapshot, 50);
-        let mut first = Vec::new();
-        write_generation(100, 200, |m| {
-            first.push((m.id, m.load_ticks, m.unload_ticks))
-        });
+        let first = listing(100, 200);
         assert_eq!(first.len(), snapshot.len());
         assert!(first.iter().all(|&(id, l, u)| id >= 1 && l == 0 && u == 0));
         // Nothing changed: a refresh says so.
         assert!(!refresh(&snapshot, 250));
+        assert!(!take_unloaded());
         // An object that disappears at 300 is listed with its unload tick in
-        // the generation [200, 400), then no more.
+        // the generation [200, 400), then no more once forgotten.
         let gone = &snapshot[1..];
         assert!(refresh(gone, 300));
-        let mut second = Vec::new();
-        write_generation(200, 400, |m| second.push((m.id, m.unload_ticks)));
-        assert!(second.contains(&(first[0].0, 300)));
-        let mut third = Vec::new();
-        write_generation(400, 500, |m| third.push(m.id));
-        assert!(!third.contains(&first[0].0));
+        assert!(take_unloaded() && !take_unloaded());
+        let second = listing(200, 400);
+        assert!(second.contains(&(first[0].0, 0, 300)));
+        forget_unloaded_before(400);
+        let third = listing(400, 500);
+        assert!(!third.iter().any(|m| m.0 == first[0].0));
         // Loaded again, found at 600: a new ID, loaded just after the
         // last refresh (300).
         assert!(refresh(&snapshot, 600));
-        let mut fourth = Vec::new();
-        write_generation(500, 700, |m| fourth.push((m.id, m.load_ticks)));
         let max_id = first.iter().map(|f| f.0).max().unwrap_or(0);
-        assert_eq!(fourth.iter().filter(|&&(id, _)| id > max_id).count(), 1);
-        assert!(fourth.iter().any(|&(id, l)| id > max_id && l == 0));
-        let mut fifth = Vec::new();
-        write_generation(250, 700, |m| fifth.push((m.id, m.load_ticks)));
-        assert!(fifth.iter().any(|&(id, l)| id > max_id && l == 301));
+        let fourth = listing(500, 700);
+        assert_eq!(fourth.iter().filter(|m| m.0 > max_id).count(), 1);
+        assert!(fourth.iter().any(|&(id, l, _)| id > max_id && l == 0));
+        let fifth = listing(250, 700);
+        assert!(fifth.iter().any(|&(id, l, _)| id > max_id && l == 301));
     }
+
+    #[test]
+    fn a_listing_lists_a_module_once_and_again_when_its_unload_is_known() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let snapshot = alloctrace_unwind::Modules::snapshot().modules().to_vec();
+        reset(&snapshot, 50);
+        let mut out = Vec::new();
+        list_pending(1, 5, 100, 150, |m| out.push((m.id, m.unload_ticks)));
+        assert_eq!(out.len(), snapshot.len());
+        out.clear();
+        list_pending(1, 5, 100, 160, |m| out.push((m.id, m.unload_ticks)));
+        assert!(out.is_empty(), "listed already: {out:?}");
+        let v = version();
+        assert!(refresh(&snapshot[1..], 170));
+        assert!(version() > v);
+        list_pending(1, 5, 100, 180, |m| out.push((m.id, m.unload_ticks)));
+        assert_eq!(out.len(), 1, "the unloaded one, again, with its unload");
+        assert_eq!(out[0].1, 170);
+    }
+
+    /// The table is process-wide: its tests take turns.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 }

@@ -64,8 +64,13 @@
 //! - Between the unshare and the closing of the copies, the writer's table
 //!   holds the program's descriptors for a few microseconds, once, when
 //!   tracing starts.
-//! - A forked child keeps the parent's descriptor (the core forgets the
-//!   parent's session in the child, see session.rs) and never writes to it.
+//! - A forked child closes its copy of the parent's descriptor, when the
+//!   core opened it and the number still names the trace
+//!   ([`Output::close_in_forked_child`], from fork.rs): the core forgets the
+//!   parent's session in the child (session.rs), so the child never writes
+//!   to the parent's trace, nor holds it open (a pipe's reader waiting for
+//!   its end, a file a tool waits to be closed). A descriptor the caller
+//!   passed is the caller's, and stays.
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -265,6 +270,24 @@ impl Output {
             identity: identity(fd).ok(),
             gone: AtomicBool::new(false),
             written: AtomicU64::new(0),
+        }
+    }
+
+    /// In a forked child (fork.rs, which then forgets the session): closes
+    /// the child's copy of the descriptor if the core opened it and the
+    /// number still names the trace. No lock is waited for (no other
+    /// thread exists; one that held it at the fork is not in the child).
+    pub(crate) fn close_in_forked_child(&self) {
+        let Ok(mut owned) = self.owned.try_lock() else {
+            return;
+        };
+        if let Some(fd) = owned.take() {
+            if self.still_ours() {
+                drop(fd);
+            } else {
+                // The program's now: not ours to close.
+                let _ = fd.into_raw_fd();
+            }
         }
     }
 

@@ -13,7 +13,8 @@
 //!
 //! Under it (and never importing it): thread.rs, handshake.rs, buffer.rs,
 //! writer.rs (the writer thread, given what it needs through
-//! `writer::WriterHost`), output.rs, clock.rs, shared.rs, tls.rs,
+//! `writer::WriterHost`), tables.rs (its listing of the stack tables
+//! before each batch), output.rs, clock.rs, shared.rs, tls.rs,
 //! type_table.rs. Above it: events.rs and crash.rs. The invariants below are
 //! numbered; the code that relies on one says so ("invariant N", meaning
 //! this list).
@@ -111,10 +112,11 @@
 //! - More threads than slots: events of slotless threads are counted lost.
 //! - fork: the first start registers pthread_atfork handlers (fork.rs).
 //!   Prepare takes [`CONTROL`] so no start/advance/stop is half done at the
-//!   fork; the child turns tracing off and forgets the parent's session (its
+//!   fork; the child turns tracing off, closes its copy of the trace's
+//!   descriptor (one the core opened) and forgets the parent's session (its
 //!   buffers and queue may be mid-update by threads the child does not have,
 //!   and its trace is the parent's), so the child's events cost nothing and
-//!   never reach the parent's file. A child that wants its own trace calls
+//!   never reach the parent's file, nor does the child hold it open. A child that wants its own trace calls
 //!   start again (the LD_PRELOAD shim does, with a file of its own).
 //!
 //! [`ThreadSlot`]: crate::thread::ThreadSlot
@@ -282,6 +284,20 @@ impl WriterHost for Session {
         {
             self.advancer.thread.wake();
         }
+    }
+
+    fn lists_modules(&self) -> bool {
+        crate::meta::lists_modules()
+    }
+
+    fn generation_span(&self, generation: u64) -> (u64, Option<u64>) {
+        crate::meta::generation_span(generation)
+    }
+
+    /// Modules unloaded before the next generation started are listed by
+    /// no later one.
+    fn generation_written(&self, generation: u64) {
+        crate::module_table::forget_unloaded_before(crate::meta::generation_start(generation + 1));
     }
 }
 

@@ -4,17 +4,22 @@
 //!
 //! It is below the session layer and never imports it: what it needs of a
 //! session is passed down ([`WriterHost`], implemented by session.rs), and
-//! its part of the session ([`Writer`]) is defined here. It allocates
-//! nothing once it is ready (all the compression state is made before),
-//! so a custom allocator that traces itself never sees it; it blocks every
-//! signal (thread.rs `spawn_internal`).
+//! its part of the session ([`Writer`]) is defined here. Before each batch
+//! it writes the stack-table entries the batch's generation has come to
+//! use (tables.rs), so the file never holds a stack ID before its
+//! definition. It allocates nothing per batch (the compression state and
+//! the listing's buffers are made before it is ready; a listing's buffers
+//! grow only past their first size, and a module-table refresh allocates,
+//! on this thread, outside every event); it blocks every signal (thread.rs
+//! `spawn_internal`).
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::buffer::BufferPool;
 use crate::output::Output;
+use crate::tables::Tables;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
 
 /// How long the writer sleeps when the queue is empty. Producers never wait
@@ -33,6 +38,10 @@ pub(crate) struct Writer {
     pub(crate) sleeping: AtomicBool,
     /// First write error (errno), 0 if none.
     pub(crate) io_error: AtomicI32,
+    /// The last generation whose end batch the writer thread has passed
+    /// (written, or discarded after an error): a generation's parity may
+    /// be reused once it has (lifecycle.rs, tables.rs).
+    pub(crate) ended: AtomicU64,
     /// The writer thread, once it is ready; done when it has written
     /// everything and returns (a fatal-signal flush waits for that instead
     /// of joining: crash.rs).
@@ -47,6 +56,7 @@ impl Writer {
             stopping: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             io_error: AtomicI32::new(0),
+            ended: AtomicU64::new(0),
             thread: ThreadSignals::new(),
         }
     }
@@ -77,6 +87,19 @@ pub(crate) trait WriterHost: Send + Sync + 'static {
     /// Called after each batch written (or discarded after an error) with
     /// its length. Runs on the writer thread: must not allocate.
     fn count_written(&self, n: usize);
+    /// Whether the session lists modules (it captures native stacks, or a
+    /// caller interned a stack).
+    fn lists_modules(&self) -> bool {
+        false
+    }
+    /// The ticks generation `generation` started and (once it has) ended
+    /// at.
+    fn generation_span(&self, _generation: u64) -> (u64, Option<u64>) {
+        (0, None)
+    }
+    /// Called when the writer has passed the end of `generation`, before
+    /// it publishes that in [`Writer::ended`].
+    fn generation_written(&self, _generation: u64) {}
 }
 
 /// Starts the writer thread of a session and returns once it is ready
@@ -94,9 +117,9 @@ pub(crate) fn spawn_writer<H: WriterHost>(session: &Arc<H>) -> std::io::Result<I
                 None
             };
             s.writer().output.make_private();
-            compression
+            (compression, Tables::new())
         },
-        |s, compression| run_writer(s, compression),
+        |s, (compression, tables)| run_writer(s, compression, tables),
     )
 }
 
@@ -207,14 +230,50 @@ impl Compression {
     }
 }
 
-/// Writes full batches out in queue order until the session stops. After a
-/// write error it keeps draining (and discarding), so producers never block
-/// on a dead output; stop reports the error.
-fn run_writer<H: WriterHost>(session: &H, mut compression: Option<Compression>) {
+thread_local! {
+    static WRITER_THREAD: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a session's writer thread.
+pub(crate) fn on_writer_thread() -> bool {
+    WRITER_THREAD.with(|w| w.get())
+}
+
+/// Writes full batches out in queue order until the session stops, each
+/// after the stack-table entries its generation has come to use
+/// (tables.rs). After a write error it keeps draining (and discarding), so
+/// producers never block on a dead output; stop reports the error.
+fn run_writer<H: WriterHost>(
+    session: &H,
+    mut compression: Option<Compression>,
+    mut tables: Tables,
+) {
+    WRITER_THREAD.with(|w| w.set(true));
     let (writer, pool) = (session.writer(), session.pool());
     let record = |result: Result<(), i32>| {
         if let Err(e) = result {
             writer.io_error.store(e, Ordering::Relaxed);
+        }
+    };
+    // Writes `bytes`, whole batches back to back, in queue order.
+    let put = |compression: &mut Option<Compression>, bytes: &[u8]| {
+        if bytes.is_empty() || writer.io_error.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        match compression.as_mut() {
+            Some(c) if compress_next(pool.full_bytes()) => {
+                c.staged.extend_from_slice(bytes);
+                if c.staged.len() >= COMPRESS_CHUNK {
+                    record(c.flush(&writer.output));
+                }
+            }
+            Some(c) => {
+                // Behind: the staged batches and these go out as they
+                // are, in queue order.
+                record(c.write_staged(&writer.output));
+                record(writer.output.write_batches(bytes));
+            }
+            None => record(writer.output.write_batches(bytes)),
         }
     };
     loop {
@@ -226,25 +285,18 @@ fn run_writer<H: WriterHost>(session: &H, mut compression: Option<Compression>) 
         while let Some(buf) = pool.pop_full() {
             // SAFETY: popping the full queue hands this thread the buffer.
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
-            if writer.io_error.load(Ordering::Relaxed) == 0 {
-                match compression.as_mut() {
-                    Some(c) if compress_next(pool.full_bytes()) => {
-                        c.staged.extend_from_slice(bytes);
-                        if c.staged.len() >= COMPRESS_CHUNK {
-                            record(c.flush(&writer.output));
-                        }
-                    }
-                    Some(c) => {
-                        // Behind: the staged batches and this one go out
-                        // as they are, in queue order.
-                        record(c.write_staged(&writer.output));
-                        record(writer.output.write_batch(&[bytes]));
-                    }
-                    None => record(writer.output.write_batch(&[bytes])),
-                }
-            }
+            let seen = tables.before(bytes, session.lists_modules(), |g| {
+                session.generation_span(g)
+            });
+            put(&mut compression, &tables.out);
+            session.count_written(tables.out.len());
+            put(&mut compression, bytes);
             session.count_written(bytes.len());
             pool.recycle(buf);
+            if let Some(seen) = seen.filter(|s| s.end) {
+                session.generation_written(seen.generation);
+                writer.ended.store(seen.generation, Ordering::Release);
+            }
             wrote = true;
         }
         // The queue is empty: write what is staged rather than hold it.

@@ -1,7 +1,7 @@
 //! fork while tracing: the child starts with tracing off (its events never
 //! reach the parent's trace, and it never waits for the parent's writer
-//! thread), can start a trace of its own, and the parent's trace stays
-//! exact.
+//! thread), holds no descriptor of the parent's trace, can start a trace of
+//! its own, and the parent's trace stays exact.
 
 mod common;
 
@@ -21,6 +21,47 @@ fn read_addresses(path: &std::path::Path) -> Vec<u64> {
     out
 }
 
+/// Whether a descriptor of this process names the file `path` (its
+/// /proc/self/fd link), without allocating (a forked child).
+fn holds_file(path: &[u8]) -> bool {
+    let mut link = [0u8; 64];
+    let mut target = [0u8; 4096];
+    for fd in 0..65536u32 {
+        // SAFETY: F_GETFD on any number is harmless.
+        if unsafe { libc::fcntl(fd as i32, libc::F_GETFD) } < 0 {
+            continue;
+        }
+        let prefix = b"/proc/self/fd/";
+        link[..prefix.len()].copy_from_slice(prefix);
+        let mut digits = [0u8; 10];
+        let (mut n, mut v) = (0, fd);
+        loop {
+            digits[n] = b'0' + (v % 10) as u8;
+            n += 1;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        for i in 0..n {
+            link[prefix.len() + i] = digits[n - 1 - i];
+        }
+        link[prefix.len() + n] = 0;
+        // SAFETY: link is NUL-terminated, target a buffer of its length.
+        let len = unsafe {
+            libc::readlink(
+                link.as_ptr().cast(),
+                target.as_mut_ptr().cast(),
+                target.len(),
+            )
+        };
+        if len > 0 && &target[..len as usize] == path {
+            return true;
+        }
+    }
+    false
+}
+
 #[test]
 fn child_is_clean_and_parent_trace_is_exact() {
     let dir = std::env::temp_dir().join(format!("alloctrace-fork-{}", std::process::id()));
@@ -28,6 +69,7 @@ fn child_is_clean_and_parent_trace_is_exact() {
     let parent_path = dir.join("parent.trace");
     let child_path = dir.join("child.trace");
     let child_cpath = CString::new(child_path.to_str().unwrap()).unwrap();
+    let parent_bytes = parent_path.to_str().unwrap().as_bytes().to_vec();
     let config = alloctrace_writer::Config {
         buffer_size: 4096,
         ..Default::default()
@@ -52,6 +94,9 @@ fn child_is_clean_and_parent_trace_is_exact() {
         let mut status = 0;
         if alloctrace_writer::enabled() {
             status |= 1;
+        }
+        if holds_file(&parent_bytes) {
+            status |= 32;
         }
         // Must return at once, not wait for a writer thread the child lacks.
         for i in 0..100_000usize {
