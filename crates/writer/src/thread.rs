@@ -70,7 +70,7 @@ use crate::tls::{self, Word};
 
 /// Most threads that can hold a slot at once. A thread that finds none has
 /// its events counted as lost (never silently dropped).
-pub(crate) const MAX_THREADS: usize = 16384;
+pub(crate) const MAX_THREADS: usize = 4096;
 
 /// Per-thread streams, each with its own batch buffer per generation parity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
