@@ -96,16 +96,18 @@ pub(crate) fn guarded(trace: impl FnOnce()) {
     }
 }
 
-/// A test hook (feature `panic-test`): the first traced allocation after
-/// `ALLOCTRACE_TEST_PANIC` is seen set panics inside its tracing part.
+/// A test hook (feature `panic-test`): with `ALLOCTRACE_TEST_PANIC` set,
+/// the first traced allocation panics inside its tracing part.
 #[cfg(feature = "panic-test")]
 fn test_panic() {
     use core::sync::atomic::AtomicBool;
     static DONE: AtomicBool = AtomicBool::new(false);
+    // Once only, decided before reading the environment (which
+    // allocates: that allocation must not come back here).
     if !DONE.load(Ordering::Relaxed)
         && reentrancy::get() == reentrancy::NORMAL
-        && std::env::var_os("ALLOCTRACE_TEST_PANIC").is_some()
         && !DONE.swap(true, Ordering::Relaxed)
+        && std::env::var_os("ALLOCTRACE_TEST_PANIC").is_some()
     {
         panic!("alloctrace test panic");
     }
