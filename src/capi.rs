@@ -94,11 +94,12 @@ pub enum trace_stacks {
     /// No capture (default): allocations carry the stack their caller
     /// passes to a `_stack` call, if any.
     TRACE_STACKS_NONE = 0,
-    /// Frame pointers: cheap, but code built without them (most of a
-    /// Debian system) is skipped or ends the stack.
+    /// Deprecated: accepted and treated as `TRACE_STACKS_FULL`. (It was a
+    /// frame-pointer walk, which stopped at the first frame of code built
+    /// without frame pointers; the full walk now costs about as little.)
     TRACE_STACKS_FAST = 1,
-    /// DWARF CFI (`.eh_frame`) for every frame: right on any code, about
-    /// 4x the cost per frame of `TRACE_STACKS_FAST`.
+    /// DWARF CFI (`.eh_frame`) for every frame, frame pointers where a
+    /// module has no unwind table: right on any code.
     TRACE_STACKS_FULL = 2,
 }
 
@@ -416,7 +417,8 @@ pub unsafe extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
                 (
                     trace_stacks::TRACE_STACKS_FAST as c_int,
                     "TRACE_STACKS_FAST",
-                    StackMode::Fast,
+                    // Deprecated: the full mode.
+                    StackMode::Full,
                 ),
                 (
                     trace_stacks::TRACE_STACKS_FULL as c_int,

@@ -8,6 +8,8 @@
  *                        trace for several generations) and 3 marker blocks
  *   threads              two waves of 4 threads that allocate and exit, the
  *                        second on stacks of another size
+ *   many N               N threads alive at once (64 KiB stacks), each
+ *                        allocating one block before any exits
  *   fork                 parent and child allocate on paths of their own
  *   dlopen LIB           a library loaded, used and unloaded, twice;
  *                        prints "dl SIZE BASE" for each load
@@ -43,6 +45,7 @@
 #define SIZE_CORRUPT 5081
 #define SIZE_AFTER_CORRUPT 5087
 #define SIZE_ALTSTACK 5101
+#define SIZE_MANY 5107
 
 void *volatile sp_sink;
 static volatile unsigned sp_after;
@@ -130,6 +133,44 @@ SP_NOINLINE static int sp_scn_threads(void)
         for (int i = 0; i < 4; i++)
             pthread_join(t[i], NULL);
     }
+    sp_after++;
+    return 0;
+}
+
+/* --- many threads at once ------------------------------------------------- */
+
+static pthread_barrier_t sp_many_barrier;
+
+SP_NOINLINE void *sp_many_body(void *arg)
+{
+    (void)arg;
+    sp_alloc_n(SIZE_MANY, 1);
+    pthread_barrier_wait(&sp_many_barrier);
+    sp_after++;
+    return NULL;
+}
+
+/* Every thread allocates, then waits until all have: all n are alive at
+ * once when they allocate, and none exits before the last has. */
+SP_NOINLINE static int sp_scn_many(int n)
+{
+    pthread_t *t = calloc((size_t)n, sizeof *t);
+    if (!t)
+        die("calloc");
+    if (pthread_barrier_init(&sp_many_barrier, NULL, (unsigned)n + 1) != 0)
+        die("pthread_barrier_init");
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (pthread_attr_setstacksize(&attr, 64 << 10) != 0)
+        die("pthread_attr_setstacksize");
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&t[i], &attr, sp_many_body, NULL) != 0)
+            die("pthread_create");
+    pthread_attr_destroy(&attr);
+    pthread_barrier_wait(&sp_many_barrier);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    free(t);
     sp_after++;
     return 0;
 }
@@ -353,6 +394,8 @@ int main(int argc, char **argv)
         rc = sp_scn_gens(atol(argv[2]), atol(argv[3]));
     else if (!strcmp(what, "threads"))
         rc = sp_scn_threads();
+    else if (!strcmp(what, "many") && argc == 3)
+        rc = sp_scn_many(atoi(argv[2]));
     else if (!strcmp(what, "fork"))
         rc = sp_scn_fork();
     else if (!strcmp(what, "dlopen") && argc == 3)
@@ -366,7 +409,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "corrupt"))
         rc = sp_scn_corrupt();
     else {
-        fprintf(stderr, "usage: scenarios gens ROUNDS CHURN | threads | fork | dlopen LIB | signal | altstack | deep | corrupt\n");
+        fprintf(stderr, "usage: scenarios gens ROUNDS CHURN | threads | many N | fork | dlopen LIB | signal | altstack | deep | corrupt\n");
         return 2;
     }
     SP_BARRIER();

@@ -6,8 +6,11 @@
 //! [`StackTable`] gives each distinct call path one [`StackId`] for the
 //! whole analysis: a native frame is keyed by its module (path and build
 //! ID) and its module-relative address, a registered frame by its
-//! function, file and line. Frames in the LD_PRELOAD shim itself (its
-//! thread-start trampoline sits under every thread's stack) are left out.
+//! function, file and line. Frames in the LD_PRELOAD shim itself are left
+//! out: traces written before the shim's walks ended at a thread's start
+//! routine have its thread-start trampoline under every thread's stack
+//! (newer traces have no frame of the shim's, so this only keeps old ones
+//! readable as before).
 //!
 //! ## Invariants
 //! 1. Node 0 is the empty stack; every other node's parent is a smaller

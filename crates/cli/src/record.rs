@@ -77,12 +77,11 @@ pub struct Args {
     /// Batch compression (zstd: about 3 to 20 times smaller traces; see README.md, "Tracing any program").
     #[arg(long, value_name = "KIND", value_enum, default_value_t = Compression::Zstd)]
     compression: Compression,
-    /// Call stacks of allocations: full unwinds every frame by the DWARF
-    /// unwind tables (.eh_frame), right on code built without frame
-    /// pointers; fast follows frame pointers only (cheaper; frames of code
-    /// built without them are missed); none records no stacks. See
+    /// Call stacks of allocations: full (default) unwinds every frame by
+    /// the DWARF unwind tables (.eh_frame), right on code built without
+    /// frame pointers; none records no stacks. (fast was removed.) See
     /// README.md, "Call stacks", for what each costs.
-    #[arg(long, value_name = "MODE", value_enum, default_value_t = Stacks::DEFAULT)]
+    #[arg(long, value_name = "MODE", default_value = Stacks::DEFAULT.name(), value_parser = parse_stacks)]
     stacks: Stacks,
     /// Most frames kept per call stack, 1 to 256; deeper stacks keep their
     /// innermost frames and are marked truncated.
@@ -136,6 +135,14 @@ fn parse_output(value: OsString) -> Result<PathBuf, String> {
         }
         _ => Ok(path),
     }
+}
+
+/// `--stacks`: `fast` is refused with the reason.
+fn parse_stacks(value: &str) -> Result<Stacks, String> {
+    Stacks::parse(value.as_bytes()).map_err(|why| match value {
+        "fast" => format!("--stacks {why}"),
+        _ => why.to_string(),
+    })
 }
 
 fn parse_program_name(value: &str) -> Result<String, String> {

@@ -33,7 +33,8 @@ pub mod env {
     /// Set by the shim of the first process when ALLOCTRACE_FOLLOW=0: the
     /// pid whose images are traced.
     pub const ROOT_PID: &str = "ALLOCTRACE_ROOT_PID";
-    /// `none`, `fast` or `full`: which native call stacks allocations carry.
+    /// `none` or `full`: which native call stacks allocations carry
+    /// (`fast` was removed and is refused).
     pub const STACKS: &str = "ALLOCTRACE_STACKS";
     /// The call stacks' depth limit in frames, 1 to 256.
     pub const STACK_DEPTH: &str = "ALLOCTRACE_STACK_DEPTH";
@@ -282,31 +283,35 @@ impl Compression {
 pub enum Stacks {
     /// No call stacks.
     None,
-    /// Frame pointers only: cheapest, but frames of code built without
-    /// frame pointers (most distributions' libraries) are missed.
-    Fast,
     /// DWARF CFI (.eh_frame) for every frame: right on any code.
     Full,
 }
 
 impl Stacks {
-    pub const ALL: [Stacks; 3] = [Stacks::None, Stacks::Fast, Stacks::Full];
+    pub const ALL: [Stacks; 2] = [Stacks::None, Stacks::Full];
     /// What `record` and the shim use when not told.
     pub const DEFAULT: Stacks = Stacks::Full;
 
     pub fn name(self) -> &'static str {
         match self {
             Stacks::None => "none",
-            Stacks::Fast => "fast",
             Stacks::Full => "full",
         }
     }
 
+    /// Why `fast` is refused: the mode (a frame-pointer walk, one frame
+    /// per allocation on a distribution's binaries) was removed.
+    pub const FAST_REMOVED: &'static str =
+        "fast was removed: full now costs about as little; use full or none";
+
     pub fn parse(v: &[u8]) -> Result<Stacks, &'static str> {
+        if v == b"fast" {
+            return Err(Stacks::FAST_REMOVED);
+        }
         Stacks::ALL
             .into_iter()
             .find(|c| c.name().as_bytes() == v)
-            .ok_or("use none, fast (frame pointers) or full (DWARF unwind tables)")
+            .ok_or("use none or full (DWARF unwind tables)")
     }
 }
 
@@ -386,6 +391,7 @@ mod tests {
             assert_eq!(Stacks::parse(mode.name().as_bytes()), Ok(mode));
         }
         assert!(Stacks::parse(b"dwarf").is_err());
+        assert_eq!(Stacks::parse(b"fast"), Err(Stacks::FAST_REMOVED));
         assert!(Stacks::parse(b"").is_err());
         assert_eq!(parse_stack_depth(b"1"), Ok(1));
         assert_eq!(parse_stack_depth(b"256"), Ok(256));

@@ -251,7 +251,7 @@ mod tests {
         assert!(ok(&[(COMPRESSION, "zstd")]).compress);
         assert_eq!(ok(&[]).call_stacks, Stacks::Full);
         assert_eq!(ok(&[]).stack_depth, 64);
-        assert_eq!(ok(&[(STACKS, "fast")]).call_stacks, Stacks::Fast);
+        assert_eq!(ok(&[(STACKS, "full")]).call_stacks, Stacks::Full);
         assert_eq!(ok(&[(STACKS, "none")]).call_stacks, Stacks::None);
         assert_eq!(ok(&[(STACK_DEPTH, "200")]).stack_depth, 200);
     }
@@ -284,7 +284,11 @@ mod tests {
             (vec![(ROOT_PID, "x")], "ALLOCTRACE_ROOT_PID"),
             (
                 vec![(STACKS, "dwarf")],
-                "ALLOCTRACE_STACKS=\"dwarf\": use none, fast",
+                "ALLOCTRACE_STACKS=\"dwarf\": use none or full",
+            ),
+            (
+                vec![(STACKS, "fast")],
+                "ALLOCTRACE_STACKS=\"fast\": fast was removed: full now costs about as little",
             ),
             (
                 vec![(STACK_DEPTH, "0")],

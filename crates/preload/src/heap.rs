@@ -44,7 +44,7 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering;
 
-use alloctrace_writer::capture::{self, StackMode};
+use alloctrace_writer::capture::{self, StackMode, StartRegs};
 use alloctrace_writer::events::{self, tagged, EntryPoint};
 
 use crate::{early, liveset, private_heap, real, reentrancy, state};
@@ -69,21 +69,92 @@ fn filtering() -> bool {
 }
 
 /// The call stack of the allocation `p` (null: none was made) when the
-/// session captures native stacks, else 0. Must be called from the body of
-/// the exported wrapper itself (every function between is
-/// `#[inline(always)]`): skip 1 then drops exactly the wrapper's frame, so
-/// the fast mode's frame-pointer walk starts in the program's frame.
+/// session captures native stacks, else 0: the walk starts at `start`, the
+/// program's frame as the naked entry saw it.
 #[inline(always)]
-fn call_stack(p: *mut c_void) -> u64 {
+fn call_stack(p: *mut c_void, start: StartRegs) -> u64 {
     if !p.is_null()
         && capture::mode() != StackMode::None
         && recording()
-        && reentrancy::get() != reentrancy::OWN
+        && reentrancy::get() < reentrancy::OWN
     {
-        capture::capture_stack_or_lost(1)
+        capture::capture_stack_from(start)
     } else {
         0
     }
+}
+
+/// Runs `trace`, the tracing part of an exported call (never the
+/// program's call itself), so that a panic in it never unwinds into the
+/// program's C frames: the thread's tracing is turned off
+/// (`reentrancy::DISABLED`) and the call goes on. The crate unwinds on
+/// panic (Cargo.toml's profiles set no `panic = "abort"`).
+#[inline(always)]
+pub(crate) fn guarded(trace: impl FnOnce()) {
+    if std::panic::catch_unwind(core::panic::AssertUnwindSafe(trace)).is_err() {
+        reentrancy::disable();
+    }
+}
+
+/// A test hook (feature `panic-test`): with `ALLOCTRACE_TEST_PANIC` set,
+/// the first traced allocation panics inside its tracing part.
+#[cfg(feature = "panic-test")]
+fn test_panic() {
+    use core::sync::atomic::AtomicBool;
+    static DONE: AtomicBool = AtomicBool::new(false);
+    // Once only, decided before reading the environment (which
+    // allocates: that allocation must not come back here).
+    if !DONE.load(Ordering::Relaxed)
+        && reentrancy::get() == reentrancy::NORMAL
+        && !DONE.swap(true, Ordering::Relaxed)
+        && std::env::var_os("ALLOCTRACE_TEST_PANIC").is_some()
+    {
+        panic!("alloctrace test panic");
+    }
+}
+
+/// Turns the entry's registers into where the walk starts.
+#[inline(always)]
+fn regs(ra: u64, sp: u64, bp: u64) -> StartRegs {
+    StartRegs { ra, sp, bp }
+}
+
+/// An exported entry point `$name($args) -> $ret` whose body is
+/// `$body($args, ra, sp, bp)`. On x86_64 Linux the entry is naked: it
+/// loads the return address (`[rsp]`), the stack pointer the program has
+/// once it returns (`rsp + 8`) and rbp into the argument registers after
+/// the real arguments (`$ra`, `$sp`, `$bp`) and jumps to the body, whose
+/// return goes straight back to the program. No frame of the tracer's is
+/// ever on the stack below the program's: a walk starts in the program's
+/// frame, with nothing to skip. Elsewhere a plain wrapper (no stacks).
+macro_rules! entry {
+    (
+        $(#[$meta:meta])*
+        fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $body:ident;
+        $ra:literal, $sp:literal, $bp:literal
+    ) => {
+        $(#[$meta])*
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                concat!("mov ", $ra, ", qword ptr [rsp]"),
+                concat!("lea ", $sp, ", [rsp + 8]"),
+                concat!("mov ", $bp, ", rbp"),
+                "jmp {body}",
+                body = sym $body,
+            )
+        }
+
+        $(#[$meta])*
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller's arguments, forwarded.
+            unsafe { $body($($arg,)* 0, 0, 0) }
+        }
+    };
 }
 
 /// Records an allocation's outcome: alloc of `p` (with call stack `stack`,
@@ -141,11 +212,12 @@ fn account_alloc(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
 
 /// A wrapper that allocates `size` bytes: in state OWN the shim's private
 /// heap (`private`), otherwise the next allocator's call (`next`), then
-/// the call accounted for.
+/// the call accounted for (its stack walked from `start`).
 #[inline(always)]
 fn allocate(
     entry: EntryPoint,
     size: usize,
+    start: StartRegs,
     private: impl FnOnce() -> *mut c_void,
     next: impl FnOnce() -> *mut c_void,
 ) -> *mut c_void {
@@ -153,35 +225,49 @@ fn allocate(
         return private();
     }
     let p = next();
-    let stack = call_stack(p);
-    account_alloc(entry, p, size, stack);
+    guarded(|| {
+        #[cfg(feature = "panic-test")]
+        test_panic();
+        let stack = call_stack(p, start);
+        account_alloc(entry, p, size, stack);
+    });
     p
 }
 
-/// Interposed malloc(3).
-///
-/// # Safety
-/// As malloc(3).
-#[no_mangle]
-pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+entry! {
+    /// Interposed malloc(3).
+    ///
+    /// # Safety
+    /// As malloc(3).
+    fn malloc(size: usize) -> *mut c_void = malloc_body;
+    "rsi", "rdx", "rcx"
+}
+
+unsafe extern "C" fn malloc_body(size: usize, ra: u64, sp: u64, bp: u64) -> *mut c_void {
     allocate(
         EntryPoint::Malloc,
         size,
+        regs(ra, sp, bp),
         || private_heap::alloc(size, 16),
         // SAFETY: forwarded.
         || unsafe { real::malloc(size) },
     )
 }
 
-/// Interposed calloc(3).
-///
-/// # Safety
-/// As calloc(3).
-#[no_mangle]
-pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+entry! {
+    /// Interposed calloc(3).
+    ///
+    /// # Safety
+    /// As calloc(3).
+    fn calloc(n: usize, size: usize) -> *mut c_void = calloc_body;
+    "rdx", "rcx", "r8"
+}
+
+unsafe extern "C" fn calloc_body(n: usize, size: usize, ra: u64, sp: u64, bp: u64) -> *mut c_void {
     allocate(
         EntryPoint::Calloc,
         n.wrapping_mul(size),
+        regs(ra, sp, bp),
         || private_heap::calloc(n, size),
         // SAFETY: forwarded (the allocator checks n * size for overflow).
         || unsafe { real::calloc(n, size) },
@@ -204,22 +290,25 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         // (an interposer after the shim counts only the program's calls).
         return;
     }
-    account(
-        || reentrancy::event(|| freed(EntryPoint::Free, p)),
-        || early::free(p as usize),
-    );
+    guarded(|| {
+        account(
+            || reentrancy::event(|| freed(EntryPoint::Free, p)),
+            || early::free(p as usize),
+        )
+    });
     // SAFETY: forwarded.
     unsafe { real::free(p) }
 }
 
 /// realloc and reallocarray once the size is known: `call(p)` is the next
-/// allocator's realloc(p, size) or reallocarray(p, n, m). Inline into the
-/// wrapper, for [`call_stack`].
+/// allocator's realloc(p, size) or reallocarray(p, n, m); the new block's
+/// stack is walked from `start`.
 #[inline(always)]
 unsafe fn reallocate(
     entry: EntryPoint,
     p: *mut c_void,
     size: usize,
+    start: StartRegs,
     call: impl Fn(*mut c_void) -> *mut c_void,
 ) -> *mut c_void {
     if private_heap::contains(p) {
@@ -240,82 +329,116 @@ unsafe fn reallocate(
     }
     if p.is_null() {
         let r = call(p);
-        let stack = call_stack(r);
-        allocated(entry, r, size, stack);
+        guarded(|| {
+            let stack = call_stack(r, start);
+            allocated(entry, r, size, stack);
+        });
         return r;
     }
     if size == 0 {
         // glibc frees p and returns NULL.
-        reentrancy::event(|| freed(entry, p));
+        guarded(|| reentrancy::event(|| freed(entry, p)));
         let r = call(p);
         if !r.is_null() {
             // Another allocator's realloc(p, 0) may return a new block.
-            reentrancy::event(|| {
-                if filtering() {
-                    liveset::insert(r as usize);
-                }
-                events::heap_object_alloc(r as usize, 0, 0);
+            guarded(|| {
+                reentrancy::event(|| {
+                    if filtering() {
+                        liveset::insert(r as usize);
+                    }
+                    events::heap_object_alloc(r as usize, 0, 0);
+                })
             });
         }
         return r;
     }
     let mut tracked = true;
-    reentrancy::event(|| {
-        tracked = !filtering() || liveset::remove(p as usize);
-        if tracked {
-            events::heap_object_free(p as usize);
-        }
+    guarded(|| {
+        reentrancy::event(|| {
+            tracked = !filtering() || liveset::remove(p as usize);
+            if tracked {
+                events::heap_object_free(p as usize);
+            }
+        })
     });
     let r = call(p);
-    let stack = call_stack(r);
-    reentrancy::event(|| {
-        if r.is_null() {
-            // p is still allocated: live again in the trace.
-            if tracked {
-                // SAFETY: p is a live block of the next allocator's.
-                let usable = unsafe { real::malloc_usable_size(p) };
-                if filtering() {
-                    liveset::insert(p as usize);
+    guarded(|| {
+        let stack = call_stack(r, start);
+        reentrancy::event(|| {
+            if r.is_null() {
+                // p is still allocated: live again in the trace.
+                if tracked {
+                    // SAFETY: p is a live block of the next allocator's.
+                    let usable = unsafe { real::malloc_usable_size(p) };
+                    if filtering() {
+                        liveset::insert(p as usize);
+                    }
+                    events::heap_object_alloc(p as usize, usable as u64, 0);
                 }
-                events::heap_object_alloc(p as usize, usable as u64, 0);
-            }
-            tagged::call(entry);
-        } else {
-            if filtering() {
-                liveset::insert(r as usize);
-            }
-            if stack != 0 {
-                tagged::heap_object_alloc_stack(entry, r as usize, size as u64, stack);
+                tagged::call(entry);
             } else {
-                tagged::heap_object_alloc(entry, r as usize, size as u64);
+                if filtering() {
+                    liveset::insert(r as usize);
+                }
+                if stack != 0 {
+                    tagged::heap_object_alloc_stack(entry, r as usize, size as u64, stack);
+                } else {
+                    tagged::heap_object_alloc(entry, r as usize, size as u64);
+                }
             }
-        }
+        })
     });
     r
 }
 
-/// Interposed realloc(3).
-///
-/// # Safety
-/// As realloc(3).
-#[no_mangle]
-pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    // SAFETY: forwarded.
-    unsafe { reallocate(EntryPoint::Realloc, p, size, |p| real::realloc(p, size)) }
+entry! {
+    /// Interposed realloc(3).
+    ///
+    /// # Safety
+    /// As realloc(3).
+    fn realloc(p: *mut c_void, size: usize) -> *mut c_void = realloc_body;
+    "rdx", "rcx", "r8"
 }
 
-/// Interposed reallocarray(3): the next reallocarray (when that is
-/// glibc's, its overflow check and the next realloc: real.rs). Its events
-/// are realloc's of n * size bytes; an overflow (ENOMEM) is a T call.
-///
-/// # Safety
-/// As reallocarray(3).
-#[no_mangle]
-pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+unsafe extern "C" fn realloc_body(
+    p: *mut c_void,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
+    // SAFETY: forwarded.
+    unsafe {
+        reallocate(EntryPoint::Realloc, p, size, regs(ra, sp, bp), |p| {
+            real::realloc(p, size)
+        })
+    }
+}
+
+entry! {
+    /// Interposed reallocarray(3): the next reallocarray (when that is
+    /// glibc's, its overflow check and the next realloc: real.rs). Its
+    /// events are realloc's of n * size bytes; an overflow (ENOMEM) is a T
+    /// call.
+    ///
+    /// # Safety
+    /// As reallocarray(3).
+    fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void = reallocarray_body;
+    "rcx", "r8", "r9"
+}
+
+unsafe extern "C" fn reallocarray_body(
+    p: *mut c_void,
+    n: usize,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
     match n.checked_mul(size) {
         // SAFETY: forwarded.
         Some(bytes) => unsafe {
-            reallocate(EntryPoint::Reallocarray, p, bytes, |p| {
+            reallocate(EntryPoint::Reallocarray, p, bytes, regs(ra, sp, bp), |p| {
                 real::reallocarray(p, n, size)
             })
         },
@@ -326,21 +449,33 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
         None => {
             // SAFETY: forwarded: the allocator's answer and errno.
             let r = unsafe { real::reallocarray(p, n, size) };
-            account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size), 0);
+            guarded(|| account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size), 0));
             r
         }
     }
 }
 
-/// Interposed posix_memalign(3): the next posix_memalign, which checks the
-/// alignment (EINVAL) and writes `*out` only on success. The shim's own
-/// heap (state OWN) applies glibc's rule: a power of two multiple of
-/// sizeof(void *).
-///
-/// # Safety
-/// As posix_memalign(3).
-#[no_mangle]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+entry! {
+    /// Interposed posix_memalign(3): the next posix_memalign, which checks
+    /// the alignment (EINVAL) and writes `*out` only on success. The shim's
+    /// own heap (state OWN) applies glibc's rule: a power of two multiple
+    /// of sizeof(void *).
+    ///
+    /// # Safety
+    /// As posix_memalign(3).
+    fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int =
+        posix_memalign_body;
+    "rcx", "r8", "r9"
+}
+
+unsafe extern "C" fn posix_memalign_body(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> c_int {
     if reentrancy::get() == reentrancy::OWN {
         let word = core::mem::size_of::<*mut c_void>();
         if !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
@@ -362,68 +497,102 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     } else {
         core::ptr::null_mut()
     };
-    let stack = call_stack(p);
-    account_alloc(EntryPoint::PosixMemalign, p, size, stack);
+    guarded(|| {
+        let stack = call_stack(p, regs(ra, sp, bp));
+        account_alloc(EntryPoint::PosixMemalign, p, size, stack);
+    });
     rc
 }
 
-/// Interposed aligned_alloc(3): the next aligned_alloc, whatever it does
-/// with an odd alignment (glibc 2.36 rounds it up, as memalign; 2.38
-/// refuses it). The shim's private heap rounds it up.
-///
-/// # Safety
-/// As aligned_alloc(3).
-#[no_mangle]
-pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+entry! {
+    /// Interposed aligned_alloc(3): the next aligned_alloc, whatever it
+    /// does with an odd alignment (glibc 2.36 rounds it up, as memalign;
+    /// 2.38 refuses it). The shim's private heap rounds it up.
+    ///
+    /// # Safety
+    /// As aligned_alloc(3).
+    fn aligned_alloc(align: usize, size: usize) -> *mut c_void = aligned_alloc_body;
+    "rdx", "rcx", "r8"
+}
+
+unsafe extern "C" fn aligned_alloc_body(
+    align: usize,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
     allocate(
         EntryPoint::AlignedAlloc,
         size,
+        regs(ra, sp, bp),
         || private_heap::alloc(size, private_align(align)),
         // SAFETY: forwarded.
         || unsafe { real::aligned_alloc(align, size) },
     )
 }
 
-/// Interposed memalign(3).
-///
-/// # Safety
-/// As memalign(3).
-#[no_mangle]
-pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+entry! {
+    /// Interposed memalign(3).
+    ///
+    /// # Safety
+    /// As memalign(3).
+    fn memalign(align: usize, size: usize) -> *mut c_void = memalign_body;
+    "rdx", "rcx", "r8"
+}
+
+unsafe extern "C" fn memalign_body(
+    align: usize,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
     allocate(
         EntryPoint::Memalign,
         size,
+        regs(ra, sp, bp),
         || private_heap::alloc(size, private_align(align)),
         // SAFETY: forwarded.
         || unsafe { real::memalign(align, size) },
     )
 }
 
-/// Interposed valloc(3).
-///
-/// # Safety
-/// As valloc(3).
-#[no_mangle]
-pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+entry! {
+    /// Interposed valloc(3).
+    ///
+    /// # Safety
+    /// As valloc(3).
+    fn valloc(size: usize) -> *mut c_void = valloc_body;
+    "rsi", "rdx", "rcx"
+}
+
+unsafe extern "C" fn valloc_body(size: usize, ra: u64, sp: u64, bp: u64) -> *mut c_void {
     allocate(
         EntryPoint::Valloc,
         size,
+        regs(ra, sp, bp),
         || private_heap::alloc(size, state::page_size()),
         // SAFETY: forwarded.
         || unsafe { real::valloc(size) },
     )
 }
 
-/// Interposed pvalloc(3). The recorded size is the requested one (glibc
-/// rounds the block up to whole pages).
-///
-/// # Safety
-/// As pvalloc(3).
-#[no_mangle]
-pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+entry! {
+    /// Interposed pvalloc(3). The recorded size is the requested one
+    /// (glibc rounds the block up to whole pages).
+    ///
+    /// # Safety
+    /// As pvalloc(3).
+    fn pvalloc(size: usize) -> *mut c_void = pvalloc_body;
+    "rsi", "rdx", "rcx"
+}
+
+unsafe extern "C" fn pvalloc_body(size: usize, ra: u64, sp: u64, bp: u64) -> *mut c_void {
     allocate(
         EntryPoint::Pvalloc,
         size,
+        regs(ra, sp, bp),
         || {
             let page = state::page_size();
             private_heap::alloc(size.div_ceil(page).max(1) * page, page)

@@ -19,6 +19,11 @@ pub const IN_EVENT: u8 = 1;
 /// pthread_getattr_np), or is one of the tracer's own threads: every
 /// interposed call passes straight through, untraced.
 pub const OWN: u8 = 2;
+/// Tracing is off for the rest of the thread's life: a panic in the
+/// shim's tracing code (heap.rs, `guarded`) left it in an unknown state.
+/// Calls go to the next allocator, untraced (unlike OWN, which serves
+/// them from the private heap).
+pub const DISABLED: u8 = 3;
 
 /// The calling thread's state.
 #[inline(always)]
@@ -43,14 +48,20 @@ pub fn own<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// Runs `f` (heap event calls) unless the thread runs the shim's own code,
-/// where nothing is recorded. No state change is needed around them: the
+/// Runs `f` (heap event calls) unless the thread runs the shim's own code
+/// or its tracing is off, where nothing is recorded. No state change is needed around them: the
 /// core maps and unmaps its buffers with raw system calls, which the mmap
 /// wrappers never see, and restores errno around them, so a program reads
 /// the errno of its failed call.
 #[inline(always)]
 pub fn event(f: impl FnOnce()) {
-    if get() != OWN {
+    if get() < OWN {
         f();
     }
+}
+
+/// Turns tracing off for the calling thread for good (see [`DISABLED`]).
+#[cold]
+pub fn disable() {
+    replace(DISABLED);
 }

@@ -311,7 +311,6 @@ fn start_session(kind: Kind) -> bool {
         compress: s.compress,
         stacks: match s.call_stacks {
             alloctrace_options::Stacks::None => StackMode::None,
-            alloctrace_options::Stacks::Fast => StackMode::Fast,
             alloctrace_options::Stacks::Full => StackMode::Full,
         },
         stack_depth: s.stack_depth,

@@ -5,6 +5,15 @@
 //! whose guard records the free). The thread that starts a session records
 //! its own stack as "exists".
 //!
+//! The trampoline calls the thread's routine through `call_routine`, whose
+//! one return address, `alloctrace_call_routine_ret`, marks the outer end
+//! of every stack captured on the thread
+//! (alloctrace_writer::capture::set_thread_start): a walk ends there,
+//! complete, without the trampoline, `start_thread` and `clone3`. The
+//! trampoline also gives the thread its capture state before the routine
+//! runs (`prepare_thread`), so that no thread depends on the writer's
+//! pool of spare states.
+//!
 //! Threads created by the shim's own code (the core's writer and advancer)
 //! go through the trampoline too, which puts them in state OWN for life:
 //! nothing they do is ever traced.
@@ -52,10 +61,75 @@ fn current_stack() -> Option<(usize, usize)> {
     })
 }
 
+// call_routine(routine, arg): calls routine(arg) from one call site, whose
+// return address (alloctrace_call_routine_ret) says "the thread's routine
+// returns into the trampoline" to the stack captures. Its CFI describes
+// its frame (rbp saved, for the 16-byte alignment of the call), so that
+// pthread_exit's and cancellation's forced unwinds pass through it to the
+// trampoline's guard.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+core::arch::global_asm!(
+    ".pushsection .text.alloctrace_call_routine,\"ax\",@progbits",
+    ".globl alloctrace_call_routine",
+    ".hidden alloctrace_call_routine",
+    ".type alloctrace_call_routine,@function",
+    ".globl alloctrace_call_routine_ret",
+    ".hidden alloctrace_call_routine_ret",
+    "alloctrace_call_routine:",
+    ".cfi_startproc",
+    "push rbp",
+    ".cfi_def_cfa_offset 16",
+    ".cfi_offset rbp, -16",
+    "mov rax, rdi",
+    "mov rdi, rsi",
+    "call rax",
+    "alloctrace_call_routine_ret:",
+    "pop rbp",
+    ".cfi_def_cfa_offset 8",
+    "ret",
+    ".cfi_endproc",
+    ".size alloctrace_call_routine, . - alloctrace_call_routine",
+    ".popsection",
+);
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+extern "C-unwind" {
+    fn alloctrace_call_routine(routine: Routine, arg: *mut c_void) -> *mut c_void;
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+extern "C" {
+    static alloctrace_call_routine_ret: u8;
+}
+
+/// Runs the thread's routine, from the one call site captures stop at.
+///
+/// # Safety
+/// As calling `routine(arg)`.
+unsafe fn call_routine(routine: Routine, arg: *mut c_void) -> *mut c_void {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    // SAFETY: the stub calls routine(arg) and returns its result.
+    return unsafe { alloctrace_call_routine(routine, arg) };
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    // SAFETY: the caller's routine and argument.
+    return unsafe { routine(arg) };
+}
+
+/// Tells the captures where threads' stacks end (see the module docs).
+fn note_thread_start() {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        // Only the label's address is taken.
+        let ret = core::ptr::addr_of!(alloctrace_call_routine_ret) as u64;
+        alloctrace_writer::capture::set_thread_start(ret, ret + 1);
+    }
+}
+
 /// Gives the writer the calling thread's stack bounds for its native call
 /// stack captures (alloctrace_writer::capture), when they are on: known
 /// here at thread start, where calling pthread_getattr_np is safe.
 pub fn note_bounds() {
+    note_thread_start();
     if alloctrace_writer::capture::mode() == alloctrace_writer::capture::StackMode::None {
         return;
     }
@@ -128,15 +202,20 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
         // Claim the thread's slot as the shim's own code: the claim calls
         // pthread_setspecific, which callocs when the tracer's key is past
         // glibc's first 32; that block must not look like the program's.
-        reentrancy::own(alloctrace_writer::events::thread_id);
-        note_bounds();
+        // So is the thread's capture state (it may be built here, from the
+        // private heap).
+        reentrancy::own(|| {
+            alloctrace_writer::events::thread_id();
+            note_bounds();
+            alloctrace_writer::capture::prepare_thread();
+        });
     }
     if recording() && reentrancy::get() == reentrancy::NORMAL {
         record_stack(false, state::EPOCH.load(Ordering::Acquire));
     }
     let _guard = StackGuard;
     // SAFETY: the creator's routine and argument.
-    unsafe { (start.routine)(start.arg) }
+    unsafe { call_routine(start.routine, start.arg) }
 }
 
 /// Interposed pthread_create: runs the thread through the trampoline.

@@ -1,49 +1,66 @@
 //! Native call stacks captured by the tracer itself: the stack mode of a
 //! session, each thread's capture state, the shared DWARF unwinder and its
 //! replacement when libraries come and go. The LD_PRELOAD shim captures
-//! the stack of every allocation through [`capture_stack_or_lost`]; the C
-//! API offers [`capture_stack`] as `trace_stack_capture` and, with
-//! `trace_config.stacks`, in the plain alloc calls.
+//! the stack of every allocation through [`capture_stack_from`], handed
+//! the program's registers by its naked malloc entries; the C API offers
+//! [`capture_stack`] as `trace_stack_capture` and, with
+//! `trace_config.stacks`, in the plain alloc calls
+//! ([`capture_stack_or_lost`]).
 //!
 //! ## Design
 //!
-//! - **Modes** ([`StackMode`]): `None` captures nothing; `Fast` unwinds the
-//!   tracer's own frames by CFI and the program's by frame pointers
-//!   (alloctrace-unwind's `capture_mixed`: cheap, but it skips or stops at
-//!   code built without frame pointers); `Full` unwinds every frame by its
-//!   module's `.eh_frame` rules, with frame pointers only where a module has
-//!   none (`capture_dwarf`: right on distributions built without frame
-//!   pointers). The depth limit (default [`DEFAULT_DEPTH`], at most
-//!   [`MAX_DEPTH`]) counts native frames; a deeper stack keeps its
-//!   innermost frames under the truncation marker.
+//! - **Modes** ([`StackMode`]): `None` captures nothing; `Full` unwinds
+//!   every frame by its module's `.eh_frame` rules, with frame pointers
+//!   only where a module has none (right on distributions built without
+//!   frame pointers). (A `fast` frame-pointer mode existed; it saw about
+//!   one frame per allocation on Debian's binaries and cost nearly as
+//!   much, and was removed: the C API's `TRACE_STACKS_FAST` means `Full`.)
+//!   The depth limit (default [`DEFAULT_DEPTH`], at most [`MAX_DEPTH`])
+//!   counts native frames; a deeper stack keeps its innermost frames under
+//!   the truncation marker.
+//! - **No tracer frames in the shim's walk**: the shim's malloc entries
+//!   are naked; they pass the program's return address, stack pointer
+//!   and rbp at the call ([`StartRegs`]) to [`capture_stack_from`], whose
+//!   walk (alloctrace-unwind's `capture_from`) starts in the program's
+//!   frame: nothing to skip, no filter by module.
+//! - **Threads end at their start routine**: the shim's pthread trampoline
+//!   calls every thread's routine from one call site and says where
+//!   ([`set_thread_start`]); a walk's frames end at the first return
+//!   address there, the stack complete (not truncated), so that
+//!   `start_thread`, `clone3` and the trampoline are not in it. Only the
+//!   frames the walk did not take from its memo are compared: the shared
+//!   ones ended where the previous stack did (`LastStack::tail`, the
+//!   walked frames beyond the kept ones).
 //! - **Per-thread state** (`CaptureState`: the stack bounds, framehop's
-//!   rule cache, the walk's memo, the frame array and the previous stack;
-//!   about 40 KiB) hangs off the thread's slot
-//!   (thread.rs), so the capture finds it with the slot, without TLS of its
-//!   own. Building one allocates (framehop boxes its cache), which a capture
-//!   must never do: states come from a pool that session start fills and
-//!   the writer thread tops up (`refill_pool`). A slot keeps its state
-//!   when its thread exits; the next thread to claim the slot resets the
-//!   bounds (the state remembers the thread pointer it was set up for).
+//!   rule cache, the walk's memo, the frame array and the previous
+//!   stack's nodes) hangs off the thread's slot (thread.rs), so the
+//!   capture finds it with the slot, without TLS of its own. Building one
+//!   allocates (framehop boxes its cache), which a capture must never do:
+//!   the shim builds it at thread start ([`prepare_thread`], from its
+//!   trampoline, outside malloc); threads the shim did not start take one
+//!   from a pool that session start fills and the writer thread tops up
+//!   (`refill_pool`). A slot keeps its state when its thread exits; the
+//!   next thread to claim the slot reuses it and resets the bounds (the
+//!   state remembers the thread pointer it was set up for).
 //! - **Stack bounds**: what the host says (the shim knows each thread's
 //!   stack from `pthread_getattr_np` at thread start and sets them with
 //!   [`set_thread_stack`]), else found once per thread, at its first
 //!   capture, from `/proc/self/maps` read with raw system calls (no
 //!   malloc: `StackBounds::from_maps`).
-//! - **Walking less**: the full mode keeps, per thread, what its previous
-//!   walk read (alloctrace-unwind's `WalkMemo`) and stops at the first
-//!   frame that provably sits where it sat then with the same callers,
-//!   taking the rest from the memo; interning then reuses the previous
-//!   stack's nodes for the frames the two share (`LastStack`). A loop that
-//!   allocates from one place costs a few reads per frame, not a CFI step
-//!   per frame.
-//! - **The tracer's own frames** (the capture, the event call, the shim's
-//!   malloc wrapper) are dropped by count (`skip`: every function between
-//!   the capture and the caller's frame is `#[inline(never)]` or
+//! - **Walking less**: the walk keeps, per thread, what its previous walk
+//!   read (alloctrace-unwind's `WalkMemo`) and stops at the first frame
+//!   that provably sits where it sat then with the same callers, taking
+//!   the rest from the memo (`MemoWalk::shared` of them, outermost); the
+//!   previous stack's nodes are kept outermost first (`LastStack`), so
+//!   interning starts from the node of the outermost shared frame and
+//!   interns only the new frames, with no comparison of frames.
+//! - **The C API's frames** ([`capture_stack_or_lost`], called inside the
+//!   library) are dropped by count (`skip`: every function between the
+//!   capture and the caller's frame is `#[inline(never)]` or
 //!   `#[inline(always)]`, never left to the optimiser, and never a tail
 //!   call), then, as a safety net, any frame whose return address lies in
 //!   the tracer's own module when that is a library of its own
-//!   (liballoctrace.so, the shim; not when linked into the program).
+//!   (liballoctrace.so; not when linked into the program).
 //! - **The unwinder** is built from a module snapshot at session start and
 //!   rebuilt by [`modules_changed`]: the shim calls it before and after
 //!   each `dlclose`, the generation's end before it lists the modules, and the
@@ -57,9 +74,10 @@
 //!
 //! 1. A capture never allocates, locks or makes a system call once its
 //!    thread has a state and bounds: the state's first use on a thread may
-//!    find the bounds with system calls (no allocation, no lock). When the
-//!    pool is empty the allocation goes without its stack (counted in
-//!    `lost_stacks`) until the writer thread, going round, refills it.
+//!    find the bounds with system calls (no allocation, no lock). A thread
+//!    the shim did not start that finds the pool empty goes without its
+//!    stacks (counted in `lost_stacks`) until the writer thread, going
+//!    round, refills it.
 //! 2. A capture runs inside its slot's capture section (`capture_seq` odd).
 //!    The unwinder pointer is loaded inside it; an unwinder is freed only
 //!    after `swap_unwinder` has seen every other slot's section even or
@@ -85,10 +103,14 @@ use std::sync::{Mutex, OnceLock};
 
 use alloctrace_format::stacks::FrameWord;
 use alloctrace_unwind::{
-    capture_dwarf, capture_dwarf_memo, capture_mixed, DwarfCache, DwarfUnwinder, Modules,
-    StackBounds, WalkMemo, MEMO_DEPTH,
+    capture_dwarf, capture_dwarf_memo, DwarfCache, DwarfUnwinder, Modules, StackBounds, WalkMemo,
+    MEMO_DEPTH,
 };
 use crossbeam_queue::ArrayQueue;
+
+/// Where a walk starts (alloctrace-unwind's): the program's registers as a
+/// naked entry point saw them.
+pub use alloctrace_unwind::StartRegs;
 
 use crate::session::LOST_STACKS;
 use crate::shared::SHARED;
@@ -104,8 +126,6 @@ pub enum StackMode {
     /// No native stacks.
     #[default]
     None = 0,
-    /// The tracer's own frames by CFI, the program's by frame pointers.
-    Fast = 1,
     /// Every frame by DWARF CFI (`.eh_frame`), frame pointers where a
     /// module has no unwind table.
     Full = 2,
@@ -114,7 +134,6 @@ pub enum StackMode {
 impl StackMode {
     fn from_u8(v: u8) -> StackMode {
         match v {
-            1 => StackMode::Fast,
             2 => StackMode::Full,
             _ => StackMode::None,
         }
@@ -197,27 +216,41 @@ pub(crate) struct CaptureState {
     lo: u64,
     hi: u64,
     cache: DwarfCache,
-    /// What the full mode's previous walk read, so that the next one stops
-    /// at the first frame the two share (alloctrace-unwind's memo).
+    /// What the previous walk read, so that the next one stops at the
+    /// first frame the two share (alloctrace-unwind's memo).
     memo: WalkMemo,
-    /// The walk's return addresses (the depth limit and a few own frames).
+    /// The walk's return addresses: the depth limit, the frames beyond it
+    /// to the thread-start trampoline (3), and up to 8 own frames of the
+    /// C API's walk.
     frames: [u64; MAX_DEPTH + 12],
     last: LastStack,
 }
 
 /// The thread's previous stack as interned: consecutive allocations share
-/// most of their callers, so a new stack interns only the frames it does
-/// not share with the previous one (the common outermost frames keep their
-/// nodes).
+/// most of their callers, so a new stack interns only the frames the walk
+/// did not prove shared with the previous one (`MemoWalk::shared`): the
+/// common outermost frames keep their nodes, with no comparison.
 struct LastStack {
-    /// Its frames, outermost first (so that the frames two stacks share,
+    /// `nodes[i]`: the node (stack ID) of the stack from its `i`-th frame
+    /// counted from the outermost one (so that the frames two stacks share,
     /// their outermost ones, keep their positions whatever the depths).
-    frames: [u64; MAX_DEPTH],
-    /// `nodes[i]`: the node (stack ID) of the stack from `frames[i]` out.
     nodes: [u32; MAX_DEPTH],
     len: usize,
     truncated: bool,
+    /// How the kept frames sit in the walk they came from: [`TAIL_NONE`]
+    /// (nodes not reusable), [`TAIL_CAPI`] (the C API's walk: its outermost
+    /// frame is the walk's), or the number of walked frames beyond the kept
+    /// ones at the outer end (the thread-start trampoline's and its
+    /// callers'; 0 for a stack that ends where its walk does). A walk's
+    /// `shared` frames are counted from its outer end, so the nodes are
+    /// reusable only under the same tail.
+    tail: usize,
 }
+
+/// [`LastStack::tail`]: nothing to reuse.
+const TAIL_NONE: usize = usize::MAX;
+/// [`LastStack::tail`]: kept by the C API's capture.
+const TAIL_CAPI: usize = usize::MAX - 1;
 
 impl CaptureState {
     fn new() -> Box<CaptureState> {
@@ -228,55 +261,66 @@ impl CaptureState {
             cache: DwarfCache::new(),
             memo: WalkMemo::new(),
             frames: [0; MAX_DEPTH + 12],
-            last: LastStack {
-                frames: [0; MAX_DEPTH],
-                nodes: [0; MAX_DEPTH],
-                len: 0,
-                truncated: false,
-            },
+            last: LastStack::new(),
         })
     }
 }
 
 impl LastStack {
-    /// Interns `kept` (innermost first; `truncated`: under the truncation
-    /// marker), reusing the nodes of the outermost frames it shares with
-    /// the previous stack, and remembers it. Returns its stack ID; 0 when
-    /// the table is full (and forgets the previous stack).
-    #[inline(always)]
-    fn intern(&mut self, kept: &[u64], truncated: bool) -> u32 {
-        let (n, pn) = (kept.len().min(MAX_DEPTH), self.len);
-        let kept = &kept[..n];
-        // The outermost frames both stacks share keep their nodes.
-        let mut common = 0;
-        if truncated == self.truncated {
-            while common < n.min(pn) && kept[n - 1 - common] == self.frames[common] {
-                common += 1;
-            }
+    const fn new() -> LastStack {
+        LastStack {
+            nodes: [0; MAX_DEPTH],
+            len: 0,
+            truncated: false,
+            tail: TAIL_NONE,
         }
-        let mut parent = if common > 0 {
-            self.nodes[common - 1]
-        } else if truncated {
-            call_stack_table::intern_child(0, FrameWord::TRUNCATED.word())
-        } else {
-            0
-        };
-        if common == 0 && truncated && parent == 0 {
-            self.len = 0;
+    }
+
+    /// How many outermost frames of a new stack (kept under `tail`,
+    /// `truncated`) keep their nodes, given that the walk proved `shared`
+    /// outermost walked frames to be the previous walk's; `fits`: the new
+    /// stack's outermost frame is its walk's outermost kept one (no depth
+    /// cut). The previous stack must have come from this memo's previous
+    /// walk (every capture of the state updates or forgets it).
+    #[inline(always)]
+    fn reusable(&self, shared: usize, tail: usize, truncated: bool, fits: bool) -> usize {
+        if !fits || tail != self.tail || truncated != self.truncated {
             return 0;
         }
-        for i in common..n {
-            let ra = kept[n - 1 - i];
+        let walked_tail = if tail == TAIL_CAPI { 0 } else { tail };
+        shared.saturating_sub(walked_tail).min(self.len)
+    }
+
+    /// Interns `kept` (innermost first; `truncated`: under the truncation
+    /// marker), taking the nodes of its `reuse` outermost frames from the
+    /// previous stack ([`LastStack::reusable`]) and interning only the
+    /// others, and remembers it under `tail` (`TAIL_NONE`: forgets it).
+    /// Returns its stack ID; 0 when the table is full (and forgets).
+    #[inline(always)]
+    fn intern(&mut self, kept: &[u64], truncated: bool, reuse: usize, tail: usize) -> u32 {
+        let n = kept.len().min(MAX_DEPTH);
+        let reuse = reuse.min(n);
+        let mut parent = match reuse.checked_sub(1) {
+            Some(i) => self.nodes[i],
+            None if truncated => call_stack_table::intern_child(0, FrameWord::TRUNCATED.word()),
+            None => 0,
+        };
+        if reuse == 0 && truncated && parent == 0 {
+            self.tail = TAIL_NONE;
+            return 0;
+        }
+        // The new frames, outermost first, onto the shared frames' node.
+        for (i, &ra) in kept[..n - reuse].iter().rev().enumerate() {
             parent = call_stack_table::intern_child(parent, FrameWord::Native(ra).word());
             if parent == 0 {
-                self.len = 0;
+                self.tail = TAIL_NONE;
                 return 0;
             }
-            self.nodes[i] = parent;
-            self.frames[i] = ra;
+            self.nodes[reuse + i] = parent;
         }
         self.len = n;
         self.truncated = truncated;
+        self.tail = tail;
         // n == 0: only the truncation marker.
         parent
     }
@@ -488,6 +532,113 @@ pub fn capture_stack(skip: usize) -> u64 {
     }
 }
 
+/// Captures the stack of an allocation whose entry point (the shim's
+/// naked malloc entries) handed over the program's registers at the call,
+/// `start`: the walk starts in the program's frame, so it has no frame of
+/// the tracer's to skip or filter. Interns it and returns its stack ID, for
+/// an allocation event the caller records next; [`LOST_STACK`] when no
+/// stack could be taken, 0 when tracing is off. A thread the shim started
+/// ends its stack at the frame that returns into the thread-start
+/// trampoline ([`set_thread_start`]): the stack is complete there, not
+/// truncated, and the trampoline, `start_thread` and `clone3` are left
+/// out.
+///
+/// Must not allocate, lock or make a system call in the common case
+/// (invariant 1); never panics.
+#[inline(never)]
+pub fn capture_stack_from(start: StartRegs) -> u64 {
+    let Some(slot) = thread::current_or_claim() else {
+        return LOST_STACK;
+    };
+    if !slot.capture_seq.try_begin() {
+        // A signal handler inside this thread's capture (invariant 3).
+        return LOST_STACK;
+    }
+    let id = capture_from_in_section(slot, start);
+    slot.capture_seq.end();
+    match id {
+        0 => LOST_STACK,
+        id => u64::from(id),
+    }
+}
+
+/// Where the thread-start trampoline's return addresses lie, `[start,
+/// start + len)`: a walk stops at the first frame returning there.
+static THREAD_START: AtomicU64 = AtomicU64::new(0);
+static THREAD_START_LEN: AtomicU64 = AtomicU64::new(0);
+
+/// The code `[start, end)` that calls every thread's start routine (the
+/// shim's pthread trampoline): captures end at the frame returning into
+/// it, untruncated. Set once, before threads start.
+pub fn set_thread_start(start: u64, end: u64) {
+    THREAD_START.store(start, Ordering::Relaxed);
+    THREAD_START_LEN.store(end.saturating_sub(start), Ordering::Relaxed);
+}
+
+#[inline(always)]
+fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u32 {
+    let Some(state) = state_of(slot) else {
+        return 0;
+    };
+    // SAFETY: loaded inside the capture section: not freed before it ends
+    // (invariant 2).
+    let Some(unwinding) = (unsafe { UNWINDER.load(Ordering::Acquire).as_ref() }) else {
+        return 0;
+    };
+    // SAFETY: the bounds are this thread's stack (the host's word for it,
+    // or the mapping holding its stack pointer), readable while it runs;
+    // empty (lo == hi) when unknown, where the walk reads nothing.
+    let bounds = unsafe { StackBounds::from_raw(state.lo, state.hi) };
+    let depth = DEPTH.load(Ordering::Relaxed);
+    // Room for the trampoline's frame and its two callers beyond the
+    // limit: a stack of exactly `depth` frames is seen to end there.
+    let out = &mut state.frames[..depth + 4];
+    let walk = alloctrace_unwind::capture_from(
+        start,
+        &bounds,
+        &unwinding.unwinder,
+        &mut state.cache,
+        &mut state.memo,
+        out,
+    );
+    let n = walk.len.min(out.len());
+    let shared = walk.shared.min(n);
+    let last = &mut state.last;
+    // The program's frames end at the first return into the trampoline.
+    // Only the new frames are looked at: the shared ones ended as the
+    // previous stack did (its tail, when the trampoline was among them).
+    let (tramp, tramp_len) = (
+        THREAD_START.load(Ordering::Relaxed),
+        THREAD_START_LEN.load(Ordering::Relaxed),
+    );
+    let is_tramp = |&ra: &u64| ra.wrapping_sub(tramp) < tramp_len;
+    let fresh = n - shared;
+    let end = match out[..fresh].iter().position(is_tramp) {
+        Some(k) => Some(k),
+        None if shared > 0 && last.tail <= shared => (last.tail > 0).then(|| n - last.tail),
+        None => out[fresh..n].iter().position(is_tramp).map(|k| fresh + k),
+    };
+    let (end, truncated) = match end {
+        Some(end) => (end, false),
+        None => {
+            if walk.truncated && n < out.len() && n > 0 && !unwinding.knows(out[n - 1]) {
+                STALE.store(true, Ordering::Relaxed);
+            }
+            (n, walk.truncated)
+        }
+    };
+    let fits = end <= depth;
+    let kept = &out[..end.min(depth)];
+    let truncated = truncated || !fits;
+    if kept.is_empty() && !truncated {
+        last.tail = TAIL_NONE;
+        return 0;
+    }
+    let tail = if fits { n - end } else { TAIL_NONE };
+    let reuse = last.reusable(shared, tail, truncated, fits);
+    last.intern(kept, truncated, reuse, tail)
+}
+
 #[inline(always)]
 fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     let Some(state) = state_of(slot) else {
@@ -506,46 +657,32 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     // or the mapping holding its stack pointer), readable while it runs.
     let bounds = unsafe { StackBounds::from_raw(state.lo, state.hi) };
     let depth = DEPTH.load(Ordering::Relaxed).clamp(1, MAX_DEPTH);
-    // The full mode walks the tracer's own frames too (up to 8 of the
-    // `skip`) and drops them here: its memo then matches from the first
-    // frame on, so a repeated stack costs no CFI step at all. A few more
-    // addresses than the limit, to see own frames dropped by address and
-    // still keep `depth` of the program's.
-    let mode = mode();
-    let walked_skip = match mode {
-        StackMode::Fast => 0,
-        StackMode::Full | StackMode::None => skip.min(8),
-    };
+    // The walk takes the tracer's own frames too (up to 8 of the `skip`)
+    // and drops them here: its memo then matches from the first frame on,
+    // so a repeated stack costs no CFI step at all. A few more addresses
+    // than the limit, to see own frames dropped by address and still keep
+    // `depth` of the program's.
+    let walked_skip = skip.min(8);
     let out = &mut state.frames[..depth + 4 + walked_skip];
-    let walk = match mode {
-        // The memo would cost the frame-pointer walk more than it saves.
-        StackMode::Fast => capture_mixed(skip, &bounds, unwinder, &mut state.cache, out),
-        StackMode::Full | StackMode::None if out.len() <= MEMO_DEPTH => {
-            let w = capture_dwarf_memo(
-                skip - walked_skip,
-                &bounds,
-                unwinder,
-                &mut state.cache,
-                &mut state.memo,
-                out,
-            );
-            alloctrace_unwind::Walk {
-                len: w.len,
-                truncated: w.truncated,
-            }
-        }
-        StackMode::Full | StackMode::None => {
-            capture_dwarf(skip - walked_skip, &bounds, unwinder, &mut state.cache, out)
-        }
+    let (len, walk_truncated, shared) = if out.len() <= MEMO_DEPTH {
+        let w = capture_dwarf_memo(
+            skip - walked_skip,
+            &bounds,
+            unwinder,
+            &mut state.cache,
+            &mut state.memo,
+            out,
+        );
+        (w.len, w.truncated, w.shared)
+    } else {
+        let w = capture_dwarf(skip - walked_skip, &bounds, unwinder, &mut state.cache, out);
+        (w.len, w.truncated, 0)
     };
-    let walk = alloctrace_unwind::Walk {
-        len: walk.len.saturating_sub(walked_skip),
-        truncated: walk.truncated,
-    };
-    let first = walked_skip.min(out.len());
-    let out = &out[first..];
-    let captured = &out[..walk.len.min(out.len())];
-    if walk.truncated && walk.len < out.len() {
+    let len = len.min(out.len());
+    let shared = shared.min(len);
+    let first = walked_skip.min(len);
+    let captured = &out[first..len];
+    if walk_truncated && len < out.len() {
         if let Some(&last) = captured.last() {
             if !unwinding.knows(last) {
                 STALE.store(true, Ordering::Relaxed);
@@ -561,17 +698,23 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
         .take_while(|&&ra| ra >= own_start && ra < own_end)
         .count();
     let program = &captured[own..];
+    let fits = program.len() <= depth;
     let kept = &program[..program.len().min(depth)];
-    let truncated = walk.truncated || kept.len() < program.len();
+    let truncated = walk_truncated || !fits;
+    let last = &mut state.last;
     if kept.is_empty() && !truncated {
+        last.tail = TAIL_NONE;
         return 0;
     }
-    state.last.intern(kept, truncated)
+    let tail = if fits { TAIL_CAPI } else { TAIL_NONE };
+    let reuse = last.reusable(shared, tail, truncated, fits);
+    last.intern(kept, truncated, reuse, tail)
 }
 
-/// The calling thread's capture state, taken from the pool on the slot's
-/// first capture and reset for a new owner; `None` when the pool is empty
-/// (the writer thread refills it as it goes round).
+/// The calling thread's capture state, set up at thread start
+/// ([`prepare_thread`]) or else taken from the pool on the slot's first
+/// capture, and reset for a new owner; `None` when the pool is empty (the
+/// writer thread refills it as it goes round).
 #[inline(always)]
 fn state_of(slot: &ThreadSlot) -> Option<&'static mut CaptureState> {
     let mut p = slot.capture.load(Ordering::Relaxed).cast::<CaptureState>();
@@ -582,16 +725,49 @@ fn state_of(slot: &ThreadSlot) -> Option<&'static mut CaptureState> {
     // SAFETY: the state belongs to this slot, which only its owner (this
     // thread, inside its capture section) uses; states are never freed.
     let state = unsafe { &mut *p };
-    let me = thread::thread_pointer();
-    if state.owner != me {
-        state.owner = me;
-        state.last.len = 0;
-        state.memo.clear();
-        let (lo, hi) = thread_stack();
-        state.lo = lo;
-        state.hi = hi;
+    if state.owner != thread::thread_pointer() {
+        reset_for(state);
     }
     Some(state)
+}
+
+/// Makes `state` the calling thread's: its previous owner's stack and
+/// walk are forgotten, its bounds found.
+#[cold]
+#[inline(never)]
+fn reset_for(state: &mut CaptureState) {
+    state.owner = thread::thread_pointer();
+    state.last.tail = TAIL_NONE;
+    state.memo.clear();
+    let (lo, hi) = thread_stack();
+    state.lo = lo;
+    state.hi = hi;
+}
+
+/// Gives the calling thread its capture state now, at thread start (the
+/// shim's pthread trampoline, before the thread's routine runs), so that
+/// its first allocation does not depend on the pool: claims the thread's
+/// slot, takes a state from the pool or builds one (this may allocate: the
+/// caller runs outside malloc, as the tracer's own code) and sets it up
+/// for this thread (call [`set_thread_stack`] first). The state stays with
+/// the slot when the thread exits, for the next thread to claim the slot.
+/// Does nothing when the session captures no stacks.
+pub fn prepare_thread() {
+    if mode() == StackMode::None {
+        return;
+    }
+    let Some(slot) = thread::current_or_claim() else {
+        return;
+    };
+    if slot.capture.load(Ordering::Relaxed).is_null() {
+        let p = take_state().unwrap_or_else(|| Box::into_raw(CaptureState::new()));
+        slot.capture.store(p.cast(), Ordering::Relaxed);
+    }
+    if !slot.capture_seq.try_begin() {
+        return;
+    }
+    let _ = state_of(slot);
+    slot.capture_seq.end();
 }
 
 #[cold]
@@ -642,16 +818,14 @@ mod tests {
     }
 
     #[test]
-    fn reusing_the_previous_stacks_nodes_interns_every_stack_as_a_whole_walk_would() {
+    fn interning_only_the_new_frames_gives_every_stack_as_a_whole_walk_would() {
         // Stacks over a small alphabet, so that consecutive ones share
         // outer frames, inner frames, both or neither, with and without the
-        // truncation marker.
-        let mut last = Box::new(LastStack {
-            frames: [0; MAX_DEPTH],
-            nodes: [0; MAX_DEPTH],
-            len: 0,
-            truncated: false,
-        });
+        // truncation marker; `shared` as a memo reports it: any count up to
+        // the outermost frames the two walks have in common (the memo may
+        // prove fewer), under a tail (walked frames beyond the kept ones)
+        // that changes now and then.
+        let mut last = Box::new(LastStack::new());
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             seed ^= seed << 13;
@@ -659,7 +833,8 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        let mut reused = 0;
+        let mut prev: Option<(Vec<u64>, usize, bool)> = None;
+        let (mut reused, mut tails) = (0, 0);
         for round in 0..20_000 {
             let len = (next() % 12) as usize;
             let mut kept: Vec<u64> = (0..len).map(|_| 0x40_0000 + 16 * (next() % 3)).collect();
@@ -671,18 +846,49 @@ mod tests {
             if kept.is_empty() && !truncated {
                 continue;
             }
-            let before = last.len;
-            let got = last.intern(&kept, truncated);
+            // The walk: the kept frames, then `tail` frames of the thread's
+            // start (the same ones every time).
+            let tail = if (round / 50) % 2 == 0 { 0 } else { 3 };
+            let mut walk = kept.clone();
+            walk.extend((0..tail as u64).map(|i| 0x60_0000 + 16 * i));
+            let shared = match &prev {
+                Some((p, ptail, ptrunc)) if *ptrunc == truncated => {
+                    let mut pw = p.clone();
+                    pw.extend((0..*ptail as u64).map(|i| 0x60_0000 + 16 * i));
+                    let common = walk
+                        .iter()
+                        .rev()
+                        .zip(pw.iter().rev())
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    match next() % 2 {
+                        0 => common,
+                        _ => (next() % (common as u64 + 1)) as usize,
+                    }
+                }
+                _ => 0,
+            };
+            let reuse = last.reusable(shared, tail, truncated, true);
+            if reuse > 0 {
+                reused += 1;
+                tails += usize::from(tail > 0);
+            }
+            let got = last.intern(&kept, truncated, reuse, tail);
             assert_eq!(
                 got,
                 plain(&kept, truncated),
-                "round {round}: {kept:x?} {truncated}"
+                "round {round}: {kept:x?} {truncated} shared {shared}"
             );
             assert_ne!(got, 0);
-            if before > 0 {
-                reused += 1;
-            }
+            prev = Some((kept, tail, truncated));
         }
-        assert!(reused > 10_000);
+        assert!(
+            reused > 2_000 && tails > 1_000 && reused - tails > 1_000,
+            "{reused} {tails}"
+        );
+        // A depth cut (the kept frames are not the walk's outermost) or
+        // another tail reuses nothing.
+        assert_eq!(last.reusable(5, 3, last.truncated, false), 0);
+        assert_eq!(last.reusable(5, TAIL_CAPI, last.truncated, true), 0);
     }
 }
