@@ -38,6 +38,10 @@ struct Programs {
     plugin: PathBuf,
     /// behaviour.cpp at -O2, when g++ is installed.
     cxx: Option<PathBuf>,
+    /// behaviour.c with the RUNPATH `$ORIGIN/plugins`, in a directory of
+    /// its own whose plugins/ holds libbhplugin.so (found only through the
+    /// RUNPATH of dlopen's caller).
+    c_runpath: PathBuf,
 }
 
 fn programs() -> &'static Programs {
@@ -72,7 +76,22 @@ fn programs() -> &'static Programs {
         } else {
             None
         };
+        let plugins = dir.join("runpath/plugins");
+        std::fs::create_dir_all(&plugins).expect("create runpath/plugins");
+        std::fs::copy(dir.join("libbhplugin.so"), plugins.join("libbhplugin.so"))
+            .expect("copy the plugin");
+        build(
+            "gcc",
+            &[
+                "-O2",
+                "-pthread",
+                "-Wl,--enable-new-dtags,-rpath,$ORIGIN/plugins",
+            ],
+            "behaviour.c",
+            "runpath/behaviour",
+        );
         Programs {
+            c_runpath: dir.join("runpath/behaviour"),
             c: dir.join("behaviour"),
             plugin: dir.join("libbhplugin.so"),
             cxx,
@@ -264,6 +283,20 @@ fn a_library_dlopened_then_allocating_unwinds_through_it() {
             "{a:?}"
         );
         assert!(!a.truncated, "{a:?}");
+    }
+}
+
+/// The dlopen wrapper leaves glibc's search as the program's caller sees
+/// it: a bare name found only in the caller's RUNPATH, and a `$ORIGIN`
+/// name, load under the tracer as without it.
+#[test]
+fn dlopen_searches_the_callers_runpath_and_origin() {
+    let p = programs();
+    for name in ["libbhplugin.so", "$ORIGIN/plugins/libbhplugin.so"] {
+        let dir = Scratch::new("runpath");
+        let trace = same_behaviour(&dir, &[], &p.c_runpath, &["plugin", name, "1000"]);
+        let t = read(&trace);
+        assert_eq!(t.heap.iter().filter(|a| a.size == 7019).count(), 1000);
     }
 }
 

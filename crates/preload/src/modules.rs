@@ -182,8 +182,6 @@ struct LinkMap {
     l_addr: usize,
     l_name: *const c_char,
     l_ld: *const Dyn,
-    l_next: *const LinkMap,
-    l_prev: *const LinkMap,
 }
 
 /// An entry of a dynamic section (`ElfW(Dyn)`).
@@ -219,6 +217,49 @@ unsafe fn has_tag(map: *const LinkMap, tag: isize) -> bool {
         }
     }
     false
+}
+
+/// Whether a loaded object other than the executable has a DT_RPATH:
+/// read from each object's PT_DYNAMIC under the loader's lock.
+fn any_library_has_rpath() -> bool {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our data
+        // pointer (a usize counter) back.
+        unsafe {
+            let seen = &mut *(data as *mut usize);
+            *seen += 1;
+            if *seen == 1 {
+                // The executable: glibc searches its DT_RPATH for every
+                // caller.
+                return 0;
+            }
+            let info = &*info;
+            for i in 0..info.dlpi_phnum as usize {
+                let ph = &*info.dlpi_phdr.add(i);
+                if ph.p_type != libc::PT_DYNAMIC {
+                    continue;
+                }
+                let mut d =
+                    (info.dlpi_addr as usize).wrapping_add(ph.p_vaddr as usize) as *const Dyn;
+                while (*d).d_tag != DT_NULL {
+                    if (*d).d_tag == DT_RPATH {
+                        return 1;
+                    }
+                    d = d.add(1);
+                }
+            }
+            0
+        }
+    }
+    let mut seen = 0usize;
+    // SAFETY: `visit` matches the callback type and only reads the
+    // objects' program headers and dynamic sections, mapped while the
+    // loader's lock is held.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut seen as *mut usize).cast()) != 0 }
 }
 
 /// Whether the real dlopen (`namespace`: and the caller's namespace) or
@@ -289,24 +330,9 @@ unsafe fn same_as_caller(file: *const c_char, caller: usize, namespace: bool) ->
     if unsafe { has_tag(map, DT_RUNPATH) } {
         return false;
     }
-    // The head of the base namespace's list is the executable.
-    let mut head = map;
-    // SAFETY: walking the loader's list of loaded objects (its lock is not
-    // held: the program's call has not started, and ld.so links new
-    // objects at the tail, with the list's earlier links written first).
-    unsafe {
-        while !(*head).l_prev.is_null() {
-            head = (*head).l_prev;
-        }
-        let mut m = (*head).l_next;
-        while !m.is_null() {
-            if has_tag(m, DT_RPATH) {
-                return false;
-            }
-            m = (*m).l_next;
-        }
-    }
-    true
+    // Every loaded object but the executable (the first one listed),
+    // under the loader's lock (dl_iterate_phdr's): no DT_RPATH.
+    !any_library_has_rpath()
 }
 
 /// Interposed dlopen(3): a naked stub that asks [`dlopen_route`] where to
