@@ -141,7 +141,7 @@ fn traced(
         .expect("run alloctrace record");
     let traces = traces_in(&dir.0);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(traces, [trace.clone()], "{stderr}");
+    assert_eq!(traces, std::slice::from_ref(&trace), "{stderr}");
     (
         Outcome {
             code: out.status.code(),
