@@ -99,7 +99,7 @@ check_all() {
 # --- the library -----------------------------------------------------------
 
 T=exports
-EXPECTED="_Exit __sigaction __sysv_signal _exit aligned_alloc bsd_signal calloc dlclose execl execle execlp execv execve execvp execvpe fexecve free malloc memalign mmap mmap64 mremap munmap posix_memalign posix_spawn posix_spawnp pthread_create pvalloc realloc reallocarray sigaction signal sigset ssignal sysv_signal valloc"
+EXPECTED="_Exit __sigaction __sysv_signal _exit aligned_alloc bsd_signal calloc dlclose dlmopen dlopen execl execle execlp execv execve execvp execvpe fexecve free malloc memalign mmap mmap64 mremap munmap posix_memalign posix_spawn posix_spawnp pthread_create pvalloc realloc reallocarray sigaction signal sigset ssignal sysv_signal valloc"
 GOT=$(nm -D --defined-only "$SHIM" | awk '{print $3}' | LC_ALL=C sort | tr '\n' ' ' | sed 's/ $//')
 if [ "$GOT" = "$EXPECTED" ]; then
     ok "exports exactly the interposed functions: $GOT"

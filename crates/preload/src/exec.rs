@@ -20,8 +20,10 @@
 
 use core::ffi::{c_char, c_int};
 
+use core::cell::Cell;
+
 use crate::run_env::with_run_env;
-use crate::{real, reentrancy, session};
+use crate::{boundary, real, reentrancy, session};
 
 extern "C" {
     static environ: *const *const c_char;
@@ -38,19 +40,36 @@ unsafe fn exec_with(
     if reentrancy::get() == reentrancy::OWN {
         return call(envp);
     }
-    // SAFETY: as the caller's envp.
-    unsafe {
-        with_run_env(envp, |env| {
-            let stopped = session::stop_if_ours();
-            let r = call(env);
-            let saved = real::errno();
-            if stopped {
-                session::after_failed_exec();
+    // The panic boundary: a panic before the exec makes it with the
+    // caller's environment; one after a failed exec returns its answer.
+    let call = Cell::new(Some(call));
+    let answer: Cell<Option<(c_int, c_int)>> = Cell::new(None);
+    boundary::shielded(
+        || {
+            // SAFETY: as the caller's envp.
+            unsafe {
+                with_run_env(envp, |env| {
+                    let stopped = session::stop_if_ours();
+                    let r = call.take().map_or(-1, |call| call(env));
+                    let saved = real::errno();
+                    answer.set(Some((r, saved)));
+                    if stopped {
+                        session::after_failed_exec();
+                    }
+                    real::set_errno(saved);
+                    r
+                })
             }
-            real::set_errno(saved);
-            r
-        })
-    }
+        },
+        || match (answer.get(), call.take()) {
+            (Some((r, saved)), _) => {
+                real::set_errno(saved);
+                r
+            }
+            (None, Some(call)) => call(envp),
+            (None, None) => -1,
+        },
+    )
 }
 
 /// Interposed execve(2).
@@ -145,12 +164,28 @@ unsafe fn spawn_with(
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { next(pid, path, actions, attr, argv, envp) };
     }
-    // SAFETY: as the caller's envp; the array lives until the call returns.
-    unsafe {
-        with_run_env(envp.cast(), |env| {
-            next(pid, path, actions, attr, argv, env.cast())
-        })
-    }
+    // The panic boundary: a panic before the spawn makes it with the
+    // caller's environment.
+    let called: Cell<Option<c_int>> = Cell::new(None);
+    boundary::shielded(
+        || {
+            // SAFETY: as the caller's envp; the array lives until the call
+            // returns.
+            unsafe {
+                with_run_env(envp.cast(), |env| {
+                    let r = next(pid, path, actions, attr, argv, env.cast());
+                    called.set(Some(r));
+                    r
+                })
+            }
+        },
+        || {
+            called.get().unwrap_or_else(|| {
+                // SAFETY: the caller's arguments, unchanged.
+                unsafe { next(pid, path, actions, attr, argv, envp) }
+            })
+        },
+    )
 }
 
 /// Interposed posix_spawn(3).
@@ -270,7 +305,9 @@ pub unsafe extern "C" fn execle() {
 /// last batch the writer wrote, and readers report it truncated.
 fn stop_before_exit() {
     if reentrancy::get() == reentrancy::NORMAL {
-        let _ = session::stop_if_ours();
+        boundary::quietly(|| {
+            let _ = session::stop_if_ours();
+        });
     }
 }
 

@@ -12,8 +12,9 @@
 //!   reallocarray, mmap, mmap64, munmap, mremap, pthread_create, execve,
 //!   execv, execvp, execvpe, fexecve, execl, execlp, execle, posix_spawn,
 //!   posix_spawnp, _exit and _Exit, sigaction, __sigaction, signal,
-//!   bsd_signal, ssignal, sysv_signal, __sysv_signal, sigset and dlclose
-//!   (modules.rs: why not dlopen), and
+//!   bsd_signal, ssignal, sysv_signal, __sysv_signal, sigset, dlopen,
+//!   dlmopen and dlclose (modules.rs: dlopen's naked stub keeps glibc's
+//!   view of its caller), and
 //!   exports nothing else (a Rust cdylib exports only `#[no_mangle]`
 //!   items; execl.c's functions are hidden and reached through exec.rs's
 //!   naked exports; `make preload-test` checks the list with `nm -D`).
@@ -43,9 +44,9 @@
 //!   event per interposed call (FORMAT.md section 3), so the trace's
 //!   `entry_points` count the program's calls, `free(NULL)` and failed
 //!   calls included.
-//! - **Call stacks** (heap.rs's `call_stack`, the writer's capture.rs):
-//!   each allocation's native stack, captured by the writer from inside
-//!   the wrapper (ALLOCTRACE_STACKS: full, by DWARF CFI, by default; fast,
+//! - **Call stacks** (heap.rs's and maps.rs's `call_stack`, the writer's
+//!   capture.rs): each allocation's and each mapped span's native stack,
+//!   captured by the writer from inside the wrapper (ALLOCTRACE_STACKS: full, by DWARF CFI, by default; fast,
 //!   by frame pointers; none). The writer needs each thread's stack
 //!   bounds, which the thread trampoline (stacks.rs) reads at thread start
 //!   and session start reads for the starting thread.
@@ -86,6 +87,9 @@
 //! | lifecycle | session.rs (start, stop, fork, the index) | the layers above |
 //! | control | exec.rs (exec, spawn, _exit), signals.rs (dispositions, the fatal-signal flush) | session and the layers above |
 //! | root | lib.rs (the constructor) | all |
+//!
+//! boundary.rs (the panic boundary: `shielded`) is a leaf every layer may
+//! use.
 //!
 //! Lower layers never call up: what session.rs decides, the wrappers read
 //! from state.rs; what a new session needs of the wrappers' modules (the
@@ -164,6 +168,8 @@ mod private_heap;
 mod spans;
 mod state;
 
+#[cfg(not(test))]
+mod boundary;
 #[cfg(not(test))]
 mod early;
 #[cfg(not(test))]

@@ -10,15 +10,23 @@
 //! Span classes: bit 0 (1) MAP_SHARED, bit 1 (2) a file mapping, bit 2 (4)
 //! an mremap of a mapping the shim never saw. npages is the length in
 //! pages, rounded up.
+//!
+//! Call stacks: when the session captures native stacks, the span a
+//! successful mmap or mremap maps is recorded with the call stack of that
+//! call (a span-alloc-with-stack event, FORMAT.md section 3), captured in
+//! the exported wrapper's body before the system call, outside the span
+//! table's lock (the capture neither allocates, locks nor maps). The pieces
+//! of older spans that a call re-allocates carry no stack.
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering;
 
+use alloctrace_writer::capture::{self, StackMode};
 use alloctrace_writer::events::{self, tagged, EntryPoint};
 
 use crate::spans::{SpanEvent, Table, CLASS_FILE, CLASS_SHARED, CLASS_UNKNOWN, SPANS};
 use crate::state::{self, page_size};
-use crate::{real, reentrancy};
+use crate::{boundary, real, reentrancy};
 
 #[inline(always)]
 fn pages(len: usize) -> usize {
@@ -31,19 +39,33 @@ fn round_up(len: usize) -> usize {
 }
 
 /// Applies the one-tag-per-call rule: holds back the latest event, emits
-/// the ones before it untagged, and tags the last.
+/// the ones before it untagged, and tags the last; the call's own new span
+/// (at `stack_base`) gets the call's stack.
 struct Tagger {
     pending: Option<SpanEvent>,
+    /// The call stack of the mapping call (0: none).
+    stack: u64,
+    /// Where the call's own new span starts (the one `stack` belongs to).
+    stack_base: usize,
 }
 
 impl Tagger {
-    fn new() -> Tagger {
-        Tagger { pending: None }
+    fn new(stack: u64) -> Tagger {
+        Tagger {
+            pending: None,
+            stack,
+            stack_base: usize::MAX,
+        }
     }
 
     fn finish(self, entry: EntryPoint) {
         match self.pending {
             Some(SpanEvent::Free { base }) => tagged::span_free(entry, base),
+            Some(SpanEvent::Alloc { base, len, class })
+                if self.stack != 0 && base == self.stack_base =>
+            {
+                tagged::span_alloc_stack(entry, base, pages(len), class, self.stack)
+            }
             Some(SpanEvent::Alloc { base, len, class }) => {
                 tagged::span_alloc(entry, base, pages(len), class)
             }
@@ -85,16 +107,38 @@ fn recording() -> bool {
         && reentrancy::get() == reentrancy::NORMAL
 }
 
+/// The call stack of the mapping call being made, when the session
+/// captures native stacks and the call is recorded, else 0. Must be called
+/// from the body of the exported wrapper itself (this function is
+/// `#[inline(always)]`): skip 1 drops exactly the wrapper's frame.
+#[inline(always)]
+fn call_stack() -> u64 {
+    if capture::mode() != StackMode::None && recording() {
+        boundary::shielded(|| capture::capture_stack_or_lost(1), || 0)
+    } else {
+        0
+    }
+}
+
 /// Runs the system call `call` and records it with `record`, under the span
-/// table lock and in state IN_EVENT, keeping the call's errno.
+/// table lock and in state IN_EVENT, keeping the call's errno. `stack` is
+/// the call's stack, for the span it maps.
 #[inline]
-fn traced<R: Copy>(call: impl FnOnce() -> R, record: impl FnOnce(R, &mut Table, &mut Tagger)) -> R {
+fn traced<R: Copy>(
+    stack: u64,
+    call: impl FnOnce() -> R,
+    record: impl FnOnce(R, &mut Table, &mut Tagger),
+) -> R {
     let prev = reentrancy::replace(reentrancy::IN_EVENT);
     let mut table = SPANS.lock();
     let r = call();
     let saved = real::errno();
-    let mut tagger = Tagger::new();
-    record(r, table.table(), &mut tagger);
+    // The panic boundary: the program gets the call's answer whatever the
+    // recording does.
+    boundary::quietly(|| {
+        let mut tagger = Tagger::new(stack);
+        record(r, table.table(), &mut tagger);
+    });
     drop(table);
     real::set_errno(saved);
     reentrancy::replace(prev);
@@ -114,6 +158,7 @@ fn class_of(flags: c_int) -> u64 {
 }
 
 unsafe fn do_mmap(
+    stack: u64,
     addr: *mut c_void,
     len: usize,
     prot: c_int,
@@ -126,11 +171,13 @@ unsafe fn do_mmap(
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
     }
     traced(
+        stack,
         // SAFETY: the caller's arguments, unchanged.
         || unsafe { real::mmap(addr, len, prot, flags, fd, off) },
         |r, table, tagger| {
             if r != libc::MAP_FAILED {
                 let base = r as usize;
+                tagger.stack_base = base;
                 table.map(
                     base,
                     base.saturating_add(round_up(len)),
@@ -144,7 +191,7 @@ unsafe fn do_mmap(
 }
 
 fn tagger_finish(tagger: &mut Tagger, entry: EntryPoint) {
-    core::mem::replace(tagger, Tagger::new()).finish(entry);
+    core::mem::replace(tagger, Tagger::new(0)).finish(entry);
 }
 
 /// Interposed mmap(2).
@@ -160,8 +207,9 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: libc::off_t,
 ) -> *mut c_void {
+    let stack = call_stack();
     // SAFETY: forwarded.
-    unsafe { do_mmap(addr, len, prot, flags, fd, off) }
+    unsafe { do_mmap(stack, addr, len, prot, flags, fd, off) }
 }
 
 /// Interposed mmap64 (the same function on 64-bit glibc; programs built
@@ -178,8 +226,9 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: libc::off64_t,
 ) -> *mut c_void {
+    let stack = call_stack();
     // SAFETY: forwarded.
-    unsafe { do_mmap(addr, len, prot, flags, fd, off) }
+    unsafe { do_mmap(stack, addr, len, prot, flags, fd, off) }
 }
 
 /// Interposed munmap(2).
@@ -193,6 +242,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
         return unsafe { real::munmap(addr, len) };
     }
     traced(
+        0,
         // SAFETY: the caller's arguments, unchanged.
         || unsafe { real::munmap(addr, len) },
         |r, table, tagger| {
@@ -229,7 +279,9 @@ pub unsafe extern "C" fn mremap(
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
     }
+    let stack = call_stack();
     traced(
+        stack,
         // SAFETY: the caller's arguments, unchanged.
         || unsafe { real::mremap(old, old_len, new_len, flags, new_addr) },
         |r, table, tagger| {
@@ -242,6 +294,7 @@ pub unsafe extern "C" fn mremap(
                     table.unmap(old_base, old_base.saturating_add(round_up(old_len)), tagger);
                 }
                 let base = r as usize;
+                tagger.stack_base = base;
                 table.map(base, base.saturating_add(round_up(new_len)), class, tagger);
             }
             tagger_finish(tagger, EntryPoint::Mremap);

@@ -536,9 +536,13 @@ pub type PosixSpawn = unsafe extern "C" fn(
 ) -> c_int;
 
 pub type Dlclose = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub type Dlopen = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+pub type Dlmopen = unsafe extern "C" fn(libc::Lmid_t, *const c_char, c_int) -> *mut c_void;
 
 static PTHREAD_CREATE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static DLOPEN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static DLMOPEN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static EXECVPE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static FEXECVE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static POSIX_SPAWN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
@@ -570,12 +574,26 @@ pub fn resolve_all() {
     let _ = execvpe();
     let _ = fexecve();
     let _ = dlclose();
+    let _ = dlopen();
+    let _ = dlmopen();
 }
 
 pub fn dlclose() -> Option<Dlclose> {
     let p = next(&DLCLOSE, b"dlclose\0");
     // SAFETY: the symbol is glibc's dlclose, of this signature.
     (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, Dlclose>(p) })
+}
+
+pub fn dlopen() -> Option<Dlopen> {
+    let p = next(&DLOPEN, b"dlopen\0");
+    // SAFETY: the symbol is glibc's dlopen, of this signature.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, Dlopen>(p) })
+}
+
+pub fn dlmopen() -> Option<Dlmopen> {
+    let p = next(&DLMOPEN, b"dlmopen\0");
+    // SAFETY: the symbol is glibc's dlmopen, of this signature.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, Dlmopen>(p) })
 }
 
 pub fn pthread_create() -> Option<PthreadCreate> {

@@ -54,7 +54,7 @@ use crate::state::{
     DISABLED, EPOCH, FAILED, FILTER, HEAP, LIFECYCLE, MMAP, RUNNING, SESSION_PID, STACKS, STOPPED,
     UNINIT,
 };
-use crate::{liveset, reentrancy, spans, stacks};
+use crate::{boundary, liveset, reentrancy, spans, stacks};
 
 /// The settings, leaked once by the constructor.
 static SETTINGS: AtomicPtr<Settings> = AtomicPtr::new(core::ptr::null_mut());
@@ -584,7 +584,7 @@ fn program_name() -> Vec<u8> {
 /// exit does (other handlers, destructors) is not traced: the session is
 /// over.
 extern "C" fn at_exit() {
-    reentrancy::own(stop_session);
+    reentrancy::own(|| boundary::quietly(stop_session));
 }
 
 thread_local! {
@@ -631,7 +631,11 @@ extern "C" fn fork_child() {
             LIFECYCLE.store(DISABLED, Ordering::Release);
         } else {
             LIFECYCLE.store(STOPPED, Ordering::Release);
-            reentrancy::own(|| start_session(Kind::ForkChild));
+            reentrancy::own(|| {
+                boundary::quietly(|| {
+                    start_session(Kind::ForkChild);
+                })
+            });
         }
     }
     reentrancy::replace(FORK_PREV_STATE.with(|s| s.get()));

@@ -89,7 +89,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
-use crate::{reentrancy, session, state};
+use crate::{boundary, reentrancy, session, state};
 
 /// The signals whose SIG_DFL action the shim takes over.
 pub const HANDLED: [c_int; 22] = [
@@ -358,7 +358,9 @@ extern "C" fn fork_child() {
 /// first and so run last, ends the session as the atexit handler does.
 extern "C" fn on_quick_exit() {
     if reentrancy::get() == reentrancy::NORMAL {
-        let _ = session::stop_if_ours();
+        boundary::quietly(|| {
+            let _ = session::stop_if_ours();
+        });
     }
 }
 
@@ -386,16 +388,18 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
         // SAFETY: getpid has no preconditions.
         && unsafe { libc::getpid() } == state::SESSION_PID.load(Ordering::Acquire)
     {
-        let flushed = alloctrace_writer::flush_for_fatal_signal();
-        if flushed.ended {
-            let _ = state::LIFECYCLE.compare_exchange(
-                state::RUNNING,
-                state::STOPPED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-        }
-        may_resume = !flushed.mid_event;
+        boundary::quietly(|| {
+            let flushed = alloctrace_writer::flush_for_fatal_signal();
+            if flushed.ended {
+                let _ = state::LIFECYCLE.compare_exchange(
+                    state::RUNNING,
+                    state::STOPPED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+            may_resume = !flushed.mid_event;
+        });
     }
     if let Some(real) = real_sigaction() {
         let l = lock();
@@ -511,13 +515,25 @@ pub unsafe extern "C" fn sigaction(
     let rc = unsafe { real(sig, act, &mut k) };
     let e = errno();
     if rc == 0 {
-        if !old.is_null() {
-            // SAFETY: the caller's out-pointer.
-            unsafe { *old = view_of(&l, sig, &k) };
-        }
-        if !act.is_null() {
-            adopt(&mut l, real, sig);
-        }
+        // The panic boundary: the call is made; at worst the program
+        // reads the kernel's action.
+        boundary::shielded(
+            || {
+                if !old.is_null() {
+                    // SAFETY: the caller's out-pointer.
+                    unsafe { *old = view_of(&l, sig, &k) };
+                }
+                if !act.is_null() {
+                    adopt(&mut l, real, sig);
+                }
+            },
+            || {
+                if !old.is_null() {
+                    // SAFETY: the caller's out-pointer.
+                    unsafe { *old = k };
+                }
+            },
+        );
     }
     drop(l);
     set_errno(e);
@@ -550,18 +566,26 @@ fn via(sig: c_int, call: impl FnOnce() -> libc::sighandler_t) -> libc::sighandle
     if !is_handled(sig) || reentrancy::get() == reentrancy::OWN {
         return call();
     }
-    let before = {
-        let l = lock();
-        view_of(&l, sig, &kernel(real, sig))
-    };
+    let before = boundary::shielded(
+        || {
+            let l = lock();
+            Some(view_of(&l, sig, &kernel(real, sig)))
+        },
+        || None,
+    );
     // Not under the lock: sigset changes the signal mask, which the lock
     // saves and restores.
     let r = call();
     let e = errno();
-    let r = if is_ours(r) { before.sa_sigaction } else { r };
+    let r = match before {
+        Some(before) if is_ours(r) => before.sa_sigaction,
+        _ => r,
+    };
     if r != libc::SIG_ERR {
-        let mut l = lock();
-        adopt(&mut l, real, sig);
+        boundary::quietly(|| {
+            let mut l = lock();
+            adopt(&mut l, real, sig);
+        });
     }
     set_errno(e);
     r

@@ -114,6 +114,12 @@ impl Modules {
         &self.modules
     }
 
+    /// Keeps only the modules `keep` accepts (an unwinder built from the
+    /// rest never reads the others' unwind tables).
+    pub fn retain(&mut self, keep: impl FnMut(&ModuleInfo) -> bool) {
+        self.modules.retain(keep);
+    }
+
     /// The module whose `[start, end)` holds `addr`.
     pub fn find(&self, addr: u64) -> Option<&ModuleInfo> {
         let i = self.modules.partition_point(|m| m.start <= addr);

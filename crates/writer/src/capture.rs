@@ -62,10 +62,14 @@
 //!   the tracer's own module when that is a library of its own
 //!   (liballoctrace.so; not when linked into the program).
 //! - **The unwinder** is built from a module snapshot at session start and
-//!   rebuilt by [`modules_changed`]: the shim calls it before and after
-//!   each `dlclose`, the generation's end before it lists the modules, and the
+//!   rebuilt by [`modules_changed`]: the shim calls it after each `dlopen`,
+//!   the generation's end before it lists the modules, and the
 //!   writer thread when a capture stopped in code no known module holds (a
 //!   library loaded since: `refresh_if_stale`, at most every 100 ms).
+//!   Around each `dlclose` the shim calls [`unloading_begin`] and
+//!   [`unloading_end`]: in between, every unwinder built knows only the
+//!   objects loaded with the program (the first set-up's snapshot in this
+//!   process image), which ld.so never unloads.
 //!   Captures reach it through one pointer; the old one is freed after a
 //!   grace period: every thread's capture section (a seqlock in its slot,
 //!   as the event path's) has been left since the swap.
@@ -89,10 +93,17 @@
 //!
 //! ## Corner cases
 //!
-//! - `dlclose`: the object is unmapped inside the real call, before the
-//!   shim's wrapper can swap the unwinder; a capture racing with it on
-//!   another thread only reads the object's unwind tables for a return
-//!   address inside it, which no live frame has once its code is gone.
+//! - `dlclose`: the object is unmapped inside the real call. Before it,
+//!   [`unloading_begin`] swaps in an unwinder without any object a dlclose
+//!   could unmap (the handle's, its dependencies, objects it bound at run
+//!   time: every object loaded after the program started) and waits until
+//!   no capture uses the old one; until [`unloading_end`], refreshes build
+//!   such unwinders too. So a capture racing with the dlclose on another
+//!   thread never reads an unmapped object's unwind tables, even for a
+//!   stale or garbage return address inside it; its frames in other
+//!   dlopened objects end the walk (truncated) for that window only.
+//!   Objects dlopened by constructors that ran before the first set-up
+//!   count as loaded with the program.
 //! - fork: the child's forking thread keeps its slot and state; every
 //!   other slot's capture section is reset with the event seqlock.
 //! - Stacks on `sigaltstack`: the stack pointer is outside the thread's
@@ -169,9 +180,9 @@ impl Unwinding {
             .collect();
         ranges.sort_unstable();
         Box::new(Unwinding {
-            // SAFETY: the objects of the snapshot are loaded now; a dlclose
-            // is followed by modules_changed, which replaces this unwinder
-            // (see the module docs' corner cases for the window between).
+            // SAFETY: the objects of the snapshot are loaded now; before a
+            // dlclose can unmap one, unloading_begin replaces this unwinder
+            // with one without it and waits for the captures using it.
             unwinder: unsafe { DwarfUnwinder::from_modules(modules) },
             ranges,
         })
@@ -202,6 +213,15 @@ static OWN_END: AtomicU64 = AtomicU64::new(0);
 static POOL: OnceLock<ArrayQueue<usize>> = OnceLock::new();
 /// Serialises set-up and refreshes (never taken by a capture).
 static REFRESH: Mutex<()> = Mutex::new(());
+
+/// How many `dlclose` calls are between [`unloading_begin`] and
+/// [`unloading_end`]; read under `REFRESH`.
+static UNLOADING: AtomicUsize = AtomicUsize::new(0);
+
+/// The start addresses of the objects loaded with the program (the first
+/// set-up's snapshot in this process image; a forked child inherits it):
+/// the only ones an unwinder built during a `dlclose` knows.
+static PERMANENT: OnceLock<Vec<u64>> = OnceLock::new();
 
 /// States the pool holds after a refill.
 const POOL_TARGET: usize = 8;
@@ -348,6 +368,7 @@ pub fn set_thread_stack(lo: u64, hi: u64) {
 pub(crate) fn set_up(mode: StackMode, depth: usize) {
     let _guard = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
     let modules = Modules::snapshot();
+    PERMANENT.get_or_init(|| modules.modules().iter().map(|m| m.start).collect());
     module_table::reset(modules.modules(), clock::ticks());
     // The tracer's own module, when it is a library of its own
     // (liballoctrace.so, the shim); linked into the program (the static
@@ -395,15 +416,46 @@ pub(crate) fn tear_down() {
 /// and waits for captures in progress. Does nothing before a session has
 /// set up stacks.
 pub fn modules_changed() {
+    refresh(false);
+}
+
+/// A `dlclose` is about to run (the shim calls this before the real call,
+/// as its own code): refreshes the module table (an object loaded since the
+/// last look is listed while it is still loaded) and swaps in an unwinder
+/// that knows only the objects loaded with the program, waiting until no
+/// capture uses the old one. Until the matching [`unloading_end`], every
+/// refresh builds such an unwinder. Not for the event path (as
+/// [`modules_changed`]).
+pub fn unloading_begin() {
+    UNLOADING.fetch_add(1, Ordering::SeqCst);
+    refresh(true);
+}
+
+/// The `dlclose` that [`unloading_begin`] announced has returned:
+/// refreshes the module table (noting the unload) and, once no other
+/// dlclose is running, swaps in an unwinder of every loaded object again.
+pub fn unloading_end() {
+    UNLOADING.fetch_sub(1, Ordering::SeqCst);
+    refresh(true);
+}
+
+/// Re-reads the loaded objects; replaces the unwinder when they changed
+/// or when `force`d (a dlclose starts or ends).
+fn refresh(force: bool) {
     if UNWINDER.load(Ordering::Acquire).is_null() {
         return;
     }
     {
         let _guard = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
-        let modules = Modules::snapshot();
+        let mut modules = Modules::snapshot();
         let now = clock::ticks();
         LAST_REFRESH.store(now, Ordering::Relaxed);
-        if module_table::refresh(modules.modules(), now) {
+        let changed = module_table::refresh(modules.modules(), now);
+        if changed || force {
+            if UNLOADING.load(Ordering::SeqCst) > 0 {
+                let permanent = PERMANENT.get().map_or(&[][..], Vec::as_slice);
+                modules.retain(|m| permanent.contains(&m.start));
+            }
             swap_unwinder(Unwinding::new(&modules));
         }
     }
