@@ -252,16 +252,23 @@ mod dwarf;
 mod fp;
 mod memo;
 mod modules;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod step;
+mod table;
 mod walker;
 
 pub use bounds::StackBounds;
-pub use dwarf::{capture_dwarf, capture_mixed, DwarfCache, DwarfUnwinder, MappedBytes};
+pub use dwarf::{
+    capture_dwarf, capture_mixed, DwarfCache, DwarfUnwinder, MappedBytes, FALLBACK_CACHES,
+};
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub use fp::capture_fp_raw;
 pub use fp::{capture_fp, walk_fp_chain, TRUNCATED_BIT};
 pub use memo::{capture_dwarf_memo, capture_mixed_memo, MemoWalk, WalkMemo, MEMO_DEPTH};
 pub use modules::{LoadSegment, ModuleInfo, Modules};
-pub use walker::{capture_from, StartRegs};
+pub use walker::{
+    capture_from, capture_from_compact, capture_from_framehop, capture_here, StartRegs,
+};
 
 /// The default depth limit (frames per capture), as heaptrack's.
 pub const DEFAULT_DEPTH: usize = 64;

@@ -222,10 +222,8 @@ fn memoized_captures_never_allocate() {
         last[0].len >= 12 && last[0].shared == last[0].len,
         "{last:?}"
     );
-    assert!(
-        last[1].len >= 1 && last[1].shared == last[1].len,
-        "{last:?}"
-    );
+    // (The mixed capture no longer memoizes.)
+    assert!(last[1].len >= 1 && last[1].shared == 0, "{last:?}");
 }
 
 #[test]
