@@ -257,6 +257,12 @@ impl DwarfUnwinder {
         self.modules
     }
 
+    /// The compact rule for lookup address `addr` (tests and debugging).
+    #[doc(hidden)]
+    pub fn compact_rule(&self, addr: u64) -> u32 {
+        self.tables.lookup(addr)
+    }
+
     /// Compact-table statistics: (rows, bytes of rows) over all modules,
     /// and per module `(path start address, rows)`.
     pub fn table_stats(&self) -> (usize, usize, Vec<(u64, usize)>) {
