@@ -340,13 +340,23 @@ pub(crate) fn memo_walk(
                 c -= 1;
             }
             let j = c.wrapping_sub(1);
-            let hit = f.get(j).is_some_and(|o| {
-                o.sp == cur.sp
-                    && o.ra == cur.pc
-                    && (o.flags & F_IP != 0) == cur.ip
-                    && (o.flags & F_DEP == 0 || o.bp == cur.bp)
+            // The same frame (address, stack pointer, kind) as f[j]...
+            let same = f.get(j).is_some_and(|o| {
+                o.sp == cur.sp && o.ra == cur.pc && (o.flags & F_IP != 0) == cur.ip
             });
-            if !hit {
+            // ...in the same state, as far as the steps from it can tell.
+            let hit = same
+                && f.get(j)
+                    .is_some_and(|o| o.flags & F_DEP == 0 || o.bp == cur.bp);
+            if same && !hit {
+                // Walked, not taken (its rbp differs and a step further out
+                // uses rbp); if a later match joins it, it is the previous
+                // walk's frame too.
+                if prev_idx != j.wrapping_add(1) {
+                    run_top = j;
+                }
+                prev_idx = j;
+            } else if !hit {
                 prev_idx = usize::MAX;
             } else {
                 // A live step from f[j + 1] that gave f[j]'s state continues

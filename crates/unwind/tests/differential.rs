@@ -314,7 +314,8 @@ fn across_a_signal_frame() {
     SIG.store(&mut *state, Ordering::SeqCst);
     // SAFETY: a plain handler for SIGUSR1, used by no other test here.
     unsafe { libc::signal(libc::SIGUSR1, handler as *const () as libc::sighandler_t) };
-    for k in [0, 0, 1, 0, 1, 1] {
+    // Opaque to the optimiser: an unrolled loop would make several sites.
+    for &k in std::hint::black_box(&[0u8, 0, 1, 0, 1, 1]) {
         inner(k as u32 * 5, 1 + k as u32, &mut |_| raise_here(k));
     }
     let seen = &state.seen;
@@ -573,7 +574,8 @@ fn capture_here_skips_the_callers_frames() {
     let mut results = Vec::new();
     through_c(
         || {
-            for _ in 0..3 {
+            // Opaque to the optimiser: an unrolled loop would make 3 sites.
+            for _ in 0..std::hint::black_box(3) {
                 results.push(here_and_plain(&mut cx, &mut memo));
             }
         },
