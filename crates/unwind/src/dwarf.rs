@@ -279,9 +279,9 @@ impl DwarfUnwinder {
     }
 }
 
-/// One thread's unwind cache: a direct-mapped cache of compact rules
-/// ([`table::CACHE_SLOTS`](crate) slots keyed by address, about 3 KiB, no
-/// heap), tied to the unwinder it was filled with. Owned by the thread,
+/// One thread's unwind cache: a direct-mapped cache of compact rules (256
+/// slots keyed by address, about 3 KiB, no heap), tied to the unwinder it
+/// was filled with. Owned by the thread,
 /// passed `&mut` to each capture. (framehop's own rule cache, about 16
 /// KiB, is no longer per thread: the rare fallback steps claim one of the
 /// unwinder's.)
