@@ -624,3 +624,30 @@ fn sizes_per_thread_fit_the_budget() {
     println!("DwarfCache {cache} bytes (no heap), WalkMemo {memo} bytes (no heap)");
     assert!(cache + memo <= 12 * 1024, "{cache} + {memo}");
 }
+
+#[test]
+fn an_unwinder_built_reusing_tables_walks_the_same() {
+    let mut cx = Cx::new();
+    let modules = Modules::snapshot();
+    // SAFETY: nothing is unloaded while they are in use.
+    let reused = unsafe { DwarfUnwinder::from_modules_reusing(&modules, Some(&cx.unwinder)) };
+    assert_eq!(reused.table_stats(), cx.unwinder.table_stats());
+    let mut walks = Vec::new();
+    through_c(
+        || {
+            at_entry(&mut |start| {
+                let mut a = [0u64; 64];
+                let w =
+                    capture_from_compact(start, &cx.bounds, &cx.unwinder, &mut cx.cache, &mut a);
+                let mut b = [0u64; 64];
+                let v = capture_from_compact(start, &cx.bounds, &reused, &mut cx.cache, &mut b);
+                walks.push((w, a, v, b));
+            })
+        },
+        // SAFETY: calls the callback once, with ctx.
+        |cb, ctx| unsafe { unwt_fp_mixed(2, 2, cb, ctx) },
+    );
+    let (w, a, v, b) = &walks[0];
+    assert!(w.len > 8 && !w.truncated);
+    assert_eq!((w, &a[..w.len]), (v, &b[..v.len]));
+}
