@@ -93,7 +93,7 @@ struct PoolSlot {
 // to true (Acquire) until it stores false (Release): one user at a time.
 unsafe impl Sync for PoolSlot {}
 
-/// How many framehop caches an unwinder holds (each about 16 KiB).
+/// How many framehop caches an unwinder holds (each 10-20 KiB, estimated).
 pub const FALLBACK_CACHES: usize = 16;
 
 /// A claimed framehop cache; released on drop.
