@@ -34,8 +34,9 @@ use core::ffi::{c_int, c_void};
 use std::time::Instant;
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_dwarf_memo, capture_fp, capture_mixed, capture_mixed_memo, DwarfCache,
-    DwarfUnwinder, MemoWalk, Modules, StackBounds, Walk, WalkMemo,
+    capture_dwarf, capture_dwarf_memo, capture_fp, capture_from, capture_from_compact,
+    capture_from_framehop, capture_mixed, capture_mixed_memo, DwarfCache, DwarfUnwinder, MemoWalk,
+    Modules, StackBounds, StartRegs, Walk, WalkMemo,
 };
 
 type Cb = extern "C" fn(*mut c_void);
@@ -303,7 +304,82 @@ fn rbp_rows(bounds: &StackBounds, unwinder: &DwarfUnwinder, cache: &mut DwarfCac
     }
 }
 
+/// A naked entry, as the shim's malloc: calls `entry_body(ctx, [rsp],
+/// rsp + 8, rbp)` by a tail jump, leaving no frame of its own.
+#[unsafe(naked)]
+extern "sysv64" fn entry(_ctx: *mut c_void) {
+    core::arch::naked_asm!(
+        "mov rsi, [rsp]",
+        "lea rdx, [rsp + 8]",
+        "mov rcx, rbp",
+        "jmp {body}",
+        body = sym entry_body,
+    )
+}
+
+extern "sysv64" fn entry_body(ctx: *mut c_void, ra: u64, sp: u64, bp: u64) {
+    // SAFETY: ctx is the `&mut &mut dyn FnMut` `entry_a`/`entry_b` pass.
+    let f = unsafe { &mut *ctx.cast::<&mut dyn FnMut(StartRegs)>() };
+    f(StartRegs { ra, sp, bp });
+}
+
+/// Two call sites of the naked entry (the innermost frame differs).
+#[inline(never)]
+fn entry_a(mut f: &mut dyn FnMut(StartRegs)) {
+    entry((&mut f as *mut &mut dyn FnMut(StartRegs)).cast());
+    std::hint::black_box(1u8);
+}
+
+#[inline(never)]
+fn entry_b(mut f: &mut dyn FnMut(StartRegs)) {
+    entry((&mut f as *mut &mut dyn FnMut(StartRegs)).cast());
+    std::hint::black_box(2u16);
+}
+
+/// `capture_bench instr KIND N`: N captures of one kind from the program
+/// frame of a naked entry at the end of a 30-frame C chain without frame
+/// pointers, nothing else, for callgrind (run with two N and take the
+/// difference of the instruction counts per capture). KIND: `same` (memo,
+/// one site), `alt` (memo, two sites in turn), `compact`, `framehop`.
+fn instr(kind: &str, n: u64) {
+    let bounds = StackBounds::current().expect("stack bounds");
+    // SAFETY: nothing is loaded or unloaded while the benchmark runs.
+    let unwinder = unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) };
+    let mut cache = DwarfCache::new();
+    let mut memo = Box::new(WalkMemo::new());
+    let mut out = [0u64; 64];
+    let mut frames = 0usize;
+    through_c(
+        || {
+            let mut f = |start: StartRegs| {
+                let (b, u, c, o) = (&bounds, &unwinder, &mut cache, &mut out);
+                frames = match kind {
+                    "same" | "alt" => capture_from(start, b, u, c, &mut memo, o).len,
+                    "compact" => capture_from_compact(start, b, u, c, o).len,
+                    _ => capture_from_framehop(start, b, u, c, o).len,
+                };
+            };
+            for i in 0..n {
+                if kind == "alt" && i % 2 == 1 {
+                    entry_b(&mut f)
+                } else {
+                    entry_a(&mut f)
+                }
+            }
+        },
+        false,
+        29,
+    );
+    println!("{kind}: {n} captures of {frames} frames");
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("instr") {
+        let kind = args.get(2).map_or("same", String::as_str);
+        let n = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(1000);
+        return instr(kind, n);
+    }
     let bounds = StackBounds::current().expect("stack bounds");
     let modules = Modules::snapshot();
     // SAFETY: nothing is loaded or unloaded while the benchmark runs.
@@ -359,6 +435,21 @@ fn main() {
     }
     memo_rows(&bounds, &unwinder, &mut cache);
     rbp_rows(&bounds, &unwinder, &mut cache);
+    let (rows, bytes, per) = unwinder.table_stats();
+    println!();
+    println!("compact tables: {rows} rows, {bytes} bytes");
+    for (start, rows) in per {
+        let name = modules
+            .find(start)
+            .map(|m| m.path_lossy())
+            .unwrap_or_default();
+        println!("  {rows:>7} rows {:>8} bytes  {name}", rows * 8);
+    }
+    println!(
+        "per thread: DwarfCache {} bytes, WalkMemo {} bytes (no heap)",
+        core::mem::size_of::<DwarfCache>(),
+        core::mem::size_of::<WalkMemo>()
+    );
     let (hits, misses) = cache.hits_and_misses();
     println!("DWARF rule cache: {hits} hits, {misses} misses");
 }

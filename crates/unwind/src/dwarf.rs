@@ -4,13 +4,19 @@
 use core::ops::Deref;
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use core::cell::UnsafeCell;
+use core::sync::atomic::AtomicBool;
+
 use framehop::{
-    CacheNative, ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind,
-    UnwindRegsNative, Unwinder, UnwinderNative,
+    CacheNative, ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder as _,
+    UnwinderNative,
 };
 
-use crate::bounds::{Fence, StackBounds};
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use crate::bounds::Fence;
+use crate::bounds::StackBounds;
 use crate::modules::Modules;
+use crate::table::{RuleCache, Tables};
 use crate::Walk;
 
 /// A range of a loaded object's memory (an unwind section), read in place.
@@ -47,25 +53,109 @@ impl Deref for MappedBytes {
     }
 }
 
-/// The unwind tables of a [`Modules`] snapshot, ready for [`capture_dwarf`].
+/// The unwind tables of a [`Modules`] snapshot, ready for the captures:
+/// each module's compact table (built here from its `.eh_frame`) and
+/// framehop's view of the same sections (the fallback), with a small set of
+/// framehop caches the fallback steps claim.
 ///
-/// Built at set-up from a snapshot (it allocates: framehop's module list);
-/// shared read-only by every thread's captures (`&DwarfUnwinder`). Rebuilt
-/// with the snapshot after each `dlopen`/`dlclose`.
+/// Built at set-up from a snapshot (it allocates); shared read-only by
+/// every thread's captures (`&DwarfUnwinder`). Rebuilt with the snapshot
+/// after each `dlopen`/`dlclose` ([`DwarfUnwinder::from_modules_reusing`]
+/// keeps the tables of the modules that did not change).
 pub struct DwarfUnwinder {
     pub(crate) inner: UnwinderNative<MappedBytes, MustNotAllocateDuringUnwind>,
     /// Unique per unwinder built in this process: a [`WalkMemo`](crate::WalkMemo)
-    /// made with another unwinder (other modules, other rules) is not reused.
+    /// or a [`DwarfCache`] filled with another unwinder is not reused.
     pub(crate) id: u64,
     modules: usize,
     /// Readable, executable segments `[start, end)` of every module, sorted:
     /// where a return address may be checked for the signal trampoline.
     code: Vec<(u64, u64)>,
+    /// The compact tables.
+    pub(crate) tables: Tables,
+    /// framehop caches for the fallback steps.
+    pub(crate) fallback: Pool,
+}
+
+/// framehop caches shared by all threads: a fallback step claims a free one
+/// with one compare-exchange and gives it back after the step; it never
+/// waits (when all are in use the step fails and the walk ends truncated).
+pub(crate) struct Pool {
+    slots: Box<[PoolSlot]>,
+}
+
+struct PoolSlot {
+    busy: AtomicBool,
+    cache: UnsafeCell<CacheNative<MustNotAllocateDuringUnwind>>,
+}
+
+// SAFETY: `cache` is only touched by the thread that set `busy` from false
+// to true (Acquire) until it stores false (Release): one user at a time.
+unsafe impl Sync for PoolSlot {}
+
+/// How many framehop caches an unwinder holds (each 10-20 KiB, estimated).
+pub const FALLBACK_CACHES: usize = 16;
+
+/// A claimed framehop cache; released on drop.
+pub(crate) struct Claim<'a> {
+    slot: &'a PoolSlot,
+}
+
+impl Claim<'_> {
+    pub(crate) fn cache(&mut self) -> &mut CacheNative<MustNotAllocateDuringUnwind> {
+        // SAFETY: this claim holds the slot's busy flag (see PoolSlot).
+        unsafe { &mut *self.slot.cache.get() }
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.slot
+            .busy
+            .store(false, core::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Pool {
+    fn new(n: usize) -> Pool {
+        Pool {
+            slots: (0..n)
+                .map(|_| PoolSlot {
+                    busy: AtomicBool::new(false),
+                    cache: UnsafeCell::new(CacheNative::new_in()),
+                })
+                .collect(),
+        }
+    }
+
+    /// A free cache, tried from a slot picked by `hint` (the stack pointer:
+    /// threads start at different slots); `None` when all are in use.
+    // Runs inside malloc: no waiting, no allocation.
+    pub(crate) fn claim(&self, hint: u64) -> Option<Claim<'_>> {
+        let n = self.slots.len();
+        if n == 0 {
+            return None;
+        }
+        let first = (hint >> 12) as usize % n;
+        (0..n).find_map(|k| {
+            let slot = self.slots.get((first + k) % n)?;
+            slot.busy
+                .compare_exchange(
+                    false,
+                    true,
+                    core::sync::atomic::Ordering::Acquire,
+                    core::sync::atomic::Ordering::Relaxed,
+                )
+                .ok()
+                .map(|_| Claim { slot })
+        })
+    }
 }
 
 impl DwarfUnwinder {
     /// Registers every module of `modules` that has an `.eh_frame_hdr` and
-    /// `.eh_frame`; a module without them is unwound by frame pointer.
+    /// `.eh_frame`, and builds its compact table; a module without them is
+    /// unwound by frame pointer.
     ///
     /// # Safety
     /// Every object in `modules` stays loaded (its unwind sections mapped)
@@ -75,6 +165,21 @@ impl DwarfUnwinder {
     /// and keep captures from using the old one once a new library can be
     /// mapped at the old one's address).
     pub unsafe fn from_modules(modules: &Modules) -> DwarfUnwinder {
+        // SAFETY: the caller's contract.
+        unsafe { Self::from_modules_reusing(modules, None) }
+    }
+
+    /// As [`from_modules`](Self::from_modules), taking the compact tables
+    /// of the modules `prev` already had (same address range and unwind
+    /// sections) instead of building them again: after a `dlopen`, only the
+    /// new objects are read.
+    ///
+    /// # Safety
+    /// As [`from_modules`](Self::from_modules).
+    pub unsafe fn from_modules_reusing(
+        modules: &Modules,
+        prev: Option<&DwarfUnwinder>,
+    ) -> DwarfUnwinder {
         let mut inner = UnwinderNative::new();
         let mut count = 0;
         let mut code: Vec<(u64, u64)> = modules
@@ -114,12 +219,16 @@ impl DwarfUnwinder {
             inner.add_module(module);
             count += 1;
         }
+        // SAFETY: the caller's contract (every module is loaded).
+        let tables = unsafe { Tables::build(modules, prev.map(|p| &p.tables)) };
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         DwarfUnwinder {
             inner,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             modules: count,
             code,
+            tables,
+            fallback: Pool::new(FALLBACK_CACHES),
         }
     }
 
@@ -147,28 +256,51 @@ impl DwarfUnwinder {
     pub fn module_count(&self) -> usize {
         self.modules
     }
+
+    /// The compact rule for lookup address `addr` (tests and debugging).
+    #[doc(hidden)]
+    pub fn compact_rule(&self, addr: u64) -> u32 {
+        self.tables.lookup(addr)
+    }
+
+    /// Compact-table statistics: (rows, bytes of rows) over all modules,
+    /// and per module `(path start address, rows)`.
+    pub fn table_stats(&self) -> (usize, usize, Vec<(u64, usize)>) {
+        let rows = self.tables.rows();
+        (
+            rows,
+            rows * core::mem::size_of::<crate::table::Row>(),
+            self.tables
+                .modules
+                .iter()
+                .map(|t| (t.start, t.rows.len()))
+                .collect(),
+        )
+    }
 }
 
-/// One thread's unwind cache: framehop's rule cache (509 slots keyed by
-/// address) and its fixed-size DWARF evaluation storage
-/// (`MustNotAllocateDuringUnwind`). Allocated at thread set-up, owned by
-/// the thread, passed `&mut` to each capture.
+/// One thread's unwind cache: a direct-mapped cache of compact rules (256
+/// slots keyed by address, about 3 KiB, no heap), tied to the unwinder it
+/// was filled with. Owned by the thread,
+/// passed `&mut` to each capture. (framehop's own rule cache, about 16
+/// KiB, is no longer per thread: the rare fallback steps claim one of the
+/// unwinder's.)
+#[derive(Clone)]
 pub struct DwarfCache {
-    pub(crate) inner: CacheNative<MustNotAllocateDuringUnwind>,
+    pub(crate) rules: RuleCache,
 }
 
 impl DwarfCache {
-    /// A new, empty cache (allocates; set-up only).
-    pub fn new() -> DwarfCache {
+    /// A new, empty cache (no heap).
+    pub const fn new() -> DwarfCache {
         DwarfCache {
-            inner: CacheNative::new_in(),
+            rules: RuleCache::new(),
         }
     }
 
     /// Rule-cache statistics: (hits, misses).
     pub fn hits_and_misses(&self) -> (u64, u64) {
-        let s = self.inner.stats();
-        (s.hits(), s.misses())
+        (self.rules.hits, self.rules.misses)
     }
 }
 
@@ -205,91 +337,11 @@ pub(crate) use registers_here;
 /// `PF_R | PF_X`.
 const PF_RX: u32 = 4 | 1;
 
-/// One CFI unwinding step's outcome.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) enum Step {
-    /// The frame's return address; `regs` and `frame` now describe its caller.
-    Ret(u64),
-    /// The end of the stack (an end-of-stack rule or a zero return address).
-    End,
-    /// No rule applied, a read failed, or the stack pointer did not go up.
-    Fail,
-}
-
-/// Unwinds `frame` (with registers `regs`) by its CFI rule, or framehop's
-/// frame-pointer fallback where it has none.
-// Must not allocate, lock, make a system call or panic: runs inside malloc.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-#[inline(always)]
-pub(crate) fn cfi_step<F: FnMut(u64) -> Result<u64, ()>>(
-    unwinder: &DwarfUnwinder,
-    cache: &mut DwarfCache,
-    regs: &mut UnwindRegsNative,
-    frame: &mut FrameAddress,
-    read_stack: &mut F,
-) -> Step {
-    let prev_sp = regs.sp();
-    if let FrameAddress::ReturnAddress(ra) = *frame {
-        if unwinder.is_sigreturn(ra.get()) {
-            return signal_frame_step(regs, frame, read_stack);
-        }
-    }
-    match unwinder
-        .inner
-        .unwind_frame(*frame, regs, &mut cache.inner, read_stack)
-    {
-        Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
-            // A zero return address: the outermost frame.
-            None => Step::End,
-            // The caller's frame must lie above this one's.
-            Some(_) if regs.sp() <= prev_sp => Step::Fail,
-            Some(next) => {
-                *frame = next;
-                Step::Ret(ret)
-            }
-        },
-        Ok(None) => Step::End,
-        Err(_) => Step::Fail,
-    }
-}
-
 /// Offset of `uc_mcontext.gregs` in the x86_64 `ucontext_t`: uc_flags (8),
 /// uc_link (8), uc_stack (24); then the registers (`REG_RBP` = 10,
 /// `REG_RSP` = 15, `REG_RIP` = 16), 8 bytes each.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub(crate) const UC_GREGS: u64 = 40;
-
-/// Unwinds a signal frame: `frame` is the signal trampoline a handler
-/// returned to, `regs.sp()` points at the `ucontext_t` the kernel saved
-/// (the `rt_sigframe` after its return-address word). The interrupted
-/// code's rip, rsp and rbp come from its `uc_mcontext.gregs`; rip is an
-/// instruction pointer, not a return address (it is unwound as the first
-/// frame of a walk is). framehop cannot apply the trampoline's CFI
-/// expression, and its frame-pointer fallback would silently skip the
-/// interrupted frames.
-// Must not allocate, lock or panic: runs inside malloc (reads via the fence).
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn signal_frame_step<F: FnMut(u64) -> Result<u64, ()>>(
-    regs: &mut UnwindRegsNative,
-    frame: &mut FrameAddress,
-    read_stack: &mut F,
-) -> Step {
-    let uc = regs.sp();
-    let reg = |i: u64, read_stack: &mut F| read_stack(uc.wrapping_add(UC_GREGS + 8 * i));
-    let (Ok(bp), Ok(sp), Ok(ip)) = (
-        reg(libc::REG_RBP as u64, read_stack),
-        reg(libc::REG_RSP as u64, read_stack),
-        reg(libc::REG_RIP as u64, read_stack),
-    ) else {
-        return Step::Fail;
-    };
-    if sp <= uc || ip == 0 {
-        return Step::Fail;
-    }
-    *regs = UnwindRegsNative::new(ip, sp, bp);
-    *frame = FrameAddress::from_instruction_pointer(ip);
-    Step::Ret(ip)
-}
 
 /// Captures the calling thread's return addresses by DWARF CFI, innermost
 /// first, into `out`; returns how many it wrote and whether the walk
@@ -327,40 +379,22 @@ pub fn capture_dwarf(
                 truncated: true,
             };
         };
-        let mut read_stack = |addr: u64| fence.read(addr).ok_or(());
-        let mut regs = UnwindRegsNative::new(ip, sp, bp);
-        let mut frame = FrameAddress::from_instruction_pointer(ip);
-        let mut skip = skip;
-        let mut n = 0usize;
-        loop {
-            let ret = match cfi_step(unwinder, cache, &mut regs, &mut frame, &mut read_stack) {
-                Step::Ret(ret) => ret,
-                Step::End => {
-                    return Walk {
-                        len: n,
-                        truncated: false,
-                    }
-                }
-                Step::Fail => {
-                    return Walk {
-                        len: n,
-                        truncated: true,
-                    }
-                }
-            };
-            if skip > 0 {
-                skip -= 1;
-            } else {
-                let Some(slot) = out.get_mut(n) else {
-                    return Walk {
-                        len: n,
-                        truncated: true,
-                    };
-                };
-                *slot = ret;
-                n += 1;
-            }
-        }
+        let start = crate::step::Regs {
+            pc: ip,
+            sp,
+            bp,
+            ip: true,
+        };
+        crate::walker::walk_steps(
+            crate::step::Mode::Compact,
+            start,
+            skip,
+            &fence,
+            unwinder,
+            cache,
+            out,
+            0,
+        )
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {
@@ -409,15 +443,20 @@ pub fn capture_mixed(
                 truncated: true,
             };
         };
-        let mut read_stack = |addr: u64| fence.read(addr).ok_or(());
-        let mut regs = UnwindRegsNative::new(ip, sp, bp);
-        let mut frame = FrameAddress::from_instruction_pointer(ip);
+        let mut regs = crate::step::Regs {
+            pc: ip,
+            sp,
+            bp,
+            ip: true,
+        };
+        let mut rec = crate::step::Rec::default();
         // CFI until the first kept return address.
         let mut skip = skip;
         let first = loop {
-            match cfi_step(unwinder, cache, &mut regs, &mut frame, &mut read_stack) {
-                Step::Ret(ret) if skip == 0 => break ret,
-                Step::Ret(_) => skip -= 1,
+            use crate::step::{step, Mode, Step};
+            match step(Mode::Compact, unwinder, cache, &mut regs, &fence, &mut rec) {
+                Step::Ret if skip == 0 => break regs.pc,
+                Step::Ret => skip -= 1,
                 Step::End => {
                     return Walk {
                         len: 0,
@@ -442,11 +481,11 @@ pub fn capture_mixed(
         // Frame pointers from the kept frame's rbp; its record cannot lie
         // below its stack pointer.
         let fence = Fence {
-            lo: regs.sp().max(fence.lo),
+            lo: regs.sp.max(fence.lo),
             hi: fence.hi,
         };
-        let rest = &mut out[1..];
-        let w = crate::fp::walk(regs.bp(), fence, 0, rest.as_mut_ptr(), rest.len());
+        let rest = out.get_mut(1..).unwrap_or_default();
+        let w = crate::fp::walk(regs.bp, fence, 0, rest.as_mut_ptr(), rest.len());
         Walk {
             len: 1 + w.len,
             truncated: w.truncated,

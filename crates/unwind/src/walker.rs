@@ -2,9 +2,14 @@
 //! points hand over the caller's return address, stack pointer and frame
 //! pointer ([`StartRegs`]), so no frame of the tracer is ever walked.
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use crate::bounds::Fence;
 use crate::bounds::StackBounds;
 use crate::dwarf::{DwarfCache, DwarfUnwinder};
 use crate::memo::{MemoWalk, WalkMemo};
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use crate::step::{step, Mode, Rec, Regs, Step};
+use crate::Walk;
 
 /// Where a walk starts: the traced program's frame as a naked entry point
 /// saw it on entry, before it pushed anything.
@@ -20,11 +25,22 @@ pub struct StartRegs {
     pub bp: u64,
 }
 
+const LOST: MemoWalk = MemoWalk {
+    len: 0,
+    truncated: true,
+    shared: 0,
+};
+
 /// Captures the stack that starts at `start`, innermost first, into `out`:
 /// `out[0]` is `start.ra`, then its callers. `out.len()` is the depth
-/// limit; `len` and `truncated` as [`Walk`](crate::Walk); `shared` as
-/// [`MemoWalk`] (the outermost frames proven to be the previous capture's
-/// of this memo).
+/// limit; `len` and `truncated` as [`Walk`]; `shared` as [`MemoWalk`] (the
+/// outermost frames proven to be the previous capture's of this memo).
+///
+/// The walk steps by the compact tables (framehop where they do not
+/// apply, the ucontext for signal frames) until its state equals a frame
+/// of `memo`'s previous walk, then re-reads the words that walk's steps
+/// read from there on and takes its frames while they hold. The result is
+/// exactly [`capture_from_compact`]'s (and [`capture_from_framehop`]'s).
 ///
 /// Must not allocate, lock, make a system call, panic or fault: it runs
 /// inside the host's malloc. On targets other than x86_64 Linux it returns
@@ -40,69 +56,239 @@ pub fn capture_from(
 ) -> MemoWalk {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
-        use crate::dwarf::{cfi_step, Step};
-        use framehop::{FrameAddress, UnwindRegsNative};
-
-        let _ = memo;
-        let lost = MemoWalk {
-            len: 0,
-            truncated: true,
-            shared: 0,
-        };
         let Some(fence) = bounds.fence(start.sp) else {
-            return lost;
+            return LOST;
         };
-        let Some(first) = FrameAddress::from_return_address(start.ra) else {
+        if start.ra == 0 {
             return MemoWalk {
                 len: 0,
-                truncated: start.ra != 0,
+                truncated: false,
                 shared: 0,
             };
-        };
-        let Some(slot) = out.first_mut() else {
-            return lost;
-        };
-        *slot = start.ra;
-        let mut read_stack = |addr: u64| fence.read(addr).ok_or(());
-        let mut regs = UnwindRegsNative::new(start.ra, start.sp, start.bp);
-        let mut frame = first;
-        let mut n = 1usize;
-        loop {
-            let ret = match cfi_step(unwinder, cache, &mut regs, &mut frame, &mut read_stack) {
-                Step::Ret(ret) => ret,
-                Step::End => {
-                    return MemoWalk {
-                        len: n,
-                        truncated: false,
-                        shared: 0,
-                    }
-                }
-                Step::Fail => {
-                    return MemoWalk {
-                        len: n,
-                        truncated: true,
-                        shared: 0,
-                    }
-                }
-            };
-            let Some(slot) = out.get_mut(n) else {
-                return MemoWalk {
-                    len: n,
-                    truncated: true,
-                    shared: 0,
-                };
-            };
-            *slot = ret;
-            n += 1;
         }
+        if out.is_empty() {
+            return LOST;
+        }
+        let cur = Regs {
+            pc: start.ra,
+            sp: start.sp,
+            bp: start.bp,
+            ip: false,
+        };
+        crate::memo::memo_walk(cur, &fence, unwinder, cache, memo, out)
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {
         let _ = (start, bounds, unwinder, cache, memo, out);
-        MemoWalk {
+        LOST
+    }
+}
+
+/// The reference walk for [`capture_from`] without a memo: every frame
+/// stepped by the compact tables (framehop where they do not apply).
+#[inline(never)]
+pub fn capture_from_compact(
+    start: StartRegs,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    out: &mut [u64],
+) -> Walk {
+    from_start(
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        Mode::Compact,
+        start,
+        bounds,
+        unwinder,
+        cache,
+        out,
+    )
+}
+
+/// The reference walk for [`capture_from`] by framehop alone (its rule
+/// cache from the unwinder's set, its frame-pointer fallback, the ucontext
+/// for signal frames): what the crate's captures gave before the compact
+/// tables. `cache` is not used.
+#[inline(never)]
+pub fn capture_from_framehop(
+    start: StartRegs,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    out: &mut [u64],
+) -> Walk {
+    from_start(
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        Mode::Framehop,
+        start,
+        bounds,
+        unwinder,
+        cache,
+        out,
+    )
+}
+
+#[inline(always)]
+fn from_start(
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))] mode: Mode,
+    start: StartRegs,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    out: &mut [u64],
+) -> Walk {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let lost = Walk {
             len: 0,
             truncated: true,
-            shared: 0,
+        };
+        let Some(fence) = bounds.fence(start.sp) else {
+            return lost;
+        };
+        if start.ra == 0 {
+            return Walk {
+                len: 0,
+                truncated: false,
+            };
         }
+        let Some(first) = out.first_mut() else {
+            return lost;
+        };
+        *first = start.ra;
+        let r = Regs {
+            pc: start.ra,
+            sp: start.sp,
+            bp: start.bp,
+            ip: false,
+        };
+        walk_steps(mode, r, 0, &fence, unwinder, cache, out, 1)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = (start, bounds, unwinder, cache, out);
+        Walk {
+            len: 0,
+            truncated: true,
+        }
+    }
+}
+
+/// Captures the calling thread's stack from the caller of this function,
+/// memoized: `out[0]` is the return address into the direct caller when
+/// `skip` is 0; `skip` steps over that many of the caller's frames first
+/// (the tracer's own, for the C API's `trace_stack_capture`), which are
+/// unwound every time (not memoized). Then as [`capture_from`] from the
+/// first kept frame. On targets other than x86_64 Linux it returns an
+/// empty, truncated walk.
+#[inline(never)]
+pub fn capture_here(
+    skip: usize,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> MemoWalk {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let regs = crate::dwarf::registers_here!();
+        here(regs, skip, bounds, unwinder, cache, memo, out)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = (skip, bounds, unwinder, cache, memo, out);
+        LOST
+    }
+}
+
+/// The body of [`capture_here`] and [`capture_dwarf_memo`](crate::capture_dwarf_memo),
+/// from the registers `(ip, sp, bp)` read in the public function's frame.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+pub(crate) fn here(
+    (ip, sp, bp): (u64, u64, u64),
+    skip: usize,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> MemoWalk {
+    let Some(fence) = bounds.fence(sp) else {
+        return LOST;
+    };
+    let mut r = Regs {
+        pc: ip,
+        sp,
+        bp,
+        ip: true,
+    };
+    let mut rec = Rec::default();
+    // This function's own frame, then the skipped ones.
+    for _ in 0..=skip {
+        match step(Mode::Compact, unwinder, cache, &mut r, &fence, &mut rec) {
+            Step::Ret => {}
+            Step::End => {
+                return MemoWalk {
+                    len: 0,
+                    truncated: false,
+                    shared: 0,
+                }
+            }
+            Step::Fail => return LOST,
+        }
+    }
+    if out.is_empty() {
+        return LOST;
+    }
+    crate::memo::memo_walk(r, &fence, unwinder, cache, memo, out)
+}
+
+/// Steps from `r` (a frame not written), writing each caller's address
+/// after `skip` of them to `out[n..]`.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk_steps(
+    mode: Mode,
+    mut r: Regs,
+    mut skip: usize,
+    fence: &Fence,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    out: &mut [u64],
+    mut n: usize,
+) -> Walk {
+    let mut rec = Rec::default();
+    loop {
+        match step(mode, unwinder, cache, &mut r, fence, &mut rec) {
+            Step::Ret => {}
+            Step::End => {
+                return Walk {
+                    len: n,
+                    truncated: false,
+                }
+            }
+            Step::Fail => {
+                return Walk {
+                    len: n,
+                    truncated: true,
+                }
+            }
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        let Some(slot) = out.get_mut(n) else {
+            return Walk {
+                len: n,
+                truncated: true,
+            };
+        };
+        *slot = r.pc;
+        n += 1;
     }
 }

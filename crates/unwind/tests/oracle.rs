@@ -13,7 +13,10 @@ const DEPTH: usize = 256;
 struct Setup {
     bounds: StackBounds,
     unwinder: DwarfUnwinder,
-    cache: DwarfCache,
+    /// Boxed: a frame-pointer walk that follows the garbage rbp of the
+    /// Rust frames above the C chain may land in this frame, and the cache's
+    /// words (lookup addresses) look like return addresses.
+    cache: Box<DwarfCache>,
 }
 
 fn setup() -> Setup {
@@ -22,7 +25,7 @@ fn setup() -> Setup {
         bounds: StackBounds::current().expect("thread stack bounds"),
         // SAFETY: the test loads nothing and unloads nothing while it runs.
         unwinder: unsafe { DwarfUnwinder::from_modules(&modules) },
-        cache: DwarfCache::new(),
+        cache: Box::new(DwarfCache::new()),
     }
 }
 
