@@ -156,9 +156,10 @@ pub const DEFAULT_DEPTH: usize = alloctrace_unwind::DEFAULT_DEPTH;
 /// The largest depth limit a session accepts.
 pub const MAX_DEPTH: usize = 256;
 
-// A walk's buffer (the limit, 4 spare addresses and up to 8 own frames)
-// fits the memo, so the full mode uses it at every depth limit.
-const _: () = assert!(MAX_DEPTH + 12 <= MEMO_DEPTH);
+// A walk's buffer at the default limit (the limit and 4 spare addresses)
+// fits the memo; a larger limit walks without it once its buffer is
+// longer than MEMO_DEPTH (alloctrace-unwind's capture_from).
+const _: () = assert!(DEFAULT_DEPTH + 4 <= MEMO_DEPTH);
 
 /// The running session's mode (a [`StackMode`]); `None` when stopped.
 static MODE: AtomicU8 = AtomicU8::new(0);
