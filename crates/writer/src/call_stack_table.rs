@@ -302,6 +302,12 @@ impl Lister {
                 continue;
             }
             self.seen[chunk] = count;
+            // The node count read after the chunk's counter: a node whose
+            // mark that count includes was interned before it was marked,
+            // so it is below this `end` (read before the counter, a node
+            // interned and marked in between would be counted as seen
+            // without being scanned, and never listed).
+            let end = NEXT.load(Ordering::Acquire).min(MAX_NODES);
             let first = (chunk << CHUNK_BITS).max(1);
             let last = ((chunk + 1) << CHUNK_BITS).min(end);
             for id in first..last {
