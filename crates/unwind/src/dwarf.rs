@@ -73,6 +73,8 @@ pub struct DwarfUnwinder {
     code: Vec<(u64, u64)>,
     /// The compact tables.
     pub(crate) tables: Tables,
+    /// Whether `tables` were built (else empty: every step is framehop's).
+    with_tables: bool,
     /// framehop caches for the fallback steps.
     pub(crate) fallback: Pool,
 }
@@ -180,6 +182,35 @@ impl DwarfUnwinder {
         modules: &Modules,
         prev: Option<&DwarfUnwinder>,
     ) -> DwarfUnwinder {
+        // SAFETY: the caller's contract.
+        unsafe { Self::build(modules, prev, true) }
+    }
+
+    /// As [`from_modules`](Self::from_modules) without the compact tables:
+    /// cheap to build (no `.eh_frame` is parsed), every step is framehop's.
+    /// For a session's start, while the tables are built off the program's
+    /// path (alloctrace-writer builds them on its writer thread).
+    ///
+    /// # Safety
+    /// As [`from_modules`](Self::from_modules).
+    pub unsafe fn from_modules_without_tables(modules: &Modules) -> DwarfUnwinder {
+        // SAFETY: the caller's contract.
+        unsafe { Self::build(modules, None, false) }
+    }
+
+    /// Whether this unwinder has compact tables (else every step is
+    /// framehop's).
+    pub fn has_tables(&self) -> bool {
+        self.with_tables
+    }
+
+    /// # Safety
+    /// As [`from_modules`](Self::from_modules).
+    unsafe fn build(
+        modules: &Modules,
+        prev: Option<&DwarfUnwinder>,
+        with_tables: bool,
+    ) -> DwarfUnwinder {
         let mut inner = UnwinderNative::new();
         let mut count = 0;
         let mut code: Vec<(u64, u64)> = modules
@@ -219,8 +250,12 @@ impl DwarfUnwinder {
             inner.add_module(module);
             count += 1;
         }
-        // SAFETY: the caller's contract (every module is loaded).
-        let tables = unsafe { Tables::build(modules, prev.map(|p| &p.tables)) };
+        let tables = if with_tables {
+            // SAFETY: the caller's contract (every module is loaded).
+            unsafe { Tables::build(modules, prev.map(|p| &p.tables)) }
+        } else {
+            Tables::default()
+        };
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         DwarfUnwinder {
             inner,
@@ -228,6 +263,7 @@ impl DwarfUnwinder {
             modules: count,
             code,
             tables,
+            with_tables,
             fallback: Pool::new(FALLBACK_CACHES),
         }
     }

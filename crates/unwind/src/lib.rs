@@ -102,6 +102,7 @@ pub use fp::capture_fp_raw;
 pub use fp::{capture_fp, walk_fp_chain, TRUNCATED_BIT};
 pub use memo::{capture_dwarf_memo, capture_mixed_memo, MemoWalk, WalkMemo, MEMO_DEPTH};
 pub use modules::{LoadSegment, ModuleInfo, Modules};
+pub use step::set_walk_end;
 pub use walker::{
     capture_from, capture_from_compact, capture_from_framehop, capture_here, StartRegs,
 };

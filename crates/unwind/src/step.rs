@@ -10,6 +10,7 @@
 
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
+use core::sync::atomic::{AtomicU64, Ordering};
 use framehop::{FrameAddress, UnwindRegsNative, Unwinder};
 
 use crate::bounds::Fence;
@@ -175,6 +176,25 @@ pub(crate) fn step(
     framehop_step(unwinder, r, fence)
 }
 
+/// Return addresses `[lo, lo + len)` that end every compact walk, as an
+/// end-of-stack rule does: the frame is kept, its callers are not
+/// ([`set_walk_end`]).
+static WALK_END_LO: AtomicU64 = AtomicU64::new(0);
+static WALK_END_LEN: AtomicU64 = AtomicU64::new(0);
+
+/// Makes a return address into `[start, end)` end every walk that steps
+/// by the compact tables (`capture_from`, `capture_here`,
+/// `capture_from_compact`), as an end-of-stack rule would: that frame is
+/// the stack's outermost. A host that starts threads through a routine of
+/// its own (the LD_PRELOAD shim's thread trampoline) sets it once, before
+/// its first capture, so that no walk goes on into the trampoline and the
+/// C library's thread start. A rule cache filled before the call may keep
+/// the old answer for an address.
+pub fn set_walk_end(start: u64, end: u64) {
+    WALK_END_LO.store(start, Ordering::Relaxed);
+    WALK_END_LEN.store(end.saturating_sub(start), Ordering::Relaxed);
+}
+
 /// The rule for the frame `r`, through the thread's cache.
 #[inline(always)]
 fn rule_for(unwinder: &DwarfUnwinder, cache: &mut RuleCache, r: &Regs) -> u32 {
@@ -199,7 +219,13 @@ fn rule_for(unwinder: &DwarfUnwinder, cache: &mut RuleCache, r: &Regs) -> u32 {
         }
     }
     cache.misses = cache.misses.wrapping_add(1);
-    let rule = if !r.ip && unwinder.is_sigreturn(r.pc) {
+    let (end_lo, end_len) = (
+        WALK_END_LO.load(Ordering::Relaxed),
+        WALK_END_LEN.load(Ordering::Relaxed),
+    );
+    let rule = if !r.ip && r.pc.wrapping_sub(end_lo) < end_len {
+        R_END
+    } else if !r.ip && unwinder.is_sigreturn(r.pc) {
         R_SIGNAL
     } else {
         unwinder.tables.lookup(key & !(1 << 63))

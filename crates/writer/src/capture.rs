@@ -173,7 +173,9 @@ struct Unwinding {
 }
 
 impl Unwinding {
-    fn new(modules: &Modules) -> Box<Unwinding> {
+    /// The unwinder of `modules`: with compact tables when `tables` (those
+    /// of `prev` reused for the modules it had), else framehop alone.
+    fn new(modules: &Modules, tables: bool, prev: Option<&Unwinding>) -> Box<Unwinding> {
         let mut ranges: Vec<(u64, u64)> = modules
             .modules()
             .iter()
@@ -184,7 +186,13 @@ impl Unwinding {
             // SAFETY: the objects of the snapshot are loaded now; before a
             // dlclose can unmap one, unloading_begin replaces this unwinder
             // with one without it and waits for the captures using it.
-            unwinder: unsafe { DwarfUnwinder::from_modules(modules) },
+            unwinder: unsafe {
+                if tables {
+                    DwarfUnwinder::from_modules_reusing(modules, prev.map(|p| &p.unwinder))
+                } else {
+                    DwarfUnwinder::from_modules_without_tables(modules)
+                }
+            },
             ranges,
         })
     }
@@ -196,6 +204,21 @@ impl Unwinding {
             .and_then(|i| self.ranges.get(i))
             .is_some_and(|&(_, end)| addr < end)
     }
+}
+
+/// Set when the unwinder in use has no compact tables and a capture wants
+/// them: the writer thread then builds them ([`refresh_if_stale`]).
+static TABLES_WANTED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Set while the writer thread refreshes: only it builds the compact
+    /// tables of a session's start (a dlopen's refresh keeps what it has).
+    static ON_WRITER: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Whether this refresh may build the compact tables (the writer thread's).
+fn force_tables() -> bool {
+    ON_WRITER.with(|w| w.get())
 }
 
 /// The unwinding captures use (invariant 2); null until a session sets up.
@@ -385,7 +408,18 @@ pub(crate) fn set_up(mode: StackMode, depth: usize) {
     };
     OWN_START.store(start, Ordering::Relaxed);
     OWN_END.store(end, Ordering::Relaxed);
-    swap_unwinder(Unwinding::new(&modules));
+    // framehop alone at first: parsing every module's `.eh_frame` into
+    // compact tables (some 10 ms for python and libc) is left to the
+    // writer thread (refresh_if_stale), off the program's start.
+    let current = UNWINDER.load(Ordering::Acquire);
+    // SAFETY: unwinders are freed only by swap_unwinder, under REFRESH,
+    // which this thread holds.
+    let current = unsafe { current.as_ref() };
+    let had_tables = current.is_some_and(|u| u.unwinder.has_tables());
+    swap_unwinder(Unwinding::new(&modules, had_tables, current));
+    if !had_tables && mode != StackMode::None {
+        TABLES_WANTED.store(true, Ordering::Relaxed);
+    }
     LAST_REFRESH.store(clock::ticks(), Ordering::Relaxed);
     let pool = POOL.get_or_init(|| ArrayQueue::new(POOL_CAPACITY));
     while pool.len() < POOL_TARGET {
@@ -448,6 +482,15 @@ fn refresh(force: bool) {
     }
     {
         let _guard = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
+        let current = UNWINDER.load(Ordering::Acquire);
+        // SAFETY: unwinders are freed only by swap_unwinder, under
+        // REFRESH, which this thread holds.
+        let current = unsafe { current.as_ref() };
+        // The compact tables once the writer thread built them (reused for
+        // the modules that stay); until then framehop alone.
+        let tables = current.is_some_and(|u| u.unwinder.has_tables())
+            || (force_tables() && TABLES_WANTED.swap(false, Ordering::Relaxed));
+        let force = force || current.is_some_and(|u| tables && !u.unwinder.has_tables());
         let mut modules = Modules::snapshot();
         let now = clock::ticks();
         LAST_REFRESH.store(now, Ordering::Relaxed);
@@ -457,7 +500,7 @@ fn refresh(force: bool) {
                 let permanent = PERMANENT.get().map_or(&[][..], Vec::as_slice);
                 modules.retain(|m| permanent.contains(&m.start));
             }
-            swap_unwinder(Unwinding::new(&modules));
+            swap_unwinder(Unwinding::new(&modules, tables, current));
         }
     }
     // A module gone: a new generation (lifecycle.rs).
@@ -469,6 +512,13 @@ fn refresh(force: bool) {
 /// writer thread calls this as it goes round (it may allocate and take the
 /// loader's lock; no producer waits for it while it does).
 pub(crate) fn refresh_if_stale() {
+    if TABLES_WANTED.load(Ordering::Relaxed) {
+        // The session's first unwinder has no compact tables: build them
+        // here, on the writer thread.
+        ON_WRITER.with(|w| w.set(true));
+        refresh(false);
+        ON_WRITER.with(|w| w.set(false));
+    }
     if !STALE.load(Ordering::Relaxed) {
         return;
     }
@@ -626,6 +676,9 @@ static THREAD_START_LEN: AtomicU64 = AtomicU64::new(0);
 pub fn set_thread_start(start: u64, end: u64) {
     THREAD_START.store(start, Ordering::Relaxed);
     THREAD_START_LEN.store(end.saturating_sub(start), Ordering::Relaxed);
+    // The walk itself ends there (an end-of-stack rule): the memo then
+    // re-checks no frame of the trampoline or of the thread's start.
+    alloctrace_unwind::set_walk_end(start, end);
 }
 
 #[inline(always)]
@@ -703,6 +756,9 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
         return 0;
     };
     let unwinder = &unwinding.unwinder;
+    if !unwinder.has_tables() {
+        TABLES_WANTED.store(true, Ordering::Relaxed);
+    }
     if state.lo >= state.hi {
         return 0;
     }
