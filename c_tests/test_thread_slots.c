@@ -1,19 +1,19 @@
 /*
- * A full slot table (4096 slots, thread.rs): the main thread and 4100 live
- * threads each record two events; 4095 of those threads get a slot and
+ * A full slot table (16384 slots, thread.rs): the main thread and 16388 live
+ * threads each record two events; 16383 of those threads get a slot and
  * the last 5 find none, so exactly their 10 events are counted lost (a
  * claim on a full table checks slots whose thread may be gone, and must
  * never take a live thread's). Then those threads end, and 4100 more, 100
  * at a time, reuse the slots of the dead ones: nothing more is lost, and
  * the trace has one thread ID per thread that had a slot.
  */
-/* alloctrace-test: no-asan (4100 threads at once) */
+/* alloctrace-test: no-asan (16388 threads at once) */
 #include "common.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
-#define MAX_SLOTS 4096
+#define MAX_SLOTS 16384
 #define LIVE (MAX_SLOTS + 4)
 #define LATER 4100
 #define BATCH 100

@@ -308,6 +308,8 @@ struct Trace {
     allocs: Vec<Alloc>,
     generations: u64,
     lost_stacks: u64,
+    /// Events the tracer could not record (a thread without a slot).
+    lost_events: u64,
     pid: u64,
     /// Every module of every generation (each generation lists its own).
     modules: Vec<(u64, Module)>,
@@ -336,6 +338,7 @@ fn read_trace(path: &Path, by_ticks: bool) -> Trace {
         allocs: Vec::new(),
         generations: 0,
         lost_stacks: 0,
+        lost_events: 0,
         pid: 0,
         modules: Vec::new(),
     };
@@ -415,6 +418,7 @@ fn read_trace(path: &Path, by_ticks: bool) -> Trace {
         });
     }
     trace.lost_stacks = reader.lost_stacks();
+    trace.lost_events = reader.lost_events();
     assert_eq!(reader.truncated(), None, "{} is cut short", path.display());
     trace
 }
@@ -756,21 +760,24 @@ fn stacks_of_threads_that_exit() {
 }
 
 /// Threads alive at once in `many_threads_alive_at_once_all_get_stacks`:
-/// as many as the tracer's 4096 thread slots allow, with the main and
-/// the writer thread's.
-const MANY_THREADS: usize = 4_000;
+/// the 10,000 the tracer promises to give every allocation a stack (it has
+/// 16,384 thread slots), well past the 4,096 full-size buffers of the
+/// default memory bound (each idle thread holds a one-page one).
+const MANY_THREADS: usize = 10_000;
 
 #[test]
 fn many_threads_alive_at_once_all_get_stacks() {
     // Each thread gets its capture state at thread start (the shim's
     // trampoline), not from the writer's small pool of spare ones: none
-    // of 4,000 live threads allocates without its stack.
+    // of 10,000 live threads allocates without its stack, and every one
+    // has a thread slot (no event lost).
     let dir = Scratch::new("many-threads");
     let n = MANY_THREADS.to_string();
     let run = scenario(&dir, "full", &["many", &n]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let t = read_trace(&run.traces[0], false);
     assert_eq!(t.lost_stacks, 0);
+    assert_eq!(t.lost_events, 0);
     let allocs = t.of_size(5107);
     assert_eq!(allocs.len(), MANY_THREADS);
     for a in allocs {

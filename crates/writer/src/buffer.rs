@@ -51,6 +51,9 @@ pub(crate) struct Buffer {
     pub(crate) ids: alloctrace_format::IdDeltas,
     /// Size of the whole mapping, for munmap.
     map_len: usize,
+    /// A full-size buffer that a thread's event path took: counted in
+    /// [`BufferPool::slot_large`] until it comes back to the free pool.
+    slot_large: bool,
 }
 
 static_assertions::const_assert!(core::mem::size_of::<Buffer>() <= DATA_OFFSET);
@@ -125,6 +128,7 @@ impl Buffer {
                 last_ticks: 0,
                 ids: Default::default(),
                 map_len,
+                slot_large: false,
             })
         };
         NonNull::new(buf)
@@ -268,43 +272,203 @@ pub(crate) struct BufferRef(pub(crate) NonNull<Buffer>);
 // time, see Buffer); moving it to another thread moves that ownership.
 unsafe impl Send for BufferRef {}
 
-/// The free pool and the queue of full buffers of one tracing session.
-pub(crate) struct BufferPool {
+/// Batch bytes of a small buffer: one page, header included. A thread's
+/// first buffer of a generation, per stream, is a small one, so that a
+/// thread that records little (most of 10,000 threads waiting at a barrier)
+/// holds one page of buffer memory, not a full-size buffer; a thread that
+/// fills it gets full-size ones. Holds a batch header and many events (the
+/// event path needs `MAX_BATCH_HEADER_LEN + 3 * 8 + MAX_EVENT_LEN`).
+pub(crate) const SMALL_BUFFER_CAP: usize = 4096 - DATA_OFFSET;
+
+/// Most small buffers a pool maps: one per slot, stream and generation
+/// parity (what the slots can hold at once, an advance being between its
+/// generation store and its take), and some for the writer's pipeline. A
+/// thread asking for a small one therefore always finds one free or on its
+/// way back from the writer: the buffers held by other slots can never use
+/// them all up (the asking thread holds none of its own in that entry).
+/// Mapped only as needed: 10,000 threads that each hold one cost 40 MB.
+pub(crate) const MAX_SMALL_BUFFERS: usize =
+    2 * crate::thread::STREAMS * crate::thread::MAX_THREADS + 64;
+
+/// Full-size buffers the threads' event path may hold in all (in their
+/// slots, or on their way to the writer) stay this many below the memory
+/// bound, so that the tracer's own batches (generation info, tables:
+/// [`crate::meta::MetaWriter`]), which need full-size buffers, always find
+/// one coming back even when idle threads keep full-size buffers they have
+/// begun.
+const META_RESERVE: usize = 8;
+
+/// Which buffer a take asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// A thread's first buffer of a generation for a stream (one page).
+    Small,
+    /// A thread's next buffer, once it filled one: full-size while the
+    /// threads hold fewer than the memory bound allows (less
+    /// [`META_RESERVE`]), else a small one when the writer has nothing
+    /// queued that would give one back (idle threads hold them all).
+    Refill,
+    /// A full-size buffer, waiting for one at the memory bound (the
+    /// tracer's own batches, whose entries may need a whole buffer).
+    Full,
+}
+
+/// Buffers of one size: the free ones, and how many are mapped.
+struct Class {
     /// Empty buffers ready to be taken.
     free: ArrayQueue<BufferRef>,
+    /// Buffers mapped so far; never above `max`.
+    mapped: CachePadded<AtomicUsize>,
+    /// Batch bytes per buffer.
+    cap: usize,
+    /// Most buffers of this size mapped at once.
+    max: usize,
+}
+
+/// What a class could give.
+enum Got {
+    Buffer(NonNull<Buffer>),
+    /// None free and the class at its bound.
+    Exhausted,
+    /// None free and the kernel refused an mmap below the bound.
+    Refused,
+}
+
+impl Class {
+    fn new(cap: usize, max: usize) -> Class {
+        Class {
+            free: ArrayQueue::new(max),
+            mapped: CachePadded::new(AtomicUsize::new(0)),
+            cap,
+            max,
+        }
+    }
+
+    /// A free buffer, else a newly mapped one below the bound.
+    fn get(&self) -> Got {
+        match self.free.pop() {
+            Some(b) => Got::Buffer(b.0),
+            None => self.map_one(),
+        }
+    }
+
+    /// A newly mapped buffer below the bound.
+    fn map_one(&self) -> Got {
+        loop {
+            let n = self.mapped.load(Ordering::Relaxed);
+            if n >= self.max {
+                return Got::Exhausted;
+            }
+            if self
+                .mapped
+                .compare_exchange(n, n + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            return match Buffer::map(self.cap) {
+                Some(b) => Got::Buffer(b),
+                None => {
+                    self.mapped.fetch_sub(1, Ordering::Relaxed);
+                    Got::Refused
+                }
+            };
+        }
+    }
+}
+
+/// The free pools and the queue of full buffers of one tracing session.
+///
+/// Two sizes: full-size buffers (the session's buffer size), bounded by
+/// the memory bound, and small ones ([`SMALL_BUFFER_CAP`]), one per thread
+/// and stream as it starts a generation ([`MAX_SMALL_BUFFERS`]). A thread
+/// that records an event or two therefore costs one page, and any number
+/// of idle threads holding begun buffers can neither exhaust the
+/// full-size ones for everyone else nor, holding small ones, make another
+/// thread wait forever.
+pub(crate) struct BufferPool {
+    /// Full-size buffers.
+    large: Class,
+    /// One-page buffers.
+    small: Class,
     /// Sealed batches waiting for the writer thread, in push order.
     full: ArrayQueue<BufferRef>,
-    /// Buffers mapped so far; never above `max_buffers`.
-    mapped: CachePadded<AtomicUsize>,
+    /// Bytes of the batches in `full` (pushed, not yet popped).
+    queued_bytes: CachePadded<AtomicUsize>,
+    /// Full-size buffers taken by threads' event path and not yet back in
+    /// the free pool; at most `large.max - META_RESERVE`.
+    slot_large: CachePadded<AtomicUsize>,
     /// Times a producer found no free buffer and had to wait for the writer.
     waits: CachePadded<AtomicUsize>,
     /// Set when a take gave up on a refused mmap; cleared when a buffer
     /// comes back or an mmap succeeds (see [`BufferPool::take`]).
     starved: AtomicBool,
-    /// Bytes of batch data per buffer.
-    pub(crate) buffer_size: usize,
-    /// The memory bound: at most this many buffers exist at once.
-    max_buffers: usize,
 }
 
 impl BufferPool {
-    /// A pool of at most `max_buffers` buffers of `buffer_size` bytes, none
-    /// mapped yet. Allocates the two queues: call only from trace_start.
+    /// A pool of at most `max_buffers` buffers of `buffer_size` bytes (at
+    /// least `2 * META_RESERVE`), and small ones, none mapped yet.
+    /// Allocates the queues: call only from trace_start.
     pub(crate) fn new(buffer_size: usize, max_buffers: usize) -> BufferPool {
+        let max_buffers = max_buffers.max(2 * META_RESERVE);
         BufferPool {
-            free: ArrayQueue::new(max_buffers),
-            full: ArrayQueue::new(max_buffers),
-            mapped: CachePadded::new(AtomicUsize::new(0)),
+            large: Class::new(buffer_size, max_buffers),
+            small: Class::new(SMALL_BUFFER_CAP, MAX_SMALL_BUFFERS),
+            full: ArrayQueue::new(max_buffers + MAX_SMALL_BUFFERS),
+            queued_bytes: CachePadded::new(AtomicUsize::new(0)),
+            slot_large: CachePadded::new(AtomicUsize::new(0)),
             waits: CachePadded::new(AtomicUsize::new(0)),
             starved: AtomicBool::new(false),
-            buffer_size,
-            max_buffers,
         }
     }
 
-    /// Takes an empty buffer: from the free pool, else a newly mapped one
-    /// while under the memory bound, else waits for the writer thread to
-    /// return one.
+    /// For [`Want::Refill`]: counts one more full-size buffer for the
+    /// threads, false when they hold all they may.
+    fn count_slot_large(&self) -> bool {
+        let limit = self.large.max - META_RESERVE;
+        self.slot_large
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// One round of a take: a buffer of the class `want` asks for, if one
+    /// can be had now.
+    fn try_take(&self, want: Want) -> Got {
+        match want {
+            Want::Small => self.small.get(),
+            Want::Full => self.large.get(),
+            Want::Refill => {
+                if self.count_slot_large() {
+                    match self.large.get() {
+                        Got::Buffer(b) => {
+                            // SAFETY: the buffer is ours alone.
+                            unsafe { (*b.as_ptr()).slot_large = true };
+                            return Got::Buffer(b);
+                        }
+                        other => {
+                            self.slot_large.fetch_sub(1, Ordering::Relaxed);
+                            if !self.full.is_empty() {
+                                return other;
+                            }
+                        }
+                    }
+                } else if !self.full.is_empty() {
+                    // The writer has batches to write: wait for it
+                    // (back-pressure), one will come back.
+                    return Got::Exhausted;
+                }
+                // The threads hold every full-size buffer they may and
+                // nothing is queued: idle threads keep them. A small one.
+                self.small.get()
+            }
+        }
+    }
+
+    /// Takes an empty buffer of the kind `want` asks for: from the free
+    /// pool, else a newly mapped one while under the memory bound, else
+    /// waits for the writer thread to return one.
     ///
     /// Lossless back-pressure: at the memory bound it waits as long as the
     /// writer takes (`None` only for a fatal-signal flush whose time is up,
@@ -321,40 +485,29 @@ impl BufferPool {
     /// Must not allocate or lock: may run inside the host's malloc. Makes
     /// syscalls (mmap, sched_yield, nanosleep, the vDSO clock) only when no
     /// buffer is free.
-    pub(crate) fn take(&self, wake_writer: impl Fn()) -> Option<NonNull<Buffer>> {
-        if let Some(b) = self.free.pop() {
-            return Some(b.0);
-        }
+    pub(crate) fn take(&self, want: Want, wake_writer: impl Fn()) -> Option<NonNull<Buffer>> {
         let mut waited = false;
         // Set once an mmap below the bound was refused: the wait ends then.
         let mut refused_since: Option<std::time::Instant> = None;
         for round in 0u64.. {
-            if let Some(b) = self.free.pop() {
-                self.starved.store(false, Ordering::Relaxed);
-                return Some(b.0);
-            }
-            let n = self.mapped.load(Ordering::Relaxed);
-            if n < self.max_buffers {
-                if self
-                    .mapped
-                    .compare_exchange(n, n + 1, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
-                {
-                    continue;
-                }
-                if let Some(b) = Buffer::map(self.buffer_size) {
-                    self.starved.store(false, Ordering::Relaxed);
+            match self.try_take(want) {
+                Got::Buffer(b) => {
+                    if self.starved.load(Ordering::Relaxed) {
+                        self.starved.store(false, Ordering::Relaxed);
+                    }
                     return Some(b);
                 }
-                self.mapped.fetch_sub(1, Ordering::Relaxed);
-                if self.starved.load(Ordering::Relaxed) {
-                    return None;
+                Got::Refused => {
+                    if self.starved.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    let since = *refused_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() >= MAP_REFUSED_WAIT {
+                        self.starved.store(true, Ordering::Relaxed);
+                        return None;
+                    }
                 }
-                let since = *refused_since.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() >= MAP_REFUSED_WAIT {
-                    self.starved.store(true, Ordering::Relaxed);
-                    return None;
-                }
+                Got::Exhausted => {}
             }
             if crate::crash::past_deadline() {
                 // A fatal-signal flush whose time is up (crash.rs).
@@ -374,31 +527,18 @@ impl BufferPool {
         None
     }
 
-    /// Maps (and faults in) empty buffers until the free pool holds at
-    /// least `n` or the memory bound is reached. Called off the event path
-    /// (start, and before every generation change) so that threads moving
-    /// to a new generation find buffers ready instead of each mapping one:
-    /// an mmap takes the process's mmap lock, which another thread's page
-    /// fault or mmap can hold, and that wait would block an event.
+    /// Maps (and faults in) empty small buffers until their free pool
+    /// holds at least `n` or their bound is reached. Called off the event
+    /// path (start, and before every generation change) so that threads
+    /// moving to a new generation (whose first buffer is a small one) find
+    /// buffers ready instead of each mapping one: an mmap takes the
+    /// process's mmap lock, which another thread's page fault or mmap can
+    /// hold, and that wait would block an event.
     pub(crate) fn reserve(&self, n: usize) {
-        while self.free.len() < n {
-            let m = self.mapped.load(Ordering::Relaxed);
-            if m >= self.max_buffers {
-                return;
-            }
-            if self
-                .mapped
-                .compare_exchange(m, m + 1, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-            {
-                continue;
-            }
-            match Buffer::map(self.buffer_size) {
-                Some(b) => self.recycle(b),
-                None => {
-                    self.mapped.fetch_sub(1, Ordering::Relaxed);
-                    return;
-                }
+        while self.small.free.len() < n {
+            match self.small.map_one() {
+                Got::Buffer(b) => self.recycle(b),
+                Got::Exhausted | Got::Refused => return,
             }
         }
     }
@@ -408,10 +548,13 @@ impl BufferPool {
     ///
     /// Must not allocate: runs on the event path when a buffer is full.
     pub(crate) fn push_full(&self, buf: NonNull<Buffer>) {
+        // SAFETY: the caller holds the buffer until the push.
+        let len = unsafe { (*buf.as_ptr()).len };
+        self.queued_bytes.fetch_add(len, Ordering::Relaxed);
         let mut item = BufferRef(buf);
         while let Err(back) = self.full.push(item) {
-            // Unreachable while max_buffers bounds both queues; spin rather
-            // than lose the batch.
+            // Unreachable while the classes' bounds bound the queue; spin
+            // rather than lose the batch.
             item = back;
             std::thread::yield_now();
         }
@@ -419,7 +562,12 @@ impl BufferPool {
 
     /// Takes the oldest full batch, for the writer thread.
     pub(crate) fn pop_full(&self) -> Option<NonNull<Buffer>> {
-        self.full.pop().map(|b| b.0)
+        let b = self.full.pop()?.0;
+        // SAFETY: the writer thread holds the popped buffer; its length is
+        // the one it was pushed with.
+        let len = unsafe { (*b.as_ptr()).len };
+        self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+        Some(b)
     }
 
     /// Whether no full batch is waiting.
@@ -427,19 +575,30 @@ impl BufferPool {
         self.full.is_empty()
     }
 
-    /// Bytes of buffers waiting in the full queue (whole buffers, a bound on
-    /// their batches), for the writer thread to see how far behind it is.
+    /// Bytes of the batches waiting in the full queue, for the writer
+    /// thread to see how far behind it is (buffers of both sizes: a count
+    /// of whole full-size buffers would take 10,000 one-page batches of
+    /// idle threads for 640 MiB).
     pub(crate) fn full_bytes(&self) -> usize {
-        self.full.len().saturating_mul(self.buffer_size)
+        self.queued_bytes.load(Ordering::Relaxed)
     }
 
-    /// Returns a written-out buffer to the free pool.
+    /// Returns a written-out buffer to the free pool of its size.
     pub(crate) fn recycle(&self, buf: NonNull<Buffer>) {
         // SAFETY: the caller holds the buffer.
-        unsafe { (*buf.as_ptr()).len = 0 };
+        let b = unsafe { &mut *buf.as_ptr() };
+        b.len = 0;
+        if core::mem::take(&mut b.slot_large) {
+            self.slot_large.fetch_sub(1, Ordering::Relaxed);
+        }
+        let class = if b.cap == self.small.cap {
+            &self.small
+        } else {
+            &self.large
+        };
         self.starved.store(false, Ordering::Relaxed);
         let mut item = BufferRef(buf);
-        while let Err(back) = self.free.push(item) {
+        while let Err(back) = class.free.push(item) {
             item = back;
             std::thread::yield_now();
         }
@@ -450,9 +609,9 @@ impl BufferPool {
         self.waits.load(Ordering::Relaxed)
     }
 
-    /// Number of buffers mapped.
+    /// Number of buffers mapped, of both sizes.
     pub(crate) fn mapped(&self) -> usize {
-        self.mapped.load(Ordering::Relaxed)
+        self.large.mapped.load(Ordering::Relaxed) + self.small.mapped.load(Ordering::Relaxed)
     }
 }
 
@@ -460,7 +619,12 @@ impl Drop for BufferPool {
     fn drop(&mut self) {
         // By the time a session drops its pool every buffer is back in a
         // queue (trace_stop collected them all and the writer drained them).
-        while let Some(b) = self.full.pop().or_else(|| self.free.pop()) {
+        while let Some(b) = self
+            .full
+            .pop()
+            .or_else(|| self.large.free.pop())
+            .or_else(|| self.small.free.pop())
+        {
             // SAFETY: the queues held the only references.
             unsafe { Buffer::unmap(b.0) };
         }
@@ -484,7 +648,7 @@ pub(crate) mod tests {
     fn a_buffer_goes_round_the_pool_and_never_writes_past_its_room() {
         let _serial = MAP_HOOK.lock().unwrap_or_else(|p| p.into_inner());
         let pool = BufferPool::new(MIN_BUFFER_SIZE, 2);
-        let mut b = pool.take(|| ()).expect("a fresh buffer");
+        let mut b = pool.take(Want::Full, || ()).expect("a fresh buffer");
         // SAFETY: the pool handed this buffer to us alone.
         let buf = unsafe { b.as_mut() };
         assert_eq!((buf.len, buf.cap), (0, MIN_BUFFER_SIZE));
@@ -513,7 +677,7 @@ pub(crate) mod tests {
         assert!(!pool.full_is_empty());
         let b = pool.pop_full().expect("the queued buffer");
         pool.recycle(b);
-        let mut again = pool.take(|| ()).expect("the recycled buffer");
+        let mut again = pool.take(Want::Full, || ()).expect("the recycled buffer");
         // SAFETY: ours alone again.
         assert_eq!(unsafe { again.as_mut() }.len, 0, "recycled empty");
         pool.recycle(again);
@@ -529,10 +693,10 @@ pub(crate) mod tests {
         let pool = BufferPool::new(4096, 4);
         inject_map_failures(u32::MAX);
         let t = std::time::Instant::now();
-        assert!(pool.take(|| ()).is_none());
+        assert!(pool.take(Want::Full, || ()).is_none());
         assert!(t.elapsed() >= MAP_REFUSED_WAIT, "gave up before the wait");
         let t = std::time::Instant::now();
-        assert!(pool.take(|| ()).is_none());
+        assert!(pool.take(Want::Full, || ()).is_none());
         assert!(
             t.elapsed() < MAP_REFUSED_WAIT,
             "a starved pool waited again"
@@ -540,12 +704,62 @@ pub(crate) mod tests {
         inject_map_failures(0);
         // The kernel gives memory again: the next take maps a buffer.
         let b = pool
-            .take(|| ())
+            .take(Want::Full, || ())
             .expect("an mmap that succeeds ends the starvation");
         inject_map_failures(u32::MAX);
         pool.recycle(b);
-        let b = pool.take(|| ()).expect("the recycled buffer");
+        let b = pool.take(Want::Full, || ()).expect("the recycled buffer");
         pool.recycle(b);
         inject_map_failures(0);
+    }
+
+    fn cap_of(b: NonNull<Buffer>) -> usize {
+        // SAFETY: the test holds the buffer.
+        unsafe { (*b.as_ptr()).cap }
+    }
+
+    /// Idle threads each holding a begun buffer (10,000 at a barrier) can
+    /// neither make another thread wait forever nor starve the tracer's
+    /// own batches: first buffers are small ones, beyond the full-size
+    /// bound; refills take full-size ones up to the bound less the
+    /// tracer's reserve, then small ones while the writer has nothing
+    /// queued; the reserve stays for `Want::Full`.
+    #[test]
+    fn threads_holding_buffers_never_exhaust_the_pool() {
+        let _serial = MAP_HOOK.lock().unwrap_or_else(|p| p.into_inner());
+        let max = 2 * META_RESERVE;
+        let pool = BufferPool::new(MIN_BUFFER_SIZE, max);
+        let mut held = Vec::new();
+        for _ in 0..3 * max {
+            let b = pool.take(Want::Small, || ()).expect("a small buffer");
+            assert_eq!(cap_of(b), SMALL_BUFFER_CAP);
+            held.push(b);
+        }
+        for _ in 0..max - META_RESERVE {
+            let b = pool.take(Want::Refill, || ()).expect("a full-size refill");
+            assert_eq!(cap_of(b), MIN_BUFFER_SIZE);
+            held.push(b);
+        }
+        // The threads hold all the full-size buffers they may, none queued.
+        let b = pool.take(Want::Refill, || ()).expect("a small refill");
+        assert_eq!(cap_of(b), SMALL_BUFFER_CAP);
+        held.push(b);
+        let own = pool.take(Want::Full, || ()).expect("the tracer's reserve");
+        assert_eq!(cap_of(own), MIN_BUFFER_SIZE);
+        pool.recycle(own);
+        // A refill buffer back in the pool may be taken by a refill again.
+        let large = held
+            .iter()
+            .position(|&b| cap_of(b) == MIN_BUFFER_SIZE)
+            .expect("a full-size buffer held");
+        pool.recycle(held.swap_remove(large));
+        let b = pool.take(Want::Refill, || ()).expect("a full-size refill");
+        assert_eq!(cap_of(b), MIN_BUFFER_SIZE);
+        held.push(b);
+        for b in held {
+            pool.recycle(b);
+        }
+        assert_eq!(pool.slot_large.load(Ordering::Relaxed), 0);
+        assert_eq!(pool.full_bytes(), 0);
     }
 }

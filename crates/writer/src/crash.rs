@@ -367,7 +367,7 @@ mod tests {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let pool = BufferPool::new(4096, 4);
-        let buf = pool.take(|| {}).unwrap();
+        let buf = pool.take(crate::buffer::Want::Full, || {}).unwrap();
         // SAFETY: take gave us the buffer.
         let b = unsafe { &mut *buf.as_ptr() };
         let layout = Layout {

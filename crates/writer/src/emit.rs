@@ -19,7 +19,7 @@ use alloctrace_format::{
     AddressClass, BatchKind, EventKind, ENTRY_TAG, LONG_FORM, MAX_BATCH_HEADER_LEN, MAX_EVENT_LEN,
 };
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, Want};
 use crate::call_stack_table;
 use crate::clock;
 use crate::session::{LOST_STACKS, LOST_WITHOUT_SLOT, SESSION};
@@ -497,14 +497,18 @@ fn refill(
     // nor the queue: a fatal-signal flush (crash.rs) on this thread would
     // lose it. Signals wait for the push instead (two system calls per
     // buffer, not per event).
+    // The first buffer of a generation is a small one (buffer.rs
+    // `SMALL_BUFFER_CAP`): most threads record little.
+    let mut want = Want::Small;
     without_signals(|| {
         if let Some(old) = NonNull::new(entry.swap(core::ptr::null_mut(), Ordering::Relaxed)) {
+            want = Want::Refill;
             session.hand_over(old);
         }
     });
-    let buf = session.pool.take(|| session.writer.wake())?;
+    let buf = session.pool.take(want, || session.writer.wake())?;
     // SAFETY: take gave us the buffer; it has room for a header and an event
-    // because buffer sizes are at least MIN_BUFFER_SIZE.
+    // because buffer sizes are at least SMALL_BUFFER_CAP.
     let b = unsafe { &mut *buf.as_ptr() };
     debug_assert!(b.cap >= MAX_BATCH_HEADER_LEN + 3 * 8 + MAX_EVENT_LEN.max(MAX_PAGE_EVENT_LEN));
     let thread_id = slot.id.load(Ordering::Relaxed);

@@ -96,7 +96,7 @@ pub fn start_with(
             },
             command_line: crate::process::CommandLine::read(),
         });
-        // A few buffers ready for the first threads (BufferPool::reserve).
+        // A few small buffers ready for the first threads (BufferPool::reserve).
         session.pool.reserve(4);
         let writer = writer::spawn_writer(&session).map_err(|_| Error::OutOfMemory)?;
         let coarse = config.clock == clock::ClockKind::Coarse;
@@ -302,8 +302,8 @@ pub fn stop() -> Result<(), Error> {
 /// leave the old one, and completes the old generation in the trace.
 fn end_generation(session: &Session, old: u64, new: u64) {
     if new != 0 {
-        // Every thread that writes now needs a fresh buffer in the new
-        // generation: have them ready (BufferPool::reserve).
+        // Every thread that writes now needs a fresh (small) buffer in the
+        // new generation: have them ready (BufferPool::reserve).
         let writing = thread::used_slots()
             .iter()
             .filter(|s| {

@@ -88,7 +88,10 @@ impl<'a> MetaWriter<'a> {
             }
             self.flush();
         }
-        let buf = self.session.pool.take(|| self.session.writer.wake())?;
+        let buf = self
+            .session
+            .pool
+            .take(crate::buffer::Want::Full, || self.session.writer.wake())?;
         // SAFETY: take gave us the buffer.
         let b = unsafe { &mut *buf.as_ptr() };
         b.begin(self.kind, self.generation, 0, self.base_ticks);

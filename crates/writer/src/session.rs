@@ -357,7 +357,9 @@ pub struct Config {
     pub clock: clock::ClockKind,
     /// Compress batches with zstd in the writer thread.
     pub compress: bool,
-    /// Upper bound on buffer memory, in bytes; producers wait beyond it.
+    /// Upper bound on full-size buffer memory, in bytes; producers wait
+    /// beyond it. Each thread also holds a one-page buffer per stream as it
+    /// starts a generation (buffer.rs `SMALL_BUFFER_CAP`), outside it.
     pub max_buffer_memory: usize,
     /// A generation that has written this many bytes is ended by the
     /// tracer's advancer thread, so a reader (which holds one or two

@@ -70,7 +70,15 @@ use crate::tls::{self, Word};
 
 /// Most threads that can hold a slot at once. A thread that finds none has
 /// its events counted as lost (never silently dropped).
-pub(crate) const MAX_THREADS: usize = 4096;
+///
+/// The table is static (`MAX_THREADS * 128` bytes, 2 MiB of bss): a slot
+/// costs memory only once a thread has claimed it (claims take the lowest
+/// free slot), and advance and stop look only at the slots below the
+/// highest ever claimed ([`used_slots`]). What a thread holds besides its
+/// slot is a one-page buffer per stream it records on (buffer.rs
+/// `SMALL_BUFFER_CAP`; full-size ones only once it fills that) and its
+/// capture state (capture.rs).
+pub(crate) const MAX_THREADS: usize = 16384;
 
 /// Per-thread streams, each with its own batch buffer per generation parity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +166,8 @@ static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, reserved),
 static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, owner), 24);
 static_assertions::const_assert_eq!(core::mem::offset_of!(ThreadSlot, bufs), 32);
 static_assertions::const_assert_eq!(STREAMS, 2);
+// One cache-line pair per slot: the table's size in MAX_THREADS's doc.
+static_assertions::const_assert!(core::mem::size_of::<ThreadSlot>() <= 128);
 
 /// The calling thread's thread pointer, which identifies it while it runs.
 #[inline(always)]

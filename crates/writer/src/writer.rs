@@ -359,7 +359,7 @@ mod tests {
         });
         let mut batch_len = 0;
         for generation in 1..=2 {
-            let buf = host.pool.take(|| {}).unwrap();
+            let buf = host.pool.take(crate::buffer::Want::Full, || {}).unwrap();
             // SAFETY: take gave us the buffer.
             let b = unsafe { &mut *buf.as_ptr() };
             b.begin(alloctrace_format::BatchKind::TraceEnd, generation, 0, 7);
