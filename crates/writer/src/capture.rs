@@ -988,4 +988,19 @@ mod tests {
         assert_eq!(last.reusable(5, 3, last.truncated, false), 0);
         assert_eq!(last.reusable(5, TAIL_CAPI, last.truncated, true), 0);
     }
+
+    #[test]
+    fn a_walk_key_tells_length_truncation_and_depth_apart() {
+        let mut seen = std::collections::HashSet::new();
+        for depth in [1, 2, 3, 100, MAX_DEPTH - 1, MAX_DEPTH] {
+            for len in 0..=depth + 4 {
+                for truncated in [false, true] {
+                    let key = LastStack::walk_key(len, truncated, depth);
+                    assert_ne!(key, WALK_NONE);
+                    assert_eq!(LastStack::walk_parts(key), (depth, truncated));
+                    assert!(seen.insert(key), "{len} {truncated} {depth}");
+                }
+            }
+        }
+    }
 }
