@@ -345,16 +345,14 @@ impl LastStack {
             self.tail = TAIL_NONE;
             return 0;
         }
-        // The new frames, outermost first, onto the shared frames' node
-        // (both slices in bounds: reuse <= n <= MAX_DEPTH, n <= kept.len()).
-        let fresh = kept[..n - reuse].iter().rev();
-        for (node, &ra) in self.nodes[reuse..n].iter_mut().zip(fresh) {
+        // The new frames, outermost first, onto the shared frames' node.
+        for (i, &ra) in kept[..n - reuse].iter().rev().enumerate() {
             parent = call_stack_table::intern_child(parent, FrameWord::Native(ra).word());
             if parent == 0 {
                 self.tail = TAIL_NONE;
                 return 0;
             }
-            *node = parent;
+            self.nodes[reuse + i] = parent;
         }
         self.len = n;
         self.truncated = truncated;
