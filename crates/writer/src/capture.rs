@@ -641,7 +641,10 @@ fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u64 {
     // case: a loop allocating from one place): the same stack, and the
     // same ID, with nothing to look at (`LastStack::walk`).
     let walk_key = LastStack::walk_key(n, walk.truncated, depth);
-    if walk.shared >= n && walk_key == state.last.walk {
+    // `shared` > 0: the memo is valid, for this unwinder and so this
+    // session (a new session, in a forked child too, has a new unwinder
+    // and may have a new call-stack table: an empty walk proves nothing).
+    if walk.shared >= n.max(1) && walk_key == state.last.walk {
         // Not 0: `walk` is set only with a stack.
         return u64::from(state.last.id);
     }
