@@ -33,9 +33,11 @@
 //! state OWN, the next allocator's call, the entry point); the branch they
 //! share is written once: [`account`] (record when the session records the
 //! heap, log before the constructor, nothing otherwise), with
-//! [`account_alloc`] and [`allocate`] for the allocating calls. realloc and
-//! reallocarray ([`reallocate`]) record a free before the call and an
-//! allocation after it, so they take that branch around the call.
+//! [`trace_alloc`] and [`allocate`] for the allocating calls (the same
+//! branch, with the call stack: each condition checked once, the events
+//! out of line in [`record_alloc`] with their arguments in registers).
+//! realloc and reallocarray ([`reallocate`]) record a free before the call
+//! and an allocation after it, so they take that branch around the call.
 //!
 //! Hot path: a relaxed load (tracing on?), the real call (a relaxed load of
 //! a cached function pointer and an indirect call), a thread-local state
@@ -70,14 +72,12 @@ fn filtering() -> bool {
 
 /// The call stack of the allocation `p` (null: none was made) when the
 /// session captures native stacks, else 0: the walk starts at `start`, the
-/// program's frame as the naked entry saw it.
+/// program's frame as the naked entry saw it. The caller has checked that
+/// the session records the heap and that the thread's events are recorded
+/// (`reentrancy::get() < OWN`).
 #[inline(always)]
 fn call_stack(p: *mut c_void, start: StartRegs) -> u64 {
-    if !p.is_null()
-        && capture::mode() != StackMode::None
-        && recording()
-        && reentrancy::get() < reentrancy::OWN
-    {
+    if !p.is_null() && capture::mode() != StackMode::None {
         capture::capture_stack_from(start)
     } else {
         0
@@ -161,20 +161,47 @@ macro_rules! entry {
 /// 0 for none), or a call when it failed.
 #[inline(always)]
 fn allocated(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
-    reentrancy::event(|| {
-        if p.is_null() {
-            tagged::call(entry);
-        } else {
-            if filtering() {
-                liveset::insert(p as usize);
-            }
-            if stack != 0 {
-                tagged::heap_object_alloc_stack(entry, p as usize, size as u64, stack);
-            } else {
-                tagged::heap_object_alloc(entry, p as usize, size as u64);
-            }
+    if reentrancy::get() < reentrancy::OWN {
+        record_alloc(entry, p, size, stack);
+    }
+}
+
+/// [`allocated`]'s events, out of line with its arguments in registers
+/// (a closure's would be built in memory on every call).
+#[inline(never)]
+fn record_alloc(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
+    if p.is_null() {
+        tagged::call(entry);
+    } else {
+        if filtering() {
+            liveset::insert(p as usize);
         }
-    });
+        if stack != 0 {
+            tagged::heap_object_alloc_stack(entry, p as usize, size as u64, stack);
+        } else {
+            tagged::heap_object_alloc(entry, p as usize, size as u64);
+        }
+    }
+}
+
+/// An allocating call's tracing part, after the call (the allocation `p`,
+/// null when it failed, of `size` bytes; its stack walked from `start`):
+/// [`account_alloc`] with the call stack, each condition checked once
+/// (the session records the heap, the thread's events are recorded).
+#[inline(always)]
+fn trace_alloc(entry: EntryPoint, p: *mut c_void, size: usize, start: StartRegs) {
+    if recording() {
+        guarded(|| {
+            #[cfg(feature = "panic-test")]
+            test_panic();
+            if reentrancy::get() < reentrancy::OWN {
+                let stack = call_stack(p, start);
+                record_alloc(entry, p, size, stack);
+            }
+        });
+    } else if early::active() {
+        guarded(|| early::alloc(p as usize, size));
+    }
 }
 
 /// Records `entry` freeing `p` (before the real free).
@@ -225,12 +252,7 @@ fn allocate(
         return private();
     }
     let p = next();
-    guarded(|| {
-        #[cfg(feature = "panic-test")]
-        test_panic();
-        let stack = call_stack(p, start);
-        account_alloc(entry, p, size, stack);
-    });
+    trace_alloc(entry, p, size, start);
     p
 }
 
@@ -330,8 +352,10 @@ unsafe fn reallocate(
     if p.is_null() {
         let r = call(p);
         guarded(|| {
-            let stack = call_stack(r, start);
-            allocated(entry, r, size, stack);
+            if reentrancy::get() < reentrancy::OWN {
+                let stack = call_stack(r, start);
+                record_alloc(entry, r, size, stack);
+            }
         });
         return r;
     }
@@ -363,7 +387,11 @@ unsafe fn reallocate(
     });
     let r = call(p);
     guarded(|| {
-        let stack = call_stack(r, start);
+        let stack = if reentrancy::get() < reentrancy::OWN {
+            call_stack(r, start)
+        } else {
+            0
+        };
         reentrancy::event(|| {
             if r.is_null() {
                 // p is still allocated: live again in the trace.
@@ -497,10 +525,7 @@ unsafe extern "C" fn posix_memalign_body(
     } else {
         core::ptr::null_mut()
     };
-    guarded(|| {
-        let stack = call_stack(p, regs(ra, sp, bp));
-        account_alloc(EntryPoint::PosixMemalign, p, size, stack);
-    });
+    trace_alloc(EntryPoint::PosixMemalign, p, size, regs(ra, sp, bp));
     rc
 }
 

@@ -54,6 +54,15 @@
 //!   previous stack's nodes are kept outermost first (`LastStack`), so
 //!   interning starts from the node of the outermost shared frame and
 //!   interns only the new frames, with no comparison of frames.
+//! - **The same walk again** (a loop allocating from one place): when the
+//!   memo proves every frame of a walk the previous one's and the walk has
+//!   the previous one's length, `truncated` and depth limit
+//!   (`LastStack::walk`), its stack is the previous one, and so is its ID:
+//!   the capture returns it right after the walk, without looking at the
+//!   frames; only another walk goes on to the trampoline check and the
+//!   interning (`intern_walk`, out of line so that the common case keeps
+//!   few registers across the walk). A walk of the C API's and a reset
+//!   state forget the previous walk.
 //! - **The C API's frames** ([`capture_stack_or_lost`], called inside the
 //!   library) are dropped by count (`skip`: every function between the
 //!   capture and the caller's frame is `#[inline(never)]` or
@@ -289,7 +298,18 @@ struct LastStack {
     /// `shared` frames are counted from its outer end, so the nodes are
     /// reusable only under the same tail.
     tail: usize,
+    /// The shim's walk the stack came from ([`LastStack::walk_key`]: its
+    /// length, `truncated` and the depth limit), [`WALK_NONE`] when it came
+    /// from elsewhere (the C API's walk, no walk, a failed intern): a walk
+    /// with the same key whose frames are all shared (`MemoWalk::shared`)
+    /// is the same walk, whose stack is `id`.
+    walk: u64,
+    /// The stack's ID, when `walk` is not [`WALK_NONE`].
+    id: u32,
 }
+
+/// [`LastStack::walk`]: no walk to compare with.
+const WALK_NONE: u64 = u64::MAX;
 
 /// [`LastStack::tail`]: nothing to reuse.
 const TAIL_NONE: usize = usize::MAX;
@@ -317,7 +337,23 @@ impl LastStack {
             len: 0,
             truncated: false,
             tail: TAIL_NONE,
+            walk: WALK_NONE,
+            id: 0,
         }
+    }
+
+    /// What identifies a walk of the shim's for [`LastStack::walk`]: its
+    /// length (at most `depth + 4`), whether it was truncated, and the
+    /// depth limit it was cut under (a session may change it).
+    #[inline(always)]
+    fn walk_key(len: usize, truncated: bool, depth: usize) -> u64 {
+        (len as u64) | (u64::from(truncated) << 16) | ((depth as u64) << 17)
+    }
+
+    /// The depth limit and `truncated` of a [`LastStack::walk_key`].
+    #[inline(always)]
+    fn walk_parts(key: u64) -> (usize, bool) {
+        ((key >> 17) as usize, key & (1 << 16) != 0)
     }
 
     /// How many outermost frames of a new stack (kept under `tail`,
@@ -659,10 +695,7 @@ pub fn capture_stack_from(start: StartRegs) -> u64 {
     }
     let id = capture_from_in_section(slot, start);
     slot.capture_seq.end();
-    match id {
-        0 => LOST_STACK,
-        id => u64::from(id),
-    }
+    id
 }
 
 /// Where the thread-start trampoline's return addresses lie, `[start,
@@ -681,15 +714,17 @@ pub fn set_thread_start(start: u64, end: u64) {
     alloctrace_unwind::set_walk_end(start, end);
 }
 
+/// [`capture_stack_from`] inside the capture section: the stack ID, or
+/// [`LOST_STACK`].
 #[inline(always)]
-fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u32 {
+fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u64 {
     let Some(state) = state_of(slot) else {
-        return 0;
+        return LOST_STACK;
     };
     // SAFETY: loaded inside the capture section: not freed before it ends
     // (invariant 2).
     let Some(unwinding) = (unsafe { UNWINDER.load(Ordering::Acquire).as_ref() }) else {
-        return 0;
+        return LOST_STACK;
     };
     // SAFETY: the bounds are this thread's stack (the host's word for it,
     // or the mapping holding its stack pointer), readable while it runs;
@@ -708,8 +743,51 @@ fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u32 {
         out,
     );
     let n = walk.len.min(out.len());
-    let shared = walk.shared.min(n);
+    // The walk proved every frame the previous one's (the memo's common
+    // case: a loop allocating from one place): the same stack, and the
+    // same ID, with nothing to look at (`LastStack::walk`).
+    let walk_key = LastStack::walk_key(n, walk.truncated, depth);
+    // `shared` > 0: the memo is valid, for this unwinder and so this
+    // session (a new session, in a forked child too, has a new unwinder
+    // and may have a new call-stack table: an empty walk proves nothing).
+    if walk.shared >= n.max(1) && walk_key == state.last.walk {
+        // Not 0: `walk` is set only with a stack.
+        return u64::from(state.last.id);
+    }
+    intern_walk(state, n, walk.shared, walk_key)
+}
+
+/// The stack of the shim's walk in `state.frames[..n]` (innermost first;
+/// `shared` outermost frames proven the previous walk's; `walk_key` its
+/// [`LastStack::walk_key`]) under the depth limit: ends it at the
+/// thread-start trampoline, interns it, remembers it in `state.last`;
+/// its stack ID, [`LOST_STACK`] none. Out of line, so that the walk's caller keeps
+/// few registers across the walk for the common case, a walk the same as
+/// the previous one.
+#[inline(never)]
+fn intern_walk(state: &mut CaptureState, n: usize, shared: usize, walk_key: u64) -> u64 {
     let last = &mut state.last;
+    let (depth, walk_truncated) = LastStack::walk_parts(walk_key);
+    let id = stack_of_walk(last, &state.frames[..n], shared, walk_truncated, depth);
+    last.walk = if id != 0 { walk_key } else { WALK_NONE };
+    last.id = id;
+    match id {
+        0 => LOST_STACK,
+        id => u64::from(id),
+    }
+}
+
+/// [`intern_walk`]'s stack, from the walk's addresses `out`.
+#[inline(always)]
+fn stack_of_walk(
+    last: &mut LastStack,
+    out: &[u64],
+    shared: usize,
+    walk_truncated: bool,
+    depth: usize,
+) -> u32 {
+    let n = out.len();
+    let shared = shared.min(n);
     // The program's frames end at the first return into the trampoline.
     // Only the new frames are looked at: the shared ones ended as the
     // previous stack did (its tail, when the trampoline was among them).
@@ -722,15 +800,17 @@ fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u32 {
     let end = match out[..fresh].iter().position(is_tramp) {
         Some(k) => Some(k),
         None if shared > 0 && last.tail <= shared => (last.tail > 0).then(|| n - last.tail),
-        None => out[fresh..n].iter().position(is_tramp).map(|k| fresh + k),
+        None => out[fresh..].iter().position(is_tramp).map(|k| fresh + k),
     };
     let (end, truncated) = match end {
         Some(end) => (end, false),
         None => {
-            if walk.truncated && n < out.len() && n > 0 && !unwinding.knows(out[n - 1]) {
-                STALE.store(true, Ordering::Relaxed);
+            if walk_truncated && n > 0 && n < depth + 4 {
+                // Neither cut by the limit nor ended: maybe in code no
+                // known module holds.
+                note_unknown(out[n - 1]);
             }
-            (n, walk.truncated)
+            (n, walk_truncated)
         }
     };
     let fits = end <= depth;
@@ -743,6 +823,20 @@ fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u32 {
     let tail = if fits { n - end } else { TAIL_NONE };
     let reuse = last.reusable(shared, tail, truncated, fits);
     last.intern(kept, truncated, reuse, tail)
+}
+
+/// A walk stopped at `ra` before its limit: when no known module holds
+/// it (a library loaded since the last refresh), asks the writer thread
+/// for a refresh (`refresh_if_stale`).
+#[cold]
+#[inline(never)]
+fn note_unknown(ra: u64) {
+    // SAFETY: called inside the capture section (invariant 2).
+    if let Some(unwinding) = unsafe { UNWINDER.load(Ordering::Acquire).as_ref() } {
+        if !unwinding.knows(ra) {
+            STALE.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 #[inline(always)]
@@ -759,6 +853,9 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     if !unwinder.has_tables() {
         TABLES_WANTED.store(true, Ordering::Relaxed);
     }
+    // This walk updates the memo: the shim's next walk has no previous
+    // walk of its own to be the same as.
+    state.last.walk = WALK_NONE;
     if state.lo >= state.hi {
         return 0;
     }
@@ -847,6 +944,7 @@ fn state_of(slot: &ThreadSlot) -> Option<&'static mut CaptureState> {
 fn reset_for(state: &mut CaptureState) {
     state.owner = thread::thread_pointer();
     state.last.tail = TAIL_NONE;
+    state.last.walk = WALK_NONE;
     state.memo.clear();
     let (lo, hi) = thread_stack();
     state.lo = lo;
@@ -999,5 +1097,20 @@ mod tests {
         // another tail reuses nothing.
         assert_eq!(last.reusable(5, 3, last.truncated, false), 0);
         assert_eq!(last.reusable(5, TAIL_CAPI, last.truncated, true), 0);
+    }
+
+    #[test]
+    fn a_walk_key_tells_length_truncation_and_depth_apart() {
+        let mut seen = std::collections::HashSet::new();
+        for depth in [1, 2, 3, 100, MAX_DEPTH - 1, MAX_DEPTH] {
+            for len in 0..=depth + 4 {
+                for truncated in [false, true] {
+                    let key = LastStack::walk_key(len, truncated, depth);
+                    assert_ne!(key, WALK_NONE);
+                    assert_eq!(LastStack::walk_parts(key), (depth, truncated));
+                    assert!(seen.insert(key), "{len} {truncated} {depth}");
+                }
+            }
+        }
     }
 }
