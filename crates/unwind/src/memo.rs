@@ -293,6 +293,59 @@ fn fix(f: &mut [MFrame], from: usize, term: Term) {
     }
 }
 
+/// The memoized walk from `cur` ([`memo_walk`]'s contract), first trying
+/// the common case of a call site allocating again: `cur` in the state of
+/// the previous walk's first frame, and that whole walk re-checkable.
+/// When every word holds, [`memo_walk`] would take all of the memo and
+/// leave it as it is: this gives the same result with nothing moved, and
+/// without `memo_walk`'s frame.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+pub(crate) fn walk(
+    cur: Regs,
+    fence: &Fence,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> MemoWalk {
+    if memo.unwinder == unwinder.id && memo.hi == fence.hi {
+        if let Some(j) = memo.len.checked_sub(1) {
+            if let (Some(o), Some(run)) = (memo.f.get(j), memo.f.get(..=j)) {
+                if j < out.len()
+                    && o.lim == NO_LIM
+                    && o.sp == cur.sp
+                    && o.ra == cur.pc
+                    && (o.flags & F_IP != 0) == cur.ip
+                    && (o.flags & F_DEP == 0 || o.bp == cur.bp)
+                {
+                    let mut acc = check_run(run);
+                    let at = memo.term.at;
+                    if at != 0 {
+                        // SAFETY: read by the ending step of f[0] through a
+                        // fence with this `hi`, above f[0].sp >= cur.sp
+                        // (see memo_walk's docs).
+                        acc |= unsafe { load(at) };
+                    }
+                    if acc == 0 {
+                        for (dst, fr) in out.iter_mut().zip(run.iter().rev()) {
+                            *dst = fr.ra;
+                        }
+                        memo.steps = 0;
+                        return MemoWalk {
+                            len: j + 1,
+                            truncated: memo.truncated,
+                            shared: j + 1,
+                        };
+                    }
+                }
+            }
+        }
+    }
+    memo_walk(cur, fence, unwinder, cache, memo, out)
+}
+
 /// The memoized walk from `cur`, a frame to keep (`out[0]`), reading
 /// through `fence` (whose `lo` is at or below `cur.sp`).
 ///
@@ -318,39 +371,6 @@ pub(crate) fn memo_walk(
     let usable = memo.len > 0 && memo.unwinder == unwinder.id && memo.hi == fence.hi;
     let old_len = if usable { memo.len.min(CAP) } else { 0 };
     let (old_kept0, old_truncated, old_term) = (memo.kept0, memo.truncated, memo.term);
-    // The same state as the previous walk's first frame, its whole walk
-    // re-checkable: the common case of a call site allocating again. When
-    // every word holds, the general path below would take all of f and
-    // leave the memo as it is; this gives the same result without moving
-    // anything.
-    if let Some(j) = old_len.checked_sub(1) {
-        if let (Some(o), Some(run)) = (memo.f.get(j), memo.f.get(..=j)) {
-            if j < d
-                && o.lim == NO_LIM
-                && o.sp == cur.sp
-                && o.ra == cur.pc
-                && (o.flags & F_IP != 0) == cur.ip
-                && (o.flags & F_DEP == 0 || o.bp == cur.bp)
-            {
-                let mut acc = check_run(run);
-                if old_term.at != 0 {
-                    // SAFETY: read by the ending step of f[0] (see below).
-                    acc |= unsafe { load(old_term.at) };
-                }
-                if acc == 0 {
-                    for (dst, fr) in out.iter_mut().zip(run.iter().rev()) {
-                        *dst = fr.ra;
-                    }
-                    memo.steps = 0;
-                    return MemoWalk {
-                        len: j + 1,
-                        truncated: old_truncated,
-                        shared: j + 1,
-                    };
-                }
-            }
-        }
-    }
     let WalkMemo { f, s, .. } = memo;
     // Candidates for a match: f[..c] (f[c - 1] the innermost left).
     let mut c = old_len;
@@ -692,7 +712,7 @@ mod tests {
         };
         for _ in 0..3 {
             out.fill(0);
-            let w = memo_walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+            let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
             assert_eq!(
                 w,
                 MemoWalk {
@@ -707,20 +727,20 @@ mod tests {
         }
         // An instruction pointer at the same address is another frame.
         let ip = Regs { ip: true, ..cur };
-        let _ = memo_walk(ip, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+        let _ = walk(ip, &fence, &unwinder, &mut cache, &mut memo, &mut out);
         assert!(memo.steps_walked() >= 1);
         // The return address word changed: walked again, not taken.
         let mut memo = two_frame_memo(&stack, &unwinder, &fence);
         stack[1] = 0x3333;
         // (The memo re-reads it volatile.)
         core::hint::black_box(&mut stack);
-        let w = memo_walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+        let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
         assert!(memo.steps_walked() >= 1);
         assert_eq!(out[0], 0x2222);
         assert!(w.len < 2 || out[1] != 0x1111);
         // The depth limit below the memo's length: the general path.
         let mut memo = two_frame_memo(&stack, &unwinder, &fence);
-        let w = memo_walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out[..1]);
+        let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out[..1]);
         assert_eq!((w.len, w.truncated), (1, true));
     }
 }
