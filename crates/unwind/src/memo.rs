@@ -248,10 +248,17 @@ unsafe fn load(addr: u64) -> u64 {
 #[inline(always)]
 fn check_run(run: &[MFrame]) -> u64 {
     let mut acc = 0u64;
-    for (o, t) in run.iter().zip(run.iter().skip(1)) {
-        // SAFETY: see this function's docs (every address was read by a
-        // compact step of a frame at or above cur.sp).
-        acc |= unsafe { (load(o.sp.wrapping_sub(8)) ^ o.ra) | (load(t.ca) ^ t.cv) };
+    let p = run.as_ptr();
+    let mut i = 1;
+    while i < run.len() {
+        // SAFETY: `i - 1` and `i` are below `run.len()` (frames of `run`);
+        // every address loaded was read by a compact step of a frame at or
+        // above cur.sp (see this function's docs).
+        acc |= unsafe {
+            let (o, t) = (&*p.add(i - 1), &*p.add(i));
+            (load(o.sp.wrapping_sub(8)) ^ o.ra) | (load(t.ca) ^ t.cv)
+        };
+        i += 1;
     }
     acc
 }
