@@ -238,6 +238,31 @@ unsafe fn load(addr: u64) -> u64 {
     unsafe { core::ptr::read_volatile(addr as *const u64) }
 }
 
+/// Re-reads the words the steps between the frames of `run` (a run of
+/// `f`, outermost first) read: zero when every one holds.
+///
+/// Every address was read by a compact step of a frame at or above the
+/// current walk's stack pointer through a fence with its `hi` (the
+/// caller's, `memo_walk`'s, contract).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn check_run(run: &[MFrame]) -> u64 {
+    let mut acc = 0u64;
+    let p = run.as_ptr();
+    let mut i = 1;
+    while i < run.len() {
+        // SAFETY: `i - 1` and `i` are below `run.len()` (frames of `run`);
+        // every address loaded was read by a compact step of a frame at or
+        // above cur.sp (see this function's docs).
+        acc |= unsafe {
+            let (o, t) = (&*p.add(i - 1), &*p.add(i));
+            (load(o.sp.wrapping_sub(8)) ^ o.ra) | (load(t.ca) ^ t.cv)
+        };
+        i += 1;
+    }
+    acc
+}
+
 /// Recomputes `dep`, the second check and `lim` of `f[from..len]` from
 /// their outer neighbours (`term` for `f[0]`).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -273,6 +298,59 @@ fn fix(f: &mut [MFrame], from: usize, term: Term) {
         me.lim = lim;
         outer = Some(*me);
     }
+}
+
+/// The memoized walk from `cur` ([`memo_walk`]'s contract), first trying
+/// the common case of a call site allocating again: `cur` in the state of
+/// the previous walk's first frame, and that whole walk re-checkable.
+/// When every word holds, [`memo_walk`] would take all of the memo and
+/// leave it as it is: this gives the same result with nothing moved, and
+/// without `memo_walk`'s frame.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+pub(crate) fn walk(
+    cur: Regs,
+    fence: &Fence,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> MemoWalk {
+    if memo.unwinder == unwinder.id && memo.hi == fence.hi {
+        if let Some(j) = memo.len.checked_sub(1) {
+            if let (Some(o), Some(run)) = (memo.f.get(j), memo.f.get(..=j)) {
+                if j < out.len()
+                    && o.lim == NO_LIM
+                    && o.sp == cur.sp
+                    && o.ra == cur.pc
+                    && (o.flags & F_IP != 0) == cur.ip
+                    && (o.flags & F_DEP == 0 || o.bp == cur.bp)
+                {
+                    let mut acc = check_run(run);
+                    let at = memo.term.at;
+                    if at != 0 {
+                        // SAFETY: read by the ending step of f[0] through a
+                        // fence with this `hi`, above f[0].sp >= cur.sp
+                        // (see memo_walk's docs).
+                        acc |= unsafe { load(at) };
+                    }
+                    if acc == 0 {
+                        for (dst, fr) in out.iter_mut().zip(run.iter().rev()) {
+                            *dst = fr.ra;
+                        }
+                        memo.steps = 0;
+                        return MemoWalk {
+                            len: j + 1,
+                            truncated: memo.truncated,
+                            shared: j + 1,
+                        };
+                    }
+                }
+            }
+        }
+    }
+    memo_walk(cur, fence, unwinder, cache, memo, out)
 }
 
 /// The memoized walk from `cur`, a frame to keep (`out[0]`), reading
@@ -370,13 +448,7 @@ pub(crate) fn memo_walk(
                 let lim = f.get(j).map_or(NO_LIM, |o| o.lim);
                 let lo_t = if lim == NO_LIM { 1 } else { lim as usize + 1 };
                 let run = f.get(lo_t.wrapping_sub(1)..=j).unwrap_or_default();
-                let mut acc = 0u64;
-                for w in run.windows(2) {
-                    let (o, t) = (&w[0], &w[1]);
-                    // SAFETY: see this function's docs (every address was
-                    // read by a compact step of a frame at or above cur.sp).
-                    acc |= unsafe { (load(o.sp.wrapping_sub(8)) ^ o.ra) | (load(t.ca) ^ t.cv) };
-                }
+                let mut acc = check_run(run);
                 let ends = lim == NO_LIM;
                 if ends && old_term.at != 0 {
                     // SAFETY: as above (read by the ending step of f[0]).
@@ -578,5 +650,104 @@ fn frame_of(r: &Regs, kind: u8) -> MFrame {
         cv: 0,
         flags: u32::from(r.ip) | u32::from(kind) << 1,
         lim: NO_LIM,
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64", target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::modules::Modules;
+
+    /// A memo of a two-frame walk (`work`, then a frame whose end-of-stack
+    /// rule ends it, as `set_walk_end` makes the shim's thread trampoline),
+    /// over the words of `stack`.
+    fn two_frame_memo(stack: &[u64; 4], unwinder: &DwarfUnwinder, fence: &Fence) -> WalkMemo {
+        let base = stack.as_ptr() as u64;
+        let mut memo = WalkMemo::new();
+        // `work` at base: an rsp-based step that read its return address
+        // at base + 8 (stack[1]); the trampoline's frame at base + 16,
+        // ended by a rule (nothing read).
+        memo.f[0] = MFrame {
+            ra: stack[1],
+            sp: base + 16,
+            bp: 7,
+            flags: u32::from(S_OPAQUE) << 1,
+            ..NO_FRAME
+        };
+        memo.f[1] = MFrame {
+            ra: 0x2222,
+            sp: base,
+            bp: 5,
+            flags: u32::from(S_SLOT) << 1,
+            slot: base,
+            ..NO_FRAME
+        };
+        let term = Term {
+            ok: true,
+            at: 0,
+            dep: false,
+        };
+        fix(&mut memo.f[..2], 0, term);
+        memo.len = 2;
+        memo.kept0 = true;
+        memo.truncated = false;
+        memo.term = term;
+        memo.unwinder = unwinder.id;
+        memo.hi = fence.hi;
+        memo
+    }
+
+    #[test]
+    fn the_same_two_frame_state_again_takes_no_step() {
+        let mut stack = [5u64, 0x1111, 0, 0];
+        let base = stack.as_ptr() as u64;
+        // SAFETY: nothing is unloaded while it is in use.
+        let unwinder = unsafe { DwarfUnwinder::from_modules_without_tables(&Modules::snapshot()) };
+        let fence = Fence {
+            lo: base,
+            hi: base + 32,
+        };
+        let mut memo = two_frame_memo(&stack, &unwinder, &fence);
+        let mut cache = DwarfCache::new();
+        let mut out = [0u64; 64];
+        // rbp differs: the step from `work` read its rbp, it does not use it.
+        let cur = Regs {
+            pc: 0x2222,
+            sp: base,
+            bp: 9,
+            ip: false,
+        };
+        for _ in 0..3 {
+            out.fill(0);
+            let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+            assert_eq!(
+                w,
+                MemoWalk {
+                    len: 2,
+                    truncated: false,
+                    shared: 2
+                }
+            );
+            assert_eq!(out[..3], [0x2222, 0x1111, 0]);
+            assert_eq!(memo.steps_walked(), 0);
+            assert_eq!(memo.len, 2);
+        }
+        // An instruction pointer at the same address is another frame.
+        let ip = Regs { ip: true, ..cur };
+        let _ = walk(ip, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+        assert!(memo.steps_walked() >= 1);
+        // The return address word changed: walked again, not taken.
+        let mut memo = two_frame_memo(&stack, &unwinder, &fence);
+        stack[1] = 0x3333;
+        // (The memo re-reads it volatile.)
+        core::hint::black_box(&mut stack);
+        let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+        assert!(memo.steps_walked() >= 1);
+        assert_eq!(out[0], 0x2222);
+        assert!(w.len < 2 || out[1] != 0x1111);
+        // The depth limit below the memo's length: the general path.
+        let mut memo = two_frame_memo(&stack, &unwinder, &fence);
+        let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out[..1]);
+        assert_eq!((w.len, w.truncated), (1, true));
     }
 }

@@ -75,7 +75,7 @@ pub fn capture_from(
             bp: start.bp,
             ip: false,
         };
-        crate::memo::memo_walk(cur, &fence, unwinder, cache, memo, out)
+        crate::memo::walk(cur, &fence, unwinder, cache, memo, out)
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {
@@ -242,7 +242,7 @@ pub(crate) fn here(
     if out.is_empty() {
         return LOST;
     }
-    crate::memo::memo_walk(r, &fence, unwinder, cache, memo, out)
+    crate::memo::walk(r, &fence, unwinder, cache, memo, out)
 }
 
 /// Steps from `r` (a frame not written), writing each caller's address
