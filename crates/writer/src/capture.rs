@@ -247,6 +247,12 @@ static POOL: OnceLock<ArrayQueue<usize>> = OnceLock::new();
 /// Serialises set-up and refreshes (never taken by a capture).
 static REFRESH: Mutex<()> = Mutex::new(());
 
+/// Takes the refresh lock (fork.rs holds it across a fork, so that a child
+/// never inherits it locked by the writer thread).
+pub(crate) fn lock_refresh() -> std::sync::MutexGuard<'static, ()> {
+    REFRESH.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// How many `dlclose` calls are between [`unloading_begin`] and
 /// [`unloading_end`]; read under `REFRESH`.
 static UNLOADING: AtomicUsize = AtomicUsize::new(0);

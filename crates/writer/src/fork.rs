@@ -23,6 +23,18 @@ unsafe impl Sync for ForkGuard {}
 
 static FORK_GUARD: ForkGuard = ForkGuard(core::cell::UnsafeCell::new(None));
 
+/// The guard of capture.rs's refresh lock, held like [`FORK_GUARD`] (taken
+/// after CONTROL, the order set-up takes them in): the writer thread holds
+/// that lock while it builds unwind tables, and a child forked then would
+/// find it locked for good (its next session's set-up would wait forever).
+struct RefreshGuard(core::cell::UnsafeCell<Option<std::sync::MutexGuard<'static, ()>>>);
+
+// SAFETY: as ForkGuard: only the forking thread, between prepare and the
+// parent or child handler, touches the cell.
+unsafe impl Sync for RefreshGuard {}
+
+static REFRESH_GUARD: RefreshGuard = RefreshGuard(core::cell::UnsafeCell::new(None));
+
 /// Registers the fork handlers, once per process.
 pub(crate) fn install_fork_handlers() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
@@ -42,6 +54,9 @@ extern "C" fn fork_prepare() {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     // SAFETY: we hold CONTROL (see ForkGuard).
     unsafe { *FORK_GUARD.0.get() = Some(guard) };
+    let refresh = crate::capture::lock_refresh();
+    // SAFETY: we hold CONTROL and the refresh lock (see RefreshGuard).
+    unsafe { *REFRESH_GUARD.0.get() = Some(refresh) };
 }
 
 /// Takes the guard stored by fork_prepare, if this thread stored one.
@@ -50,6 +65,8 @@ fn take_fork_guard() -> Option<std::sync::MutexGuard<'static, Control>> {
         // fork() from the snapshot callback: prepare stored nothing.
         return None;
     }
+    // SAFETY: we hold the refresh lock (see RefreshGuard).
+    drop(unsafe { (*REFRESH_GUARD.0.get()).take() });
     // SAFETY: we hold CONTROL (see ForkGuard).
     unsafe { (*FORK_GUARD.0.get()).take() }
 }
