@@ -32,10 +32,6 @@ struct MFrame {
     bp: u64,
     /// The address the step read the caller's rbp from (`S_SLOT`, `S_FP`).
     slot: u64,
-    /// The step's second check (the rbp slot when a step further out
-    /// uses rbp, else the return-address slot again) and its expected word.
-    ca: u64,
-    cv: u64,
     /// `F_IP`, the step's kind (`S_*` << 1), `F_DEP`.
     flags: u32,
     /// The largest index at or below this one whose step the memo cannot
@@ -56,11 +52,22 @@ const NO_FRAME: MFrame = MFrame {
     sp: 0,
     bp: 0,
     slot: 0,
-    ca: 0,
-    cv: 0,
     flags: 0,
     lim: NO_LIM,
 };
+
+/// One word a step of the previous walk read, and what it read there.
+#[derive(Clone, Copy, Debug)]
+struct Check {
+    at: u64,
+    want: u64,
+}
+
+const NO_CHECK: Check = Check { at: 0, want: 0 };
+
+/// Checks a memo holds: at most two per step (the return-address slot and
+/// the rbp slot), for the steps of `f[1..]`.
+const CHECKS: usize = 2 * CAP;
 
 /// How the previous walk ended after its outermost frame, when it can be
 /// checked again: an end-of-stack rule (nothing read), or a zero return
@@ -74,9 +81,10 @@ struct Term {
 
 /// One thread's memory of its previous memoized capture.
 ///
-/// Fixed size (about 7.6 KiB: [`MEMO_DEPTH`] frames of the previous walk,
-/// outermost first, and as many of scratch for the frames a walk finds
-/// new), no heap. Owned by one thread and passed `&mut` to
+/// Fixed size (about 8.4 KiB: [`MEMO_DEPTH`] frames of the previous walk,
+/// outermost first, the flat list of the words their steps read, their
+/// addresses in the order a capture writes them, and as many frames of
+/// scratch for the frames a walk finds new), no heap. Owned by one thread and passed `&mut` to
 /// [`capture_from`](crate::capture_from) or
 /// [`capture_here`](crate::capture_here). Tied to the unwinder and the
 /// stack bounds it was filled with; a memo moved to another thread is not
@@ -84,6 +92,15 @@ struct Term {
 #[derive(Clone)]
 pub struct WalkMemo {
     f: [MFrame; CAP],
+    /// The words the steps of `f[1..len]` read, in frame order: the step
+    /// from `f[i]` read `ck[ck_end[i - 1]..ck_end[i]]` (`ck_end[0]` is 0:
+    /// `f[0]`'s step is the walk's ending, `term`). None for a step the
+    /// memo cannot re-check (`lim`).
+    ck: [Check; CHECKS],
+    ck_end: [u8; CAP],
+    /// `f[i].ra` at `ra_rev[CAP - 1 - i]`: the frames' addresses innermost
+    /// first, as a capture writes them, so that taking frames is a copy.
+    ra_rev: [u64; CAP],
     s: [MFrame; CAP],
     /// Frames in `f` (0: nothing to reuse).
     len: usize,
@@ -102,6 +119,9 @@ impl WalkMemo {
     pub const fn new() -> WalkMemo {
         WalkMemo {
             f: [NO_FRAME; CAP],
+            ck: [NO_CHECK; CHECKS],
+            ck_end: [0; CAP],
+            ra_rev: [0; CAP],
             s: [NO_FRAME; CAP],
             len: 0,
             kept0: false,
@@ -238,43 +258,78 @@ unsafe fn load(addr: u64) -> u64 {
     unsafe { core::ptr::read_volatile(addr as *const u64) }
 }
 
-/// Re-reads the words the steps between the frames of `run` (a run of
-/// `f`, outermost first) read: zero when every one holds.
+/// Re-reads the words of `ck` (a span of a memo's checks): zero when
+/// every one holds. Branch-free, four at a time.
 ///
 /// Every address was read by a compact step of a frame at or above the
 /// current walk's stack pointer through a fence with its `hi` (the
 /// caller's, `memo_walk`'s, contract).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-fn check_run(run: &[MFrame]) -> u64 {
+fn check_span(ck: &[Check]) -> u64 {
     let mut acc = 0u64;
-    let p = run.as_ptr();
-    let mut i = 1;
-    while i < run.len() {
-        // SAFETY: `i - 1` and `i` are below `run.len()` (frames of `run`);
-        // every address loaded was read by a compact step of a frame at or
-        // above cur.sp (see this function's docs).
-        acc |= unsafe {
-            let (o, t) = (&*p.add(i - 1), &*p.add(i));
-            (load(o.sp.wrapping_sub(8)) ^ o.ra) | (load(t.ca) ^ t.cv)
-        };
-        i += 1;
+    let mut quads = ck.chunks_exact(4);
+    for q in &mut quads {
+        if let [a, b, c, d] = q {
+            // SAFETY: every address loaded was read by a compact step of a
+            // frame at or above cur.sp (see this function's docs).
+            acc |= unsafe {
+                (load(a.at) ^ a.want)
+                    | (load(b.at) ^ b.want)
+                    | (load(c.at) ^ c.want)
+                    | (load(d.at) ^ d.want)
+            };
+        }
+    }
+    for c in quads.remainder() {
+        // SAFETY: as above.
+        acc |= unsafe { load(c.at) ^ c.want };
     }
     acc
 }
 
-/// Recomputes `dep`, the second check and `lim` of `f[from..len]` from
-/// their outer neighbours (`term` for `f[0]`).
+/// The checks of the steps from `f[lo..=hi]` (`lo >= 1`).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn fix(f: &mut [MFrame], from: usize, term: Term) {
+#[inline(always)]
+fn checks_of<'a>(ck: &'a [Check], ck_end: &[u8], lo: usize, hi: usize) -> &'a [Check] {
+    let a = ck_end
+        .get(lo.wrapping_sub(1))
+        .map_or(0, |&e| usize::from(e));
+    let b = ck_end.get(hi).map_or(0, |&e| usize::from(e));
+    ck.get(a..b).unwrap_or_default()
+}
+
+/// Recomputes `dep`, `lim`, the checks and the addresses of
+/// `f[from..len]` from their outer neighbours (`term` for `f[0]`); the
+/// frames below `from` are left as they are.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn fix(
+    f: &mut [MFrame],
+    ck: &mut [Check; CHECKS],
+    ck_end: &mut [u8; CAP],
+    ra_rev: &mut [u64; CAP],
+    from: usize,
+    term: Term,
+) {
     let mut outer = if from == 0 {
         None
     } else {
         f.get(from - 1).copied()
     };
+    let mut e = if from == 0 {
+        0
+    } else {
+        ck_end.get(from - 1).map_or(0, |&e| usize::from(e))
+    };
+    let mut push = |at: u64, want: u64, e: &mut usize| {
+        if let Some(c) = ck.get_mut(*e) {
+            *c = Check { at, want };
+            *e += 1;
+        }
+    };
     for (i, me) in f.iter_mut().enumerate().skip(from) {
-        let (dep, lim, ca, cv) = match outer {
-            None => (term.ok && term.dep, if term.ok { NO_LIM } else { 0 }, 0, 0),
+        let (dep, lim) = match outer {
+            None => (term.ok && term.dep, if term.ok { NO_LIM } else { 0 }),
             Some(o) => {
                 let k = kind_of(me);
                 let odep = o.flags & F_DEP != 0;
@@ -283,19 +338,28 @@ fn fix(f: &mut [MFrame], from: usize, term: Term) {
                     S_FP => true,
                     _ => false,
                 };
-                let (ca, cv) = if (k == S_SLOT || k == S_FP) && odep {
-                    (me.slot, o.bp)
+                if k == S_OPAQUE {
+                    (dep, i as u32)
                 } else {
-                    (o.sp.wrapping_sub(8), o.ra)
-                };
-                let lim = if k == S_OPAQUE { i as u32 } else { o.lim };
-                (dep, lim, ca, cv)
+                    // The return-address slot; the rbp slot only where a
+                    // step further out uses the rbp it gave.
+                    push(o.sp.wrapping_sub(8), o.ra, &mut e);
+                    if (k == S_SLOT || k == S_FP) && odep {
+                        push(me.slot, o.bp, &mut e);
+                    }
+                    (dep, o.lim)
+                }
             }
         };
         me.flags = (me.flags & !F_DEP) | if dep { F_DEP } else { 0 };
-        me.ca = ca;
-        me.cv = cv;
         me.lim = lim;
+        if let Some(x) = ck_end.get_mut(i) {
+            // At most 2 * CAP (< 256) checks.
+            *x = e as u8;
+        }
+        if let Some(r) = ra_rev.get_mut((CAP - 1).wrapping_sub(i)) {
+            *r = me.ra;
+        }
         outer = Some(*me);
     }
 }
@@ -319,7 +383,7 @@ pub(crate) fn walk(
 ) -> MemoWalk {
     if memo.unwinder == unwinder.id && memo.hi == fence.hi {
         if let Some(j) = memo.len.checked_sub(1) {
-            if let (Some(o), Some(run)) = (memo.f.get(j), memo.f.get(..=j)) {
+            if let (Some(o), Some(ras)) = (memo.f.get(j), memo.ra_rev.get(CAP - 1 - j..)) {
                 if j < out.len()
                     && o.lim == NO_LIM
                     && o.sp == cur.sp
@@ -327,7 +391,7 @@ pub(crate) fn walk(
                     && (o.flags & F_IP != 0) == cur.ip
                     && (o.flags & F_DEP == 0 || o.bp == cur.bp)
                 {
-                    let mut acc = check_run(run);
+                    let mut acc = check_span(checks_of(&memo.ck, &memo.ck_end, 1, j));
                     let at = memo.term.at;
                     if at != 0 {
                         // SAFETY: read by the ending step of f[0] through a
@@ -336,8 +400,8 @@ pub(crate) fn walk(
                         acc |= unsafe { load(at) };
                     }
                     if acc == 0 {
-                        for (dst, fr) in out.iter_mut().zip(run.iter().rev()) {
-                            *dst = fr.ra;
+                        if let Some(dst) = out.get_mut(..=j) {
+                            dst.copy_from_slice(ras);
                         }
                         memo.steps = 0;
                         return MemoWalk {
@@ -378,7 +442,14 @@ pub(crate) fn memo_walk(
     let usable = memo.len > 0 && memo.unwinder == unwinder.id && memo.hi == fence.hi;
     let old_len = if usable { memo.len.min(CAP) } else { 0 };
     let (old_kept0, old_truncated, old_term) = (memo.kept0, memo.truncated, memo.term);
-    let WalkMemo { f, s, .. } = memo;
+    let WalkMemo {
+        f,
+        ck,
+        ck_end,
+        ra_rev,
+        s,
+        ..
+    } = memo;
     // Candidates for a match: f[..c] (f[c - 1] the innermost left).
     let mut c = old_len;
     let (mut n, mut ns) = (0usize, 0usize);
@@ -447,8 +518,7 @@ pub(crate) fn memo_walk(
                 // step it cannot check (or its ending).
                 let lim = f.get(j).map_or(NO_LIM, |o| o.lim);
                 let lo_t = if lim == NO_LIM { 1 } else { lim as usize + 1 };
-                let run = f.get(lo_t.wrapping_sub(1)..=j).unwrap_or_default();
-                let mut acc = check_run(run);
+                let mut acc = check_span(checks_of(ck, ck_end, lo_t, j));
                 let ends = lim == NO_LIM;
                 if ends && old_term.at != 0 {
                     // SAFETY: as above (read by the ending step of f[0]).
@@ -460,13 +530,7 @@ pub(crate) fn memo_walk(
                     all = false;
                     low = if ends { 0 } else { lim as usize };
                     for t in (lo_t..=j).rev() {
-                        let (Some(o), Some(me)) = (f.get(t - 1), f.get(t)) else {
-                            break;
-                        };
-                        // SAFETY: as above.
-                        let held =
-                            unsafe { load(o.sp.wrapping_sub(8)) == o.ra && load(me.ca) == me.cv };
-                        if !held {
+                        if check_span(checks_of(ck, ck_end, t, t)) != 0 {
                             low = t;
                             break;
                         }
@@ -475,13 +539,12 @@ pub(crate) fn memo_walk(
                 let avail = j - low;
                 let room = d - n;
                 let take = avail.min(room);
-                for (o, fr) in out
-                    .get_mut(n..n + take)
-                    .unwrap_or_default()
-                    .iter_mut()
-                    .zip(f.get(j - take..j).unwrap_or_default().iter().rev())
-                {
-                    *o = fr.ra;
+                // f[j - 1], ..., f[j - take]: ra_rev[CAP - j..][..take].
+                if let (Some(dst), Some(src)) = (
+                    out.get_mut(n..n + take),
+                    ra_rev.get((CAP - j)..(CAP - j + take)),
+                ) {
+                    dst.copy_from_slice(src);
                 }
                 n += take;
                 if avail > room {
@@ -616,7 +679,14 @@ pub(crate) fn memo_walk(
         let same_end = b == 0 && prefix.is_some() && term == old_term && kept0 == old_kept0;
         let from = if same_end { keep } else { 0 };
         let total = keep + ns;
-        fix(f.get_mut(..total).unwrap_or_default(), from, term);
+        fix(
+            f.get_mut(..total).unwrap_or_default(),
+            ck,
+            ck_end,
+            ra_rev,
+            from,
+            term,
+        );
         memo.len = total;
         memo.kept0 = kept0;
         memo.truncated = truncated;
@@ -646,8 +716,6 @@ fn frame_of(r: &Regs, kind: u8) -> MFrame {
         sp: r.sp,
         bp: r.bp,
         slot: 0,
-        ca: 0,
-        cv: 0,
         flags: u32::from(r.ip) | u32::from(kind) << 1,
         lim: NO_LIM,
     }
@@ -687,7 +755,14 @@ mod tests {
             at: 0,
             dep: false,
         };
-        fix(&mut memo.f[..2], 0, term);
+        fix(
+            &mut memo.f[..2],
+            &mut memo.ck,
+            &mut memo.ck_end,
+            &mut memo.ra_rev,
+            0,
+            term,
+        );
         memo.len = 2;
         memo.kept0 = true;
         memo.truncated = false;

@@ -60,7 +60,16 @@ pub(crate) struct ModuleTable {
     pub(crate) end: u64,
     key: (u64, u64, u64, u64),
     pub(crate) rows: Vec<Row>,
+    /// `index[k]`: the number of rows whose `off` is at most `k <<
+    /// INDEX_SHIFT` (so the row for an offset in bucket `k` lies in
+    /// `rows[index[k] - 1..index[k + 1]]`): a lookup searches a few rows,
+    /// not the whole table.
+    index: Vec<u32>,
 }
+
+/// Bytes of code per index bucket (a few rows each): 4 bytes of index
+/// per 256 bytes of code.
+const INDEX_SHIFT: u32 = 8;
 
 impl ModuleTable {
     fn key_of(m: &ModuleInfo) -> (u64, u64, u64, u64) {
@@ -79,6 +88,7 @@ impl ModuleTable {
             end: m.end,
             key: Self::key_of(m),
             rows: Vec::new(),
+            index: Vec::new(),
         };
         if m.eh_frame_hdr == 0
             || m.eh_frame == 0
@@ -190,7 +200,26 @@ impl ModuleTable {
             }
         });
         t.rows.shrink_to_fit();
+        t.index_rows();
         t
+    }
+
+    /// Fills `index` from `rows`.
+    fn index_rows(&mut self) {
+        let Some(last) = self.rows.last() else {
+            return;
+        };
+        let buckets = (last.off >> INDEX_SHIFT) as usize + 2;
+        let mut index = Vec::with_capacity(buckets);
+        let mut i = 0usize;
+        for k in 0..buckets {
+            let at = (k as u64) << INDEX_SHIFT;
+            while self.rows.get(i).is_some_and(|r| u64::from(r.off) <= at) {
+                i += 1;
+            }
+            index.push(i as u32);
+        }
+        self.index = index;
     }
 
     /// The rule for `addr` (inside `[start, end)`).
@@ -198,7 +227,17 @@ impl ModuleTable {
     #[inline(always)]
     pub(crate) fn lookup(&self, addr: u64) -> u32 {
         let off = addr.wrapping_sub(self.start) as u32;
-        let i = self.rows.partition_point(|r| r.off <= off);
+        // The rows from the one at or below the bucket's start up to the
+        // first beyond its end; past the last bucket, up to the last row.
+        let k = (off >> INDEX_SHIFT) as usize;
+        let lo = self.index.get(k).map_or(self.rows.len(), |&i| i as usize);
+        let hi = self
+            .index
+            .get(k + 1)
+            .map_or(self.rows.len(), |&i| i as usize);
+        let base = lo.saturating_sub(1);
+        let span = self.rows.get(base..hi.max(base)).unwrap_or_default();
+        let i = base + span.partition_point(|r| r.off <= off);
         match i.checked_sub(1).and_then(|i| self.rows.get(i)) {
             Some(r) => r.rule,
             None => R_NONE,
@@ -325,5 +364,57 @@ impl RuleCache {
     #[inline(always)]
     pub(crate) fn slot(key: u64) -> usize {
         ((key ^ key >> 8 ^ key >> 16) as usize) % CACHE_SLOTS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The indexed lookup gives the rule of the last row at or below the
+    /// offset, exactly as a search of the whole table does.
+    #[test]
+    fn indexed_lookup_equals_a_full_search() {
+        // Rows at irregular offsets: several per bucket, empty buckets,
+        // rows exactly on bucket boundaries.
+        let offs = [
+            0x10u32, 0x20, 0x100, 0x101, 0x1ff, 0x200, 0x2f0, 0x900, 0x901, 0x1000, 0x1100,
+        ];
+        let rows: Vec<Row> = offs
+            .iter()
+            .enumerate()
+            .map(|(i, &off)| Row {
+                off,
+                rule: i as u32 + 1,
+            })
+            .collect();
+        let mut t = ModuleTable {
+            start: 0x40_0000,
+            end: 0x40_2000,
+            key: (0, 0, 0, 0),
+            rows: rows.clone(),
+            index: Vec::new(),
+        };
+        t.index_rows();
+        for off in 0..0x1400u32 {
+            let want = rows
+                .iter()
+                .rev()
+                .find(|r| r.off <= off)
+                .map_or(R_NONE, |r| r.rule);
+            assert_eq!(
+                t.lookup(0x40_0000 + u64::from(off)),
+                want,
+                "offset {off:#x}"
+            );
+        }
+        // No rows: every lookup is R_NONE.
+        let mut empty = ModuleTable {
+            rows: Vec::new(),
+            index: Vec::new(),
+            ..t
+        };
+        empty.index_rows();
+        assert_eq!(empty.lookup(0x40_0100), R_NONE);
     }
 }
