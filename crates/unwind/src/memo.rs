@@ -414,7 +414,132 @@ pub(crate) fn walk(
             }
         }
     }
-    memo_walk(cur, fence, unwinder, cache, memo, out)
+    match walk_to_match(cur, fence, unwinder, cache, memo, out) {
+        Some(w) => w,
+        None => memo_walk(cur, fence, unwinder, cache, memo, out),
+    }
+}
+
+/// The common case of [`memo_walk`], in a loop with little state: the walk
+/// steps by compact rows until a frame equals one of the memo's, in the
+/// same state, and the memo's walk from there on can be re-checked (its
+/// `lim` none) and holds entirely (with its ending): then the new frames,
+/// that frame and the memo's outer frames are the walk, and the memo keeps
+/// its frames up to that one with the new ones appended. This is exactly
+/// what `memo_walk` gives and leaves in that case (the first match, taken
+/// whole, with the same ending: `shared` is the matched frame's index + 1).
+///
+/// `None` for anything else (no usable memo, a walk that ends or fails
+/// before a match, a match on all but rbp, a partial or unchecked match,
+/// the depth limit, a memo that would overflow): the caller then runs
+/// `memo_walk` from the start. Nothing but `out`, the scratch frames and
+/// `cache` is written before it returns `Some`.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(never)]
+fn walk_to_match(
+    mut cur: Regs,
+    fence: &Fence,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> Option<MemoWalk> {
+    if memo.len == 0 || memo.unwinder != unwinder.id || memo.hi != fence.hi {
+        return None;
+    }
+    let (old_len, old_truncated, old_term) = (memo.len.min(CAP), memo.truncated, memo.term);
+    let WalkMemo {
+        f,
+        ck,
+        ck_end,
+        ra_rev,
+        s,
+        ..
+    } = memo;
+    let d = out.len();
+    let mut c = old_len;
+    let mut n = 0usize;
+    let mut rec = Rec::default();
+    let j = loop {
+        // `n` frames walked (and in the scratch), `cur` the next one.
+        if n >= d || n >= CAP {
+            return None;
+        }
+        *out.get_mut(n)? = cur.pc;
+        while let Some(o) = f.get(c.wrapping_sub(1)) {
+            if o.sp >= cur.sp {
+                break;
+            }
+            c -= 1;
+        }
+        if let Some(o) = f.get(c.wrapping_sub(1)) {
+            if o.sp == cur.sp && o.ra == cur.pc && (o.flags & F_IP != 0) == cur.ip {
+                if (o.flags & F_DEP != 0 && o.bp != cur.bp) || o.lim != NO_LIM {
+                    return None;
+                }
+                break c - 1;
+            }
+        }
+        let x = s.get_mut(n)?;
+        *x = frame_of(&cur, S_OPAQUE);
+        if step(Mode::Compact, unwinder, cache, &mut cur, fence, &mut rec) != Step::Ret {
+            return None;
+        }
+        let k = if rec.kind <= S_OPAQUE {
+            rec.kind
+        } else {
+            S_OPAQUE
+        };
+        x.flags = (x.flags & F_IP) | u32::from(k) << 1;
+        x.slot = rec.slot;
+        n += 1;
+    };
+    // f[j] is the frame at out[n]: re-read every word the memo's walk
+    // read from it outward (see memo_walk's docs for why no read needs a
+    // bounds check), and its ending's.
+    let mut acc = check_span(checks_of(ck, ck_end, 1, j));
+    if old_term.at != 0 {
+        // SAFETY: read by the ending step of f[0] through a fence with
+        // this `hi`, above f[0].sp >= cur.sp (memo_walk's docs).
+        acc |= unsafe { load(old_term.at) };
+    }
+    let len = n + 1 + j;
+    if acc != 0 || len > d {
+        return None;
+    }
+    // f[j - 1], ..., f[0]: ra_rev[CAP - j..].
+    if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
+        dst.copy_from_slice(src);
+    }
+    let total = j + 1 + n;
+    if total > CAP {
+        memo.len = 0;
+    } else {
+        for (dst, src) in f
+            .get_mut(j + 1..total)
+            .unwrap_or_default()
+            .iter_mut()
+            .zip(s.get(..n).unwrap_or_default().iter().rev())
+        {
+            *dst = *src;
+        }
+        fix(
+            f.get_mut(..total).unwrap_or_default(),
+            ck,
+            ck_end,
+            ra_rev,
+            j + 1,
+            old_term,
+        );
+        memo.len = total;
+    }
+    memo.steps = n as u32;
+    Some(MemoWalk {
+        len,
+        truncated: old_truncated,
+        shared: j + 1,
+    })
 }
 
 /// The memoized walk from `cur`, a frame to keep (`out[0]`), reading
