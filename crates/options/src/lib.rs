@@ -54,6 +54,10 @@ pub mod env {
         STACKS,
         STACK_DEPTH,
     ];
+    /// `1`: a testing aid, not an option of `record` (so not in [`ALL`]):
+    /// every stack walk of the shim is checked against two reference walks,
+    /// and the counts go to stderr when the session ends.
+    pub const CHECK_STACKS: &str = "ALLOCTRACE_CHECK_STACKS";
 }
 
 /// The smallest thread buffer.

@@ -14,6 +14,7 @@
 //! | `ALLOCTRACE_ONLY` | unset | comma-separated program names: only processes started as one of them (or whose executable has that file name) are traced; the others run untraced, their children are still followed |
 //! | `ALLOCTRACE_FOLLOW` | `1` | `0`: trace only the first process and the programs it execs (same pid), not its children |
 //! | `ALLOCTRACE_ROOT_PID` | unset | with FOLLOW=0, set by the first process's shim to its pid (leave it unset) |
+//! | `ALLOCTRACE_CHECK_STACKS` | `0` | `1`: a testing aid: every stack walk is checked against two reference walks (alloctrace-writer's capture check mode), with a `check-stacks:` summary on stderr when the session ends |
 //!
 //! The grammar of every value is the alloctrace-options crate's, which
 //! `alloctrace record` checks its options with.
@@ -22,8 +23,8 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 
 pub use alloctrace_options::env::{
-    BUFFER_SIZE, CLOCK, COMPRESSION, DISABLE, FOLLOW, INDEX, ONLY, OUTPUT, OVERWRITE, RECORD,
-    ROOT_PID, STACKS, STACK_DEPTH,
+    BUFFER_SIZE, CHECK_STACKS, CLOCK, COMPRESSION, DISABLE, FOLLOW, INDEX, ONLY, OUTPUT, OVERWRITE,
+    RECORD, ROOT_PID, STACKS, STACK_DEPTH,
 };
 // session.rs names them through this module (not built in unit tests).
 #[cfg_attr(test, allow(unused_imports))]
@@ -42,7 +43,7 @@ const _: () =
 
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
-pub const CARRIED: [&str; 13] = [
+pub const CARRIED: [&str; 14] = [
     "LD_PRELOAD",
     OUTPUT,
     BUFFER_SIZE,
@@ -56,6 +57,7 @@ pub const CARRIED: [&str; 13] = [
     ROOT_PID,
     STACKS,
     STACK_DEPTH,
+    CHECK_STACKS,
 ];
 
 /// What the environment asks for.
@@ -75,6 +77,8 @@ pub struct Settings {
     pub call_stacks: Stacks,
     /// Their depth limit, in frames.
     pub stack_depth: usize,
+    /// Check every stack walk against the reference walks (a testing aid).
+    pub check_stacks: bool,
     pub overwrite: bool,
     pub index: Option<CString>,
     /// Trace only programs of these names (empty: all).
@@ -142,6 +146,9 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         alloctrace_options::DEFAULT_STACK_DEPTH,
         |v: &Vec<u8>| alloctrace_options::parse_stack_depth(v)
     );
+    let check_stacks = field!(CHECK_STACKS, false, |v: &Vec<u8>| {
+        alloctrace_options::parse_flag(v).map_err(|_| "use 1 (check every stack walk) or 0")
+    });
     let overwrite = field!(OVERWRITE, false, |v: &Vec<u8>| {
         alloctrace_options::parse_flag(v).map_err(|_| "use 1 (replace an existing trace file) or 0")
     });
@@ -177,6 +184,7 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         compress: compression == Compression::Zstd,
         call_stacks,
         stack_depth,
+        check_stacks,
         overwrite,
         index,
         only,
@@ -254,6 +262,9 @@ mod tests {
         assert_eq!(ok(&[(STACKS, "full")]).call_stacks, Stacks::Full);
         assert_eq!(ok(&[(STACKS, "none")]).call_stacks, Stacks::None);
         assert_eq!(ok(&[(STACK_DEPTH, "200")]).stack_depth, 200);
+        assert!(!ok(&[]).check_stacks);
+        assert!(ok(&[(CHECK_STACKS, "1")]).check_stacks);
+        assert!(!ok(&[(CHECK_STACKS, "0")]).check_stacks);
     }
 
     #[test]
@@ -295,6 +306,10 @@ mod tests {
                 "ALLOCTRACE_STACK_DEPTH=\"0\": not a depth",
             ),
             (vec![(STACK_DEPTH, "1000")], "ALLOCTRACE_STACK_DEPTH"),
+            (
+                vec![(CHECK_STACKS, "yes")],
+                "ALLOCTRACE_CHECK_STACKS=\"yes\": use 1",
+            ),
         ] {
             let msg = bad_message(&vars);
             assert!(msg.contains(needle), "{vars:?}: {msg}");

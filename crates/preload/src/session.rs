@@ -316,6 +316,7 @@ fn start_session(kind: Kind) -> bool {
         stack_depth: s.stack_depth,
         ..Config::default()
     };
+    alloctrace_writer::capture::set_check_stacks(s.check_stacks);
     let filter = kind != Kind::Root && s.heap;
     if filter && !liveset::reset(kind == Kind::ForkChild) {
         let why = "cannot map the live-object set of a new session (out of memory)";
@@ -459,6 +460,9 @@ fn stop_session() {
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
         message(&format!("writing the trace {path} failed: {}", e));
+    }
+    for line in alloctrace_writer::capture::check_stacks_report().unwrap_or_default() {
+        message(&line);
     }
     // SAFETY: RECORD holds null or a leaked box.
     let record = unsafe { RECORD.load(Ordering::Acquire).as_ref() };

@@ -82,6 +82,10 @@
 //!   Captures reach it through one pointer; the old one is freed after a
 //!   grace period: every thread's capture section (a seqlock in its slot,
 //!   as the event path's) has been left since the swap.
+//! - **Check mode** (a testing aid, `check`: the shim's
+//!   `ALLOCTRACE_CHECK_STACKS=1`): each walk of the shim's is made again
+//!   without the memo and by framehop alone, and compared frame for frame;
+//!   off, it costs a capture one relaxed load and a branch.
 //!
 //! ## Invariants
 //!
@@ -131,6 +135,9 @@ use crossbeam_queue::ArrayQueue;
 /// Where a walk starts (alloctrace-unwind's): the program's registers as a
 /// naked entry point saw them.
 pub use alloctrace_unwind::StartRegs;
+
+mod check;
+pub use check::{check_stacks_report, set_check_stacks};
 
 use crate::session::LOST_STACKS;
 use crate::shared::SHARED;
@@ -740,14 +747,27 @@ fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u64 {
     // Room for the trampoline's frame and its two callers beyond the
     // limit: a stack of exactly `depth` frames is seen to end there.
     let out = &mut state.frames[..depth + 4];
-    let walk = alloctrace_unwind::capture_from(
-        start,
-        &bounds,
-        &unwinding.unwinder,
-        &mut state.cache,
-        &mut state.memo,
-        out,
-    );
+    let walk = if check::ENABLED.load(Ordering::Relaxed) {
+        // ALLOCTRACE_CHECK_STACKS (a testing aid): the same walk, compared
+        // with the reference walks.
+        check::walk_and_compare(
+            start,
+            &bounds,
+            &unwinding.unwinder,
+            &mut state.cache,
+            &mut state.memo,
+            out,
+        )
+    } else {
+        alloctrace_unwind::capture_from(
+            start,
+            &bounds,
+            &unwinding.unwinder,
+            &mut state.cache,
+            &mut state.memo,
+            out,
+        )
+    };
     let n = walk.len.min(out.len());
     // The walk proved every frame the previous one's (the memo's common
     // case: a loop allocating from one place): the same stack, and the
