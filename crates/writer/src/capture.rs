@@ -387,13 +387,13 @@ static EMPTY_STATE: CaptureState = CaptureState {
     last: LastStack::new(),
 };
 
-/// States per [`Chunk`]: 64 of 14.1 KiB, 0.9 MiB.
+/// States per [`Chunk`]: 64 of 14,096 bytes, 0.9 MiB.
 const CHUNK_STATES: usize = 64;
 
 /// Capture states side by side, initialised one by one as they are handed
 /// out ([`CaptureState::carve`]). One allocation per state would round each
 /// up to an allocator's size class (the shim's private heap: 16 KiB for
-/// 14.1 KiB); a chunk's pages are touched only as its states are taken.
+/// 13.8 KiB); a chunk's pages are touched only as its states are taken.
 struct Chunk {
     /// The next state to hand out (past the end: used up).
     next: AtomicUsize,
