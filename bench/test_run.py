@@ -187,8 +187,8 @@ class Parsing(unittest.TestCase):
                              "shared": 0 + 2 + 0 + 1 + 0})
 
     def test_rss_per_thread(self):
-        rss = {("none", 1): 1000, ("full", 1): 1300, ("none", 9): 2000, ("full", 9): 2700}
-        self.assertEqual(bench.rss_per_thread(rss, 9), (700, 300, 700 / 9, 50))
+        rss = {("none", 3): 1000, ("full", 3): 1300, ("none", 9): 2000, ("full", 9): 2700}
+        self.assertEqual(bench.rss_per_thread(rss, 3, 9), (700, 300, 700 / 9, 400 / 6))
 
     def test_bench_only_groups(self):
         saved = bench.ONLY

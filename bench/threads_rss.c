@@ -22,7 +22,7 @@
 #include <pthread.h>
 
 #define RING 256
-#define MAX_THREADS 64
+#define MAX_THREADS 256
 
 struct worker {
     long ops;

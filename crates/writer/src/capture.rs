@@ -34,14 +34,19 @@
 //! - **Per-thread state** (`CaptureState`: the stack bounds, framehop's
 //!   rule cache, the walk's memo, the frame array and the previous
 //!   stack's nodes) hangs off the thread's slot (thread.rs), so the
-//!   capture finds it with the slot, without TLS of its own. Building one
-//!   allocates (framehop boxes its cache), which a capture must never do:
-//!   the shim builds it at thread start ([`prepare_thread`], from its
-//!   trampoline, outside malloc); threads the shim did not start take one
-//!   from a pool that session start fills and the writer thread tops up
-//!   (`refill_pool`). A slot keeps its state when its thread exits; the
-//!   next thread to claim the slot reuses it and resets the bounds (the
-//!   state remembers the thread pointer it was set up for).
+//!   capture finds it with the slot, without TLS of its own. States are
+//!   carved side by side from chunks of 64 (`Chunk`), each copied from a
+//!   template when handed out: 14,096 bytes a thread, where a box each
+//!   took the 16 KiB class of the shim's private heap and its
+//!   construction on the stack faulted in about 14 KiB of every thread's
+//!   stack. Taking one may allocate (a chunk), which a capture must
+//!   never do: the shim takes it at thread start ([`prepare_thread`],
+//!   from its trampoline, outside malloc); threads the shim did not start
+//!   take one from a pool that session start fills and the writer
+//!   thread tops up (`refill_pool`). A slot keeps its state when its
+//!   thread exits; the next thread to claim the slot reuses it and
+//!   resets the bounds (the state remembers the thread pointer it was
+//!   set up for).
 //! - **Stack bounds**: what the host says (the shim knows each thread's
 //!   stack from `pthread_getattr_np` at thread start and sets them with
 //!   [`set_thread_stack`]), else found once per thread, at its first
@@ -249,7 +254,7 @@ const STALE_REFRESH_MS: u64 = 100;
 /// The tracer's own module, `[start, end)`: frames in it are dropped.
 static OWN_START: AtomicU64 = AtomicU64::new(0);
 static OWN_END: AtomicU64 = AtomicU64::new(0);
-/// Spare capture states (pointers from `Box::into_raw`).
+/// Spare capture states (pointers from [`CaptureState::carve`]).
 static POOL: OnceLock<ArrayQueue<usize>> = OnceLock::new();
 /// Serialises set-up and refreshes (never taken by a capture).
 static REFRESH: Mutex<()> = Mutex::new(());
@@ -330,18 +335,100 @@ const TAIL_NONE: usize = usize::MAX;
 const TAIL_CAPI: usize = usize::MAX - 1;
 
 impl CaptureState {
-    fn new() -> Box<CaptureState> {
-        Box::new(CaptureState {
-            owner: 0,
-            lo: 0,
-            hi: 0,
-            cache: DwarfCache::new(),
-            memo: WalkMemo::new(),
-            frames: [0; MAX_DEPTH + 12],
-            last: LastStack::new(),
-        })
+    /// A new state, never freed (a slot keeps it from owner to owner): the
+    /// next one of the current [`Chunk`], in place. Allocates (a chunk now
+    /// and then): never on the event path.
+    fn carve() -> *mut CaptureState {
+        loop {
+            let c = CHUNK.load(Ordering::Acquire);
+            // SAFETY: chunks are never freed once published.
+            if let Some(chunk) = unsafe { c.as_ref() } {
+                let i = chunk.next.fetch_add(1, Ordering::Relaxed);
+                if let Some(cell) = chunk.states.get(i) {
+                    let p = cell.get().cast::<CaptureState>();
+                    // SAFETY: `fetch_add` gave index `i` to this caller
+                    // alone; the cell is uninitialised memory of the chunk.
+                    unsafe { CaptureState::init(p) };
+                    return p;
+                }
+            }
+            // None yet, or used up: publish a new one (a racing caller's
+            // wins, and ours, untouched, is freed).
+            let new = Chunk::new();
+            if CHUNK
+                .compare_exchange(c, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // SAFETY: `new` came from Box::into_raw and was never
+                // published.
+                drop(unsafe { Box::from_raw(new) });
+            }
+        }
+    }
+
+    /// Writes an empty state to `p`: a copy of [`EMPTY_STATE`], so that
+    /// none of it is built on the stack first (`Box::new` of a new state
+    /// had a 19 KiB frame, which faulted in about 14 KiB of every thread's
+    /// stack at its start, more than its state in the private heap added;
+    /// written field by field, `WalkMemo::new()` and `DwarfCache::new()`
+    /// still went through the stack).
+    ///
+    /// # Safety
+    /// `p` is valid for writes of a `CaptureState`, and aligned.
+    #[inline(never)]
+    unsafe fn init(p: *mut CaptureState) {
+        // SAFETY: the caller's; the template is a static, which `p`, fresh
+        // memory of a chunk, does not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(&EMPTY_STATE, p, 1) };
     }
 }
+
+/// An empty state, for [`CaptureState::init`] to copy.
+static EMPTY_STATE: CaptureState = CaptureState {
+    owner: 0,
+    lo: 0,
+    hi: 0,
+    cache: DwarfCache::new(),
+    memo: WalkMemo::new(),
+    frames: [0; MAX_DEPTH + 12],
+    last: LastStack::new(),
+};
+
+/// States per [`Chunk`]: 64 of 14,096 bytes, 0.9 MiB.
+const CHUNK_STATES: usize = 64;
+
+/// Capture states side by side, initialised one by one as they are handed
+/// out ([`CaptureState::carve`]). One allocation per state would round each
+/// up to an allocator's size class (the shim's private heap: 16 KiB for
+/// 13.8 KiB); a chunk's pages are touched only as its states are taken.
+struct Chunk {
+    /// The next state to hand out (past the end: used up).
+    next: AtomicUsize,
+    states: [core::cell::UnsafeCell<core::mem::MaybeUninit<CaptureState>>; CHUNK_STATES],
+}
+
+// SAFETY: each state is handed to one caller (`next`), and only its owner
+// thread uses it afterwards (the slot's capture section).
+unsafe impl Sync for Chunk {}
+
+impl Chunk {
+    /// A new chunk, its states uninitialised (never written, so their
+    /// pages stay untouched until taken).
+    fn new() -> *mut Chunk {
+        let mut b = Box::<Chunk>::new_uninit();
+        let p = b.as_mut_ptr();
+        // SAFETY: `p` points to the box's memory; `states` may stay
+        // uninitialised (MaybeUninit), so after this write it is a Chunk.
+        unsafe {
+            (&raw mut (*p).next).write(AtomicUsize::new(0));
+            Box::into_raw(b.assume_init())
+        }
+    }
+}
+
+/// The chunk states are taken from; null until the first. Chunks are
+/// never freed.
+static CHUNK: AtomicPtr<Chunk> = AtomicPtr::new(core::ptr::null_mut());
 
 impl LastStack {
     const fn new() -> LastStack {
@@ -472,10 +559,7 @@ pub(crate) fn set_up(mode: StackMode, depth: usize) {
     LAST_REFRESH.store(clock::ticks(), Ordering::Relaxed);
     let pool = POOL.get_or_init(|| ArrayQueue::new(POOL_CAPACITY));
     while pool.len() < POOL_TARGET {
-        if pool
-            .push(Box::into_raw(CaptureState::new()) as usize)
-            .is_err()
-        {
+        if pool.push(CaptureState::carve() as usize).is_err() {
             break;
         }
     }
@@ -614,10 +698,7 @@ pub(crate) fn refill_pool() {
         return;
     }
     while pool.len() < POOL_TARGET {
-        if pool
-            .push(Box::into_raw(CaptureState::new()) as usize)
-            .is_err()
-        {
+        if pool.push(CaptureState::carve() as usize).is_err() {
             break;
         }
     }
@@ -993,7 +1074,7 @@ pub fn prepare_thread() {
         return;
     };
     if slot.capture.load(Ordering::Relaxed).is_null() {
-        let p = take_state().unwrap_or_else(|| Box::into_raw(CaptureState::new()));
+        let p = take_state().unwrap_or_else(CaptureState::carve);
         slot.capture.store(p.cast(), Ordering::Relaxed);
     }
     if !slot.capture_seq.try_begin() {
@@ -1024,6 +1105,15 @@ fn thread_stack() -> (u64, u64) {
     if lo < hi && sp >= lo && sp < hi {
         return (lo, hi);
     }
+    stack_from_maps()
+}
+
+/// The calling thread's stack as `/proc/self/maps` says, `(0, 0)` unknown.
+/// Out of line: its 4 KiB buffer would otherwise be in the frame of
+/// [`thread_stack`], which every thread the shim starts runs through.
+#[cold]
+#[inline(never)]
+fn stack_from_maps() -> (u64, u64) {
     match StackBounds::from_maps() {
         Some(b) => (b.lo(), b.hi()),
         None => (0, 0),
@@ -1123,6 +1213,55 @@ mod tests {
         // another tail reuses nothing.
         assert_eq!(last.reusable(5, 3, last.truncated, false), 0);
         assert_eq!(last.reusable(5, TAIL_CAPI, last.truncated, true), 0);
+    }
+
+    #[test]
+    fn states_sit_side_by_side_in_chunks_however_many_threads_take_them() {
+        // Threads take states at once, more than a chunk holds: every
+        // state is a fresh one (never one handed out before), none
+        // overlaps another, and each lies one state's size after the
+        // previous one of its chunk, not in a size class of its own. (Other
+        // tests may take states meanwhile: they only leave gaps.)
+        const THREADS: usize = 4;
+        const EACH: usize = 100;
+        let taken: Vec<usize> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..EACH)
+                            .map(|_| CaptureState::carve() as usize)
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        let size = core::mem::size_of::<CaptureState>();
+        for &p in &taken {
+            assert_eq!(p % core::mem::align_of::<CaptureState>(), 0);
+            // SAFETY: a state from CaptureState::carve, never freed, used by
+            // no one else.
+            let state = unsafe { &*(p as *const CaptureState) };
+            assert_eq!((state.owner, state.lo, state.hi), (0, 0, 0));
+            assert_eq!((state.last.tail, state.last.walk), (TAIL_NONE, WALK_NONE));
+        }
+        let mut sorted = taken.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), THREADS * EACH, "a state handed out twice");
+        let mut packed = 0;
+        for w in sorted.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(gap >= size, "states overlap: {:#x} {:#x}", w[0], w[1]);
+            packed += usize::from(gap == size);
+        }
+        // 400 states in at least 7 chunks: all but the first of each chunk
+        // follow another, but for the few taken by other tests.
+        assert!(
+            packed >= THREADS * EACH * 9 / 10,
+            "{packed} of {}",
+            THREADS * EACH
+        );
     }
 
     #[test]
