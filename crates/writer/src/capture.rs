@@ -53,7 +53,8 @@
 //!   previous stack's nodes are kept outermost first (`LastStack`), so
 //!   interning starts from the node of the outermost shared frame and
 //!   interns only the new frames, in one call to the table
-//!   (`intern_path`), with no comparison of frames.
+//!   (`intern_path`), with no comparison of frames. Stacks cut by the
+//!   depth limit share nodes too, between walks cut at the same length.
 //! - **The same walk again** (a loop allocating from one place): when the
 //!   memo proves every frame of a walk the previous one's and the walk has
 //!   the previous one's length, `truncated` and depth limit
@@ -300,9 +301,9 @@ struct LastStack {
     /// (nodes not reusable), [`TAIL_CAPI`] (the C API's walk: its outermost
     /// frame is the walk's), or the number of walked frames beyond the kept
     /// ones at the outer end (0 for a stack that ends where its walk does;
-    /// 1: the return into the thread-start trampoline). A walk's `shared`
-    /// frames are counted from its outer end, so the nodes are reusable
-    /// only under the same tail.
+    /// 1: the return into the thread-start trampoline; more: the frames
+    /// beyond the depth limit). A walk's `shared` frames are counted from
+    /// its outer end, so the nodes are reusable only under the same tail.
     tail: usize,
     /// The shim's walk the stack came from ([`LastStack::walk_key`]: its
     /// length, `truncated` and the depth limit), [`WALK_NONE`] when it came
@@ -849,7 +850,10 @@ fn stack_of_odd_walk(
         last.tail = TAIL_NONE;
         return 0;
     }
-    let tail = if end <= depth { n - end } else { TAIL_NONE };
+    // A stack cut by the limit keeps its innermost frames: the walked ones
+    // beyond them are its tail, so that the next walk cut at the same
+    // length reuses the nodes of the frames the two share.
+    let tail = n - kept.len();
     let reuse = last.reusable(shared, tail, truncated);
     last.intern(kept, truncated, reuse, tail)
 }
@@ -1148,7 +1152,7 @@ mod tests {
     /// ones (truncated), and deep ones cut by the depth limit, whose
     /// buffer ends 4 frames beyond it; `shared` as the memo reports it.
     #[test]
-    fn a_walk_s_stack_leaves_the_trampoline_out() {
+    fn a_walk_s_stack_leaves_the_trampoline_out_and_reuses_across_cuts() {
         // A trampoline no real return address hits (the statics are only
         // read by intern_walk; the unwinder's walk end is left alone).
         let tramp = 0x7fff_0000_0000u64;
@@ -1222,11 +1226,7 @@ mod tests {
             let truncated = kind == 2 || program.len() > depth;
             let expected = plain(kept, truncated);
             // How many nodes it may take from the previous stack.
-            let tail = if cut || program.len() > depth {
-                TAIL_NONE
-            } else {
-                out.len() - kept.len()
-            };
+            let tail = out.len() - kept.len();
             let reuse = state.last.reusable(shared, tail, truncated);
             state.frames[..out.len()].copy_from_slice(out);
             let key = LastStack::walk_key(out.len(), walk_truncated, depth);
@@ -1243,7 +1243,7 @@ mod tests {
             }
             prev = Some((full, kind));
         }
-        assert!(reused > 1_000, "{reused} {cut_reused}");
+        assert!(reused > 1_000 && cut_reused > 100, "{reused} {cut_reused}");
     }
 
     #[test]
