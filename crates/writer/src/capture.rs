@@ -1146,7 +1146,7 @@ mod tests {
         assert_eq!(last.reusable(5, TAIL_NONE, last.truncated), 0);
     }
 
-    /// The shim's walks as `intern_walk` gets them, against the stack a
+    /// The shim's walks as `stack_of_walk` gets them, against the stack a
     /// whole intern of the expected frames gives: threads' walks ending
     /// at the return into the trampoline (dropped), complete ones, failed
     /// ones (truncated), and deep ones cut by the depth limit, whose
@@ -1154,12 +1154,12 @@ mod tests {
     #[test]
     fn a_walk_s_stack_leaves_the_trampoline_out_and_reuses_across_cuts() {
         // A trampoline no real return address hits (the statics are only
-        // read by intern_walk; the unwinder's walk end is left alone).
+        // read by stack_of_walk; the unwinder's walk end is left alone).
         let tramp = 0x7fff_0000_0000u64;
         THREAD_START.store(tramp, Ordering::Relaxed);
         THREAD_START_LEN.store(1, Ordering::Relaxed);
         let depth = 16;
-        let mut state = CaptureState::new();
+        let mut last = Box::new(LastStack::new());
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
             seed ^= seed << 13;
@@ -1227,13 +1227,11 @@ mod tests {
             let expected = plain(kept, truncated);
             // How many nodes it may take from the previous stack.
             let tail = out.len() - kept.len();
-            let reuse = state.last.reusable(shared, tail, truncated);
-            state.frames[..out.len()].copy_from_slice(out);
-            let key = LastStack::walk_key(out.len(), walk_truncated, depth);
-            let got = intern_walk(&mut state, out.len(), shared, key);
+            let reuse = last.reusable(shared, tail, truncated);
+            let got = stack_of_walk(&mut last, out, shared, walk_truncated, depth);
             assert_eq!(
                 got,
-                u64::from(expected),
+                expected,
                 "round {round}: kind {kind} len {} shared {shared}",
                 full.len()
             );
