@@ -14,7 +14,9 @@
 //! memory of its own (reserved.rs): an open-addressing hash index from
 //! `(parent, frame)` to node ID over an array of nodes, IDs from a
 //! counter. Interning never calls malloc, never locks and makes no syscall
-//! once the regions are mapped (the first call maps them).
+//! once the regions are mapped (the first call maps them). A capture
+//! interns the frames its walk did not share with the previous stack in
+//! one call ([`intern_path`]), onto the node of the shared ones.
 //!
 //! Unlike Go's, IDs are stable for the process: a runtime registers a
 //! stack once and keeps its ID (`trace_stack_register`). Each generation
@@ -32,8 +34,9 @@
 //!
 //! 1. A node's parent and frame are written before its ID is published
 //!    (the Release store of its `ready`, then the Release CAS of its hash
-//!    slot); readers load either with Acquire before the fields. Otherwise
-//!    a lookup could match a half-written node.
+//!    slot); readers load either with Acquire before the fields (a lookup
+//!    the slot it found the ID in, a reader handed an ID its `ready`).
+//!    Otherwise a lookup could match a half-written node.
 //! 2. A node's parent ID is smaller than its own: the parent is interned
 //!    (its ID taken from the counter) before the child asks for an ID. So
 //!    a walk to the root ends, and listing ancestors first puts every
@@ -133,11 +136,92 @@ fn hash(parent: u32, frame: u64) -> usize {
 /// full or cannot be mapped. No malloc, no lock; a syscall only on the
 /// process's first call.
 pub(crate) fn intern_child(parent: u32, frame: u64) -> u32 {
-    let (Some(nodes), Some(index)) = (NODES.base(), INDEX.base()) else {
+    let Some((nodes, index)) = regions() else {
         return 0;
     };
-    let mut mine = 0usize;
+    find_or_insert(nodes, index, parent, frame)
+}
+
+/// Interns a path of frames in one call: `words`, outermost first, each
+/// the child of the one before and the first a child of `parent` (0: the
+/// outermost frame of a stack). Writes each frame's node ID to `ids` in
+/// order and returns the innermost one's (`parent` for no words); 0 when
+/// the table is full or cannot be mapped, or `ids` is shorter than
+/// `words` (then `ids` is left partly written). A capture interns the
+/// frames its walk did not prove shared with the previous one this way:
+/// the regions' bases are loaded once, and a node the table has costs a
+/// hash and a compare, inlined. No malloc, no lock; a syscall only on the
+/// process's first call.
+#[inline(always)]
+pub(crate) fn intern_path(
+    parent: u32,
+    words: impl ExactSizeIterator<Item = u64>,
+    ids: &mut [u32],
+) -> u32 {
+    if words.len() > ids.len() {
+        return 0;
+    }
+    let Some((nodes, index)) = regions() else {
+        return 0;
+    };
+    let mut parent = parent;
+    for (frame, id) in words.zip(ids.iter_mut()) {
+        parent = find_or_insert(nodes, index, parent, frame);
+        if parent == 0 {
+            return 0;
+        }
+        *id = parent;
+    }
+    parent
+}
+
+/// The bases of the node array and the index, mapping them on the
+/// process's first call (out of line); `None` if the kernel refused.
+#[inline(always)]
+fn regions() -> Option<(*mut u8, *mut u8)> {
+    match (NODES.base_if_mapped(), INDEX.base_if_mapped()) {
+        (Some(nodes), Some(index)) => Some((nodes, index)),
+        _ => map_regions(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn map_regions() -> Option<(*mut u8, *mut u8)> {
+    Some((NODES.base()?, INDEX.base()?))
+}
+
+/// [`intern_child`] in the mapped regions. Inlined: the common case, a
+/// node the table has in the first slot its hash names; the probe goes on
+/// out of line ([`probe`]), which adds the node if new.
+#[inline(always)]
+fn find_or_insert(nodes: *mut u8, index: *mut u8, parent: u32, frame: u64) -> u32 {
     let start = hash(parent, frame);
+    let id = slot(index, start).load(Ordering::Acquire);
+    if id != 0 && is_node(nodes, id, parent, frame) {
+        return id;
+    }
+    probe(nodes, index, parent, frame, start)
+}
+
+/// Whether node `id`, loaded (Acquire) from a slot of the index or from
+/// a failed compare-exchange of one, is `(parent, frame)`. Its fields were
+/// written before the ID was published there (invariant 1): that Acquire
+/// load suffices, its `ready` needs no second look.
+#[inline(always)]
+fn is_node(nodes: *mut u8, id: u32, parent: u32, frame: u64) -> bool {
+    let n = node(nodes, id as usize);
+    n.parent.load(Ordering::Relaxed) == parent && n.frame.load(Ordering::Relaxed) == frame
+}
+
+/// The probe for `(parent, frame)` from slot `start` (its hash), out of
+/// line: the ID of the node in the first slot that holds it, or of the
+/// probe's own node published in the first empty slot; 0 when the table
+/// is full. Cold: most lookups find their node in the first slot.
+#[cold]
+#[inline(never)]
+fn probe(nodes: *mut u8, index: *mut u8, parent: u32, frame: u64, start: usize) -> u32 {
+    let mut mine = 0usize;
     for i in start..start + MAX_PROBES {
         let s = slot(index, i);
         let mut id = s.load(Ordering::Acquire);
@@ -157,11 +241,7 @@ pub(crate) fn intern_child(parent: u32, frame: u64) -> u32 {
                 Err(other) => id = other,
             }
         }
-        let n = node(nodes, id as usize);
-        if n.ready.load(Ordering::Acquire)
-            && n.parent.load(Ordering::Relaxed) == parent
-            && n.frame.load(Ordering::Relaxed) == frame
-        {
+        if is_node(nodes, id, parent, frame) {
             return id;
         }
     }
@@ -407,6 +487,37 @@ mod tests {
         assert!(a != b && a != c && b != c, "{a} {b} {c}");
         assert_eq!(intern_child(other_parent, frame), b);
         assert_eq!(intern_child(parent, other_frame), c);
+    }
+
+    #[test]
+    fn a_path_interned_in_one_call_is_the_chain_of_its_children() {
+        let words = frames(8, &[1, 2, 3, 4]);
+        let mut ids = [0u32; 5];
+        let id = intern_path(0, words.iter().copied(), &mut ids);
+        let mut parent = 0;
+        for (i, &w) in words.iter().enumerate() {
+            parent = intern_child(parent, w);
+            assert_eq!(ids[i], parent, "frame {i}");
+        }
+        assert_eq!(id, parent);
+        assert_eq!(ids[4], 0, "no more IDs than words");
+        // Onto a shared prefix: the same nodes as the whole path.
+        let mut tail = [0u32; 2];
+        assert_eq!(
+            intern_path(ids[1], words[2..].iter().copied(), &mut tail),
+            id
+        );
+        assert_eq!(tail, [ids[2], ids[3]]);
+        // Another inner path off the same prefix: new nodes, parents first.
+        let other = frames(8, &[5, 6]);
+        let mut branch = [0u32; 2];
+        let b = intern_path(ids[1], other.iter().copied(), &mut branch);
+        assert!(b != 0 && b != id && branch[0] > ids[1] && branch[1] == b);
+        assert_eq!(intern(&frames(8, &[6, 5, 2, 1])), b);
+        // No words: the parent; too few IDs: nothing interned.
+        assert_eq!(intern_path(ids[2], core::iter::empty(), &mut []), ids[2]);
+        let fresh = frames(8, &[7, 8, 9]);
+        assert_eq!(intern_path(0, fresh.iter().copied(), &mut [0; 2]), 0);
     }
 
     #[test]

@@ -25,12 +25,11 @@
 //!   frame: nothing to skip, no filter by module.
 //! - **Threads end at their start routine**: the shim's pthread trampoline
 //!   calls every thread's routine from one call site and says where
-//!   ([`set_thread_start`]); a walk's frames end at the first return
-//!   address there, the stack complete (not truncated), so that
-//!   `start_thread`, `clone3` and the trampoline are not in it. Only the
-//!   frames the walk did not take from its memo are compared: the shared
-//!   ones ended where the previous stack did (`LastStack::tail`, the
-//!   walked frames beyond the kept ones).
+//!   ([`set_thread_start`]); the walk itself ends at the return address
+//!   there (an end-of-stack rule: alloctrace-unwind's `set_walk_end`),
+//!   complete (not truncated), so that `start_thread` and `clone3` are
+//!   not walked. That address is the walk's outermost one, and the only
+//!   one looked at: dropped, it leaves the trampoline out of the stack.
 //! - **Per-thread state** (`CaptureState`: the stack bounds, framehop's
 //!   rule cache, the walk's memo, the frame array and the previous
 //!   stack's nodes) hangs off the thread's slot (thread.rs), so the
@@ -58,7 +57,9 @@
 //!   the rest from the memo (`MemoWalk::shared` of them, outermost); the
 //!   previous stack's nodes are kept outermost first (`LastStack`), so
 //!   interning starts from the node of the outermost shared frame and
-//!   interns only the new frames, with no comparison of frames.
+//!   interns only the new frames, in one call to the table
+//!   (`intern_path`), with no comparison of frames. Stacks cut by the
+//!   depth limit share nodes too, between walks cut at the same length.
 //! - **The same walk again** (a loop allocating from one place): when the
 //!   memo proves every frame of a walk the previous one's and the walk has
 //!   the previous one's length, `truncated` and depth limit
@@ -311,10 +312,10 @@ struct LastStack {
     /// How the kept frames sit in the walk they came from: [`TAIL_NONE`]
     /// (nodes not reusable), [`TAIL_CAPI`] (the C API's walk: its outermost
     /// frame is the walk's), or the number of walked frames beyond the kept
-    /// ones at the outer end (the thread-start trampoline's and its
-    /// callers'; 0 for a stack that ends where its walk does). A walk's
-    /// `shared` frames are counted from its outer end, so the nodes are
-    /// reusable only under the same tail.
+    /// ones at the outer end (0 for a stack that ends where its walk does;
+    /// 1: the return into the thread-start trampoline; more: the frames
+    /// beyond the depth limit). A walk's `shared` frames are counted from
+    /// its outer end, so the nodes are reusable only under the same tail.
     tail: usize,
     /// The shim's walk the stack came from ([`LastStack::walk_key`]: its
     /// length, `truncated` and the depth limit), [`WALK_NONE`] when it came
@@ -458,13 +459,12 @@ impl LastStack {
 
     /// How many outermost frames of a new stack (kept under `tail`,
     /// `truncated`) keep their nodes, given that the walk proved `shared`
-    /// outermost walked frames to be the previous walk's; `fits`: the new
-    /// stack's outermost frame is its walk's outermost kept one (no depth
-    /// cut). The previous stack must have come from this memo's previous
-    /// walk (every capture of the state updates or forgets it).
+    /// outermost walked frames to be the previous walk's. The previous
+    /// stack must have come from this memo's previous walk (every capture
+    /// of the state updates or forgets it).
     #[inline(always)]
-    fn reusable(&self, shared: usize, tail: usize, truncated: bool, fits: bool) -> usize {
-        if !fits || tail != self.tail || truncated != self.truncated {
+    fn reusable(&self, shared: usize, tail: usize, truncated: bool) -> usize {
+        if tail != self.tail || truncated != self.truncated || tail == TAIL_NONE {
             return 0;
         }
         let walked_tail = if tail == TAIL_CAPI { 0 } else { tail };
@@ -478,31 +478,39 @@ impl LastStack {
     /// Returns its stack ID; 0 when the table is full (and forgets).
     #[inline(always)]
     fn intern(&mut self, kept: &[u64], truncated: bool, reuse: usize, tail: usize) -> u32 {
-        let n = kept.len().min(MAX_DEPTH);
-        let reuse = reuse.min(n);
-        let mut parent = match reuse.checked_sub(1) {
-            Some(i) => self.nodes[i],
-            None if truncated => call_stack_table::intern_child(0, FrameWord::TRUNCATED.word()),
+        let n = kept.len();
+        // None: more frames than any depth limit (not kept by a capture).
+        let id = match self.nodes.get_mut(..n) {
+            Some(nodes) => {
+                let (shared, new) = nodes.split_at_mut(reuse.min(n));
+                let parent = match shared.last() {
+                    Some(&node) => node,
+                    None if truncated => truncation_marker(),
+                    None => 0,
+                };
+                // The new frames, outermost first, onto the shared frames'
+                // node, their nodes kept at their positions.
+                match kept.get(..new.len()) {
+                    Some(kept) if parent != 0 || !truncated => call_stack_table::intern_path(
+                        parent,
+                        kept.iter().rev().map(|&ra| FrameWord::Native(ra).word()),
+                        new,
+                    ),
+                    _ => 0,
+                }
+            }
             None => 0,
         };
-        if reuse == 0 && truncated && parent == 0 {
+        if id == 0 {
             self.tail = TAIL_NONE;
             return 0;
-        }
-        // The new frames, outermost first, onto the shared frames' node.
-        for (i, &ra) in kept[..n - reuse].iter().rev().enumerate() {
-            parent = call_stack_table::intern_child(parent, FrameWord::Native(ra).word());
-            if parent == 0 {
-                self.tail = TAIL_NONE;
-                return 0;
-            }
-            self.nodes[reuse + i] = parent;
         }
         self.len = n;
         self.truncated = truncated;
         self.tail = tail;
-        // n == 0: only the truncation marker.
-        parent
+        // n == reuse: the shared frames' node (n == 0: only the
+        // truncation marker).
+        id
     }
 }
 
@@ -793,7 +801,8 @@ pub fn capture_stack_from(start: StartRegs) -> u64 {
 }
 
 /// Where the thread-start trampoline's return addresses lie, `[start,
-/// start + len)`: a walk stops at the first frame returning there.
+/// start + len)`: a walk ends at the frame returning there, its outermost
+/// address, which the stack leaves out.
 static THREAD_START: AtomicU64 = AtomicU64::new(0);
 static THREAD_START_LEN: AtomicU64 = AtomicU64::new(0);
 
@@ -866,11 +875,11 @@ fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u64 {
 
 /// The stack of the shim's walk in `state.frames[..n]` (innermost first;
 /// `shared` outermost frames proven the previous walk's; `walk_key` its
-/// [`LastStack::walk_key`]) under the depth limit: ends it at the
-/// thread-start trampoline, interns it, remembers it in `state.last`;
-/// its stack ID, [`LOST_STACK`] none. Out of line, so that the walk's caller keeps
-/// few registers across the walk for the common case, a walk the same as
-/// the previous one.
+/// [`LastStack::walk_key`]) under the depth limit: leaves out the return
+/// into the thread-start trampoline, interns it, remembers it in
+/// `state.last`; its stack ID, [`LOST_STACK`] none. Out of line, so that
+/// the walk's caller keeps few registers across the walk for the common
+/// case, a walk the same as the previous one.
 #[inline(never)]
 fn intern_walk(state: &mut CaptureState, n: usize, shared: usize, walk_key: u64) -> u64 {
     let last = &mut state.last;
@@ -894,50 +903,79 @@ fn stack_of_walk(
     depth: usize,
 ) -> u32 {
     let n = out.len();
-    let shared = shared.min(n);
-    // The program's frames end at the first return into the trampoline.
-    // Only the new frames are looked at: the shared ones ended as the
-    // previous stack did (its tail, when the trampoline was among them).
+    // The walk ends at the return into the thread-start trampoline (an
+    // end-of-stack rule: `set_thread_start`), which it keeps as its
+    // outermost address: the program's frames are the ones before it.
     let (tramp, tramp_len) = (
         THREAD_START.load(Ordering::Relaxed),
         THREAD_START_LEN.load(Ordering::Relaxed),
     );
-    let is_tramp = |&ra: &u64| ra.wrapping_sub(tramp) < tramp_len;
-    let fresh = n - shared;
-    let end = match out[..fresh].iter().position(is_tramp) {
-        Some(k) => Some(k),
-        None if shared > 0 && last.tail <= shared => (last.tail > 0).then(|| n - last.tail),
-        None => out[fresh..].iter().position(is_tramp).map(|k| fresh + k),
-    };
-    let (end, truncated) = match end {
-        Some(end) => (end, false),
-        None => {
-            if walk_truncated && n > 0 && n < depth + 4 {
-                // Neither cut by the limit nor ended: maybe in code no
-                // known module holds.
-                note_unknown(out[n - 1]);
-            }
-            (n, walk_truncated)
+    let at_start = out
+        .last()
+        .is_some_and(|&ra| ra.wrapping_sub(tramp) < tramp_len);
+    // (A walk that ended there is complete.)
+    let truncated = walk_truncated && !at_start;
+    let tail = usize::from(at_start);
+    let end = n - tail;
+    match out.get(..end) {
+        // The common case: a complete stack within the limit.
+        Some(kept) if !truncated && end <= depth && end > 0 => {
+            let reuse = last.reusable(shared, tail, false);
+            last.intern(kept, false, reuse, tail)
         }
-    };
-    let fits = end <= depth;
-    let kept = &out[..end.min(depth)];
-    let truncated = truncated || !fits;
+        _ => stack_of_odd_walk(last, out, shared, truncated, depth, end),
+    }
+}
+
+/// [`stack_of_walk`] for a walk that was `truncated`, is cut by the depth
+/// limit, or is empty (`end`: its frames before the trampoline's). Out of
+/// line: the common case keeps fewer registers.
+#[inline(never)]
+fn stack_of_odd_walk(
+    last: &mut LastStack,
+    out: &[u64],
+    shared: usize,
+    truncated: bool,
+    depth: usize,
+    end: usize,
+) -> u32 {
+    let n = out.len();
+    if truncated && n < depth + 4 {
+        // Neither cut by the limit nor ended: maybe in code no known
+        // module holds.
+        note_unknown(out);
+    }
+    let kept = out.get(..end.min(depth)).unwrap_or_default();
+    let truncated = truncated || end > depth;
     if kept.is_empty() && !truncated {
         last.tail = TAIL_NONE;
         return 0;
     }
-    let tail = if fits { n - end } else { TAIL_NONE };
-    let reuse = last.reusable(shared, tail, truncated, fits);
+    // A stack cut by the limit keeps its innermost frames: the walked ones
+    // beyond them are its tail, so that the next walk cut at the same
+    // length reuses the nodes of the frames the two share.
+    let tail = n - kept.len();
+    let reuse = last.reusable(shared, tail, truncated);
     last.intern(kept, truncated, reuse, tail)
 }
 
-/// A walk stopped at `ra` before its limit: when no known module holds
-/// it (a library loaded since the last refresh), asks the writer thread
-/// for a refresh (`refresh_if_stale`).
+/// The truncation marker's node (the root of every truncated stack); 0
+/// when the table is full.
 #[cold]
 #[inline(never)]
-fn note_unknown(ra: u64) {
+fn truncation_marker() -> u32 {
+    call_stack_table::intern_child(0, FrameWord::TRUNCATED.word())
+}
+
+/// A walk `out` stopped before its limit: when no known module holds its
+/// last address (a library loaded since the last refresh), asks the
+/// writer thread for a refresh (`refresh_if_stale`).
+#[cold]
+#[inline(never)]
+fn note_unknown(out: &[u64]) {
+    let Some(&ra) = out.last() else {
+        return;
+    };
     // SAFETY: called inside the capture section (invariant 2).
     if let Some(unwinding) = unsafe { UNWINDER.load(Ordering::Acquire).as_ref() } {
         if !unwinding.knows(ra) {
@@ -1020,7 +1058,7 @@ fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
         return 0;
     }
     let tail = if fits { TAIL_CAPI } else { TAIL_NONE };
-    let reuse = last.reusable(shared, tail, truncated, fits);
+    let reuse = last.reusable(shared, tail, truncated);
     last.intern(kept, truncated, reuse, tail)
 }
 
@@ -1169,9 +1207,10 @@ mod tests {
             if kept.is_empty() && !truncated {
                 continue;
             }
-            // The walk: the kept frames, then `tail` frames of the thread's
-            // start (the same ones every time).
-            let tail = if (round / 50) % 2 == 0 { 0 } else { 3 };
+            // The walk: the kept frames, then (for 50 rounds in turn) the
+            // return into the thread-start trampoline, which is not kept,
+            // or 4 frames beyond the depth limit.
+            let tail = [0, 1, 4][(round / 50) % 3];
             let mut walk = kept.clone();
             walk.extend((0..tail as u64).map(|i| 0x60_0000 + 16 * i));
             let shared = match &prev {
@@ -1191,7 +1230,7 @@ mod tests {
                 }
                 _ => 0,
             };
-            let reuse = last.reusable(shared, tail, truncated, true);
+            let reuse = last.reusable(shared, tail, truncated);
             if reuse > 0 {
                 reused += 1;
                 tails += usize::from(tail > 0);
@@ -1209,10 +1248,110 @@ mod tests {
             reused > 2_000 && tails > 1_000 && reused - tails > 1_000,
             "{reused} {tails}"
         );
-        // A depth cut (the kept frames are not the walk's outermost) or
-        // another tail reuses nothing.
-        assert_eq!(last.reusable(5, 3, last.truncated, false), 0);
-        assert_eq!(last.reusable(5, TAIL_CAPI, last.truncated, true), 0);
+        // Another tail, or none, reuses nothing.
+        let other = if last.tail == 1 { 4 } else { 1 };
+        assert_eq!(last.reusable(5, other, last.truncated), 0);
+        assert_eq!(last.reusable(5, TAIL_CAPI, last.truncated), 0);
+        last.tail = TAIL_NONE;
+        assert_eq!(last.reusable(5, TAIL_NONE, last.truncated), 0);
+    }
+
+    /// The shim's walks as `stack_of_walk` gets them, against the stack a
+    /// whole intern of the expected frames gives: threads' walks ending
+    /// at the return into the trampoline (dropped), complete ones, failed
+    /// ones (truncated), and deep ones cut by the depth limit, whose
+    /// buffer ends 4 frames beyond it; `shared` as the memo reports it.
+    #[test]
+    fn a_walk_s_stack_leaves_the_trampoline_out_and_reuses_across_cuts() {
+        // A trampoline no real return address hits (the statics are only
+        // read by stack_of_walk; the unwinder's walk end is left alone).
+        let tramp = 0x7fff_0000_0000u64;
+        THREAD_START.store(tramp, Ordering::Relaxed);
+        THREAD_START_LEN.store(1, Ordering::Relaxed);
+        let depth = 16;
+        let mut last = Box::new(LastStack::new());
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        // (the whole walk outermost-aligned, its kind: 0 complete, 1 a
+        // thread's, 2 failed)
+        let mut prev: Option<(Vec<u64>, u8)> = None;
+        let (mut reused, mut cut_reused) = (0, 0);
+        for round in 0..20_000 {
+            let kind = [0u8, 1, 2][(round / 40) % 3];
+            // Stacks over a small alphabet under a fixed outer part, and
+            // deep ones now and then (cut by the limit), a few frames over
+            // a fixed deep part.
+            let deep = next() % 4 == 0;
+            let len = if deep { 2 + next() % 2 } else { next() % 10 };
+            let mut full: Vec<u64> = (0..len).map(|_| 0x40_0000 + 16 * (next() % 3)).collect();
+            if deep {
+                full.extend((0..18u64).map(|i| 0x48_0000 + 16 * i));
+            }
+            full.extend((0..6u64).map(|i| 0x50_0000 + 16 * i));
+            if kind == 1 {
+                full.push(tramp);
+            }
+            let d = depth + 4;
+            let cut = full.len() > d;
+            let out = &full[..full.len().min(d)];
+            let walk_truncated = cut || kind == 2;
+            // What the memo may prove: outermost frames of the same frames
+            // (for walks cut by the buffer, those at the cut, whose
+            // callers are then the same: the whole walks end alike). A cut
+            // walk and an ended or failed one share nothing.
+            let shared = match &prev {
+                Some((p, pkind))
+                    if p.len() > d && cut
+                        || p.len() <= d && !cut && (*pkind == 2) == (kind == 2) =>
+                {
+                    let common = full
+                        .iter()
+                        .rev()
+                        .zip(p.iter().rev())
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    let provable = if !cut {
+                        common.min(out.len())
+                    } else if p.len() == full.len() {
+                        common.saturating_sub(full.len() - d)
+                    } else {
+                        0
+                    };
+                    match next() % 2 {
+                        0 => provable,
+                        _ => (next() % (provable as u64 + 1)) as usize,
+                    }
+                }
+                _ => 0,
+            };
+            // The expected stack: the program's frames, the innermost
+            // `depth` under the marker when deeper.
+            let program = &full[..full.len() - usize::from(kind == 1)];
+            let kept = &program[..program.len().min(depth)];
+            let truncated = kind == 2 || program.len() > depth;
+            let expected = plain(kept, truncated);
+            // How many nodes it may take from the previous stack.
+            let tail = out.len() - kept.len();
+            let reuse = last.reusable(shared, tail, truncated);
+            let got = stack_of_walk(&mut last, out, shared, walk_truncated, depth);
+            assert_eq!(
+                got,
+                expected,
+                "round {round}: kind {kind} len {} shared {shared}",
+                full.len()
+            );
+            if reuse > 0 {
+                reused += 1;
+                cut_reused += usize::from(cut);
+            }
+            prev = Some((full, kind));
+        }
+        assert!(reused > 1_000 && cut_reused > 100, "{reused} {cut_reused}");
     }
 
     #[test]
