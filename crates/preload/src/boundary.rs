@@ -31,11 +31,13 @@
 //! where CONSEQUENCE says which of the above happened. Rust's own panic
 //! message is never printed: the constructor installs [`hook`] as the panic
 //! hook of the shim's copy of std (the program's own Rust code, if any,
-//! has its own). The hook allocates nothing, takes no lock and writes
-//! nothing (a panic that escaped every boundary, about to abort the
-//! process, is the exception: it writes the line, ending in "aborting"),
-//! so with RUST_BACKTRACE set no backtrace is symbolised inside the
-//! program's malloc. It notes where the panic happened, and turns the
+//! has its own). The hook allocates nothing and takes no lock, so with
+//! RUST_BACKTRACE set no backtrace is symbolised inside the program's
+//! malloc; the boundary that catches the panic writes the line, except
+//! where the hook knows the consequence first: a panic in the shim's own
+//! code (state OWN, which includes the tracer's threads, whose catch says
+//! nothing) and one that escaped every boundary, about to abort the
+//! process ("aborting"). It notes where the panic happened, and turns the
 //! thread's state to OWN for the rest of the unwind, so that what the
 //! unwinder allocates (the exception object, the payload's box) comes
 //! from the shim's private heap: never traced as the program's, never from
@@ -91,7 +93,7 @@ pub fn shielded<T>(f: impl FnOnce() -> T, fallback: impl FnOnce() -> T) -> T {
         Err(payload) => {
             core::mem::forget(payload);
             reentrancy::replace(state);
-            report("the program's calls go on");
+            report(OWN_WORK);
             fallback()
         }
     }
@@ -130,18 +132,27 @@ pub fn install_hook() {
 /// The panic hook: see the module's docs. Must not allocate or lock: runs
 /// inside the program's malloc.
 fn hook(info: &std::panic::PanicHookInfo<'_>) {
-    if reentrancy::get() < reentrancy::OWN {
+    let state = reentrancy::get();
+    if state < reentrancy::OWN {
         reentrancy::replace(reentrancy::OWN);
     }
     FIRST.note(info);
-    // The panics core raises when an unwind reaches a frame it may not
-    // leave (a panic that escaped every boundary): the process aborts next.
     if let Some("panic in a function that cannot unwind" | "panic in a destructor during cleanup") =
         message(info)
     {
+        // What core raises when an unwind reaches a frame it may not
+        // leave (a panic that escaped every boundary): the process aborts
+        // next.
         report("aborting");
+    } else if state == reentrancy::OWN {
+        // The shim's own code: its boundary is `shielded`, or the catch
+        // of a tracer's thread (the writer's), which says nothing.
+        report(OWN_WORK);
     }
 }
+
+/// The consequence of a panic in the shim's own work.
+const OWN_WORK: &str = "the program's calls go on";
 
 /// The panic's message, if it is a string (a literal or a formatted one).
 fn message<'a>(info: &'a std::panic::PanicHookInfo<'_>) -> Option<&'a str> {
