@@ -27,7 +27,7 @@ WRITER_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/writer/%,$(C_TESTS))
 ASAN_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/asan/%,$(shell grep -L 'alloctrace-test: no-asan' $(C_TESTS) /dev/null 2>/dev/null | grep test_))
 
 .PHONY: all lib cli header check-header lint miri test rust-test c-test c-test-plain c-test-asan readme-example loom demo clean fuzz
-.PHONY: preload preload-test install install-test
+.PHONY: preload preload-test preload-panic install install-test
 
 # `make` builds; it never regenerates the committed header (`make header`
 # does, `make test` checks it).
@@ -193,7 +193,8 @@ readme-example: lib cli
 	@echo "readme-example: 1 passed, 0 failed"
 
 # The shim's tests: c_tests/preload/run_tests.sh runs the test programs,
-# the reference counting interposer and real programs under the shim.
+# the reference counting interposer and real programs under the shim, and
+# the test programs under the panic-test shim (PANIC_SO, below).
 PRELOAD_SO     := $(RELEASE)/liballoctrace_preload.so
 PRELOAD_DIR    := c_tests/preload
 PRELOAD_BIN    := $(BUILD)/preload
@@ -207,8 +208,18 @@ PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildca
                   $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so $(PRELOAD_BIN)/libsigearly.so \
                   $(foreach a,$(PRELOAD_ALLOCATORS),$(PRELOAD_BIN)/linked_$(firstword $(subst :, ,$(a))))
 
-preload-test: preload cli $(PRELOAD_PROGS)
-	$(PRELOAD_DIR)/run_tests.sh $(abspath $(CLI)) $(abspath $(PRELOAD_SO)) $(abspath $(PRELOAD_BIN))
+preload-test: preload preload-panic cli $(PRELOAD_PROGS)
+	$(PRELOAD_DIR)/run_tests.sh $(abspath $(CLI)) $(abspath $(PRELOAD_SO)) $(abspath $(PRELOAD_BIN)) $(abspath $(PANIC_SO))
+
+# A second shim with the test hook that makes one recording panic
+# (feature panic-test: crates/preload/src/boundary.rs), for the panic
+# boundary's tests. Its own target directory, so the shim above is
+# neither replaced nor rebuilt; the release profile, as shipped (a first
+# build there takes about as long as the shim's, later ones seconds).
+PANIC_TARGET := target/panic-test
+PANIC_SO     := $(PANIC_TARGET)/release/liballoctrace_preload.so
+preload-panic:
+	CARGO_TARGET_DIR=$(PANIC_TARGET) $(CARGO) build --release -p alloctrace-preload --features panic-test
 
 $(PRELOAD_BIN)/lib%.so: $(PRELOAD_DIR)/lib%.c
 	@mkdir -p $(dir $@)

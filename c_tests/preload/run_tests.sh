@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The LD_PRELOAD shim's tests (`make preload-test`).
 #
-# usage: run_tests.sh CLI SHIM BIN_DIR
-#   CLI      the alloctrace command
-#   SHIM     liballoctrace_preload.so
-#   BIN_DIR  where the Makefile built the test programs of c_tests/preload
+# usage: run_tests.sh CLI SHIM BIN_DIR [PANIC_SHIM]
+#   CLI         the alloctrace command
+#   SHIM        liballoctrace_preload.so
+#   BIN_DIR     where the Makefile built the test programs of c_tests/preload
+#   PANIC_SHIM  the shim built with the feature panic-test (`make
+#               preload-panic`); without it the panic boundary's tests skip
 #
 # Each test prints one line (ok, FAIL or skip, its name, what it showed);
 # the last line is "preload-tests: N passed, M failed, K skipped" and the
@@ -15,6 +17,7 @@ set -u
 CLI=$1
 SHIM=$2
 BIN=$3
+PANIC_SHIM=${4:-}
 LIMIT=${PRELOAD_TEST_TIMEOUT:-300}
 
 pass=0
@@ -265,6 +268,114 @@ if [ "$h1" -gt 0 ] && [ "$s1" = 0 ] && [ "$h2" = 0 ] && [ "$s2" -gt 0 ] && [ "$k
     ok "ALLOCTRACE_RECORD=heap: $h1 heap allocs, no span or stack events; =mmap,stacks: no heap events, $s2 span allocs, 2 stacks"
 else
     bad "heap only: heap $h1, spans+stacks $s1; mmap,stacks: heap $h2, spans $s2, stacks $k2"
+fi
+
+# --- the panic boundary (crates/preload/src/boundary.rs) ----------------------
+# The panic-test shim with ALLOCTRACE_TEST_PANIC=KIND panics in the first
+# recording of that kind of call. The program must not notice: the same
+# output and exit status as untraced, every block usable (prog_panic checks
+# each), and one line on stderr, no Rust panic message. The trace checks
+# ok and says what it lacks: a panic while recording a call (an entry
+# point, a new thread's stack) turns that thread's tracing off, and its
+# event and each later call of the thread count in lost_events, so that
+# the calls in the trace plus lost_events are the calls the counting
+# interposer saw (plus the thread's stack, for `thread`). A panic in the
+# shim's own work (the module table's refresh after dlopen) loses nothing.
+
+# The line the first panic of a process writes, as a regex; $1 its ending.
+panic_line() {
+    echo "^alloctrace: internal error \(a panic in the tracer at [^ ]*boundary\.rs:[0-9]+:[0-9]+: alloctrace test panic\); $1\$"
+}
+EVENT_PANIC=$(panic_line "this thread's later calls go untraced, counted in the trace's lost_events")
+OWN_PANIC=$(panic_line "the program's calls go on")
+
+# The sum of a trace's entry_points.
+calls_of() {
+    stats_of "$1" | grep -o "\"entry_points\":{[^}]*}" | grep -o ':[0-9]*' | tr -d : | awk '{s += $1} END {print s + 0}'
+}
+
+panic_case() {
+    local kind=$1 t calls lost want extra_lost=0 line stacks
+    fresh "panic_$kind"
+    traced_panic "$kind" "$BIN/prog_panic"
+    t=$(traces)
+    calls=$(calls_of "$t")
+    lost=$(num "$t" lost_events)
+    stacks=$(num "$t" stack_alloc)
+    line=$EVENT_PANIC
+    [ "$kind" = dlopen ] && line=$OWN_PANIC
+    [ "$kind" = thread ] && extra_lost=1
+    if [ $RC -ne 0 ] || ! cmp -s "$D/out" "$PANIC_UOUT" || [ -z "$t" ]; then
+        bad "rc=$RC (untraced 0), out '$(tr '\n' ' ' <"$D/out")' vs '$(tr '\n' ' ' <"$PANIC_UOUT")'; $(head -3 "$D/err")"
+    elif [ "$(wc -l <"$D/err")" != 1 ] || ! grep -Eq "$line" "$D/err"; then
+        bad "stderr is not the one line wanted: $(head -5 "$D/err")"
+    elif ! "$CLI" check "$t" >/dev/null 2>&1; then
+        bad "check: $("$CLI" check "$t" 2>&1 | head -2 | tr '\n' ' ')"
+    elif [ "$kind" = dlopen ] && { [ "$lost" != 0 ] || [ "$calls" != "$PANIC_CALLS" ]; }; then
+        bad "$calls calls in the trace (counter: $PANIC_CALLS), $lost lost (want 0)"
+    elif [ "$kind" != dlopen ] && { [ "$lost" -lt 1 ] || [ $((calls + lost)) != $((PANIC_CALLS + extra_lost)) ]; }; then
+        bad "$calls calls in the trace + $lost lost != $PANIC_CALLS calls counted + $extra_lost"
+    elif { [ "$kind" = thread ] && [ "$stacks" != 0 ]; } || { [ "$kind" != thread ] && [ "$stacks" != 1 ]; }; then
+        bad "$stacks thread stacks recorded"
+    elif [ "$kind" = dlopen ]; then
+        ok "program as untraced, one line on stderr; check ok, all $calls calls in the trace, none lost"
+    else
+        local plus=""
+        [ "$kind" = thread ] && plus=" + 1 (the new thread's stack)"
+        ok "program as untraced, one line on stderr; check ok, $calls calls in the trace + $lost lost = $PANIC_CALLS counted$plus"
+    fi
+}
+
+# traced, under the panic-test shim with ALLOCTRACE_TEST_PANIC=$1.
+traced_panic() {
+    local kind=$1 SHIM=$PANIC_SHIM
+    shift
+    EXTRA="ALLOCTRACE_TEST_PANIC=$kind ${EXTRA:-}" traced "$@"
+}
+
+if [ -z "$PANIC_SHIM" ] || [ ! -f "$PANIC_SHIM" ]; then
+    T=panic_boundary
+    skipped "no panic-test shim given (make preload-panic builds it)"
+else
+    fresh panic_untraced
+    PANIC_UOUT=$D/uout
+    limited -- "$BIN/prog_panic" >"$PANIC_UOUT" 2>&1
+    urc=$RC
+    limited COUNT_OUTPUT="$D/counts" LD_PRELOAD="$BIN/libcounter.so" -- "$BIN/prog_panic" >/dev/null 2>&1
+    PANIC_CALLS=$(awk '{s += $2} END {print s + 0}' "$D/counts" 2>/dev/null)
+    if [ $urc -ne 0 ] || ! grep -q '^ok$' "$PANIC_UOUT" || [ "${PANIC_CALLS:-0}" -lt 30 ]; then
+        bad "prog_panic untraced: rc=$urc, out: $(head -3 "$PANIC_UOUT"); counter: $PANIC_CALLS calls"
+    else
+        ok "prog_panic untraced: $(head -2 "$PANIC_UOUT" | tr '\n' ' ')($PANIC_CALLS calls counted)"
+        for kind in malloc calloc realloc free posix_memalign aligned_alloc memalign valloc pvalloc reallocarray \
+            mmap munmap mremap thread dlopen; do
+            panic_case $kind
+        done
+    fi
+
+    # A shell pipeline whose every process panics at its first traced
+    # malloc (each exec'd program arms the hook again; a forked child
+    # inherits its parent's state): output and exit status as untraced,
+    # only the one-line reports on stderr, every trace checks ok.
+    fresh panic_pipeline
+    seq 1 3000 >"$D/input"
+    script="sort -rn '$D/input' | uniq | wc -l; exit 3"
+    limited -- sh -c "$script" >"$D/uout" 2>&1
+    urc=$RC
+    traced_panic malloc sh -c "$script"
+    n=$(traces | wc -l)
+    lines=$(grep -c . "$D/err")
+    others=$(grep -Evc "$EVENT_PANIC" "$D/err")
+    bad_checks=$(check_all)
+    lost=0
+    for t in $(traces); do lost=$((lost + $(num "$t" lost_events))); done
+    if [ $RC -ne 3 ] || [ $urc -ne 3 ] || ! cmp -s "$D/out" "$D/uout" || [ "$n" -lt 3 ] || [ -n "$bad_checks" ]; then
+        bad "rc=$RC (untraced $urc, want 3), out '$(cat "$D/out")' vs '$(cat "$D/uout")', $n traces $bad_checks"
+    elif [ "$lines" -lt 3 ] || [ "$others" != 0 ] || [ "$lost" -lt "$lines" ]; then
+        bad "$lines stderr lines, $others of them other than the panic's line, $lost events lost: $(head -4 "$D/err")"
+    else
+        ok "sh -c 'sort | uniq | wc -l; exit 3': output and status 3 as untraced; $lines processes panicked, one line each; $n traces check ok, $lost events lost"
+    fi
 fi
 
 # --- configuration and output files -----------------------------------------

@@ -304,7 +304,7 @@ pub unsafe extern "C" fn execle() {
 /// parent's, seen from a vfork child). Otherwise the trace is cut at the
 /// last batch the writer wrote, and readers report it truncated.
 fn stop_before_exit() {
-    if reentrancy::get() == reentrancy::NORMAL {
+    if reentrancy::in_program() {
         boundary::quietly(|| {
             let _ = session::stop_if_ours();
         });

@@ -42,6 +42,11 @@
 //! Hot path: a relaxed load (tracing on?), the real call (a relaxed load of
 //! a cached function pointer and an indirect call), a thread-local state
 //! check and the event; no allocation, no lock, no system call.
+//!
+//! The recording runs inside boundary.rs's `event` (no cost unless it
+//! panics): a panic in it never reaches the program, and turns the
+//! thread's tracing off for good; [`record_or_lost`] then counts each of
+//! its calls as a lost event.
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::Ordering;
@@ -49,7 +54,7 @@ use core::sync::atomic::Ordering;
 use alloctrace_writer::capture::{self, StackMode, StartRegs};
 use alloctrace_writer::events::{self, tagged, EntryPoint};
 
-use crate::{early, liveset, private_heap, real, reentrancy, state};
+use crate::{boundary, early, liveset, private_heap, real, reentrancy, state};
 
 /// memalign's alignment rule, for the shim's private heap: rounded up to a
 /// power of two, at least 16.
@@ -84,32 +89,18 @@ fn call_stack(p: *mut c_void, start: StartRegs) -> u64 {
     }
 }
 
-/// Runs `trace`, the tracing part of an exported call (never the
-/// program's call itself), so that a panic in it never unwinds into the
-/// program's C frames: the thread's tracing is turned off
-/// (`reentrancy::DISABLED`) and the call goes on. The crate unwinds on
-/// panic (Cargo.toml's profiles set no `panic = "abort"`).
+/// Runs `record` (a call's events) when the thread's events are recorded
+/// (`reentrancy::get() < OWN`); when a panic turned the thread's tracing
+/// off (boundary.rs, `event`), counts the call's event as lost instead.
+/// Must be called once per call, inside the call's first boundary.
 #[inline(always)]
-pub(crate) fn guarded(trace: impl FnOnce()) {
-    if std::panic::catch_unwind(core::panic::AssertUnwindSafe(trace)).is_err() {
-        reentrancy::disable();
-    }
-}
-
-/// A test hook (feature `panic-test`): with `ALLOCTRACE_TEST_PANIC` set,
-/// the first traced allocation panics inside its tracing part.
-#[cfg(feature = "panic-test")]
-fn test_panic() {
-    use core::sync::atomic::AtomicBool;
-    static DONE: AtomicBool = AtomicBool::new(false);
-    // Once only, decided before reading the environment (which
-    // allocates: that allocation must not come back here).
-    if !DONE.load(Ordering::Relaxed)
-        && reentrancy::get() == reentrancy::NORMAL
-        && !DONE.swap(true, Ordering::Relaxed)
-        && std::env::var_os("ALLOCTRACE_TEST_PANIC").is_some()
-    {
-        panic!("alloctrace test panic");
+fn record_or_lost(entry: EntryPoint, record: impl FnOnce()) {
+    let state = reentrancy::get();
+    if state < reentrancy::OWN {
+        boundary::test_point(entry as u8);
+        record();
+    } else if state == reentrancy::DISABLED {
+        events::lost();
     }
 }
 
@@ -161,9 +152,7 @@ macro_rules! entry {
 /// 0 for none), or a call when it failed.
 #[inline(always)]
 fn allocated(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
-    if reentrancy::get() < reentrancy::OWN {
-        record_alloc(entry, p, size, stack);
-    }
+    record_or_lost(entry, || record_alloc(entry, p, size, stack));
 }
 
 /// [`allocated`]'s events, out of line with its arguments in registers
@@ -191,16 +180,14 @@ fn record_alloc(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
 #[inline(always)]
 fn trace_alloc(entry: EntryPoint, p: *mut c_void, size: usize, start: StartRegs) {
     if recording() {
-        guarded(|| {
-            #[cfg(feature = "panic-test")]
-            test_panic();
-            if reentrancy::get() < reentrancy::OWN {
+        boundary::event(|| {
+            record_or_lost(entry, || {
                 let stack = call_stack(p, start);
                 record_alloc(entry, p, size, stack);
-            }
+            })
         });
     } else if early::active() {
-        guarded(|| early::alloc(p as usize, size));
+        boundary::event(|| early::alloc(p as usize, size));
     }
 }
 
@@ -312,9 +299,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         // (an interposer after the shim counts only the program's calls).
         return;
     }
-    guarded(|| {
+    boundary::event(|| {
         account(
-            || reentrancy::event(|| freed(EntryPoint::Free, p)),
+            || record_or_lost(EntryPoint::Free, || freed(EntryPoint::Free, p)),
             || early::free(p as usize),
         )
     });
@@ -349,23 +336,33 @@ unsafe fn reallocate(
         }
         return r;
     }
+    if reentrancy::get() == reentrancy::DISABLED {
+        // A panic turned the thread's tracing off (boundary.rs).
+        events::lost();
+        return call(p);
+    }
+    // The thread's events are recorded from here on, unless a panic in
+    // the call's first boundary turns its tracing off: the later ones
+    // then record nothing (the call's event is counted lost once).
     if p.is_null() {
         let r = call(p);
-        guarded(|| {
-            if reentrancy::get() < reentrancy::OWN {
-                let stack = call_stack(r, start);
-                record_alloc(entry, r, size, stack);
-            }
+        boundary::event(|| {
+            boundary::test_point(entry as u8);
+            let stack = call_stack(r, start);
+            record_alloc(entry, r, size, stack);
         });
         return r;
     }
     if size == 0 {
         // glibc frees p and returns NULL.
-        guarded(|| reentrancy::event(|| freed(entry, p)));
+        boundary::event(|| {
+            boundary::test_point(entry as u8);
+            freed(entry, p);
+        });
         let r = call(p);
         if !r.is_null() {
             // Another allocator's realloc(p, 0) may return a new block.
-            guarded(|| {
+            boundary::event(|| {
                 reentrancy::event(|| {
                     if filtering() {
                         liveset::insert(r as usize);
@@ -377,16 +374,15 @@ unsafe fn reallocate(
         return r;
     }
     let mut tracked = true;
-    guarded(|| {
-        reentrancy::event(|| {
-            tracked = !filtering() || liveset::remove(p as usize);
-            if tracked {
-                events::heap_object_free(p as usize);
-            }
-        })
+    boundary::event(|| {
+        boundary::test_point(entry as u8);
+        tracked = !filtering() || liveset::remove(p as usize);
+        if tracked {
+            events::heap_object_free(p as usize);
+        }
     });
     let r = call(p);
-    guarded(|| {
+    boundary::event(|| {
         let stack = if reentrancy::get() < reentrancy::OWN {
             call_stack(r, start)
         } else {
@@ -477,7 +473,7 @@ unsafe extern "C" fn reallocarray_body(
         None => {
             // SAFETY: forwarded: the allocator's answer and errno.
             let r = unsafe { real::reallocarray(p, n, size) };
-            guarded(|| account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size), 0));
+            boundary::event(|| account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size), 0));
             r
         }
     }

@@ -81,15 +81,12 @@
 //! | layer | modules | uses |
 //! |---|---|---|
 //! | leaves | state.rs (shared atomics), reentrancy.rs (per-thread state), config.rs (the environment's settings) | nothing of the crate |
-//! | system | real.rs (the next functions, raw system calls); run_env.rs (the run's environment) | reentrancy; config |
+//! | system | real.rs (the next functions, raw system calls); run_env.rs (the run's environment); boundary.rs (the panic boundaries, the panic hook) | reentrancy; config; reentrancy |
 //! | memory | private_heap.rs, spans.rs (the span table), liveset.rs; early.rs (the log before the constructor) | real; reentrancy, state |
 //! | events | heap.rs, maps.rs, stacks.rs (the wrappers that record) | the layers above |
 //! | lifecycle | session.rs (start, stop, fork, the index) | the layers above |
 //! | control | exec.rs (exec, spawn, _exit), signals.rs (dispositions, the fatal-signal flush) | session and the layers above |
 //! | root | lib.rs (the constructor) | all |
-//!
-//! boundary.rs (the panic boundary: `shielded`) is a leaf every layer may
-//! use.
 //!
 //! Lower layers never call up: what session.rs decides, the wrappers read
 //! from state.rs; what a new session needs of the wrappers' modules (the
@@ -119,6 +116,10 @@
 //!    it. Otherwise a program that links or preloads its own allocator
 //!    would get blocks from two allocators (and crash freeing one with the
 //!    other), or behave differently under the shim.
+//! 7. An export's own code MUST run inside a panic boundary (boundary.rs):
+//!    `event` around the recording of a call, `shielded` or `quietly`
+//!    around the shim's own work. Otherwise a panic in the tracer would
+//!    unwind into the program's frames, which aborts the process.
 //!
 //! ## Corner cases
 //!
@@ -158,6 +159,12 @@
 //!   at the last batch the writer wrote: readable, and reported truncated.
 //! - Bad configuration: one message on stderr, the program runs untraced,
 //!   and ALLOCTRACE_DISABLE=1 is set so its children stay quiet.
+//! - A panic in the shim (boundary.rs): one line on stderr for the
+//!   process, the program's call made all the same. In the recording of a
+//!   call it turns the thread's tracing off for good (state DISABLED), its
+//!   later calls counted as lost events; a DISABLED thread is otherwise
+//!   the program's (it stops the session at `_exit`, forks holding the
+//!   span table), and a child it forks inherits the state.
 #![warn(unsafe_op_in_unsafe_fn)]
 // Unit tests build only the pure modules; the interposers are left out.
 #![cfg_attr(test, allow(dead_code))]
@@ -226,16 +233,18 @@ extern "C" fn init(_argc: core::ffi::c_int, _argv: *const *const u8, _envp: *con
     if page.is_power_of_two() {
         state::PAGE_SIZE.store(page, core::sync::atomic::Ordering::Relaxed);
     }
+    // Rust's panic message would allocate and print several lines inside
+    // the program's calls: one line instead (boundary.rs).
+    boundary::install_hook();
+    #[cfg(feature = "panic-test")]
+    boundary::test_panic::init();
     exec::init_execl();
-    // A panic must not unwind into ld.so: catch it and run untraced.
-    if std::panic::catch_unwind(|| {
+    // A panic must not unwind into ld.so (nor leave the thread in state
+    // OWN): the program runs on, untraced if the session had not started.
+    boundary::quietly(|| {
         session::init();
         signals::init();
-    })
-    .is_err()
-    {
-        real::write_stderr(b"alloctrace: internal error while starting; running untraced\n");
-    }
+    });
 }
 
 #[cfg(not(test))]

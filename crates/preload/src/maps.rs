@@ -7,6 +7,10 @@
 //! events before the last (the frees and re-allocations of what a mapping
 //! replaced or an munmap cut into) are untagged.
 //!
+//! The recording (and the call stack's capture) runs inside boundary.rs's
+//! `event`: after a panic in it the thread's calls are made unrecorded,
+//! each counted as a lost event ([`not_recorded`]).
+//!
 //! Span classes: bit 0 (1) MAP_SHARED, bit 1 (2) a file mapping, bit 2 (4)
 //! an mremap of a mapping the shim never saw. npages is the length in
 //! pages, rounded up.
@@ -107,41 +111,68 @@ fn recording() -> bool {
         && reentrancy::get() == reentrancy::NORMAL
 }
 
-/// The call stack of the mapping call being made, when the session
-/// captures native stacks and the call is recorded, else 0. Must be called
-/// from the body of the exported wrapper itself (this function is
-/// `#[inline(always)]`): skip 1 drops exactly the wrapper's frame.
+/// A call that is not recorded ([`recording`] is false): when the session
+/// records mappings but a panic turned the thread's tracing off
+/// (boundary.rs), its event is counted as lost.
+#[inline(always)]
+fn not_recorded() {
+    if reentrancy::get() == reentrancy::DISABLED
+        && alloctrace_writer::enabled()
+        && state::MMAP.load(Ordering::Relaxed)
+    {
+        events::lost();
+    }
+}
+
+/// The call stack of the mapping call being made (which the caller
+/// checked is recorded), when the session captures native stacks, else 0.
+/// Must be called from the body of the exported wrapper itself (this
+/// function is `#[inline(always)]`): skip 1 drops exactly the wrapper's
+/// frame. A panic in the capture turns the thread's tracing off and
+/// counts the call's event as lost ([`traced`] then records nothing).
 #[inline(always)]
 fn call_stack() -> u64 {
-    if capture::mode() != StackMode::None && recording() {
-        boundary::shielded(|| capture::capture_stack_or_lost(1), || 0)
+    if capture::mode() != StackMode::None {
+        boundary::event_or(|| capture::capture_stack_or_lost(1), 0)
     } else {
         0
     }
 }
 
 /// Runs the system call `call` and records it with `record`, under the span
-/// table lock and in state IN_EVENT, keeping the call's errno. `stack` is
-/// the call's stack, for the span it maps.
+/// table lock and in state IN_EVENT, keeping the call's errno; the last
+/// event is tagged with `entry`. `stack` is the call's stack, for the span
+/// it maps. The caller checked that the call is recorded ([`recording`]):
+/// only a panic in its stack capture can have turned the thread's
+/// tracing off since.
 #[inline]
 fn traced<R: Copy>(
+    entry: EntryPoint,
     stack: u64,
     call: impl FnOnce() -> R,
     record: impl FnOnce(R, &mut Table, &mut Tagger),
 ) -> R {
+    if reentrancy::get() != reentrancy::NORMAL {
+        return call();
+    }
     let prev = reentrancy::replace(reentrancy::IN_EVENT);
     let mut table = SPANS.lock();
     let r = call();
     let saved = real::errno();
     // The panic boundary: the program gets the call's answer whatever the
     // recording does.
-    boundary::quietly(|| {
+    boundary::event(|| {
+        boundary::test_point(entry as u8);
         let mut tagger = Tagger::new(stack);
         record(r, table.table(), &mut tagger);
+        tagger.finish(entry);
     });
     drop(table);
     real::set_errno(saved);
-    reentrancy::replace(prev);
+    if reentrancy::get() == reentrancy::IN_EVENT {
+        // (A panic above left the thread DISABLED, for good.)
+        reentrancy::replace(prev);
+    }
     r
 }
 
@@ -166,11 +197,8 @@ unsafe fn do_mmap(
     fd: c_int,
     off: i64,
 ) -> *mut c_void {
-    if !recording() {
-        // SAFETY: the caller's arguments, unchanged.
-        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
-    }
     traced(
+        EntryPoint::Mmap,
         stack,
         // SAFETY: the caller's arguments, unchanged.
         || unsafe { real::mmap(addr, len, prot, flags, fd, off) },
@@ -185,13 +213,8 @@ unsafe fn do_mmap(
                     tagger,
                 );
             }
-            tagger_finish(tagger, EntryPoint::Mmap);
         },
     )
-}
-
-fn tagger_finish(tagger: &mut Tagger, entry: EntryPoint) {
-    core::mem::replace(tagger, Tagger::new(0)).finish(entry);
 }
 
 /// Interposed mmap(2).
@@ -207,6 +230,11 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: libc::off_t,
 ) -> *mut c_void {
+    if !recording() {
+        not_recorded();
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    }
     let stack = call_stack();
     // SAFETY: forwarded.
     unsafe { do_mmap(stack, addr, len, prot, flags, fd, off) }
@@ -226,6 +254,11 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: libc::off64_t,
 ) -> *mut c_void {
+    if !recording() {
+        not_recorded();
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    }
     let stack = call_stack();
     // SAFETY: forwarded.
     unsafe { do_mmap(stack, addr, len, prot, flags, fd, off) }
@@ -238,10 +271,12 @@ pub unsafe extern "C" fn mmap64(
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     if !recording() {
+        not_recorded();
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::munmap(addr, len) };
     }
     traced(
+        EntryPoint::Munmap,
         0,
         // SAFETY: the caller's arguments, unchanged.
         || unsafe { real::munmap(addr, len) },
@@ -250,7 +285,6 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
                 let base = addr as usize;
                 table.unmap(base, base.saturating_add(round_up(len)), tagger);
             }
-            tagger_finish(tagger, EntryPoint::Munmap);
         },
     )
 }
@@ -276,11 +310,13 @@ pub unsafe extern "C" fn mremap(
         core::ptr::null_mut()
     };
     if !recording() {
+        not_recorded();
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
     }
     let stack = call_stack();
     traced(
+        EntryPoint::Mremap,
         stack,
         // SAFETY: the caller's arguments, unchanged.
         || unsafe { real::mremap(old, old_len, new_len, flags, new_addr) },
@@ -297,7 +333,6 @@ pub unsafe extern "C" fn mremap(
                 tagger.stack_base = base;
                 table.map(base, base.saturating_add(round_up(new_len)), class, tagger);
             }
-            tagger_finish(tagger, EntryPoint::Mremap);
         },
     )
 }

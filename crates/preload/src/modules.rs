@@ -94,9 +94,15 @@ unsafe extern "C" fn dlopen_traced(file: *const c_char, mode: c_int) -> *mut c_v
     // SAFETY: the caller's arguments, unchanged.
     let handle = unsafe { real_dlopen(file, mode) };
     if !handle.is_null() {
-        own_quietly(alloctrace_writer::capture::modules_changed);
+        own_quietly(loaded);
     }
     handle
+}
+
+/// The refresh after a load (and the test hook's panic point).
+fn loaded() {
+    boundary::test_point(boundary::TEST_DLOPEN);
+    alloctrace_writer::capture::modules_changed();
 }
 
 /// The traced dlmopen, as [`dlopen_traced`].
@@ -111,7 +117,7 @@ unsafe extern "C" fn dlmopen_traced(
     // SAFETY: the caller's arguments, unchanged.
     let handle = unsafe { real_dlmopen(lmid, file, mode) };
     if !handle.is_null() {
-        own_quietly(alloctrace_writer::capture::modules_changed);
+        own_quietly(loaded);
     }
     handle
 }
@@ -162,9 +168,7 @@ extern "C" fn dlmopen_route(_lmid: usize, file: usize, mode: usize, caller: usiz
 /// Whether a call in `mode` may be traced at all: the thread runs the
 /// program's code, a session records, and the call may load something.
 fn wrappable(mode: c_int) -> bool {
-    reentrancy::get() == reentrancy::NORMAL
-        && alloctrace_writer::enabled()
-        && mode & libc::RTLD_NOLOAD == 0
+    reentrancy::in_program() && alloctrace_writer::enabled() && mode & libc::RTLD_NOLOAD == 0
 }
 
 /// Runs the router's check as the shim's own code, keeping errno; false

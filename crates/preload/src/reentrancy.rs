@@ -20,9 +20,12 @@ pub const IN_EVENT: u8 = 1;
 /// interposed call passes straight through, untraced.
 pub const OWN: u8 = 2;
 /// Tracing is off for the rest of the thread's life: a panic in the
-/// shim's tracing code (heap.rs, `guarded`) left it in an unknown state.
-/// Calls go to the next allocator, untraced (unlike OWN, which serves
-/// them from the private heap).
+/// recording of one of its calls (boundary.rs, `event`) left the thread's
+/// tracing state unknown. Its calls go to the next allocator, untraced
+/// (unlike OWN, which serves them from the private heap), each counted as
+/// a lost event; otherwise the thread is the program's, as in NORMAL
+/// (exit, exec and fork handling). A forked child of the thread inherits
+/// the state.
 pub const DISABLED: u8 = 3;
 
 /// The calling thread's state.
@@ -37,6 +40,14 @@ pub fn replace(state: u8) -> u8 {
     let prev = get();
     tls::set(Word::Client, state as usize);
     prev
+}
+
+/// Whether the calling thread runs the program's code, traced or not
+/// (NORMAL, DISABLED): not the shim's own, not an event a signal handler
+/// interrupted. Such a thread holds none of the shim's locks.
+#[inline]
+pub fn in_program() -> bool {
+    matches!(get(), NORMAL | DISABLED)
 }
 
 /// Runs `f` as the shim's own code: nothing it calls is traced.

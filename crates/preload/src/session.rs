@@ -610,7 +610,9 @@ extern "C" fn fork_prepare() {
     FORK_PREV_STATE.with(|s| s.set(prev));
     // A fork from a signal handler that interrupted this thread inside the
     // shim must not wait for a lock this thread may hold.
-    if LIFECYCLE.load(Ordering::Acquire) == RUNNING && prev == reentrancy::NORMAL {
+    if LIFECYCLE.load(Ordering::Acquire) == RUNNING
+        && matches!(prev, reentrancy::NORMAL | reentrancy::DISABLED)
+    {
         core::mem::forget(spans::SPANS.lock());
         FORK_HOLDS_SPANS.with(|f| f.set(true));
     }

@@ -357,7 +357,7 @@ extern "C" fn fork_child() {
 /// `_exit`, which the `_exit` wrapper never sees: this handler, registered
 /// first and so run last, ends the session as the atexit handler does.
 extern "C" fn on_quick_exit() {
-    if reentrancy::get() == reentrancy::NORMAL {
+    if reentrancy::in_program() {
         boundary::quietly(|| {
             let _ = session::stop_if_ours();
         });

@@ -24,7 +24,7 @@ use core::sync::atomic::Ordering;
 
 use alloctrace_writer::events;
 
-use crate::{real, reentrancy, state};
+use crate::{boundary, real, reentrancy, state};
 
 thread_local! {
     /// This thread's stack as recorded: (base, session epoch), or (0, 0).
@@ -163,17 +163,24 @@ pub fn snapshot(epoch: u64) {
     record_stack(true, epoch);
 }
 
-/// Records the free of this thread's stack, if this session recorded it.
+/// Records the free of this thread's stack, if this session recorded it
+/// (counted as lost if a panic turned the thread's tracing off since).
 fn end_stack() {
     let (base, epoch) = STACK.with(|s| s.replace((0, 0)));
-    if base != 0
-        && epoch == state::EPOCH.load(Ordering::Acquire)
-        && recording()
-        && reentrancy::get() != reentrancy::OWN
-    {
-        let prev = reentrancy::replace(reentrancy::IN_EVENT);
-        events::stack_free(base);
-        reentrancy::replace(prev);
+    if base == 0 || epoch != state::EPOCH.load(Ordering::Acquire) || !recording() {
+        return;
+    }
+    let now = reentrancy::get();
+    if now == reentrancy::DISABLED {
+        events::lost();
+    } else if now != reentrancy::OWN {
+        // The panic boundary (also when this runs as pthread_exit or a
+        // cancellation unwinds the thread).
+        boundary::event(|| {
+            let prev = reentrancy::replace(reentrancy::IN_EVENT);
+            events::stack_free(base);
+            reentrancy::replace(prev);
+        });
     }
 }
 
@@ -205,13 +212,20 @@ unsafe extern "C-unwind" fn trampoline(block: *mut c_void) -> *mut c_void {
         // So is the thread's capture state (it may be built here, from the
         // private heap).
         reentrancy::own(|| {
-            alloctrace_writer::events::thread_id();
-            note_bounds();
-            alloctrace_writer::capture::prepare_thread();
+            boundary::quietly(|| {
+                alloctrace_writer::events::thread_id();
+                note_bounds();
+                alloctrace_writer::capture::prepare_thread();
+            })
         });
     }
     if recording() && reentrancy::get() == reentrancy::NORMAL {
-        record_stack(false, state::EPOCH.load(Ordering::Acquire));
+        // The panic boundary: the thread's routine runs whatever the
+        // recording does (a panic must not unwind into pthread's frames).
+        boundary::event(|| {
+            boundary::test_point(boundary::TEST_THREAD);
+            record_stack(false, state::EPOCH.load(Ordering::Acquire));
+        });
     }
     let _guard = StackGuard;
     // SAFETY: the creator's routine and argument.

@@ -409,8 +409,10 @@ fn write_page_event(slot: &ThreadSlot, generation: u64, kind: u64, base: u64, np
     }
 }
 
+/// Counts one event of this generation as lost: a thread without a slot,
+/// or one the shim no longer traces (`events::lost`).
 #[cold]
-fn count_lost_without_slot() {
+pub(crate) fn count_lost_without_slot() {
     if thread::is_internal() {
         return;
     }

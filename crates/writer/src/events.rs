@@ -188,6 +188,14 @@ pub fn thread_destroy() {
     crate::thread::release_current();
 }
 
+/// One event the caller could not record, counted in its generation's
+/// `lost_events` (the shim counts so the calls of a thread whose tracing
+/// a panic turned off). Never counted on the tracer's own threads.
+#[cold]
+pub fn lost() {
+    crate::emit::count_lost_without_slot();
+}
+
 /// `npages` pages at `base` were allocated (page tracer).
 #[inline]
 pub fn page_alloc(base: usize, npages: usize) {
