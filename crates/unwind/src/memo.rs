@@ -268,6 +268,14 @@ unsafe fn load(addr: u64) -> u64 {
 #[inline(always)]
 fn check_span(ck: &[Check]) -> u64 {
     let mut acc = 0u64;
+    if ck.len() < 8 {
+        // A short span (a loop allocating from one place): no set-up.
+        for c in ck {
+            // SAFETY: as below.
+            acc |= unsafe { load(c.at) ^ c.want };
+        }
+        return acc;
+    }
     let mut quads = ck.chunks_exact(4);
     for q in &mut quads {
         if let [a, b, c, d] = q {
@@ -286,6 +294,20 @@ fn check_span(ck: &[Check]) -> u64 {
         acc |= unsafe { load(c.at) ^ c.want };
     }
     acc
+}
+
+/// Copies `src` to `dst` (of the same length): a loop for the few words
+/// of a shallow stack, `memcpy` for more.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn copy_words(dst: &mut [u64], src: &[u64]) {
+    if src.len() <= 8 {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    } else {
+        copy_words(dst, src);
+    }
 }
 
 /// The checks of the steps from `f[lo..=hi]` (`lo >= 1`).
@@ -401,7 +423,7 @@ pub(crate) fn walk(
                     }
                     if acc == 0 {
                         if let Some(dst) = out.get_mut(..=j) {
-                            dst.copy_from_slice(ras);
+                            copy_words(dst, ras);
                         }
                         memo.steps = 0;
                         return MemoWalk {
@@ -510,7 +532,7 @@ fn walk_to_match(
     }
     // f[j - 1], ..., f[0]: ra_rev[CAP - j..].
     if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
-        dst.copy_from_slice(src);
+        copy_words(dst, src);
     }
     let total = j + 1 + n;
     if total > CAP {
@@ -669,7 +691,7 @@ pub(crate) fn memo_walk(
                     out.get_mut(n..n + take),
                     ra_rev.get((CAP - j)..(CAP - j + take)),
                 ) {
-                    dst.copy_from_slice(src);
+                    copy_words(dst, src);
                 }
                 n += take;
                 if avail > room {
