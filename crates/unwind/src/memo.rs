@@ -296,17 +296,20 @@ fn check_span(ck: &[Check]) -> u64 {
     acc
 }
 
-/// Copies `src` to `dst` (of the same length): a loop for the few words
-/// of a shallow stack, `memcpy` for more.
+/// Copies `src` to `dst` (as many words as the shorter holds): a loop for
+/// the few words of a shallow stack, `memcpy` for more.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 fn copy_words(dst: &mut [u64], src: &[u64]) {
-    if src.len() <= 8 {
+    let n = dst.len().min(src.len());
+    if n <= 8 {
         for (d, s) in dst.iter_mut().zip(src) {
             *d = *s;
         }
     } else {
-        copy_words(dst, src);
+        // SAFETY: both hold at least `n` words, and a `&mut` and a `&`
+        // slice never overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), n) };
     }
 }
 

@@ -169,6 +169,9 @@ fn where_is(modules: &Modules, addr: u64) -> String {
 /// with `memo`), then the two reference walks from `start`, compared with
 /// it. Returns the memo walk, for the capture to go on with.
 ///
+/// A word no walk writes (not a canonical user-space address).
+const POISON: u64 = 0xdead_0000_dead_0000;
+
 /// Must not allocate, lock or make a system call: it runs inside malloc
 /// (the reference walks' buffers are on the stack, the records static).
 #[cold]
@@ -181,6 +184,9 @@ pub(super) fn walk_and_compare(
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> MemoWalk {
+    // The buffer holds the previous walk: poisoned first, so that a memo
+    // walk that left addresses unwritten cannot pass for the same stack.
+    out.fill(POISON);
     let walk = capture_from(start, bounds, unwinder, cache, memo, out);
     let len = out.len().min(WALK_LEN);
     let mut compact = [0u64; WALK_LEN];
