@@ -12,6 +12,7 @@ mod check;
 mod dump;
 mod export;
 mod generate;
+mod output;
 mod pages;
 mod progress;
 mod record;

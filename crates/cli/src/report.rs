@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use alloctrace_analysis::{Both, Breakdowns, Profile, Summary, Timeline};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
+use crate::output::refuse_inputs;
 use crate::Failure;
 
 /// Frames shown per stack in a table.
@@ -54,17 +55,11 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<(), Failure> {
     let inputs = inputs(&args.files)?;
-    // The page must not replace a trace it reads.
-    if let Ok(output) = std::fs::canonicalize(&args.output) {
-        for input in &inputs {
-            if std::fs::canonicalize(input.name()).is_ok_and(|i| i == output) {
-                return Err(Failure::Io(format!(
-                    "{} is one of the traces to read: give another output",
-                    args.output.display()
-                )));
-            }
-        }
-    }
+    refuse_inputs(
+        std::slice::from_ref(&args.output),
+        &inputs,
+        "choose another -o",
+    )?;
     // An output that cannot be written is refused before the pass.
     let cannot =
         |e: std::io::Error| Failure::Io(format!("cannot write {}: {e}", args.output.display()));

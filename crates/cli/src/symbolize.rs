@@ -12,6 +12,7 @@ use alloctrace_format::stacks::FrameWord;
 use alloctrace_reader::{Stacks, Step};
 use alloctrace_symbolize::{sidecar_path, ModuleKey, Options, Quality, Sidecar, Symbolizer};
 
+use crate::output::refuse_traces;
 use crate::{open, prefix, run_each, truncation_warning, Failure, Input};
 
 #[derive(clap::Args)]
@@ -47,6 +48,24 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 .to_string(),
         ));
     }
+    // Its FILE.symbols (and FILE.symbols.tmp, renamed over it) must not
+    // be a trace of the run.
+    let inputs = crate::analyze::inputs(&args.files)?;
+    let written: Vec<PathBuf> = inputs
+        .iter()
+        .filter_map(|i| i.path.as_deref())
+        .flat_map(|path| {
+            let sidecar = sidecar_path(path);
+            let mut tmp = sidecar.clone().into_os_string();
+            tmp.push(".tmp");
+            [sidecar, PathBuf::from(tmp)]
+        })
+        .collect();
+    refuse_traces(
+        &written,
+        &inputs,
+        "symbolize writes FILE.symbols beside each trace FILE: rename that trace",
+    )?;
     let mut symbolizer = Symbolizer::new(Options {
         debug_dirs: args.debug_dirs.clone(),
     });

@@ -506,7 +506,7 @@ fn bad_options_and_outputs_are_refused_before_reading() {
     assert!(err.contains("cannot write"), "{err}");
     let (code, err) = run(&[t, "-o", t]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("is one of the traces to read"), "{err}");
+    assert!(err.contains("is the input trace"), "{err}");
     assert_eq!(std::fs::read(&trace).unwrap(), typed_trace());
     // A trace that cannot be read leaves no page behind.
     let page = dir.path("none.html");

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use alloctrace_analysis::{Both, Breakdowns, Profile, Summary, Timeline};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
+use crate::output::{files_in, refuse_inputs};
 use crate::{output_error, Failure};
 
 /// What `export` writes.
@@ -106,6 +107,11 @@ fn write_output(
 pub fn run(args: &Args) -> Result<(), Failure> {
     check_output(args)?;
     let inputs = inputs(&args.files)?;
+    let written = match args.format {
+        Format::Parquet => files_in(&args.output, &parquet::TABLES),
+        Format::Pprof | Format::Chrome => vec![args.output.clone()],
+    };
+    refuse_inputs(&written, &inputs, "choose another -o")?;
     match args.format {
         Format::Parquet => {
             let names = inputs.iter().map(|i| i.name()).collect();

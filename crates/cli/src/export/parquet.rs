@@ -37,6 +37,17 @@ use rustc_hash::FxHashMap;
 
 use crate::Failure;
 
+/// Every file the export writes in its directory (`export` refuses a
+/// directory where one of them is an input).
+pub const TABLES: [&str; 6] = [
+    "allocations.parquet",
+    "stacks.parquet",
+    "frames.parquet",
+    "modules.parquet",
+    "types.parquet",
+    "traces.parquet",
+];
+
 /// Rows of `allocations.parquet` per row group: about 45 MiB of column
 /// buffers (13 columns, 90 bytes a row), a few MiB once encoded. (Small in
 /// unit tests, to cross row groups and chunks quickly.)
@@ -1029,6 +1040,15 @@ mod tests {
         if export.finish(&StackTable::new(), &mut resolver).is_err() {
             panic!("finish");
         }
+
+        let mut written: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        written.sort();
+        let mut tables = TABLES.map(String::from).to_vec();
+        tables.sort();
+        assert_eq!(written, tables, "the files TABLES lists, and no other");
 
         let file = File::open(dir.join("allocations.parquet")).unwrap();
         let reader = SerializedFileReader::new(file).unwrap();

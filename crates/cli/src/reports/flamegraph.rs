@@ -9,7 +9,8 @@ use alloctrace_analysis::Breakdowns;
 use inferno::flamegraph::{self, color::BasicPalette, Direction, Palette};
 
 use super::{Profiled, NO_STACK};
-use crate::analyze::SymbolArgs;
+use crate::analyze::{inputs, SymbolArgs};
+use crate::output::refuse_inputs;
 use crate::{output_error, Failure};
 
 /// What the width of a frame measures.
@@ -79,6 +80,13 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             "flamegraph: -o OUT.svg is required (or --collapsed for folded stacks on standard output)"
                 .to_string(),
         ));
+    }
+    if let Some(output) = &args.output {
+        refuse_inputs(
+            std::slice::from_ref(output),
+            &inputs(&args.files)?,
+            "choose another -o",
+        )?;
     }
     let mut p = Profiled::read(&args.files, Breakdowns::default(), &args.symbols)?;
     let folded = fold(&mut p, args.metric, args.inverted);
