@@ -383,3 +383,35 @@ fn json_outputs_escape_hostile_file_names() {
     }
     c.assert_none();
 }
+
+#[test]
+fn record_summary_escapes_the_program_name() {
+    let dir = Scratch::new("record");
+    let prog = dir.path("t\x1b]0;program-title\x07");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    let out = support::record_command()
+        .arg("-o")
+        .arg(dir.path("out.trace"))
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .expect("run alloctrace record");
+    let run = Run {
+        args: vec!["record".to_string()],
+        code: out.status.code(),
+        stdout: out.stdout,
+        stderr: out.stderr,
+    };
+    assert_eq!(
+        run.code,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert_eq!(control_byte(&run.stderr), None, "{summary:?}");
+    assert!(
+        summary.contains(r"t\u{1b}]0;program-title\u{7})"),
+        "{summary}"
+    );
+}
