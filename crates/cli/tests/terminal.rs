@@ -17,7 +17,7 @@ use alloctrace_reader::{EventData, TypeInfo};
 use serde_json::Value;
 use support::Scratch;
 
-const TYPE_NAME: &str = "node\x1b]0;type-title\x07\r\nFORGED type";
+const TYPE_NAME: &str = "node\x1b]0;type-title\x07\x7f\u{9b}\r\nFORGED type";
 const FUNCTION: &[u8] = b"f\x1b]52;c;Zm9yZ2Vk\x07\r\nFORGED frame";
 const FILE: &[u8] = b"a\x1b[2J\t.lua";
 const MODULE: &[u8] = b"/lib/\x1b]0;module-title\x07lib\nFORGED.so";
@@ -192,7 +192,7 @@ impl Checker {
     }
 }
 
-const TYPE_ESCAPED: &str = r"node\u{1b}]0;type-title\u{7}\r\nFORGED type";
+const TYPE_ESCAPED: &str = r"node\u{1b}]0;type-title\u{7}\u{7f}\u{9b}\r\nFORGED type";
 const FUNCTION_ESCAPED: &str = r"f\u{1b}]52;c;Zm9yZ2Vk\u{7}\r\nFORGED frame";
 const FILE_ESCAPED: &str = r"a\u{1b}[2J\t.lua";
 const MODULE_ESCAPED: &str = r"\u{1b}]0;module-title\u{7}lib\nFORGED.so";
@@ -352,6 +352,14 @@ fn json_outputs_escape_controls_and_keep_the_names() {
     std::fs::write(&before, sample_trace()).unwrap();
     let v = &json(&["diff", "--json", before.to_str().unwrap(), "T"])[0];
     assert!(v["sites"].as_array().is_some_and(|s| !s.is_empty()), "{v}");
+    let v = &json(&["export", "--format", "chrome", "-o", "-", "T"])[0];
+    let names: Vec<&str> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(names.iter().any(|n| n.contains(TYPE_NAME)), "{names:?}");
     c.assert_none();
 }
 
