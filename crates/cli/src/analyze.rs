@@ -31,8 +31,9 @@ impl SymbolArgs {
             let symbols = sidecar_path(path);
             if let Err(err) = resolver.symbolizer.load_symbols(&symbols) {
                 eprintln!(
-                    "warning: {} is not used: {err}; symbolizing from the modules' files",
-                    symbols.display()
+                    "warning: {} is not used: {}; symbolizing from the modules' files",
+                    crate::printable(&symbols.display().to_string()),
+                    crate::printable(&err)
                 );
             }
         }

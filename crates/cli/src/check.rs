@@ -67,7 +67,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
         if let (Some(name), Some(map)) = (label, obj.as_object_mut()) {
             map.insert("file".into(), serde_json::Value::from(name));
         }
-        print_stdout(&format!("{obj}\n"))?;
+        print_stdout(&format!("{}\n", crate::json_text(&obj)))?;
     } else if verdict.code == 0 {
         print_stdout(&format!("{}{}\n", prefix(label), verdict.message))?;
     } else {

@@ -6,7 +6,7 @@ use std::io::{self, BufWriter, IsTerminal, Write};
 use alloctrace_reader::{Event, EventData, Record, TypeInfo};
 
 use crate::progress::Progress;
-use crate::{open, output_error, prefix, truncation_warning, Failure, Input};
+use crate::{open, output_error, prefix, printable, truncation_warning, Failure, Input};
 
 /// Dumps one trace; a labelled one (one of several) gets a `==> NAME <==`
 /// line before its text, or a `"file"` key first in each JSON object.
@@ -22,11 +22,11 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(256 * 1024, stdout.lock());
     let file_key = match label {
-        Some(name) if json => format!("\"file\":{},", serde_json::Value::from(name)),
+        Some(name) if json => format!("\"file\":{},", crate::json_text(&name.into())),
         _ => String::new(),
     };
     if let (Some(name), false) = (label, json) {
-        writeln!(out, "==> {name} <==").map_err(output_error)?;
+        writeln!(out, "==> {} <==", printable(name)).map_err(output_error)?;
     }
     // Print what was read before an error, then the error.
     let result = loop {
@@ -64,10 +64,10 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
     result
 }
 
-/// `type gen=G id=ID size=S ptr_bytes=P name=NAME`; line breaks in the name
-/// are escaped so every type stays on one line.
+/// `type gen=G id=ID size=S ptr_bytes=P name=NAME`; control characters in
+/// the name are escaped ([`printable`]) so every type stays on one line.
 fn write_type(out: &mut impl Write, generation: u64, t: &TypeInfo) -> io::Result<()> {
-    let name = t.name.replace('\n', "\\n").replace('\r', "\\r");
+    let name = printable(&t.name);
     writeln!(
         out,
         "type gen={generation} id={} size={} ptr_bytes={} name={name}",

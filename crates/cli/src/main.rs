@@ -23,6 +23,8 @@ mod stats;
 mod symbolize;
 mod units;
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -271,11 +273,11 @@ fn run_each(
             Err(Failure::Verdict(0)) => return Err(Failure::Verdict(0)),
             Err(Failure::Verdict(code)) => code,
             Err(Failure::Io(msg)) => {
-                eprintln!("error: {msg}");
+                eprintln!("error: {}", printable(&msg));
                 1
             }
             Err(Failure::Malformed(err)) => {
-                eprintln!("error: {name}: {err}");
+                eprintln!("error: {}: {err}", printable(&name));
                 2
             }
         };
@@ -291,7 +293,53 @@ fn run_each(
 
 /// `label: ` before a message about a labelled trace.
 pub fn prefix(label: Option<&str>) -> String {
-    label.map(|l| format!("{l}: ")).unwrap_or_default()
+    label
+        .map(|l| format!("{}: ", printable(l)))
+        .unwrap_or_default()
+}
+
+/// `text` with its control characters escaped (`\n`, `\t`, `\u{1b}`,
+/// `\u{7f}`, `\u{9b}`: C0, DEL and C1), for every text output that shows
+/// a string from a trace (a name, a path, the command line) or a file
+/// name: it cannot then break a line of the output, forge one, or drive
+/// the terminal (set its title, write its clipboard). Invalid UTF-8 never
+/// reaches it: the reader decodes names lossily (U+FFFD). JSON outputs do
+/// not use it: serde_json escapes, and the value stays the trace's own.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `value` as one line of JSON (no newline), for the `--json` outputs.
+/// serde_json escapes C0 (`\u001b`, `\n`) but leaves DEL and C1 raw,
+/// which JSON allows; they are escaped too (`\u007f`, `\u009b`), so the
+/// line is as safe on a terminal as the text output, and decodes to the
+/// same value. They can only occur inside strings: JSON's own syntax is
+/// ASCII.
+pub fn json_text(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    if !text.chars().any(char::is_control) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The warning every command prints for a cut-off trace.
@@ -382,7 +430,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Io(msg)) => {
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", printable(&msg));
             ExitCode::from(1)
         }
         Err(Failure::Malformed(err)) => {
@@ -393,5 +441,35 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Verdict(code)) => ExitCode::from(code),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_c0_del_and_c1_only() {
+        let hostile = "a\u{1b}]0;t\u{7}\r\n\tb\u{7f}\u{9b}\u{a0}é\\";
+        assert_eq!(
+            printable(hostile),
+            r"a\u{1b}]0;t\u{7}\r\n\tb\u{7f}\u{9b}".to_string() + "\u{a0}é\\"
+        );
+        assert!(matches!(printable("plain é"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn json_text_escapes_every_control_and_keeps_the_value() {
+        let value = serde_json::Value::from("a\u{1b}\n\u{7f}\u{9b}\u{a0}\"\\");
+        let text = json_text(&value);
+        assert_eq!(
+            text,
+            r#""a\u001b\n\u007f\u009b"#.to_string() + "\u{a0}\\\"\\\\\""
+        );
+        assert!(!text.chars().any(char::is_control), "{text}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            value
+        );
     }
 }

@@ -262,7 +262,11 @@ impl PageStats {
     }
 
     pub fn to_text(&self, name: &str, file_bytes: u64, truncated_at: Option<u64>) -> String {
-        let mut s = format!("{:<30}{} ({file_bytes} bytes)\n", "file", name);
+        let mut s = format!(
+            "{:<30}{} ({file_bytes} bytes)\n",
+            "file",
+            crate::printable(name)
+        );
         let mut row = |name: &str, value: &dyn std::fmt::Display, note: &str| {
             let _ = writeln!(s, "{name:<30}{value:>14}{note}");
         };
@@ -353,7 +357,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
         if let (Some(name), Some(map)) = (label, v.as_object_mut()) {
             map.insert("file".into(), serde_json::Value::from(name));
         }
-        format!("{v}\n")
+        format!("{}\n", crate::json_text(&v))
     } else {
         let mut text = stats.to_text(&input.name(), size.max(reader.bytes_read()), truncated_at);
         if label.is_some() {

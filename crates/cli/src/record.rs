@@ -323,9 +323,9 @@ fn alive(pid: &str) -> bool {
 fn summary(trace: &Trace, read: bool) -> String {
     let head = format!(
         "  {} (pid {}, {})",
-        trace.path.display(),
+        crate::printable(&trace.path.display().to_string()),
         trace.pid,
-        trace.program
+        crate::printable(&trace.program)
     );
     let running = trace.end.is_none() && alive(&trace.pid);
     if running {

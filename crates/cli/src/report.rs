@@ -98,7 +98,7 @@ fn write_report(
         resolver: &mut resolver,
     });
     for warning in resolver.symbolizer.warnings() {
-        eprintln!("warning: {warning}");
+        eprintln!("warning: {}", crate::printable(&warning));
     }
     out.write_all(html.as_bytes()).map_err(cannot)?;
     out.flush().map_err(cannot)

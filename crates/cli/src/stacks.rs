@@ -9,7 +9,7 @@ use std::io::{self, BufWriter, Write};
 use alloctrace_reader::{Frame, Module, Stacks, Step};
 use serde_json::{json, Value};
 
-use crate::{open, output_error, prefix, truncation_warning, Failure, Input};
+use crate::{open, output_error, prefix, printable, truncation_warning, Failure, Input};
 
 /// Lists one trace's stacks; a labelled one gets a `==> NAME <==` line, or
 /// a `"file"` key in each JSON object.
@@ -18,7 +18,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(64 * 1024, stdout.lock());
     if let (Some(name), false) = (label, json) {
-        writeln!(out, "==> {name} <==").map_err(output_error)?;
+        writeln!(out, "==> {} <==", printable(name)).map_err(output_error)?;
     }
     let result = loop {
         match reader.next_step(1 << 16, |_| {}) {
@@ -93,7 +93,7 @@ fn write_text(out: &mut impl Write, generation: u64, stacks: &Stacks) -> io::Res
             if m.build_id.is_empty() { "-".to_string() } else { hex(&m.build_id) },
             m.load_ticks,
             m.unload_ticks,
-            m.path.replace('\n', "\\n")
+            printable(&m.path)
         )?;
     }
     for id in stacks.ids() {
@@ -107,7 +107,7 @@ fn write_text(out: &mut impl Write, generation: u64, stacks: &Stacks) -> io::Res
             frames.len()
         )?;
         for (i, f) in frames.iter().enumerate() {
-            writeln!(out, "  #{i} {}", f.replace('\n', "\\n"))?;
+            writeln!(out, "  #{i} {}", printable(f))?;
         }
     }
     Ok(())
@@ -155,7 +155,7 @@ fn write_json(
         if let (Some(name), Some(map)) = (label, v.as_object_mut()) {
             map.insert("file".into(), Value::from(name));
         }
-        writeln!(out, "{v}")
+        writeln!(out, "{}", crate::json_text(&v))
     };
     for m in stacks.modules() {
         line(json!({ "gen": generation, "module": module_json(m) }))?;

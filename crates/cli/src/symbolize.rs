@@ -74,7 +74,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         let result = one(&mut symbolizer, input, label);
         let warnings = symbolizer.warnings();
         for w in &warnings[warned..] {
-            eprintln!("warning: {w}");
+            eprintln!("warning: {}", crate::printable(w));
         }
         warned = warnings.len();
         result
@@ -216,5 +216,5 @@ fn one(symbolizer: &mut Symbolizer, input: &Input, label: Option<&str>) -> Resul
             out.display()
         )
     };
-    crate::print_stdout(&format!("{summary}\n"))
+    crate::print_stdout(&format!("{}\n", crate::printable(&summary)))
 }

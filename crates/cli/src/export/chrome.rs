@@ -231,7 +231,9 @@ pub fn write(events: &[Value], out: &mut dyn Write) -> std::io::Result<()> {
         "displayTimeUnit": "ms",
         "otherData": {"generator": format!("alloctrace {}", env!("CARGO_PKG_VERSION"))},
     });
-    serde_json::to_writer(&mut *out, &doc)?;
+    // As every --json output: safe on a terminal (`-o -`), DEL and C1
+    // escaped too; bounded in size (the module's header), so one string.
+    out.write_all(crate::json_text(&doc).as_bytes())?;
     out.write_all(b"\n")?;
     out.flush()
 }

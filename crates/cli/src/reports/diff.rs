@@ -139,12 +139,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 })
             })
             .collect();
-        let mut out = serde_json::to_string(&json!({
+        let mut out = crate::json_text(&json!({
             "sites": sites,
             "before": counts(&total_before),
             "after": counts(&total_after),
-        }))
-        .expect("JSON");
+        }));
         out.push('\n');
         out
     } else {

@@ -11,7 +11,7 @@ use inferno::flamegraph::{self, color::BasicPalette, Direction, Palette};
 use super::{Profiled, NO_STACK};
 use crate::analyze::{inputs, SymbolArgs};
 use crate::output::refuse_inputs;
-use crate::{output_error, Failure};
+use crate::{output_error, printable, Failure};
 
 /// What the width of a frame measures.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,8 +114,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         }
     } else {
         let traces = match p.names.len() {
-            1 => p.names[0].clone(),
-            n => format!("{n} traces: {}", p.names.join(", ")),
+            1 => printable(&p.names[0]).into_owned(),
+            n => printable(&format!("{n} traces: {}", p.names.join(", "))).into_owned(),
         };
         let mut options = flamegraph::Options::default();
         options.title = args.metric.title().to_string();
@@ -171,15 +171,9 @@ fn fold(p: &mut Profiled, metric: Metric, inverted: bool) -> BTreeMap<String, u6
     folded
 }
 
-/// A function name as a folded-stack frame: no `;` (the separator) and no
-/// line breaks.
+/// A function name as a folded-stack frame: no `;` (the separator), and
+/// control characters escaped ([`printable`]): no line breaks, nothing
+/// that drives a terminal or breaks the SVG's XML.
 fn clean(function: &str) -> String {
-    function
-        .chars()
-        .map(|c| match c {
-            ';' => ':',
-            '\n' | '\r' => ' ',
-            c => c,
-        })
-        .collect()
+    printable(function).replace(';', ":")
 }

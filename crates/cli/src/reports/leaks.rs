@@ -79,12 +79,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 json!({"stack": stack_json(frames), "objects": objects, "bytes": bytes})
             })
             .collect();
-        let mut out = serde_json::to_string(&json!({
+        let mut out = crate::json_text(&json!({
             "leaks": leaks,
             "objects": objects,
             "bytes": bytes,
-        }))
-        .expect("JSON");
+        }));
         out.push('\n');
         out
     } else {

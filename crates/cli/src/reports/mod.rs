@@ -14,7 +14,7 @@ use alloctrace_analysis::{Breakdowns, Pass, Profile, Resolver, Site, SourceFrame
 use serde_json::{json, Value};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
-use crate::Failure;
+use crate::{printable, Failure};
 
 /// A pass over `files` with a [`Profile`] of its sites.
 pub struct Profiled {
@@ -65,7 +65,7 @@ impl Profiled {
     /// not match) on stderr, once each.
     pub fn print_warnings(&self) {
         for warning in self.resolver.symbolizer.warnings() {
-            eprintln!("warning: {warning}");
+            eprintln!("warning: {}", printable(&warning));
         }
     }
 }
@@ -100,9 +100,10 @@ pub fn counts_json(site: &Site, into: &mut serde_json::Map<String, Value>) {
 }
 
 /// `function file:line` (or `function (module)` without a file), how a
-/// frame is shown in text tables.
+/// frame is shown in text tables: control characters escaped
+/// ([`printable`]).
 pub fn frame_text(f: &SourceFrame) -> String {
-    match (&f.file, f.line) {
+    let text = match (&f.file, f.line) {
         (Some(file), Some(line)) => format!("{} {}:{line}", f.function, short_path(file)),
         (Some(file), None) => format!("{} {}", f.function, short_path(file)),
         (None, _) if !f.module.is_empty() && !f.function.contains('+') => {
@@ -110,7 +111,8 @@ pub fn frame_text(f: &SourceFrame) -> String {
             format!("{} ({module})", f.function)
         }
         (None, _) => f.function.clone(),
-    }
+    };
+    printable(&text).into_owned()
 }
 
 /// The last two components of a path (`src/main.c`).

@@ -177,7 +177,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 Value::Object(obj)
             })
             .collect();
-        let mut out = serde_json::to_string(&json!({ "sites": sites })).expect("JSON");
+        let mut out = crate::json_text(&json!({ "sites": sites }));
         out.push('\n');
         out
     } else {
@@ -194,7 +194,7 @@ fn table(p: &Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
     let peak = p.profile.peak();
     let mut out = String::new();
     let traces = match p.names.len() {
-        1 => p.names[0].clone(),
+        1 => crate::printable(&p.names[0]).into_owned(),
         n => format!("{n} traces"),
     };
     let _ = writeln!(
@@ -277,7 +277,7 @@ fn table(p: &Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
                     );
                 }
             }
-            Key::Text(t) => line(&mut out, row, t),
+            Key::Text(t) => line(&mut out, row, &crate::printable(t)),
             Key::Number(n) => {
                 let key = match args.by {
                     By::Size => format!("{n} B"),

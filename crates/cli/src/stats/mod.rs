@@ -193,7 +193,7 @@ pub fn run(input: &Input, json: bool, all: bool, label: Option<&str>) -> Result<
         if let (Some(name), Some(map)) = (label, v.as_object_mut()) {
             map.insert("file".into(), Value::from(name));
         }
-        format!("{v}\n")
+        format!("{}\n", crate::json_text(&v))
     } else {
         let mut text = stats.to_text(&input.name(), all);
         if label.is_some() {

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::count::kind_names;
 use super::Stats;
+use crate::printable;
 use crate::units::{bytes, count, duration, Decimals};
 
 /// Rows of threads and of types the table shows without `--all`.
@@ -25,24 +26,6 @@ fn iso_time(wall_ns: u64) -> String {
 /// needed).
 fn shell_line(args: &[String]) -> String {
     shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
-}
-
-/// `text` with control characters escaped (`\n`, `\u{1b}`), so that a
-/// name from the trace cannot break the table's lines or drive the
-/// terminal.
-fn printable(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
-        return text.to_string();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 impl Stats {
@@ -120,7 +103,7 @@ impl Stats {
         let mut s = format!(
             "{:<24}{} ({})\n",
             "file",
-            name,
+            printable(name),
             bytes(self.bytes, Decimals::Fixed(2))
         );
         if let Some(p) = &self.process {
@@ -128,7 +111,8 @@ impl Stats {
             match &p.command {
                 Some(c) => {
                     let cut = if c.truncated { " [cut]" } else { "" };
-                    let line = printable(&shell_line(&c.command_line));
+                    let line = shell_line(&c.command_line);
+                    let line = printable(&line);
                     let _ = writeln!(s, "{:<24}{line}{cut}", "command");
                 }
                 None => {
