@@ -541,22 +541,7 @@ fn walk_to_match(
     if total > CAP {
         memo.len = 0;
     } else {
-        for (dst, src) in f
-            .get_mut(j + 1..total)
-            .unwrap_or_default()
-            .iter_mut()
-            .zip(s.get(..n).unwrap_or_default().iter().rev())
-        {
-            *dst = *src;
-        }
-        fix(
-            f.get_mut(..total).unwrap_or_default(),
-            ck,
-            ck_end,
-            ra_rev,
-            j + 1,
-            old_term,
-        );
+        append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
         memo.len = total;
     }
     memo.steps = n as u32;
@@ -565,6 +550,72 @@ fn walk_to_match(
         truncated: old_truncated,
         shared: j + 1,
     })
+}
+
+/// Appends the new frames `new` (innermost first) after `f[j]`, with what
+/// [`fix`] would compute for them from `f[j]` outward: the same frames,
+/// flags, limits, checks and addresses, in one pass and without `fix`'s
+/// copies of the outer frame.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn append(
+    f: &mut [MFrame; CAP],
+    ck: &mut [Check; CHECKS],
+    ck_end: &mut [u8; CAP],
+    ra_rev: &mut [u64; CAP],
+    j: usize,
+    new: &[MFrame],
+) {
+    let Some(o) = f.get(j) else {
+        return;
+    };
+    let (mut o_ra, mut o_sp, mut o_bp) = (o.ra, o.sp, o.bp);
+    let (mut o_dep, mut o_lim) = (o.flags & F_DEP != 0, o.lim);
+    let mut e = ck_end.get(j).map_or(0, |&e| usize::from(e));
+    for (i, me) in (j + 1..).zip(new.iter().rev()) {
+        let k = kind_of(me);
+        let (dep, lim) = if k == S_OPAQUE {
+            (false, i as u32)
+        } else {
+            if let Some(c) = ck.get_mut(e) {
+                *c = Check {
+                    at: o_sp.wrapping_sub(8),
+                    want: o_ra,
+                };
+                e += 1;
+            }
+            if (k == S_SLOT || k == S_FP) && o_dep {
+                if let Some(c) = ck.get_mut(e) {
+                    *c = Check {
+                        at: me.slot,
+                        want: o_bp,
+                    };
+                    e += 1;
+                }
+            }
+            let dep = match k {
+                S_PASS => o_dep,
+                S_FP => true,
+                _ => false,
+            };
+            (dep, o_lim)
+        };
+        if let Some(x) = f.get_mut(i) {
+            *x = MFrame {
+                flags: (me.flags & !F_DEP) | if dep { F_DEP } else { 0 },
+                lim,
+                ..*me
+            };
+        }
+        if let Some(x) = ck_end.get_mut(i) {
+            // At most 2 * CAP (< 256) checks.
+            *x = e as u8;
+        }
+        if let Some(r) = ra_rev.get_mut((CAP - 1).wrapping_sub(i)) {
+            *r = me.ra;
+        }
+        (o_ra, o_sp, o_bp, o_dep, o_lim) = (me.ra, me.sp, me.bp, dep, lim);
+    }
 }
 
 /// The memoized walk from `cur`, a frame to keep (`out[0]`), reading
@@ -920,6 +971,86 @@ mod tests {
         memo.unwinder = unwinder.id;
         memo.hi = fence.hi;
         memo
+    }
+
+    /// Appending new frames after a kept prefix leaves the memo exactly as
+    /// recomputing every frame with `fix` does (flags, limits, checks and
+    /// addresses), for every mix of step kinds and rbp dependencies.
+    #[test]
+    fn append_equals_fix_from_the_start() {
+        let kinds = [S_PASS, S_SLOT, S_FP, S_OPAQUE];
+        let terms = [
+            Term {
+                ok: true,
+                at: 0,
+                dep: false,
+            },
+            Term {
+                ok: true,
+                at: 0x7000,
+                dep: true,
+            },
+            Term::default(),
+        ];
+        for seed in 0u32..400 {
+            let len = 2 + (seed % 11) as usize;
+            let frames: Vec<MFrame> = (0..len)
+                .map(|i| {
+                    let k = kinds[((seed >> (i % 5)) as usize + i * 3) % 4];
+                    MFrame {
+                        ra: 0x1000 + i as u64 * 16 + u64::from(seed),
+                        sp: 0x9000 - i as u64 * 64,
+                        bp: 0x5000 + i as u64,
+                        slot: 0x9000 - i as u64 * 64 - 16,
+                        flags: u32::from(i % 7 == 3) | u32::from(k) << 1,
+                        lim: NO_LIM,
+                    }
+                })
+                .collect();
+            let term = terms[(seed % 3) as usize];
+            for j in 0..len - 1 {
+                let mut a = WalkMemo::new();
+                a.f[..len].copy_from_slice(&frames);
+                fix(
+                    &mut a.f[..len],
+                    &mut a.ck,
+                    &mut a.ck_end,
+                    &mut a.ra_rev,
+                    0,
+                    term,
+                );
+                let mut b = WalkMemo::new();
+                b.f[..=j].copy_from_slice(&frames[..=j]);
+                fix(
+                    &mut b.f[..=j],
+                    &mut b.ck,
+                    &mut b.ck_end,
+                    &mut b.ra_rev,
+                    0,
+                    term,
+                );
+                let new: Vec<MFrame> = frames[j + 1..].iter().rev().copied().collect();
+                append(&mut b.f, &mut b.ck, &mut b.ck_end, &mut b.ra_rev, j, &new);
+                for i in 0..len {
+                    let (x, y) = (a.f[i], b.f[i]);
+                    assert_eq!(
+                        (x.ra, x.sp, x.bp, x.slot, x.flags, x.lim),
+                        (y.ra, y.sp, y.bp, y.slot, y.flags, y.lim),
+                        "seed {seed} j {j} frame {i}"
+                    );
+                    assert_eq!(a.ck_end[i], b.ck_end[i], "seed {seed} j {j} frame {i}");
+                    assert_eq!(a.ra_rev[CAP - 1 - i], b.ra_rev[CAP - 1 - i]);
+                }
+                let n = usize::from(a.ck_end[len - 1]);
+                for c in 0..n {
+                    assert_eq!(
+                        (a.ck[c].at, a.ck[c].want),
+                        (b.ck[c].at, b.ck[c].want),
+                        "seed {seed} j {j} check {c}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
