@@ -5,13 +5,15 @@
 //! (truncated) and 4 (inconsistent). `record` has its own (record.rs,
 //! docs/CLI.md): 2 is its usage error.
 
-#![forbid(unsafe_code)]
+// Unsafe code only in os.rs, which says why.
+#![deny(unsafe_code)]
 
 mod analyze;
 mod check;
 mod dump;
 mod export;
 mod generate;
+mod os;
 mod output;
 mod pages;
 mod progress;
@@ -366,6 +368,14 @@ pub fn print_stdout(text: &str) -> Result<(), Failure> {
         .map_err(output_error)
 }
 
+/// Writes to stderr without panicking (eprint! panics when stderr is a
+/// closed pipe or a full disk): a message that cannot be written is lost,
+/// and the exit status stays the command's.
+pub fn print_stderr(text: &str) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
 fn main() -> ExitCode {
     // `alloctrace __generate DIR`, for `make install` only: outside the
     // clap definition, so that the man pages and completions it writes do
@@ -430,14 +440,13 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Io(msg)) => {
-            eprintln!("error: {}", printable(&msg));
+            print_stderr(&format!("error: {}\n", printable(&msg)));
             ExitCode::from(1)
         }
         Err(Failure::Malformed(err)) => {
-            eprintln!("error: {err}");
-            eprintln!(
-                "The file is damaged or is not an alloctrace trace; everything before that offset was read (`alloctrace dump` shows it)."
-            );
+            print_stderr(&format!(
+                "error: {err}\nThe file is damaged or is not an alloctrace trace; everything before that offset was read (`alloctrace dump` shows it).\n"
+            ));
             ExitCode::from(2)
         }
         Err(Failure::Verdict(code)) => ExitCode::from(code),

@@ -13,11 +13,20 @@
 //! for traces too large to read), one for a process that could not be
 //! traced (with the reason) or that `--only` leaves untraced.
 //!
-//! Signals: SIGINT, SIGTERM and SIGHUP sent to this command by a process
-//! (`kill`) are forwarded to CMD; the same signals sent by the kernel (a
-//! terminal's Ctrl-C, a hangup) reach CMD directly, as they reach every
-//! process of the terminal's foreground group, and are not sent twice.
-//! Either way this command waits for CMD, reports and cleans up.
+//! Signals: every signal that would end this command is caught while
+//! CMD runs (`forwarded` lists them and says which are left alone: those
+//! that cannot be caught, the job-control ones, those that report a fault
+//! of this command, those ignored when it started). Sent by a process
+//! (`kill`), it is forwarded to CMD;
+//! sent by the kernel (a terminal's Ctrl-C or Ctrl-\, a hangup), it
+//! reaches CMD directly, as it reaches every process of the terminal's
+//! foreground group, and is not sent twice. Either way this command
+//! waits for CMD, reports and cleans up, and exits with CMD's status.
+//!
+//! Descriptors: 0, 1 and 2 that were closed when this command started
+//! are closed in CMD too (crate::os says how); the report never fails
+//! this command (a closed or full stderr loses the report, not CMD's
+//! status).
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -57,7 +66,10 @@ directory (CMD the command's file name, N this command's process ID), one file P
 traced process (PID.1.trace, ... for the programs a process execs). The directory is removed \
 again when no trace was written.
 
-Exit status: CMD's (128 + N when signal N ended it); 2 for a bad option (nothing runs); 1 when \
+Signals that would end this command are passed on to CMD (see docs/CLI.md); closed \
+descriptors 0, 1, 2 stay closed in CMD.
+
+Exit status: CMD's (128 + N when signal N ended it), even when the report cannot be written; 2 for a bad option (nothing runs); 1 when \
 the shim cannot be found or -o exists; 125 when no process of the run could be traced; 126/127 \
 when CMD cannot be run or found.")]
 pub struct Args {
@@ -499,30 +511,40 @@ fn create_run_dir(cwd: &Path, command: &OsStr) -> Result<PathBuf, Failure> {
     )))
 }
 
-/// Forwards SIGINT, SIGTERM and SIGHUP that a process sent to this command
-/// to `pid`, until `handle` is closed. Those the kernel sent (a terminal's
-/// Ctrl-C or hangup, which the whole foreground process group gets) are
-/// not forwarded: the program has its own.
+/// The signals caught while CMD runs: every one whose default action
+/// ends the process, except SIGKILL and SIGSTOP (which cannot be caught)
+/// and those that report a fault of this command itself (SIGILL, SIGTRAP,
+/// SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGSYS: a handler that returns
+/// would fault again, forever). The job-control signals (SIGTSTP,
+/// SIGTTIN, SIGTTOU) keep stopping this command with CMD, and those
+/// ignored by default (SIGCHLD, SIGWINCH, SIGURG, SIGCONT) or by Rust's
+/// runtime (SIGPIPE) cannot end it. A signal ignored when this command
+/// started (`nohup`, a shell's background job) is left ignored, so the
+/// program inherits it ignored, as it would without `record`.
+fn forwarded() -> Vec<i32> {
+    use libc::*;
+    let mut signals = vec![
+        SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM, SIGSTKFLT, SIGXCPU, SIGXFSZ,
+        SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
+    ];
+    signals.extend(crate::os::realtime_signals());
+    signals.retain(|&signal| !crate::os::ignored(signal));
+    signals
+}
+
+/// Forwards the signals a process sent to this command to `pid`, until
+/// `handle` is closed. Those the kernel sent (a terminal's Ctrl-C, Ctrl-\
+/// or hangup, which the whole foreground process group gets) are not
+/// forwarded: the program has its own.
 fn forward_signals(
     mut signals: signal_hook::iterator::SignalsInfo<signal_hook::iterator::exfiltrator::WithOrigin>,
     pid: u32,
 ) {
-    use rustix::process::{kill_process, Pid, Signal};
     use signal_hook::low_level::siginfo::Cause;
-    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
-        return;
-    };
     for origin in signals.forever() {
-        if origin.cause == Cause::Kernel {
-            continue;
+        if origin.cause != Cause::Kernel {
+            crate::os::send_signal(pid, origin.signal);
         }
-        let signal = match origin.signal {
-            signal_hook::consts::SIGINT => Signal::INT,
-            signal_hook::consts::SIGTERM => Signal::TERM,
-            signal_hook::consts::SIGHUP => Signal::HUP,
-            _ => continue,
-        };
-        let _ = kill_process(pid, signal);
     }
 }
 
@@ -622,17 +644,14 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     if args.no_follow {
         command.env(env::FOLLOW, "0");
     }
+    crate::os::pass_closed_standard_fds(&mut command);
 
     let name = args.command[0].to_string_lossy().into_owned();
     // Registered before the program starts, so no signal sent meanwhile
     // ends this command without its report.
     let signals = signal_hook::iterator::SignalsInfo::<
         signal_hook::iterator::exfiltrator::WithOrigin,
-    >::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ])
+    >::new(forwarded())
     .map_err(|e| Failure::Io(format!("cannot handle signals: {e}")));
     let signals = match signals {
         Ok(s) => s,
@@ -647,7 +666,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Err(e) => {
             let _ = std::fs::remove_file(&index_path);
             cleanup_dir(&run_dir);
-            eprintln!("error: cannot run {name}: {e}");
+            crate::print_stderr(&format!("error: cannot run {name}: {e}\n"));
             // As env(1) and the shells: 127 not found, 126 not runnable.
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
@@ -678,10 +697,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         (None, Some(signal)) => format!("was ended by signal {signal}"),
         (None, None) => "ended".to_string(),
     };
-    eprint!(
-        "{}",
-        report(&found, &name, &status_text, args, args.no_report)
-    );
+    // Never a panic (as eprint! on a closed pipe or a full disk): the
+    // status is CMD's whatever happens to the report.
+    crate::print_stderr(&report(&found, &name, &status_text, args, args.no_report));
     if found.traces.is_empty() {
         cleanup_dir(&run_dir);
         return Err(Failure::Verdict(NOTHING_TRACED));
