@@ -35,7 +35,7 @@
 //!   stack's nodes) hangs off the thread's slot (thread.rs), so the
 //!   capture finds it with the slot, without TLS of its own. States are
 //!   carved side by side from chunks of 64 (`Chunk`), each copied from a
-//!   template when handed out: 14,096 bytes a thread, where a box each
+//!   template when handed out: 14,720 bytes a thread, where a box each
 //!   took the 16 KiB class of the shim's private heap and its
 //!   construction on the stack faulted in about 14 KiB of every thread's
 //!   stack. Taking one may allocate (a chunk), which a capture must
@@ -395,7 +395,7 @@ static EMPTY_STATE: CaptureState = CaptureState {
     last: LastStack::new(),
 };
 
-/// States per [`Chunk`]: 64 of 14,096 bytes, 0.9 MiB.
+/// States per [`Chunk`]: 64 of 14,720 bytes, 0.9 MiB.
 const CHUNK_STATES: usize = 64;
 
 /// Capture states side by side, initialised one by one as they are handed
