@@ -401,7 +401,7 @@ const CHUNK_STATES: usize = 64;
 /// Capture states side by side, initialised one by one as they are handed
 /// out ([`CaptureState::carve`]). One allocation per state would round each
 /// up to an allocator's size class (the shim's private heap: 16 KiB for
-/// 13.8 KiB); a chunk's pages are touched only as its states are taken.
+/// 14.4 KiB); a chunk's pages are touched only as its states are taken.
 struct Chunk {
     /// The next state to hand out (past the end: used up).
     next: AtomicUsize,
