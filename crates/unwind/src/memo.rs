@@ -511,13 +511,7 @@ fn walk_to_match(
         if step(Mode::Compact, unwinder, cache, &mut cur, fence, &mut rec) != Step::Ret {
             return None;
         }
-        let k = if rec.kind <= S_OPAQUE {
-            rec.kind
-        } else {
-            S_OPAQUE
-        };
-        x.flags = (x.flags & F_IP) | u32::from(k) << 1;
-        x.slot = rec.slot;
+        note_step(x, &rec);
         n += 1;
     };
     // f[j] is the frame at out[n]: re-read every word the memo's walk
@@ -813,13 +807,7 @@ pub(crate) fn memo_walk(
         steps = steps.wrapping_add(1);
         let st = step(Mode::Compact, unwinder, cache, &mut cur, fence, &mut rec);
         if let (false, Some(x)) = (overflow, s.get_mut(top)) {
-            let k = if rec.kind <= S_OPAQUE {
-                rec.kind
-            } else {
-                S_OPAQUE
-            };
-            x.flags = (x.flags & F_IP) | u32::from(k) << 1;
-            x.slot = rec.slot;
+            note_step(x, &rec);
         }
         match st {
             Step::Ret => continue 'walk,
@@ -906,6 +894,21 @@ pub(crate) fn memo_walk(
         truncated,
         shared,
     }
+}
+
+/// Records in the scratch frame `x` what its step read (`rec`): the
+/// step's kind (an ending counts as a step the memo cannot re-check) and
+/// the rbp slot.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn note_step(x: &mut MFrame, rec: &Rec) {
+    let k = if rec.kind <= S_OPAQUE {
+        rec.kind
+    } else {
+        S_OPAQUE
+    };
+    x.flags = (x.flags & F_IP) | u32::from(k) << 1;
+    x.slot = rec.slot;
 }
 
 /// A memo frame for state `r` whose step is `kind` (for now).

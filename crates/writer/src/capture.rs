@@ -1168,6 +1168,16 @@ fn stack_pointer() -> u64 {
 mod tests {
     use super::*;
 
+    /// A xorshift64 sequence from `seed` (not 0): the tests' random walks.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     fn plain(kept: &[u64], truncated: bool) -> u32 {
         let marker = truncated.then_some(Some(FrameWord::TRUNCATED.word()));
         let words = marker.into_iter().chain(
@@ -1187,13 +1197,7 @@ mod tests {
         // prove fewer), under a tail (walked frames beyond the kept ones)
         // that changes now and then.
         let mut last = Box::new(LastStack::new());
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         let mut prev: Option<(Vec<u64>, usize, bool)> = None;
         let (mut reused, mut tails) = (0, 0);
         for round in 0..20_000 {
@@ -1203,7 +1207,7 @@ mod tests {
             if round % 3 != 0 {
                 kept.extend_from_slice(&[0x50_0000, 0x50_0010, 0x50_0020]);
             }
-            let truncated = next() % 5 == 0;
+            let truncated = next().is_multiple_of(5);
             if kept.is_empty() && !truncated {
                 continue;
             }
@@ -1270,13 +1274,7 @@ mod tests {
         THREAD_START_LEN.store(1, Ordering::Relaxed);
         let depth = 16;
         let mut last = Box::new(LastStack::new());
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         // (the whole walk outermost-aligned, its kind: 0 complete, 1 a
         // thread's, 2 failed)
         let mut prev: Option<(Vec<u64>, u8)> = None;
@@ -1286,7 +1284,7 @@ mod tests {
             // Stacks over a small alphabet under a fixed outer part, and
             // deep ones now and then (cut by the limit), a few frames over
             // a fixed deep part.
-            let deep = next() % 4 == 0;
+            let deep = next().is_multiple_of(4);
             let len = if deep { 2 + next() % 2 } else { next() % 10 };
             let mut full: Vec<u64> = (0..len).map(|_| 0x40_0000 + 16 * (next() % 3)).collect();
             if deep {

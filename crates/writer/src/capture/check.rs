@@ -165,13 +165,13 @@ fn where_is(modules: &Modules, addr: u64) -> String {
     }
 }
 
+/// A word no walk writes (not a canonical user-space address).
+const POISON: u64 = 0xdead_0000_dead_0000;
+
 /// The memo walk of a capture in check mode (as `capture_from`, into `out`,
 /// with `memo`), then the two reference walks from `start`, compared with
 /// it. Returns the memo walk, for the capture to go on with.
 ///
-/// A word no walk writes (not a canonical user-space address).
-const POISON: u64 = 0xdead_0000_dead_0000;
-
 /// Must not allocate, lock or make a system call: it runs inside malloc
 /// (the reference walks' buffers are on the stack, the records static).
 #[cold]
