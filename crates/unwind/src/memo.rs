@@ -8,7 +8,11 @@ use crate::dwarf::{DwarfCache, DwarfUnwinder};
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use crate::{
     bounds::Fence,
-    step::{step, Mode, Rec, Regs, Step, S_END_BP0, S_END_RULE, S_FP, S_OPAQUE, S_PASS, S_SLOT},
+    step::{
+        rule_key, rule_miss, step, Mode, Rec, Regs, Step, S_END_BP0, S_END_RULE, S_FP, S_OPAQUE,
+        S_PASS, S_SLOT,
+    },
+    table::{bp_by_8, sp_by_8, RuleCache, R_BP_SAVED, R_FP, R_KIND, R_RSP},
 };
 
 /// The most frames a [`WalkMemo`] remembers (64, the default depth limit,
@@ -445,35 +449,53 @@ pub(crate) fn walk(
     }
 }
 
-/// The common case of [`memo_walk`], in a loop with little state: the walk
-/// steps by compact rows until a frame equals one of the memo's, in the
-/// same state, and the memo's walk from there on can be re-checked (its
-/// `lim` none) and holds entirely (with its ending): then the new frames,
-/// that frame and the memo's outer frames are the walk, and the memo keeps
-/// its frames up to that one with the new ones appended. This is exactly
-/// what `memo_walk` gives and leaves in that case (the first match, taken
+/// The common case of [`memo_walk`], in one lean loop: the walk steps by
+/// compact rows until a frame equals one of the memo's, in the same
+/// state, and the memo's walk from there on can be re-checked (its `lim`
+/// none) and holds entirely (with its ending): then the new frames, that
+/// frame and the memo's outer frames are the walk, and the memo keeps its
+/// frames up to that one with the new ones appended. This is exactly what
+/// `memo_walk` gives and leaves in that case (the first match, taken
 /// whole, with the same ending: `shared` is the matched frame's index + 1).
 ///
-/// `None` for anything else (no usable memo, a walk that ends or fails
-/// before a match, a match on all but rbp, a partial or unchecked match,
-/// the depth limit, a memo that would overflow): the caller then runs
-/// `memo_walk` from the start. Nothing but `out`, the scratch frames and
-/// `cache` is written before it returns `Some`.
+/// The steps are [`step`]'s compact ones, fused with what the memo records
+/// of them: the rule from the thread's cache, the stack words read with
+/// one bound each (every read is at or above the frame's stack pointer,
+/// itself at or above the fence's `lo` and 8-byte aligned, so only `hi`
+/// needs a check), and the frame written once, to the scratch.
+///
+/// `None` for anything else (no usable memo, a step that is not a compact
+/// rsp or frame-record step, a walk that ends or fails before a match, a
+/// match on all but rbp, a partial or unchecked match, the depth limit, a
+/// memo that would overflow): the caller then runs `memo_walk` from the
+/// start, which gives the same walk for the steps taken here. Nothing but
+/// `out`, the scratch frames and `cache` is written before it returns
+/// `Some`.
 // Must not allocate, lock, make a system call or panic: runs inside malloc.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(never)]
 fn walk_to_match(
-    mut cur: Regs,
+    cur: Regs,
     fence: &Fence,
     unwinder: &DwarfUnwinder,
     cache: &mut DwarfCache,
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> Option<MemoWalk> {
-    if memo.len == 0 || memo.unwinder != unwinder.id || memo.hi != fence.hi {
+    if memo.len == 0
+        || memo.unwinder != unwinder.id
+        || memo.hi != fence.hi
+        || cache.rules.id != unwinder.id
+        || cur.sp & 7 != 0
+        || cur.sp < fence.lo
+    {
         return None;
     }
-    let (old_len, old_truncated, old_term) = (memo.len.min(CAP), memo.truncated, memo.term);
+    let mut hits = 0u64;
+    let found = steps_to_match(cur, fence.hi, unwinder, cache, memo, out, &mut hits);
+    cache.rules.hits = cache.rules.hits.wrapping_add(hits);
+    let (n, j) = found?;
+    let (old_truncated, old_term) = (memo.truncated, memo.term);
     let WalkMemo {
         f,
         ck,
@@ -482,16 +504,68 @@ fn walk_to_match(
         s,
         ..
     } = memo;
-    let d = out.len();
-    let mut c = old_len;
+    // f[j] is the frame at out[n]: re-read every word the memo's walk
+    // read from it outward (see memo_walk's docs for why no read needs a
+    // bounds check), and its ending's.
+    let mut acc = check_span(checks_of(ck, ck_end, 1, j));
+    if old_term.at != 0 {
+        // SAFETY: read by the ending step of f[0] through a fence with
+        // this `hi`, above f[0].sp >= cur.sp (memo_walk's docs).
+        acc |= unsafe { load(old_term.at) };
+    }
+    let len = n + 1 + j;
+    if acc != 0 || len > out.len() {
+        return None;
+    }
+    // f[j - 1], ..., f[0]: ra_rev[CAP - j..].
+    if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
+        copy_words(dst, src);
+    }
+    if len > CAP {
+        memo.len = 0;
+    } else {
+        append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
+        memo.len = len;
+    }
+    memo.steps = n as u32;
+    Some(MemoWalk {
+        len,
+        truncated: old_truncated,
+        shared: j + 1,
+    })
+}
+
+/// [`walk_to_match`]'s steps: from `cur`, compact steps (each frame to
+/// `out` and to the scratch) until a frame equals a memo frame whose walk
+/// can be re-checked; `(n, j)`: `n` frames stepped, the next equals
+/// `f[j]`. `None` as `walk_to_match` says. `hits`: rule-cache hits.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn steps_to_match(
+    mut cur: Regs,
+    hi: u64,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+    hits: &mut u64,
+) -> Option<(usize, usize)> {
+    let d = out.len().min(CAP);
+    let f = &memo.f;
+    let s = &mut memo.s;
+    let rules = &mut cache.rules;
+    // Candidates for a match: f[..c], f[c - 1] the innermost left.
+    let mut c = memo.len.min(CAP);
     let mut n = 0usize;
-    let mut rec = Rec::default();
-    let j = loop {
-        // `n` frames walked (and in the scratch), `cur` the next one.
-        if n >= d || n >= CAP {
+    loop {
+        // `n` frames stepped (in `out` and the scratch), `cur` the next.
+        if n >= d {
             return None;
         }
-        *out.get_mut(n)? = cur.pc;
+        if let Some(o) = out.get_mut(n) {
+            *o = cur.pc;
+        }
         while let Some(o) = f.get(c.wrapping_sub(1)) {
             if o.sp >= cur.sp {
                 break;
@@ -503,53 +577,101 @@ fn walk_to_match(
                 if (o.flags & F_DEP != 0 && o.bp != cur.bp) || o.lim != NO_LIM {
                     return None;
                 }
-                break c - 1;
+                return Some((n, c - 1));
             }
         }
-        let x = s.get_mut(n)?;
-        *x = frame_of(&cur, S_OPAQUE);
-        if step(Mode::Compact, unwinder, cache, &mut cur, fence, &mut rec) != Step::Ret {
-            return None;
+        let key = rule_key(cur.pc, cur.ip);
+        let i = RuleCache::slot(key);
+        let rule = match (rules.keys.get(i), rules.rules.get(i)) {
+            (Some(&k), Some(&r)) if k == key && k != 0 => {
+                *hits += 1;
+                r
+            }
+            _ => rule_miss(unwinder, rules, key),
+        };
+        let sp = cur.sp;
+        // Invariant: lo <= sp < hi, sp 8-byte aligned (checked before the
+        // first step; each step below raises sp by a multiple of 8 and
+        // reads only from sp up to below hi). So a read at `at` with
+        // `sp <= at` and `at + 8 <= hi`, aligned, is inside the fence.
+        let (next, kind, slot) = match rule & R_KIND {
+            R_RSP => {
+                // At most 8 * 65535 above sp < hi: no overflow.
+                let new_sp = sp + 8 * sp_by_8(rule);
+                if new_sp > hi {
+                    return None;
+                }
+                // SAFETY: sp <= new_sp - 8 and new_sp <= hi (invariant).
+                let ra = unsafe { load(new_sp - 8) };
+                let (bp, kind, slot) = if rule & R_BP_SAVED != 0 {
+                    let at = sp + 8 * bp_by_8(rule);
+                    if hi - at < 8 || at > hi {
+                        return None;
+                    }
+                    // SAFETY: sp <= at and at + 8 <= hi (invariant).
+                    (unsafe { load(at) }, S_SLOT, at)
+                } else {
+                    (cur.bp, S_PASS, 0)
+                };
+                if ra == 0 {
+                    return None;
+                }
+                (
+                    Regs {
+                        pc: ra,
+                        sp: new_sp,
+                        bp,
+                        ip: false,
+                    },
+                    kind,
+                    slot,
+                )
+            }
+            R_FP => {
+                let bp = cur.bp;
+                // Below sp (or 0: the end) framehop decides; memo_walk.
+                if bp < sp || bp & 7 != 0 || bp >= hi || hi - bp < 16 {
+                    return None;
+                }
+                // SAFETY: sp <= bp, bp + 16 <= hi, aligned (invariant).
+                let (next_bp, ra) = unsafe { (load(bp), load(bp + 8)) };
+                if ra == 0 {
+                    return None;
+                }
+                (
+                    Regs {
+                        pc: ra,
+                        sp: bp + 16,
+                        bp: next_bp,
+                        ip: false,
+                    },
+                    S_FP,
+                    bp,
+                )
+            }
+            _ => return None,
+        };
+        if let Some(x) = s.get_mut(n) {
+            *x = MFrame {
+                ra: cur.pc,
+                sp,
+                bp: cur.bp,
+                slot,
+                flags: u32::from(cur.ip) | u32::from(kind) << 1,
+                lim: NO_LIM,
+            };
         }
-        note_step(x, &rec);
+        cur = next;
         n += 1;
-    };
-    // f[j] is the frame at out[n]: re-read every word the memo's walk
-    // read from it outward (see memo_walk's docs for why no read needs a
-    // bounds check), and its ending's.
-    let mut acc = check_span(checks_of(ck, ck_end, 1, j));
-    if old_term.at != 0 {
-        // SAFETY: read by the ending step of f[0] through a fence with
-        // this `hi`, above f[0].sp >= cur.sp (memo_walk's docs).
-        acc |= unsafe { load(old_term.at) };
     }
-    let len = n + 1 + j;
-    if acc != 0 || len > d {
-        return None;
-    }
-    // f[j - 1], ..., f[0]: ra_rev[CAP - j..].
-    if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
-        copy_words(dst, src);
-    }
-    let total = j + 1 + n;
-    if total > CAP {
-        memo.len = 0;
-    } else {
-        append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
-        memo.len = total;
-    }
-    memo.steps = n as u32;
-    Some(MemoWalk {
-        len,
-        truncated: old_truncated,
-        shared: j + 1,
-    })
 }
 
-/// Appends the new frames `new` (innermost first) after `f[j]`, with what
-/// [`fix`] would compute for them from `f[j]` outward: the same frames,
-/// flags, limits, checks and addresses, in one pass and without `fix`'s
-/// copies of the outer frame.
+/// Appends the new frames `new` (innermost first, each a compact step:
+/// `S_PASS`, `S_SLOT` or `S_FP`) after `f[j]`, whose walk can be
+/// re-checked (`lim` none), with what [`fix`] would compute for them from
+/// `f[j]` outward: the same frames, flags, limits, checks and addresses,
+/// in one pass and without `fix`'s copies of the outer frame. The caller
+/// makes sure that `j + 1 + new.len() <= CAP`.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 fn append(
@@ -564,51 +686,49 @@ fn append(
         return;
     };
     let (mut o_ra, mut o_sp, mut o_bp) = (o.ra, o.sp, o.bp);
-    let (mut o_dep, mut o_lim) = (o.flags & F_DEP != 0, o.lim);
+    let mut o_dep = o.flags & F_DEP != 0;
     let mut e = ck_end.get(j).map_or(0, |&e| usize::from(e));
-    for (i, me) in (j + 1..).zip(new.iter().rev()) {
+    let end = j + 1 + new.len();
+    let (Some(fs), Some(ends), Some(ras)) = (
+        f.get_mut(j + 1..end),
+        ck_end.get_mut(j + 1..end),
+        ra_rev.get_mut(CAP - end..CAP - 1 - j),
+    ) else {
+        return;
+    };
+    for (((x, me), ce), r) in fs
+        .iter_mut()
+        .zip(new.iter().rev())
+        .zip(ends.iter_mut())
+        .zip(ras.iter_mut().rev())
+    {
         let k = kind_of(me);
-        let (dep, lim) = if k == S_OPAQUE {
-            (false, i as u32)
-        } else {
+        if let Some(c) = ck.get_mut(e) {
+            *c = Check {
+                at: o_sp.wrapping_sub(8),
+                want: o_ra,
+            };
+            e += 1;
+        }
+        if k != S_PASS && o_dep {
             if let Some(c) = ck.get_mut(e) {
                 *c = Check {
-                    at: o_sp.wrapping_sub(8),
-                    want: o_ra,
+                    at: me.slot,
+                    want: o_bp,
                 };
                 e += 1;
             }
-            if (k == S_SLOT || k == S_FP) && o_dep {
-                if let Some(c) = ck.get_mut(e) {
-                    *c = Check {
-                        at: me.slot,
-                        want: o_bp,
-                    };
-                    e += 1;
-                }
-            }
-            let dep = match k {
-                S_PASS => o_dep,
-                S_FP => true,
-                _ => false,
-            };
-            (dep, o_lim)
+        }
+        let dep = k == S_FP || (k == S_PASS && o_dep);
+        *x = MFrame {
+            flags: (me.flags & !F_DEP) | if dep { F_DEP } else { 0 },
+            lim: NO_LIM,
+            ..*me
         };
-        if let Some(x) = f.get_mut(i) {
-            *x = MFrame {
-                flags: (me.flags & !F_DEP) | if dep { F_DEP } else { 0 },
-                lim,
-                ..*me
-            };
-        }
-        if let Some(x) = ck_end.get_mut(i) {
-            // At most 2 * CAP (< 256) checks.
-            *x = e as u8;
-        }
-        if let Some(r) = ra_rev.get_mut((CAP - 1).wrapping_sub(i)) {
-            *r = me.ra;
-        }
-        (o_ra, o_sp, o_bp, o_dep, o_lim) = (me.ra, me.sp, me.bp, dep, lim);
+        // At most 2 * CAP (< 256) checks.
+        *ce = e as u8;
+        *r = me.ra;
+        (o_ra, o_sp, o_bp, o_dep) = (me.ra, me.sp, me.bp, dep);
     }
 }
 
@@ -978,9 +1098,12 @@ mod tests {
 
     /// Appending new frames after a kept prefix leaves the memo exactly as
     /// recomputing every frame with `fix` does (flags, limits, checks and
-    /// addresses), for every mix of step kinds and rbp dependencies.
+    /// addresses), for every mix of compact step kinds and rbp
+    /// dependencies, wherever `walk_to_match` appends (after a frame whose
+    /// walk can be re-checked).
     #[test]
     fn append_equals_fix_from_the_start() {
+        let mut tried = 0;
         let kinds = [S_PASS, S_SLOT, S_FP, S_OPAQUE];
         let terms = [
             Term {
@@ -1033,6 +1156,10 @@ mod tests {
                     term,
                 );
                 let new: Vec<MFrame> = frames[j + 1..].iter().rev().copied().collect();
+                if b.f[j].lim != NO_LIM || new.iter().any(|me| kind_of(me) == S_OPAQUE) {
+                    continue;
+                }
+                tried += 1;
                 append(&mut b.f, &mut b.ck, &mut b.ck_end, &mut b.ra_rev, j, &new);
                 for i in 0..len {
                     let (x, y) = (a.f[i], b.f[i]);
@@ -1054,6 +1181,7 @@ mod tests {
                 }
             }
         }
+        assert!(tried > 100, "{tried} cases");
     }
 
     #[test]

@@ -206,11 +206,7 @@ fn rule_for(unwinder: &DwarfUnwinder, cache: &mut RuleCache, r: &Regs) -> u32 {
             ..RuleCache::new()
         };
     }
-    let key = if r.ip {
-        r.pc | 1 << 63
-    } else {
-        r.pc.wrapping_sub(1)
-    };
+    let key = rule_key(r.pc, r.ip);
     let i = RuleCache::slot(key);
     if let (Some(&k), Some(&rule)) = (cache.keys.get(i), cache.rules.get(i)) {
         if k == key && k != 0 {
@@ -218,18 +214,45 @@ fn rule_for(unwinder: &DwarfUnwinder, cache: &mut RuleCache, r: &Regs) -> u32 {
             return rule;
         }
     }
+    rule_miss(unwinder, cache, key)
+}
+
+/// The rule cache's key for a frame: its return address minus 1 (inside
+/// the call), or an interrupted pc with bit 63 set.
+#[inline(always)]
+pub(crate) fn rule_key(pc: u64, ip: bool) -> u64 {
+    if ip {
+        pc | 1 << 63
+    } else {
+        pc.wrapping_sub(1)
+    }
+}
+
+/// The rule for `key` (see [`rule_key`]) when the cache (of this
+/// unwinder) does not hold it: the walk's end, the signal trampoline or
+/// the compact tables' row; it then holds it.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[inline(never)]
+pub(crate) fn rule_miss(unwinder: &DwarfUnwinder, cache: &mut RuleCache, key: u64) -> u32 {
     cache.misses = cache.misses.wrapping_add(1);
+    let ip = key & 1 << 63 != 0;
+    let pc = if ip {
+        key & !(1 << 63)
+    } else {
+        key.wrapping_add(1)
+    };
     let (end_lo, end_len) = (
         WALK_END_LO.load(Ordering::Relaxed),
         WALK_END_LEN.load(Ordering::Relaxed),
     );
-    let rule = if !r.ip && r.pc.wrapping_sub(end_lo) < end_len {
+    let rule = if !ip && pc.wrapping_sub(end_lo) < end_len {
         R_END
-    } else if !r.ip && unwinder.is_sigreturn(r.pc) {
+    } else if !ip && unwinder.is_sigreturn(pc) {
         R_SIGNAL
     } else {
         unwinder.tables.lookup(key & !(1 << 63))
     };
+    let i = RuleCache::slot(key);
     if let (Some(k), Some(v)) = (cache.keys.get_mut(i), cache.rules.get_mut(i)) {
         *k = key;
         *v = rule;

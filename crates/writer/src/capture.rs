@@ -554,12 +554,16 @@ pub(crate) fn set_up(mode: StackMode, depth: usize) {
     OWN_END.store(end, Ordering::Relaxed);
     // framehop alone at first: parsing every module's `.eh_frame` into
     // compact tables (some 10 ms for python and libc) is left to the
-    // writer thread (refresh_if_stale), off the program's start.
+    // writer thread (refresh_if_stale), off the program's start. With
+    // ALLOCTRACE_TABLES_AT_START set (for `make bench`'s instruction
+    // counts, which must not depend on when the writer thread runs), they
+    // are built here.
     let current = UNWINDER.load(Ordering::Acquire);
     // SAFETY: unwinders are freed only by swap_unwinder, under REFRESH,
     // which this thread holds.
     let current = unsafe { current.as_ref() };
-    let had_tables = current.is_some_and(|u| u.unwinder.has_tables());
+    let had_tables = current.is_some_and(|u| u.unwinder.has_tables())
+        || (mode != StackMode::None && std::env::var_os("ALLOCTRACE_TABLES_AT_START").is_some());
     swap_unwinder(Unwinding::new(&modules, had_tables, current));
     if !had_tables && mode != StackMode::None {
         TABLES_WANTED.store(true, Ordering::Relaxed);
