@@ -16,7 +16,10 @@
  *   have equal frames and both call yz_x, which allocates: the frames of
  *   yz_x lie at the same addresses with the same saved words either way,
  *   and only yz_x's return address tells the two stacks apart;
- * - a stack deeper than the depth limit (truncated walks);
+ * - a stack deeper than the depth limit (truncated walks), and allocations
+ *   from two leaves at each of 12 depths of a recursion deeper than the
+ *   limit (consecutive truncated walks: the same window of frames, and a
+ *   window one frame further out);
  * - an allocation in a signal handler (a walk through the signal frame).
  *
  * Prints the number of allocations it made.
@@ -147,6 +150,27 @@ NOINLINE static void deep(int depth)
     cw_after++;
 }
 
+NOINLINE static void leaf_b(unsigned size)
+{
+    cw_sink = malloc(size);
+    free(cw_sink);
+    cw_after++;
+}
+
+/* Recurses `depth` levels, then allocates from `leaf` and `leaf_b` at each
+ * of the 12 innermost levels on the way back: 24 allocations. */
+NOINLINE static void deep_mix(int depth)
+{
+    if (depth > 0)
+        deep_mix(depth - 1);
+    if (depth < 12) {
+        leaf(8);
+        leaf_b(9);
+        allocations += 2;
+    }
+    cw_after++;
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -162,6 +186,7 @@ NOINLINE static void round_of(unsigned long seed, int n)
     same_leaf(n / 4);
     for (int i = 0; i < 8; i++)
         deep(70 + i);
+    deep_mix(90);
     for (int i = 0; i < 4; i++)
         raise(SIGUSR1);
     allocations += 8 + 4;

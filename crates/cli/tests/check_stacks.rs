@@ -178,7 +178,8 @@ fn synthetic_chains_walks_agree_with_and_without_frame_pointers() {
         compile("gcc", &args);
         // 8 rounds, each of 6,000 alternating paths, 1,500 allocations of
         // the same leaf, 16 deep stacks and 8 signal handlers' allocations
-        // (both threads): 60,192 allocations.
+        // (both threads), 24 from a recursion deeper than the limit:
+        // 60,576 allocations.
         let c = run_checked(&dir, &prog, &["8"], &[]);
         assert!(c.compared + c.before_tables >= 60_000, "{name}: {c:?}");
         assert!(c.compared >= 10_000, "{name}: {c:?}");

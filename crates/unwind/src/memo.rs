@@ -495,6 +495,15 @@ fn walk_to_match(
     let found = steps_to_match(cur, fence.hi, unwinder, cache, memo, out, &mut hits);
     cache.rules.hits = cache.rules.hits.wrapping_add(hits);
     let (n, j) = found?;
+    let d = out.len();
+    let len = n + 1 + j;
+    let lim = memo.f.get(j).map_or(0, |o| o.lim);
+    if len > d {
+        return window(memo, out, n, j, lim);
+    }
+    if lim != NO_LIM {
+        return None;
+    }
     let (old_truncated, old_term) = (memo.truncated, memo.term);
     let WalkMemo {
         f,
@@ -513,8 +522,7 @@ fn walk_to_match(
         // this `hi`, above f[0].sp >= cur.sp (memo_walk's docs).
         acc |= unsafe { load(old_term.at) };
     }
-    let len = n + 1 + j;
-    if acc != 0 || len > out.len() {
+    if acc != 0 {
         return None;
     }
     // f[j - 1], ..., f[0]: ra_rev[CAP - j..].
@@ -532,6 +540,85 @@ fn walk_to_match(
         len,
         truncated: old_truncated,
         shared: j + 1,
+    })
+}
+
+/// [`walk_to_match`] when the walk is cut by the depth limit (`out`'s
+/// length `d`) inside the memo's frames: `n` new frames, the match at
+/// `f[j]`, and `f[b]`, `b = n + j - d`, the frame beyond the limit. When
+/// the memo's steps from `f[j]` down to `f[b + 1]` can be re-checked
+/// (`lim`, `f[j]`'s, at most `b`) and hold, the walk is the new frames and
+/// `f[j]`, ..., `f[b + 1]`, truncated, as `memo_walk` gives it; the memo
+/// keeps `f[b..=j]`, moved to the front (`f[b]` its frame beyond the
+/// limit), and the new frames.
+///
+/// The moved frames keep their flags and checks: where `memo_walk` would
+/// find that no step further out uses a frame's rbp any more (the frames
+/// below `f[b]` are gone), this memo still checks that rbp (a word more
+/// to re-read, a match that needs the same rbp): stricter, never wrong.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(never)]
+fn window(memo: &mut WalkMemo, out: &mut [u64], n: usize, j: usize, lim: u32) -> Option<MemoWalk> {
+    let d = out.len();
+    let b = (n + j).checked_sub(d)?;
+    if lim != NO_LIM && lim as usize > b {
+        return None;
+    }
+    let (old_kept0, old_truncated) = (memo.kept0, memo.truncated);
+    let WalkMemo {
+        f,
+        ck,
+        ck_end,
+        ra_rev,
+        s,
+        ..
+    } = memo;
+    if check_span(checks_of(ck, ck_end, b + 1, j)) != 0 {
+        return None;
+    }
+    // f[j], ..., f[b + 1]: ra_rev[CAP - 1 - j..CAP - 1 - b].
+    if let (Some(dst), Some(src)) = (out.get_mut(n..d), ra_rev.get(CAP - 1 - j..CAP - 1 - b)) {
+        copy_words(dst, src);
+    }
+    // The same window of the same frames as the previous walk's: its
+    // outer frames are the previous capture's.
+    let shared = if b == 0 && !old_kept0 && old_truncated {
+        j
+    } else {
+        0
+    };
+    let total = j - b + 1 + n;
+    if total > CAP {
+        memo.len = 0;
+    } else {
+        if b > 0 {
+            let e0 = ck_end.get(b).map_or(0, |&e| usize::from(e));
+            let e1 = ck_end.get(j).map_or(0, |&e| usize::from(e));
+            f.copy_within(b..=j, 0);
+            ck.copy_within(e0..e1, 0);
+            ck_end.copy_within(b..=j, 0);
+            for e in ck_end.get_mut(..=j - b).unwrap_or_default() {
+                *e -= e0 as u8;
+            }
+            ra_rev.copy_within(CAP - 1 - j..CAP - b, CAP - 1 - (j - b));
+        }
+        // f[0] is beyond the limit: no step of the memo's reaches the
+        // walk's end.
+        for x in f.get_mut(..=j - b).unwrap_or_default() {
+            x.lim = 0;
+        }
+        append(f, ck, ck_end, ra_rev, j - b, s.get(..n).unwrap_or_default());
+        memo.len = total;
+        memo.kept0 = false;
+        memo.truncated = true;
+        memo.term = Term::default();
+    }
+    memo.steps = n as u32;
+    Some(MemoWalk {
+        len: d,
+        truncated: true,
+        shared,
     })
 }
 
@@ -574,7 +661,7 @@ fn steps_to_match(
         }
         if let Some(o) = f.get(c.wrapping_sub(1)) {
             if o.sp == cur.sp && o.ra == cur.pc && (o.flags & F_IP != 0) == cur.ip {
-                if (o.flags & F_DEP != 0 && o.bp != cur.bp) || o.lim != NO_LIM {
+                if o.flags & F_DEP != 0 && o.bp != cur.bp {
                     return None;
                 }
                 return Some((n, c - 1));
@@ -667,11 +754,11 @@ fn steps_to_match(
 }
 
 /// Appends the new frames `new` (innermost first, each a compact step:
-/// `S_PASS`, `S_SLOT` or `S_FP`) after `f[j]`, whose walk can be
-/// re-checked (`lim` none), with what [`fix`] would compute for them from
-/// `f[j]` outward: the same frames, flags, limits, checks and addresses,
-/// in one pass and without `fix`'s copies of the outer frame. The caller
-/// makes sure that `j + 1 + new.len() <= CAP`.
+/// `S_PASS`, `S_SLOT` or `S_FP`) after `f[j]`, with what [`fix`] would
+/// compute for them from `f[j]` outward: the same frames, flags, limits
+/// (`f[j]`'s), checks and addresses, in one pass and without `fix`'s
+/// copies of the outer frame. The caller makes sure that
+/// `j + 1 + new.len() <= CAP`.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 fn append(
@@ -687,6 +774,7 @@ fn append(
     };
     let (mut o_ra, mut o_sp, mut o_bp) = (o.ra, o.sp, o.bp);
     let mut o_dep = o.flags & F_DEP != 0;
+    let lim = o.lim;
     let mut e = ck_end.get(j).map_or(0, |&e| usize::from(e));
     let end = j + 1 + new.len();
     let (Some(fs), Some(ends), Some(ras)) = (
@@ -722,7 +810,7 @@ fn append(
         let dep = k == S_FP || (k == S_PASS && o_dep);
         *x = MFrame {
             flags: (me.flags & !F_DEP) | if dep { F_DEP } else { 0 },
-            lim: NO_LIM,
+            lim,
             ..*me
         };
         // At most 2 * CAP (< 256) checks.
@@ -1099,8 +1187,8 @@ mod tests {
     /// Appending new frames after a kept prefix leaves the memo exactly as
     /// recomputing every frame with `fix` does (flags, limits, checks and
     /// addresses), for every mix of compact step kinds and rbp
-    /// dependencies, wherever `walk_to_match` appends (after a frame whose
-    /// walk can be re-checked).
+    /// dependencies (the new frames are compact steps, as `walk_to_match`
+    /// takes them).
     #[test]
     fn append_equals_fix_from_the_start() {
         let mut tried = 0;
@@ -1156,7 +1244,7 @@ mod tests {
                     term,
                 );
                 let new: Vec<MFrame> = frames[j + 1..].iter().rev().copied().collect();
-                if b.f[j].lim != NO_LIM || new.iter().any(|me| kind_of(me) == S_OPAQUE) {
+                if new.iter().any(|me| kind_of(me) == S_OPAQUE) {
                     continue;
                 }
                 tried += 1;
