@@ -9,10 +9,10 @@ use crate::dwarf::{DwarfCache, DwarfUnwinder};
 use crate::{
     bounds::Fence,
     step::{
-        rule_key, rule_miss, step, Mode, Rec, Regs, Step, S_END_BP0, S_END_RULE, S_FP, S_OPAQUE,
-        S_PASS, S_SLOT,
+        compact_step, rule_key, rule_miss, step, Mode, Rec, Regs, Step, S_END_BP0, S_END_RULE,
+        S_FP, S_OPAQUE, S_PASS, S_SLOT,
     },
-    table::{bp_by_8, sp_by_8, RuleCache, R_BP_SAVED, R_FP, R_KIND, R_RSP},
+    table::RuleCache,
 };
 
 /// The most frames a [`WalkMemo`] remembers (64, the default depth limit,
@@ -488,6 +488,7 @@ fn walk_to_match(
         || cache.rules.id != unwinder.id
         || cur.sp & 7 != 0
         || cur.sp < fence.lo
+        || cur.sp > fence.hi
     {
         return None;
     }
@@ -677,67 +678,9 @@ fn steps_to_match(
             _ => rule_miss(unwinder, rules, key),
         };
         let sp = cur.sp;
-        // Invariant: lo <= sp < hi, sp 8-byte aligned (checked before the
-        // first step; each step below raises sp by a multiple of 8 and
-        // reads only from sp up to below hi). So a read at `at` with
-        // `sp <= at` and `at + 8 <= hi`, aligned, is inside the fence.
-        let (next, kind, slot) = match rule & R_KIND {
-            R_RSP => {
-                // At most 8 * 65535 above sp < hi: no overflow.
-                let new_sp = sp + 8 * sp_by_8(rule);
-                if new_sp > hi {
-                    return None;
-                }
-                // SAFETY: sp <= new_sp - 8 and new_sp <= hi (invariant).
-                let ra = unsafe { load(new_sp - 8) };
-                let (bp, kind, slot) = if rule & R_BP_SAVED != 0 {
-                    let at = sp + 8 * bp_by_8(rule);
-                    if hi - at < 8 || at > hi {
-                        return None;
-                    }
-                    // SAFETY: sp <= at and at + 8 <= hi (invariant).
-                    (unsafe { load(at) }, S_SLOT, at)
-                } else {
-                    (cur.bp, S_PASS, 0)
-                };
-                if ra == 0 {
-                    return None;
-                }
-                (
-                    Regs {
-                        pc: ra,
-                        sp: new_sp,
-                        bp,
-                        ip: false,
-                    },
-                    kind,
-                    slot,
-                )
-            }
-            R_FP => {
-                let bp = cur.bp;
-                // Below sp (or 0: the end) framehop decides; memo_walk.
-                if bp < sp || bp & 7 != 0 || bp >= hi || hi - bp < 16 {
-                    return None;
-                }
-                // SAFETY: sp <= bp, bp + 16 <= hi, aligned (invariant).
-                let (next_bp, ra) = unsafe { (load(bp), load(bp + 8)) };
-                if ra == 0 {
-                    return None;
-                }
-                (
-                    Regs {
-                        pc: ra,
-                        sp: bp + 16,
-                        bp: next_bp,
-                        ip: false,
-                    },
-                    S_FP,
-                    bp,
-                )
-            }
-            _ => return None,
-        };
+        // SAFETY: lo <= sp <= hi and sp is 8-byte aligned: checked before
+        // the first step, and a compact step keeps it so.
+        let (next, kind, slot) = unsafe { compact_step(rule, &cur, hi) }?;
         if let Some(x) = s.get_mut(n) {
             *x = MFrame {
                 ra: cur.pc,

@@ -98,6 +98,17 @@ pub(crate) fn step(
         return framehop_step(unwinder, r, fence);
     }
     let rule = rule_for(unwinder, &mut cache.rules, r);
+    if r.sp & 7 == 0 && r.sp >= fence.lo && r.sp <= fence.hi {
+        // SAFETY: just checked.
+        if let Some((next, kind, slot)) = unsafe { compact_step(rule, r, fence.hi) } {
+            rec.kind = kind;
+            rec.slot = slot;
+            *r = next;
+            return Step::Ret;
+        }
+    }
+    // Everything else: the other rules, a read outside the fence, the
+    // ends of the stack (recorded for the memo) and rbp below sp.
     let kind = rule & R_KIND;
     if kind == R_RSP {
         let sp = r.sp;
@@ -174,6 +185,93 @@ pub(crate) fn step(
         return signal_step(r, fence);
     }
     framehop_step(unwinder, r, fence)
+}
+
+/// The compact step by `rule` (`R_RSP` or `R_FP`) from `r`, when it
+/// returns a caller: its state, the step's kind (`S_PASS`, `S_SLOT`,
+/// `S_FP`) and where it read rbp. `None` for any other rule, a read that
+/// would reach `hi`, a zero return address, or a frame record at 0 or below
+/// the stack pointer: [`step`] then decides (the ends of the stack,
+/// framehop). Every walk's common step: `step` and the memo's lean loop
+/// (`walk_to_match`) both take it.
+///
+/// # Safety
+/// `r.sp` is 8-byte aligned and inside the walk's fence: `lo <= r.sp <=
+/// hi` (then every read here is aligned, at or above `r.sp` and below
+/// `hi`, and the state returned keeps this true).
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[inline(always)]
+pub(crate) unsafe fn compact_step(rule: u32, r: &Regs, hi: u64) -> Option<(Regs, u8, u64)> {
+    let sp = r.sp;
+    match rule & R_KIND {
+        R_RSP => {
+            // At most 8 * 65535 above sp <= hi: no overflow.
+            let new_sp = sp + 8 * sp_by_8(rule);
+            if new_sp > hi {
+                return None;
+            }
+            // SAFETY: sp <= new_sp - 8 and new_sp <= hi (the contract).
+            let ra = unsafe { read_stack(new_sp - 8) };
+            let (bp, kind, slot) = if rule & R_BP_SAVED != 0 {
+                let at = sp + 8 * bp_by_8(rule);
+                if at > hi || hi - at < 8 {
+                    return None;
+                }
+                // SAFETY: sp <= at and at + 8 <= hi (the contract).
+                (unsafe { read_stack(at) }, S_SLOT, at)
+            } else {
+                (r.bp, S_PASS, 0)
+            };
+            if ra == 0 {
+                return None;
+            }
+            Some((
+                Regs {
+                    pc: ra,
+                    sp: new_sp,
+                    bp,
+                    ip: false,
+                },
+                kind,
+                slot,
+            ))
+        }
+        R_FP => {
+            let bp = r.bp;
+            if bp < sp || bp & 7 != 0 || bp >= hi || hi - bp < 16 {
+                return None;
+            }
+            // SAFETY: sp <= bp, bp + 16 <= hi, aligned (the contract).
+            let (next_bp, ra) = unsafe { (read_stack(bp), read_stack(bp + 8)) };
+            if ra == 0 {
+                return None;
+            }
+            Some((
+                Regs {
+                    pc: ra,
+                    sp: bp + 16,
+                    bp: next_bp,
+                    ip: false,
+                },
+                S_FP,
+                bp,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The word at `addr` of the walking thread's stack.
+///
+/// # Safety
+/// `addr` is 8-byte aligned, at or above the current stack pointer and
+/// below the stack's top (mapped and readable: StackBounds' guarantee).
+#[inline(always)]
+unsafe fn read_stack(addr: u64) -> u64 {
+    // SAFETY: the caller's contract. Stack words change under us only by
+    // our own callers' frames, which are suspended; a volatile read keeps
+    // the compiler honest.
+    unsafe { core::ptr::read_volatile(addr as *const u64) }
 }
 
 /// Return addresses `[lo, lo + len)` that end every compact walk, as an
