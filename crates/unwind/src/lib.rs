@@ -44,7 +44,9 @@
 //!    thread that holds the lock, and it would cost microseconds per frame.
 //! 3. Every stack read MUST be 8-byte aligned and inside
 //!    `[max(lo, sp), hi)` of the calling thread. Steps read through the
-//!    fence, which checks it. The memo's re-reads are not checked one by
+//!    fence, which checks it; the compact step (`step::compact_step`) runs
+//!    only from an aligned stack pointer inside the fence and bounds each
+//!    read by `hi` (its reads are at or above that stack pointer). The memo's re-reads are not checked one by
 //!    one: each address was read through a fence with the same `hi` by a
 //!    compact step of the previous walk, and compact steps read only at or
 //!    above their own frame's stack pointer, which is at or above the
