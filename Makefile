@@ -247,7 +247,9 @@ $(PRELOAD_BIN)/prog_%: $(PRELOAD_DIR)/prog_%.c $(PRELOAD_DIR)/common.h
 # licenses. Binaries and shared objects are installed with
 # `strip --strip-unneeded`, the static library with `--strip-debug`
 # (`STRIP=true` keeps everything, for a distribution's -dbg split).
-# DESTDIR is honoured for packaging; `make uninstall` (same PREFIX and
+# DESTDIR is honoured for packaging, and the installed tree can be moved
+# (the .pc and CMake files find the prefix from their own place, below);
+# `make uninstall` (same PREFIX and
 # DESTDIR) removes exactly these files. Neither rebuilds the header.
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -289,7 +291,15 @@ INSTALLED := $(BINDIR)/alloctrace \
 
 empty :=
 space := $(empty) $(empty)
-SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+# The CMake package and the pkg-config file name no installed path: they
+# find the prefix from their own directory (relocatable: a tree staged with
+# DESTDIR or moved after installing still works). The ways from there:
+# relpath(TO,FROM), without resolving symbolic links.
+relpath = $(shell realpath -m -s --relative-to='$(2)' '$(1)')
+SUBST = sed -e 's|@CMAKEDIR_TO_PREFIX@|$(call relpath,$(PREFIX),$(CMAKEDIR))|g' \
+  -e 's|@PCDIR_TO_PREFIX@|$(call relpath,$(PREFIX),$(LIBDIR)/pkgconfig)|g' \
+  -e 's|@PREFIX_TO_LIBDIR@|$(call relpath,$(LIBDIR),$(PREFIX))|g' \
+  -e 's|@PREFIX_TO_INCLUDEDIR@|$(call relpath,$(INCLUDEDIR),$(PREFIX))|g' \
   -e 's|@VERSION@|$(VERSION)|g' -e 's|@SOVERSION@|$(SOVERSION)|g' -e 's|@LIB_REAL@|$(LIB_REAL)|g' \
   -e 's|@LIB_SONAME@|$(LIB_SONAME)|g' -e 's|@LIBS_PRIVATE@|$(LIBS_PRIVATE)|g' \
   -e 's|@LIBS_PRIVATE_CMAKE@|$(subst $(space),;,$(strip $(LIBS_PRIVATE)))|g'
@@ -330,7 +340,8 @@ uninstall:
 # would (packaging/install-test.sh): the files, their stripped sizes, the
 # SONAME and links, the README example built with pkg-config (shared and
 # --static) and with CMake, man pages and completions, `alloctrace record`
-# finding the shim, and uninstall leaving nothing.
+# finding the shim, uninstall leaving nothing, and a DESTDIR-staged tree
+# moved elsewhere built against from there (pkg-config and CMake).
 install-test: all
 	@MAKE="$(MAKE) --no-print-directory" TEST_CC="$(CC)" CWARN="$(CWARN)" RELEASE=$(RELEASE) \
 	  LIB_REAL=$(LIB_REAL) LIB_SONAME=$(LIB_SONAME) MAN_PAGES="$(MAN_PAGES)" packaging/install-test.sh

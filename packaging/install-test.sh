@@ -108,16 +108,40 @@ $MAKE uninstall PREFIX="$prefix" >"$dir/uninstall.log" 2>&1 || { cat "$dir/unins
 left=$(find "$prefix" \( -type f -o -type l \) | tr '\n' ' ')
 check "make uninstall leaves no file or link behind${left:+: $left}" [ -z "$left" ]
 
-# DESTDIR: staged under DESTDIR, the files name the final PREFIX.
+# DESTDIR: staged under DESTDIR; the pkg-config file and the CMake package
+# name no installed path (they find the prefix from their own place), so
+# the staged tree, moved elsewhere, is used where it is: the README example
+# built against it with pkg-config and with CMake, and run.
 stage=$dir/stage
 if $MAKE install DESTDIR="$stage" PREFIX=/opt/at >"$dir/install2.log" 2>&1 &&
-   [ -x "$stage/opt/at/bin/alloctrace" ] && grep -q '^prefix=/opt/at$' "$stage/opt/at/lib/pkgconfig/alloctrace.pc" &&
-   grep -q '"/opt/at/lib/' "$stage/opt/at/lib/cmake/alloctrace/alloctraceConfig.cmake" &&
-   [ -z "$(find "$stage" -path "$stage/opt" -prune -o -type f -print)" ]; then
-  ok "make install DESTDIR=... PREFIX=/opt/at stages under DESTDIR, files name /opt/at"
+   [ -x "$stage/opt/at/bin/alloctrace" ] && [ -z "$(find "$stage" -path "$stage/opt" -prune -o -type f -print)" ]; then
+  ok "make install DESTDIR=... PREFIX=/opt/at stages under DESTDIR"
 else cat "$dir/install2.log"; bad "make install with DESTDIR"; fi
-$MAKE uninstall DESTDIR="$stage" PREFIX=/opt/at >/dev/null 2>&1
-left=$(find "$stage" \( -type f -o -type l \) | tr '\n' ' ')
+pc=lib/pkgconfig/alloctrace.pc; config=lib/cmake/alloctrace/alloctraceConfig.cmake
+check "$pc and $config name no installed path (no /opt/at, no $dir)" \
+  sh -c "! grep -n -e /opt/at -e '$dir' '$stage/opt/at/$pc' '$stage/opt/at/$config'"
+moved=$dir/moved/opt
+mkdir -p "$moved" && mv "$stage/opt/at" "$moved/at"
+moved=$moved/at
+mkdir -p "$dir/relocated"
+if command -v pkg-config >/dev/null; then
+  if (cd "$dir/relocated" && export PKG_CONFIG_PATH="$moved/lib/pkgconfig" &&
+      $TEST_CC $CWARN ../example.c $(pkg-config --cflags --libs alloctrace) \
+        -Wl,-rpath,"$(pkg-config --variable=libdir alloctrace)" -o example_pc &&
+      ./example_pc && "$moved/bin/alloctrace" check example.trace >/dev/null); then
+    ok "the staged tree moved to another directory: README example built with pkg-config from there (\${pcfiledir}), runs"
+  else bad "pkg-config on a moved tree: $(PKG_CONFIG_PATH="$moved/lib/pkgconfig" pkg-config --cflags --libs alloctrace)"; fi
+else skip "pkg-config not installed: the moved tree was not built against with it"; fi
+if command -v cmake >/dev/null; then
+  mkdir -p "$dir/relocated/cmake" && cp cmake/consumer/CMakeLists.txt "$dir/example.c" "$dir/relocated/cmake/"
+  if (cd "$dir/relocated/cmake" && cmake -S . -B build -DCMAKE_PREFIX_PATH="$moved" >cmake.log 2>&1 &&
+      cmake --build build >>cmake.log 2>&1 && ./build/example && "$moved/bin/alloctrace" check example.trace >/dev/null &&
+      rm example.trace && ./build/example_static && "$moved/bin/alloctrace" check example.trace >/dev/null); then
+    ok "the staged tree moved to another directory: README example built with CMake from there (PACKAGE_PREFIX_DIR), shared and static, runs"
+  else cat "$dir/relocated/cmake/cmake.log"; bad "CMake on a moved tree"; fi
+else skip "cmake not installed: the moved tree was not built against with it"; fi
+$MAKE uninstall DESTDIR="$dir/moved" PREFIX=/opt/at >/dev/null 2>&1
+left=$(find "$dir/moved" "$stage" \( -type f -o -type l \) | tr '\n' ' ')
 check "make uninstall DESTDIR=... leaves nothing${left:+: $left}" [ -z "$left" ]
 
 echo "install-test: $pass passed, $fail failed"

@@ -30,10 +30,10 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, Permissions};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -58,6 +58,17 @@ pub const NOTHING_TRACED: u8 = 125;
 /// the index. About a tenth of a second of reading at most.
 pub const REPORT_READ_BYTES: u64 = 16 << 20;
 pub const REPORT_READ_BYTES_COMPRESSED: u64 = 1 << 20;
+
+/// A run of up to this many traces gets a paragraph per trace. A larger
+/// one (a wrapper script's, a version manager's shim, a build) is summed
+/// up by program (the first `REPORT_PROGRAMS`, most bytes first), with a
+/// paragraph for each of its `REPORT_LARGEST` largest traces and for each
+/// of the first `REPORT_UNCLEAN` that did not end cleanly, and the others
+/// counted with the command that lists them all.
+pub const REPORT_EVERY_TRACE_UP_TO: usize = 8;
+pub const REPORT_LARGEST: usize = 5;
+pub const REPORT_UNCLEAN: usize = 5;
+pub const REPORT_PROGRAMS: usize = 10;
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -193,7 +204,8 @@ fn find_shim() -> Result<PathBuf, Failure> {
     )))
 }
 
-/// A fresh index file in the temporary directory, created 0600.
+/// A fresh index file in the temporary directory, mode 0600 whatever the
+/// umask (every process of the run opens it to append).
 fn create_index() -> Result<(PathBuf, File), Failure> {
     let dir = std::env::temp_dir();
     let nanos = std::time::SystemTime::now()
@@ -211,7 +223,13 @@ fn create_index() -> Result<(PathBuf, File), Failure> {
             .mode(0o600)
             .open(&path)
         {
-            Ok(file) => return Ok((path, file)),
+            Ok(file) => {
+                if let Err(e) = file.set_permissions(Permissions::from_mode(0o600)) {
+                    let _ = std::fs::remove_file(&path);
+                    return Err(Failure::Io(format!("cannot chmod {}: {e}", path.display())));
+                }
+                return Ok((path, file));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
                 return Err(Failure::Io(format!(
@@ -408,9 +426,169 @@ fn summary(trace: &Trace, read: bool) -> String {
     text
 }
 
+/// A trace's paragraph, read whole while its size fits in what is left
+/// of the `budget` (which it then takes).
+fn paragraph(trace: &Trace, budget: &mut u64) -> String {
+    let size = std::fs::metadata(&trace.path).map_or(u64::MAX, |m| m.len());
+    let read = size <= *budget;
+    if read {
+        *budget -= size;
+    }
+    let mut text = summary(trace, read);
+    text.push('\n');
+    text
+}
+
+/// Whether the index says the trace did not end cleanly: its process is
+/// still running or ended without completing it, or its writes failed.
+fn unclean(trace: &Trace) -> bool {
+    trace.end.as_ref().is_none_or(|end| end.status != "ok")
+}
+
+/// `path` as a word a shell reads back as it is: single-quoted unless
+/// every character is plain, control characters escaped.
+fn shell_word(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._+-,:=@%".contains(c));
+    if plain {
+        text.into_owned()
+    } else {
+        crate::printable(&format!("'{}'", text.replace('\'', r"'\''"))).into_owned()
+    }
+}
+
+/// How to list every trace of the run: `alloctrace check` on the run's
+/// own directory (relative to the current directory `cwd` when inside
+/// it), or on the one directory an `-o` pattern put them all in.
+fn listing(index: &Index, run_dir: Option<&Path>, cwd: &Path) -> String {
+    // Never a word that starts with `-`, which would read as an option.
+    let short = |dir: &Path| -> PathBuf {
+        match dir.strip_prefix(cwd) {
+            Ok(rel) if rel.as_os_str().is_empty() => PathBuf::from("."),
+            Ok(rel) if rel.as_os_str().as_bytes().starts_with(b"-") => Path::new(".").join(rel),
+            Ok(rel) => rel.to_path_buf(),
+            Err(_) => dir.to_path_buf(),
+        }
+    };
+    if let Some(dir) = run_dir {
+        return format!(
+            "`alloctrace check {}` lists them all",
+            shell_word(&short(dir))
+        );
+    }
+    let parent = index.traces[0].path.parent();
+    let one_dir = index
+        .traces
+        .iter()
+        .all(|t| t.path.parent() == parent && t.path.extension().is_some_and(|e| e == "trace"));
+    match parent {
+        Some(dir) if one_dir => format!(
+            "`alloctrace check {}` lists them, with any other trace there",
+            shell_word(&short(dir))
+        ),
+        _ => "not listed here (`--no-report` lists every trace's path)".to_string(),
+    }
+}
+
+/// The report of a run of many traces (more than
+/// `REPORT_EVERY_TRACE_UP_TO`): its traces by program, the largest and
+/// those that did not end cleanly, and the command that lists the others.
+fn grouped(index: &Index, run_dir: Option<&Path>, cwd: &Path, budget: &mut u64) -> String {
+    let sizes: Vec<u64> = index
+        .traces
+        .iter()
+        .map(|t| std::fs::metadata(&t.path).map_or(0, |m| m.len()))
+        .collect();
+    // Program -> (traces, bytes), most bytes first.
+    let mut by_program: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (trace, size) in index.traces.iter().zip(&sizes) {
+        let entry = by_program.entry(trace.program.as_str()).or_default();
+        entry.0 += 1;
+        entry.1 += size;
+    }
+    let mut programs: Vec<(String, u64, u64)> = by_program
+        .into_iter()
+        .map(|(p, (n, bytes))| (crate::printable(p).into_owned(), n, bytes))
+        .collect();
+    programs.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+    let mut rows: Vec<[String; 3]> = vec![[
+        "program".to_string(),
+        "traces".to_string(),
+        "on disk".to_string(),
+    ]];
+    for (program, n, bytes) in programs.iter().take(REPORT_PROGRAMS) {
+        rows.push([program.clone(), units::thousands(*n), human_bytes(*bytes)]);
+    }
+    if programs.len() > REPORT_PROGRAMS {
+        let rest = &programs[REPORT_PROGRAMS..];
+        rows.push([
+            plural(rest.len() as u64, "other program", "other programs"),
+            units::thousands(rest.iter().map(|p| p.1).sum()),
+            human_bytes(rest.iter().map(|p| p.2).sum()),
+        ]);
+    }
+    let width = |k: usize| rows.iter().map(|r| r[k].chars().count()).max().unwrap_or(0);
+    let (w0, w1, w2) = (width(0), width(1), width(2));
+    let mut out = String::new();
+    for [program, n, bytes] in &rows {
+        out.push_str(&format!("  {program:<w0$}  {n:>w1$}  {bytes:>w2$}\n"));
+    }
+
+    // The largest (ties in the order they started), then the first
+    // few of the others that did not end cleanly.
+    let mut order: Vec<usize> = (0..index.traces.len()).collect();
+    order.sort_by(|&a, &b| sizes[b].cmp(&sizes[a]).then(a.cmp(&b)));
+    let mut shown: Vec<usize> = order[..REPORT_LARGEST.min(order.len())].to_vec();
+    let unclean_rest: Vec<usize> = (0..index.traces.len())
+        .filter(|i| !shown.contains(i) && unclean(&index.traces[*i]))
+        .collect();
+    let extra = unclean_rest.len().min(REPORT_UNCLEAN);
+    shown.extend(&unclean_rest[..extra]);
+    let largest = REPORT_LARGEST.min(order.len());
+    out.push_str(&format!("alloctrace: the {largest} largest traces"));
+    if extra > 0 {
+        out.push_str(&format!(
+            ", and {} that did not end cleanly",
+            plural(extra as u64, "other", "others")
+        ));
+    }
+    out.push_str(":\n");
+    for &i in &shown {
+        out.push_str(&paragraph(&index.traces[i], budget));
+    }
+    let more = index.traces.len() - shown.len();
+    if more > 0 {
+        let also_unclean = unclean_rest.len() - extra;
+        let unclean_note = if also_unclean > 0 {
+            format!(" ({also_unclean} of them did not end cleanly)")
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "alloctrace: {} more {}{unclean_note}: {}\n",
+            units::thousands(more as u64),
+            if more == 1 { "trace" } else { "traces" },
+            listing(index, run_dir, cwd)
+        ));
+    }
+    out
+}
+
 /// The report: where the traces are, what was not traced and why, and
-/// (unless `brief`) a summary of each trace.
-fn report(index: &Index, name: &str, status_text: &str, args: &Args, brief: bool) -> String {
+/// (unless `brief`) a summary of each trace, or of a run of many traces
+/// by program (`grouped`). `run_dir` is the run's own directory, `cwd`
+/// the current one.
+fn report(
+    index: &Index,
+    name: &str,
+    status_text: &str,
+    args: &Args,
+    brief: bool,
+    (run_dir, cwd): (Option<&Path>, &Path),
+) -> String {
     let mut out = String::new();
     let budget_limit = if args.compression == Compression::None {
         REPORT_READ_BYTES
@@ -427,23 +605,21 @@ fn report(index: &Index, name: &str, status_text: &str, args: &Args, brief: bool
             "alloctrace: {} written\n",
             plural(index.traces.len() as u64, "trace", "traces")
         ));
-        for trace in &index.traces {
-            if brief {
+        if brief {
+            for trace in &index.traces {
                 out.push_str(&format!(
                     "  {} (pid {}, {})\n",
-                    trace.path.display(),
+                    crate::printable(&trace.path.display().to_string()),
                     trace.pid,
-                    trace.program
+                    crate::printable(&trace.program)
                 ));
-                continue;
             }
-            let size = std::fs::metadata(&trace.path).map_or(u64::MAX, |m| m.len());
-            let read = size <= budget;
-            if read {
-                budget -= size;
+        } else if index.traces.len() <= REPORT_EVERY_TRACE_UP_TO {
+            for trace in &index.traces {
+                out.push_str(&paragraph(trace, &mut budget));
             }
-            out.push_str(&summary(trace, read));
-            out.push('\n');
+        } else {
+            out.push_str(&grouped(index, run_dir, cwd, &mut budget));
         }
     }
     for (pid, program, why) in &index.untraced {
@@ -480,7 +656,9 @@ fn report(index: &Index, name: &str, status_text: &str, args: &Args, brief: bool
 }
 
 /// A directory of its own for the run's traces: alloctrace-CMD-PID in the
-/// current directory (-2, -3, ... if that exists), created 0700.
+/// current directory (-2, -3, ... if that exists), mode 0700 whatever the
+/// umask (under umask 0777 mkdir alone would make it 0000: no process of
+/// the run could write its trace there).
 fn create_run_dir(cwd: &Path, command: &OsStr) -> Result<PathBuf, Failure> {
     let name: String = String::from_utf8_lossy(alloctrace_options::file_name(command.as_bytes()))
         .chars()
@@ -500,7 +678,15 @@ fn create_run_dir(cwd: &Path, command: &OsStr) -> Result<PathBuf, Failure> {
             format!("{base}-{k}")
         });
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
+            Ok(()) => {
+                return match std::fs::set_permissions(&dir, Permissions::from_mode(0o700)) {
+                    Ok(()) => Ok(dir),
+                    Err(e) => {
+                        let _ = std::fs::remove_dir(&dir);
+                        Err(Failure::Io(format!("cannot chmod {}: {e}", dir.display())))
+                    }
+                };
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(Failure::Io(format!("cannot create {}: {e}", dir.display()))),
         }
@@ -699,7 +885,14 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     };
     // Never a panic (as eprint! on a closed pipe or a full disk): the
     // status is CMD's whatever happens to the report.
-    crate::print_stderr(&report(&found, &name, &status_text, args, args.no_report));
+    crate::print_stderr(&report(
+        &found,
+        &name,
+        &status_text,
+        args,
+        args.no_report,
+        (run_dir.as_deref(), &cwd),
+    ));
     if found.traces.is_empty() {
         cleanup_dir(&run_dir);
         return Err(Failure::Verdict(NOTHING_TRACED));
@@ -721,6 +914,57 @@ mod tests {
         assert_eq!(human_bytes(12 << 20), "12.0 MiB");
         assert_eq!(plural(1, "trace", "traces"), "1 trace");
         assert_eq!(plural(2000, "trace", "traces"), "2,000 traces");
+    }
+
+    #[test]
+    fn shell_words() {
+        assert_eq!(
+            shell_word(Path::new("alloctrace-sh-12")),
+            "alloctrace-sh-12"
+        );
+        assert_eq!(shell_word(Path::new("/a b/it's")), r"'/a b/it'\''s'");
+        assert_eq!(shell_word(Path::new("x\ny")), r"'x\ny'");
+    }
+
+    fn traces(paths: &[&str]) -> Index {
+        Index {
+            traces: paths
+                .iter()
+                .map(|p| Trace {
+                    pid: "1".to_string(),
+                    program: "sh".to_string(),
+                    path: PathBuf::from(p),
+                    end: None,
+                })
+                .collect(),
+            ..Index::default()
+        }
+    }
+
+    #[test]
+    fn the_listing_command() {
+        let cwd = Path::new("/home/me");
+        let run = traces(&["/home/me/alloctrace-sh-7/7.trace"]);
+        let dir = Path::new("/home/me/alloctrace-sh-7");
+        assert_eq!(
+            listing(&run, Some(dir), cwd),
+            "`alloctrace check alloctrace-sh-7` lists them all"
+        );
+        assert_eq!(
+            listing(&run, Some(dir), Path::new("/tmp")),
+            "`alloctrace check /home/me/alloctrace-sh-7` lists them all"
+        );
+        let here = traces(&["/home/me/a.1.trace", "/home/me/a.2.trace"]);
+        assert_eq!(
+            listing(&here, None, cwd),
+            "`alloctrace check .` lists them, with any other trace there"
+        );
+        let dashed = traces(&["/home/me/-x/a.1.trace", "/home/me/-x/a.2.trace"]);
+        assert!(listing(&dashed, None, cwd).starts_with("`alloctrace check ./-x` lists them"));
+        let apart = traces(&["/home/me/1/a.trace", "/home/me/2/a.trace"]);
+        assert!(listing(&apart, None, cwd).starts_with("not listed here"));
+        let other_names = traces(&["/home/me/a.1.out", "/home/me/a.2.out"]);
+        assert!(listing(&other_names, None, cwd).starts_with("not listed here"));
     }
 
     #[test]
