@@ -51,7 +51,8 @@
 //!   bounds, which the thread trampoline (stacks.rs) reads at thread start
 //!   and session start reads for the starting thread.
 //! - **Lifecycle** (session.rs): a session starts in the constructor and
-//!   stops in an atexit handler (whichever thread calls exit), before exec,
+//!   stops in an exit handler that runs after every library's destructor
+//!   (whichever thread calls exit), before exec,
 //!   and restarts in a forked child and after a failed exec, each time into
 //!   a file of its own.
 //! - **Shared state** (state.rs): the lifecycle state, the families the
@@ -124,7 +125,7 @@
 //! ## Corner cases
 //!
 //! - Calls before the constructor (ld.so, other constructors) and after the
-//!   atexit handler pass through untraced: the core's events are off. The
+//!   exit handler pass through untraced: the core's events are off. The
 //!   first heap call made before the constructor resolves the next
 //!   allocator's entry points (as the shim's own code: dlsym's allocations
 //!   come from the shim's private heap); otherwise the constructor does.

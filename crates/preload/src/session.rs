@@ -148,8 +148,12 @@ pub fn init() {
         STACKS.store(settings.stacks, Ordering::Relaxed);
         SETTINGS.store(Box::into_raw(Box::new(settings)), Ordering::Release);
         if start_session(Kind::Root) {
-            // SAFETY: at_exit is an extern "C" fn without arguments.
-            unsafe { libc::atexit(at_exit) };
+            // Registered for the process (no DSO handle), not for the
+            // shim as atexit would: the shim's own destructor must not run
+            // it (see `at_exit`).
+            // SAFETY: at_exit is an extern "C" fn taking one pointer, which
+            // it ignores; the shim is never unloaded (build.rs: -z nodelete).
+            unsafe { __cxa_atexit(at_exit, core::ptr::null_mut(), core::ptr::null_mut()) };
             // After the core's first start, which registered its own
             // handlers: child handlers run in registration order, so ours
             // runs after the core has reset itself.
@@ -584,10 +588,29 @@ fn program_name() -> Vec<u8> {
     }
 }
 
-/// atexit handler: runs on whichever thread calls exit. What the rest of
-/// exit does (other handlers, destructors) is not traced: the session is
-/// over.
-extern "C" fn at_exit() {
+extern "C" {
+    /// glibc's: `atexit` is `__cxa_atexit(f, NULL, __dso_handle)`.
+    fn __cxa_atexit(
+        f: extern "C" fn(*mut libc::c_void),
+        arg: *mut libc::c_void,
+        dso: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// The exit handler that ends the session: runs on whichever thread calls
+/// exit, after every library's destructor. exit runs its handlers in
+/// reverse order of registration, and this one is registered by the
+/// constructor, before `__libc_start_main` registers ld.so's `_dl_fini`,
+/// which runs the destructors (`.fini_array`, and through each library's
+/// `__cxa_finalize` its C++ static destructors and the atexit handlers it
+/// registered). Registered with `atexit` (the shim's DSO handle), it would
+/// run inside `_dl_fini` at the shim's turn, which comes before that of
+/// the libraries the program links (the first sessions did: their
+/// destructors' frees were missed). What runs after it: handlers
+/// registered without a DSO handle before the shim's constructor, and
+/// stdio's flush; threads still running. Their events are not recorded
+/// (see `stop_session`).
+extern "C" fn at_exit(_: *mut libc::c_void) {
     reentrancy::own(|| boundary::quietly(stop_session));
 }
 
