@@ -4,7 +4,10 @@
  * (registered by the library's constructor, before the shim's);
  * libexitfree's destructor; with WITH_CXX, libexitcxx's static object's
  * destructor. So 3 or 4 times EXIT_BLOCKS allocations and as many frees,
- * and no leak. */
+ * and no leak. Then LATE_BLOCKS blocks of LATE_BLOCK_SIZE bytes that
+ * libexitfree frees in an exit handler that runs after the shim's, once
+ * the session has ended: their frees are not in the trace, and are
+ * counted in its lost events. */
 #include <stdlib.h>
 
 #include "exitfree.h"
@@ -30,6 +33,11 @@ int main(void) {
 #ifdef WITH_CXX
         exitcxx_keep(i, block());
 #endif
+    }
+    for (int i = 0; i < LATE_BLOCKS; i++) {
+        void *p = malloc(LATE_BLOCK_SIZE);
+        if (!p) abort();
+        exitfree_after_end(i, p);
     }
     return 0;
 }

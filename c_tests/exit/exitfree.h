@@ -11,7 +11,13 @@ extern "C" {
 /* Their size, found by nothing else in the program. */
 #define EXIT_BLOCK_SIZE 4321
 
+/* Blocks freed after the session ended (the trace counts them lost). */
+#define LATE_BLOCKS 7
+/* Their size. */
+#define LATE_BLOCK_SIZE 1234
+
 void exitfree_at_destructor(int i, void *p);
+void exitfree_after_end(int i, void *p);
 void exitfree_at_handler(int i, void *p);
 void exitcxx_keep(int i, void *p);
 

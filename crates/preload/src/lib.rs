@@ -125,7 +125,11 @@
 //! ## Corner cases
 //!
 //! - Calls before the constructor (ld.so, other constructors) and after the
-//!   exit handler pass through untraced: the core's events are off. The
+//!   exit handler pass through untraced: the core's events are off. After
+//!   the exit handler (state EXITED: threads still running, exit handlers
+//!   registered without a DSO handle before the constructor) each call of
+//!   a recorded family is counted, as a lost event of the trace (late.rs).
+//!   The
 //!   first heap call made before the constructor resolves the next
 //!   allocator's entry points (as the shim's own code: dlsym's allocations
 //!   come from the shim's private heap); otherwise the constructor does.
@@ -184,6 +188,8 @@ mod early;
 mod exec;
 #[cfg(not(test))]
 mod heap;
+#[cfg(not(test))]
+mod late;
 #[cfg(not(test))]
 mod maps;
 #[cfg(not(test))]

@@ -7,7 +7,8 @@
 //! module:
 //!
 //! ```text
-//! UNINIT --constructor--> RUNNING --exit, exec, fatal signal--> STOPPED
+//! UNINIT --constructor--> RUNNING --exec, fatal signal--> STOPPED
+//!    |                       |\--exit, _exit, quick_exit--> EXITED (late.rs)
 //!    |                       ^  \--fork (child)--> RUNNING (new file)
 //!    |                       |   \-fork, FOLLOW=0-> DISABLED
 //!    |                       \--- failed exec ---- STOPPED
@@ -51,8 +52,8 @@ use alloctrace_writer::{ClockKind, Config, Error, Output};
 use crate::config::{self, Parsed, Settings};
 use crate::real::write_stderr;
 use crate::state::{
-    DISABLED, EPOCH, FAILED, FILTER, HEAP, LIFECYCLE, MMAP, RUNNING, SESSION_PID, STACKS, STOPPED,
-    UNINIT,
+    DISABLED, EPOCH, EXITED, FAILED, FILTER, HEAP, LIFECYCLE, MMAP, RUNNING, SESSION_PID, STACKS,
+    STOPPED, UNINIT,
 };
 use crate::{boundary, liveset, reentrancy, spans, stacks};
 
@@ -448,15 +449,22 @@ fn monotonic_ns() -> u64 {
 
 /// Stops the running session: flushes every thread and closes the file.
 /// Then appends the session's `end` line to the index. Runs as the shim's
-/// own code.
-fn stop_session() {
+/// own code. `at_exit`: the process is exiting; the state becomes EXITED
+/// before events turn off, so every call from then on is either recorded
+/// or counted (late.rs).
+fn stop_session(at_exit: bool) {
+    let next = if at_exit { EXITED } else { STOPPED };
     if LIFECYCLE
-        .compare_exchange(RUNNING, STOPPED, Ordering::AcqRel, Ordering::Acquire)
+        .compare_exchange(RUNNING, next, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
         return;
     }
-    let result = alloctrace_writer::stop();
+    let result = if at_exit {
+        alloctrace_writer::stop_at_exit()
+    } else {
+        alloctrace_writer::stop()
+    };
     if let Err(e) = result {
         // SAFETY: TRACE_PATH holds null or a leaked box.
         let path = unsafe { TRACE_PATH.load(Ordering::Acquire).as_ref() };
@@ -608,10 +616,10 @@ extern "C" {
 /// the libraries the program links (the first sessions did: their
 /// destructors' frees were missed). What runs after it: handlers
 /// registered without a DSO handle before the shim's constructor, and
-/// stdio's flush; threads still running. Their events are not recorded
-/// (see `stop_session`).
+/// stdio's flush; threads still running. Their calls are counted as lost
+/// events of the trace (late.rs).
 extern "C" fn at_exit(_: *mut libc::c_void) {
-    reentrancy::own(|| boundary::quietly(stop_session));
+    reentrancy::own(|| boundary::quietly(|| stop_session(true)));
 }
 
 thread_local! {
@@ -670,10 +678,11 @@ extern "C" fn fork_child() {
     reentrancy::replace(FORK_PREV_STATE.with(|s| s.get()));
 }
 
-/// Before exec or _exit: ends the session so its trace is complete (both
-/// discard the writer thread and every buffer). Returns whether it stopped
-/// one. Leaves a vfork child's parent session alone.
-pub fn stop_if_ours() -> bool {
+/// Before exec (`at_exit` false), _exit or quick_exit's end (true): ends
+/// the session so its trace is complete (both discard the writer thread
+/// and every buffer). Returns whether it stopped one. Leaves a vfork
+/// child's parent session alone.
+pub fn stop_if_ours(at_exit: bool) -> bool {
     if LIFECYCLE.load(Ordering::Acquire) != RUNNING {
         return false;
     }
@@ -681,7 +690,7 @@ pub fn stop_if_ours() -> bool {
     if unsafe { libc::getpid() } != SESSION_PID.load(Ordering::Acquire) {
         return false;
     }
-    reentrancy::own(stop_session);
+    reentrancy::own(|| stop_session(at_exit));
     true
 }
 
