@@ -49,7 +49,7 @@ unsafe fn exec_with(
             // SAFETY: as the caller's envp.
             unsafe {
                 with_run_env(envp, |env| {
-                    let stopped = session::stop_if_ours();
+                    let stopped = session::stop_if_ours(false);
                     let r = call.take().map_or(-1, |call| call(env));
                     let saved = real::errno();
                     answer.set(Some((r, saved)));
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn execle() {
 fn stop_before_exit() {
     if reentrancy::in_program() {
         boundary::quietly(|| {
-            let _ = session::stop_if_ours();
+            let _ = session::stop_if_ours(true);
         });
     }
 }

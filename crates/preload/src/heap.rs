@@ -54,7 +54,7 @@ use core::sync::atomic::Ordering;
 use alloctrace_writer::capture::{self, StackMode, StartRegs};
 use alloctrace_writer::events::{self, tagged, EntryPoint};
 
-use crate::{boundary, early, liveset, private_heap, real, reentrancy, state};
+use crate::{boundary, early, late, liveset, private_heap, real, reentrancy, state};
 
 /// memalign's alignment rule, for the shim's private heap: rounded up to a
 /// power of two, at least 16.
@@ -188,6 +188,8 @@ fn trace_alloc(entry: EntryPoint, p: *mut c_void, size: usize, start: StartRegs)
         });
     } else if early::active() {
         boundary::event(|| early::alloc(p as usize, size));
+    } else {
+        late::note(&state::HEAP);
     }
 }
 
@@ -211,6 +213,8 @@ fn account(trace: impl FnOnce(), log: impl FnOnce()) {
         trace();
     } else if early::active() {
         log();
+    } else {
+        late::note(&state::HEAP);
     }
 }
 
@@ -329,6 +333,9 @@ unsafe fn reallocate(
     }
     if !recording() || reentrancy::get() == reentrancy::OWN {
         let log = early::active();
+        if !log {
+            late::note(&state::HEAP);
+        }
         let r = call(p);
         if log && (!r.is_null() || size == 0) {
             early::free(p as usize);

@@ -51,7 +51,8 @@
 //!   bounds, which the thread trampoline (stacks.rs) reads at thread start
 //!   and session start reads for the starting thread.
 //! - **Lifecycle** (session.rs): a session starts in the constructor and
-//!   stops in an atexit handler (whichever thread calls exit), before exec,
+//!   stops in an exit handler that runs after every library's destructor
+//!   (whichever thread calls exit), before exec,
 //!   and restarts in a forked child and after a failed exec, each time into
 //!   a file of its own.
 //! - **Shared state** (state.rs): the lifecycle state, the families the
@@ -124,7 +125,11 @@
 //! ## Corner cases
 //!
 //! - Calls before the constructor (ld.so, other constructors) and after the
-//!   atexit handler pass through untraced: the core's events are off. The
+//!   exit handler pass through untraced: the core's events are off. After
+//!   the exit handler (state EXITED: threads still running, exit handlers
+//!   registered without a DSO handle before the constructor) each call of
+//!   a recorded family is counted, as a lost event of the trace (late.rs).
+//!   The
 //!   first heap call made before the constructor resolves the next
 //!   allocator's entry points (as the shim's own code: dlsym's allocations
 //!   come from the shim's private heap); otherwise the constructor does.
@@ -183,6 +188,8 @@ mod early;
 mod exec;
 #[cfg(not(test))]
 mod heap;
+#[cfg(not(test))]
+mod late;
 #[cfg(not(test))]
 mod maps;
 #[cfg(not(test))]

@@ -113,9 +113,11 @@ fn recording() -> bool {
 
 /// A call that is not recorded ([`recording`] is false): when the session
 /// records mappings but a panic turned the thread's tracing off
-/// (boundary.rs), its event is counted as lost.
+/// (boundary.rs), or the session ended at exit (late.rs), its event is
+/// counted as lost.
 #[inline(always)]
 fn not_recorded() {
+    crate::late::note(&state::MMAP);
     if reentrancy::get() == reentrancy::DISABLED
         && alloctrace_writer::enabled()
         && state::MMAP.load(Ordering::Relaxed)

@@ -7,7 +7,8 @@
 //! module:
 //!
 //! ```text
-//! UNINIT --constructor--> RUNNING --exit, exec, fatal signal--> STOPPED
+//! UNINIT --constructor--> RUNNING --exec, fatal signal--> STOPPED
+//!    |                       |\--exit, _exit, quick_exit--> EXITED (late.rs)
 //!    |                       ^  \--fork (child)--> RUNNING (new file)
 //!    |                       |   \-fork, FOLLOW=0-> DISABLED
 //!    |                       \--- failed exec ---- STOPPED
@@ -51,8 +52,8 @@ use alloctrace_writer::{ClockKind, Config, Error, Output};
 use crate::config::{self, Parsed, Settings};
 use crate::real::write_stderr;
 use crate::state::{
-    DISABLED, EPOCH, FAILED, FILTER, HEAP, LIFECYCLE, MMAP, RUNNING, SESSION_PID, STACKS, STOPPED,
-    UNINIT,
+    DISABLED, EPOCH, EXITED, FAILED, FILTER, HEAP, LIFECYCLE, MMAP, RUNNING, SESSION_PID, STACKS,
+    STOPPED, UNINIT,
 };
 use crate::{boundary, liveset, reentrancy, spans, stacks};
 
@@ -148,8 +149,12 @@ pub fn init() {
         STACKS.store(settings.stacks, Ordering::Relaxed);
         SETTINGS.store(Box::into_raw(Box::new(settings)), Ordering::Release);
         if start_session(Kind::Root) {
-            // SAFETY: at_exit is an extern "C" fn without arguments.
-            unsafe { libc::atexit(at_exit) };
+            // Registered for the process (no DSO handle), not for the
+            // shim as atexit would: the shim's own destructor must not run
+            // it (see `at_exit`).
+            // SAFETY: at_exit is an extern "C" fn taking one pointer, which
+            // it ignores; the shim is never unloaded (build.rs: -z nodelete).
+            unsafe { __cxa_atexit(at_exit, core::ptr::null_mut(), core::ptr::null_mut()) };
             // After the core's first start, which registered its own
             // handlers: child handlers run in registration order, so ours
             // runs after the core has reset itself.
@@ -444,15 +449,22 @@ fn monotonic_ns() -> u64 {
 
 /// Stops the running session: flushes every thread and closes the file.
 /// Then appends the session's `end` line to the index. Runs as the shim's
-/// own code.
-fn stop_session() {
+/// own code. `at_exit`: the process is exiting; the state becomes EXITED
+/// before events turn off, so every call from then on is either recorded
+/// or counted (late.rs).
+fn stop_session(at_exit: bool) {
+    let next = if at_exit { EXITED } else { STOPPED };
     if LIFECYCLE
-        .compare_exchange(RUNNING, STOPPED, Ordering::AcqRel, Ordering::Acquire)
+        .compare_exchange(RUNNING, next, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
         return;
     }
-    let result = alloctrace_writer::stop();
+    let result = if at_exit {
+        alloctrace_writer::stop_at_exit()
+    } else {
+        alloctrace_writer::stop()
+    };
     if let Err(e) = result {
         // SAFETY: TRACE_PATH holds null or a leaked box.
         let path = unsafe { TRACE_PATH.load(Ordering::Acquire).as_ref() };
@@ -584,11 +596,30 @@ fn program_name() -> Vec<u8> {
     }
 }
 
-/// atexit handler: runs on whichever thread calls exit. What the rest of
-/// exit does (other handlers, destructors) is not traced: the session is
-/// over.
-extern "C" fn at_exit() {
-    reentrancy::own(|| boundary::quietly(stop_session));
+extern "C" {
+    /// glibc's: `atexit` is `__cxa_atexit(f, NULL, __dso_handle)`.
+    fn __cxa_atexit(
+        f: extern "C" fn(*mut libc::c_void),
+        arg: *mut libc::c_void,
+        dso: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// The exit handler that ends the session: runs on whichever thread calls
+/// exit, after every library's destructor. exit runs its handlers in
+/// reverse order of registration, and this one is registered by the
+/// constructor, before `__libc_start_main` registers ld.so's `_dl_fini`,
+/// which runs the destructors (`.fini_array`, and through each library's
+/// `__cxa_finalize` its C++ static destructors and the atexit handlers it
+/// registered). Registered with `atexit` (the shim's DSO handle), it would
+/// run inside `_dl_fini` at the shim's turn, which comes before that of
+/// the libraries the program links (the first sessions did: their
+/// destructors' frees were missed). What runs after it: handlers
+/// registered without a DSO handle before the shim's constructor, and
+/// stdio's flush; threads still running. Their calls are counted as lost
+/// events of the trace (late.rs).
+extern "C" fn at_exit(_: *mut libc::c_void) {
+    reentrancy::own(|| boundary::quietly(|| stop_session(true)));
 }
 
 thread_local! {
@@ -647,10 +678,11 @@ extern "C" fn fork_child() {
     reentrancy::replace(FORK_PREV_STATE.with(|s| s.get()));
 }
 
-/// Before exec or _exit: ends the session so its trace is complete (both
-/// discard the writer thread and every buffer). Returns whether it stopped
-/// one. Leaves a vfork child's parent session alone.
-pub fn stop_if_ours() -> bool {
+/// Before exec (`at_exit` false), _exit or quick_exit's end (true): ends
+/// the session so its trace is complete (both discard the writer thread
+/// and every buffer). Returns whether it stopped one. Leaves a vfork
+/// child's parent session alone.
+pub fn stop_if_ours(at_exit: bool) -> bool {
     if LIFECYCLE.load(Ordering::Acquire) != RUNNING {
         return false;
     }
@@ -658,7 +690,7 @@ pub fn stop_if_ours() -> bool {
     if unsafe { libc::getpid() } != SESSION_PID.load(Ordering::Acquire) {
         return false;
     }
-    reentrancy::own(stop_session);
+    reentrancy::own(|| stop_session(at_exit));
     true
 }
 

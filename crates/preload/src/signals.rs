@@ -359,7 +359,7 @@ extern "C" fn fork_child() {
 extern "C" fn on_quick_exit() {
     if reentrancy::in_program() {
         boundary::quietly(|| {
-            let _ = session::stop_if_ours();
+            let _ = session::stop_if_ours(true);
         });
     }
 }

@@ -12,7 +12,7 @@
 //!
 //! | item | means | written by | stores | loads |
 //! |---|---|---|---|---|
-//! | [`LIFECYCLE`] | the lifecycle state (session.rs's state machine) | session.rs (as the shim's own code); signals.rs's fatal-signal handler (RUNNING to STOPPED once the core ended the session) | Release; transitions out of RUNNING by compare-exchange (AcqRel) | Acquire; Relaxed in early.rs's hot check (`early::active`) |
+//! | [`LIFECYCLE`] | the lifecycle state (session.rs's state machine) | session.rs (as the shim's own code); signals.rs's fatal-signal handler (RUNNING to STOPPED once the core ended the session) | Release; transitions out of RUNNING by compare-exchange (AcqRel) | Acquire; Relaxed in early.rs's and late.rs's checks (`early::active`, `late::note`) |
 //! | [`HEAP`], [`MMAP`], [`STACKS`] | the families the run records (ALLOCTRACE_FAMILIES) | session.rs's constructor work, once, before the first session starts | Relaxed | Relaxed, after `alloctrace_writer::enabled()` |
 //! | [`FILTER`] | frees are filtered through the live set (liveset.rs) | session.rs, before each session starts | Release | Relaxed (heap.rs's hot path) |
 //! | [`EPOCH`] | the number of sessions started | session.rs, as each session starts | fetch_add (AcqRel) | Acquire (stacks.rs) |
@@ -62,9 +62,13 @@ pub const STOPPED: u8 = 2;
 pub const DISABLED: u8 = 3;
 /// A session could not start (the trace file, the live set).
 pub const FAILED: u8 = 4;
+/// The session ended as the process exits (exit, `_exit`, quick_exit):
+/// calls made after it are counted as lost events of the trace (late.rs).
+pub const EXITED: u8 = 5;
 
 /// Where the shim is in its lifecycle (session.rs's state machine: one of
-/// [`UNINIT`], [`RUNNING`], [`STOPPED`], [`DISABLED`], [`FAILED`]).
+/// [`UNINIT`], [`RUNNING`], [`STOPPED`], [`DISABLED`], [`FAILED`],
+/// [`EXITED`]).
 /// Written only as the shim's own code (session.rs) and by the
 /// fatal-signal handler (signals.rs); read by the wrappers (early logging,
 /// exec, pthread_create, the fatal-signal handler).

@@ -338,7 +338,7 @@ fn end_locked(session: &Session) -> bool {
     // The tracer's own batches take free buffers: give up at the deadline
     // rather than wait for a writer that may be stuck.
     DEADLINE_NS.with(|c| c.set(drain_until));
-    finish_generation(session, last, lost);
+    finish_generation(session, last, lost, false);
     MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
     DEADLINE_NS.with(|c| c.set(0));
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);

@@ -79,6 +79,7 @@ extern "C" fn fork_child() {
     SHARED.generation.store(0, Ordering::SeqCst);
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
     thread::reset_after_fork();
+    crate::late::disarm_in_child();
     let mut guard = take_fork_guard();
     if let Some(control) = guard.as_mut() {
         // The parent's trace is not the child's to write or hold open.

@@ -11,7 +11,8 @@
 //!   state the design and invariants of the layer), `emit` (the event
 //!   path), `meta` (the tracer's own batches; `process`, the command line
 //!   its process batch carries), `lifecycle` (start, advance,
-//!   stop), `advancer`, `fork`;
+//!   stop), `late` (the events after a stop at exit, counted), `advancer`,
+//!   `fork`;
 //! - `thread`, `handshake`, `buffer`, `writer` (the writer thread),
 //!   `tables` (the stack tables it lists before each batch, so a cut
 //!   trace keeps its stacks), `output`, `clock`, `type_table`, `shared`, `tls`: the machinery under
@@ -48,6 +49,8 @@ mod fork;
 #[cfg(not(loom))]
 mod frame_table;
 #[cfg(not(loom))]
+mod late;
+#[cfg(not(loom))]
 mod lifecycle;
 #[cfg(not(loom))]
 mod meta;
@@ -81,7 +84,9 @@ pub use crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
 pub use emit::enabled;
 #[cfg(not(loom))]
-pub use lifecycle::{advance, start, start_with, stop};
+pub use late::late_event;
+#[cfg(not(loom))]
+pub use lifecycle::{advance, start, start_with, stop, stop_at_exit};
 #[cfg(not(loom))]
 pub use meta::{written_totals, WrittenTotals};
 #[cfg(not(loom))]

@@ -245,6 +245,18 @@ pub(crate) fn after_modules_refresh() {
 /// write error, if any: EBADF when the program closed or replaced the
 /// output's descriptor (output.rs), which is then not closed.
 pub fn stop() -> Result<(), Error> {
+    stop_as(false)
+}
+
+/// [`stop`] for a process that is exiting: events that come after it
+/// (threads still running, exit handlers that run later), passed to
+/// [`late_event`](crate::late_event), are counted as lost events of the
+/// trace's last generation, rewritten in place in the file (late.rs).
+pub fn stop_at_exit() -> Result<(), Error> {
+    stop_as(true)
+}
+
+fn stop_as(at_exit: bool) -> Result<(), Error> {
     // The advancer may be waiting for CONTROL inside advance(): ask it to
     // stop and wait for it without holding CONTROL. Wait on a flag, not by
     // joining: a join frees memory on this thread, which must not happen
@@ -275,6 +287,10 @@ pub fn stop() -> Result<(), Error> {
         drop(session);
         let session = control.session.take().ok_or(Error::NotStarted)?;
         let last = SHARED.generation.load(Ordering::Relaxed);
+        if at_exit {
+            crate::late::reset();
+            session.writer.raw_end.store(true, Ordering::Release);
+        }
         end_generation(&session, last, 0);
         crate::capture::tear_down();
         let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
@@ -288,6 +304,17 @@ pub fn stop() -> Result<(), Error> {
             advancer.join();
         }
         let errno = session.writer.io_error.load(Ordering::Relaxed);
+        if at_exit && errno == 0 {
+            let end = session
+                .writer
+                .end_batch
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take();
+            if let Some(end) = end {
+                crate::late::arm(&session.writer.output, &end);
+            }
+        }
         // Leaves a descriptor the program closed or replaced alone.
         let close_result = session.writer.output.close();
         drop(session);
@@ -335,5 +362,10 @@ fn end_generation(session: &Session, old: u64, new: u64) {
         }
         lost += slot.lost[parity].swap(0, Ordering::Relaxed);
     }
-    finish_generation(session, old, lost);
+    finish_generation(
+        session,
+        old,
+        lost,
+        new == 0 && session.writer.raw_end.load(Ordering::Relaxed),
+    );
 }

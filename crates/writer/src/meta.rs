@@ -29,8 +29,10 @@ static GENERATION_START: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)]
 static GENERATION_END: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Writes the type table and the generation-end batch of `old`, whose
-/// batches are all queued, with `lost` events lost in it.
-pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
+/// batches are all queued, with `lost` events lost in it; `lost` padded to
+/// a fixed width when `padded` (the last generation of a stop at exit,
+/// whose count late.rs rewrites in place).
+pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64, padded: bool) {
     write_types(session, old);
     if lists_modules() {
         // Libraries loaded since the last look (a dlopen the shim did not
@@ -45,7 +47,11 @@ pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64) {
     batch.base_ticks(end.ticks);
     batch.varint(end.ticks);
     batch.varint(end.mono_ns);
-    batch.varint(lost);
+    if padded {
+        batch.entry(&[(&[], &crate::late::padded_varint(lost))]);
+    } else {
+        batch.varint(lost);
+    }
     batch.varint(lost_stacks);
     batch.finish();
     count_generation_end(lost);

@@ -342,6 +342,27 @@ impl Output {
         true
     }
 
+    /// The file offset the next write goes to (`None` for a pipe or a
+    /// socket). Writer thread.
+    pub(crate) fn position(&self) -> Option<u64> {
+        // SAFETY: lseek on a descriptor; an error is returned, not raised.
+        let pos = unsafe { libc::lseek(self.fd, 0, libc::SEEK_CUR) };
+        u64::try_from(pos).ok()
+    }
+
+    /// A descriptor of the caller's own for the trace (close-on-exec, at a
+    /// high number) and what it names (st_dev, st_ino), when the output's
+    /// descriptor, in the calling thread's table, still names the trace.
+    pub(crate) fn duplicate_if_ours(&self) -> Option<(RawFd, u64, u64)> {
+        let id = self.identity?;
+        if self.gone.load(Ordering::Relaxed) || !self.still_ours() {
+            return None;
+        }
+        // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor, ours alone.
+        let fd = unsafe { libc::fcntl(self.fd, libc::F_DUPFD_CLOEXEC, high_fd_base()) };
+        (fd >= 0).then_some((fd, id.dev, id.ino))
+    }
+
     /// Whether the descriptor, in the calling thread's table, still names
     /// the file it named at open.
     fn still_ours(&self) -> bool {

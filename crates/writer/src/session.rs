@@ -96,7 +96,10 @@
 //!   thread's. The slot is reclaimed, and what it holds flushed, only once
 //!   the thread is gone (thread.rs). The reclaimer owns the slot's seqlock
 //!   from then on, so the handshake is unchanged.
-//! - Calls before start or after stop see generation 0 and return.
+//! - Calls before start or after stop see generation 0 and return. After
+//!   a `stop_at_exit` the caller (the LD_PRELOAD shim) passes the calls it
+//!   no longer records to `late_event`, which counts them as lost events
+//!   of the trace's last generation, rewritten in place (late.rs).
 //! - A signal about to kill the process: its handler may call
 //!   `flush_for_fatal_signal` (crash.rs), which ends the session as stop
 //!   does but with every wait bounded, and with the signalled thread's own

@@ -14,10 +14,11 @@
 //! `spawn_internal`).
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::buffer::BufferPool;
+use crate::late::EndBatch;
 use crate::output::Output;
 use crate::tables::Tables;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
@@ -46,6 +47,14 @@ pub(crate) struct Writer {
     /// everything and returns (a fatal-signal flush waits for that instead
     /// of joining: crash.rs).
     pub(crate) thread: ThreadSignals,
+    /// Set by a stop at exit before the last generation ends: the writer
+    /// thread writes each generation-end batch outside any compressed
+    /// batch and keeps the last one in `end_batch` (late.rs).
+    pub(crate) raw_end: AtomicBool,
+    /// The last generation-end batch written while `raw_end` was set, and
+    /// its offset. Written by the writer thread; read by the stop once the
+    /// writer thread is done.
+    pub(crate) end_batch: Mutex<Option<EndBatch>>,
 }
 
 impl Writer {
@@ -58,6 +67,8 @@ impl Writer {
             io_error: AtomicI32::new(0),
             ended: AtomicU64::new(0),
             thread: ThreadSignals::new(),
+            raw_end: AtomicBool::new(false),
+            end_batch: Mutex::new(None),
         }
     }
 
@@ -290,7 +301,11 @@ fn run_writer<H: WriterHost>(
             });
             put(&mut compression, &tables.out);
             session.count_written(tables.out.len());
-            put(&mut compression, bytes);
+            if seen.as_ref().is_some_and(|s| s.end) && writer.raw_end.load(Ordering::Acquire) {
+                write_end(writer, compression.as_mut(), bytes);
+            } else {
+                put(&mut compression, bytes);
+            }
             session.count_written(bytes.len());
             pool.recycle(buf);
             if let Some(seen) = seen.filter(|s| s.end) {
@@ -315,6 +330,36 @@ fn run_writer<H: WriterHost>(
             }
             writer.sleeping.store(false, Ordering::Relaxed);
         }
+    }
+}
+
+/// Writes a generation-end batch of a session stopping at exit: after
+/// what is staged, outside any compressed batch, and keeps a copy of it
+/// and its offset for late.rs. Allocates (once, the copy): the writer
+/// thread is the tracer's own.
+fn write_end(writer: &Writer, compression: Option<&mut Compression>, bytes: &[u8]) {
+    if writer.io_error.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let mut result = compression.map_or(Ok(()), |c| c.flush(&writer.output));
+    let offset = writer.output.position();
+    if result.is_ok() {
+        result = writer.output.write_batches(bytes);
+    }
+    match (result, offset) {
+        (Err(e), _) => writer.io_error.store(e, Ordering::Relaxed),
+        (Ok(()), Some(offset)) => {
+            let mut kept = bytes.to_vec();
+            kept.extend_from_slice(&alloctrace_format::batch_checksum(&[bytes]).to_le_bytes());
+            *writer
+                .end_batch
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(EndBatch {
+                offset,
+                bytes: kept,
+            });
+        }
+        (Ok(()), None) => {}
     }
 }
 
