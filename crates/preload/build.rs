@@ -1,5 +1,10 @@
-//! Compiles execl.c (execl, execlp and execle: variadic, so C) into the shim.
+//! Compiles execl.c (execl, execlp and execle: variadic, so C) into the shim,
+//! and links it with -Bsymbolic-functions: the shim's own calls of the
+//! functions it defines (the writer's pthread_create, execvp's execvpe)
+//! bind to its own definitions, never to an interposer preloaded before it,
+//! which must see only the program's calls.
 fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     println!("cargo:rerun-if-changed=src/execl.c");
     cc::Build::new()
         .file("src/execl.c")
