@@ -193,7 +193,7 @@ readme-example: lib cli
 	@echo "readme-example: 1 passed, 0 failed"
 
 # The shim's tests: c_tests/preload/run_tests.sh runs the test programs,
-# the reference counting interposer and real programs under the shim, and
+# the reference counting interposers and real programs under the shim, and
 # the test programs under the panic-test shim (PANIC_SO, below).
 PRELOAD_SO     := $(RELEASE)/liballoctrace_preload.so
 PRELOAD_DIR    := c_tests/preload
@@ -205,7 +205,7 @@ PRELOAD_CFLAGS := $(CWARN) $(CFLAGS) -fno-builtin -I$(PRELOAD_DIR)
 PRELOAD_ALLOCATORS := jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 mimalloc:libmimalloc.so.2
 preload_alloc_lib = $(patsubst $(1):%,%,$(filter $(1):%,$(PRELOAD_ALLOCATORS)))
 PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildcard $(PRELOAD_DIR)/prog_*.c))) \
-                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libearly.so $(PRELOAD_BIN)/libsigearly.so \
+                  $(PRELOAD_BIN)/libcounter.so $(PRELOAD_BIN)/libchain.so $(PRELOAD_BIN)/libearly.so $(PRELOAD_BIN)/libsigearly.so \
                   $(foreach a,$(PRELOAD_ALLOCATORS),$(PRELOAD_BIN)/linked_$(firstword $(subst :, ,$(a))))
 
 preload-test: preload preload-panic cli $(PRELOAD_PROGS)

@@ -525,8 +525,8 @@ for a in jemalloc tcmalloc mimalloc; do
 done
 
 # A second interposer preloaded after the shim (libcounter.so) sees exactly
-# the heap calls the trace holds. (mmap, munmap and mremap go to the kernel
-# directly: an interposer after the shim never sees them.)
+# the heap calls the trace holds. (libcounter.so ends the chain: its mmap,
+# munmap and mremap are system calls; libchain.so, below, forwards them.)
 shim_counter_after() {
     local how=$1 t diffs="" summary="" e want got
     fresh "second_interposer_$how"
@@ -552,6 +552,62 @@ shim_counter_after() {
 }
 shim_counter_after shim
 shim_counter_after record
+
+# Every interposed function reaches the next definition (real.rs): a
+# counting interposer that forwards with dlsym(RTLD_NEXT) (libchain.c),
+# preloaded after the shim and before it, sees exactly the calls
+# prog_chain makes (500 mmap, mremap and munmap, threads, the signal
+# functions, dlopen, spawns, every exec function), as it does alone. After
+# the shim, execv and execl reach it as execve, execvp and execlp as
+# execvpe, execle as execve: the shim passes the run's environment, which
+# only those take. Nothing of the shim's own (its mappings, its threads,
+# its signal handlers) reaches it. Each process image's last line counts
+# (prog_chain main's is its last exec; tail and spawned end in _exit, _Exit).
+CHAIN_MAIN="mmap=500 mmap64=20 munmap=520 mremap=500 pthread_create=4 sigaction=6 __sigaction=2 signal=1 bsd_signal=1 ssignal=1 sysv_signal=1 __sysv_signal=1 sigset=1 dlopen=3 dlmopen=1 dlclose=4"
+CHAIN_EXEC="execve=1 execv=2 execvp=1 execvpe=1 fexecve=1 execl=1 execlp=1 execle=1 posix_spawn=2 posix_spawnp=1"
+CHAIN_EXEC_AFTER="execve=5 execvpe=3 fexecve=1 posix_spawn=2 posix_spawnp=1"
+# The nonzero counts of the last line of LABEL in $D/chain.
+chain_counts() {
+    awk -v l="$1" '$1 == l {s = ""; for (i = 3; i <= NF; i++) if ($i !~ /=0$/) s = s (s == "" ? "" : " ") $i; last = s; n++}
+        END {if (n) print last; else print "none"}' "$D/chain"
+}
+shim_chain() {
+    local order=$1 preload want problems="" got n
+    fresh "chain_$order"
+    case $order in
+    alone) preload=$BIN/libchain.so; want="$CHAIN_MAIN $CHAIN_EXEC" ;;
+    before) preload=$BIN/libchain.so:$SHIM; want="$CHAIN_MAIN $CHAIN_EXEC" ;;
+    after) preload=$SHIM:$BIN/libchain.so; want="$CHAIN_MAIN $CHAIN_EXEC_AFTER" ;;
+    esac
+    if [ "$order" = alone ]; then
+        limited CHAIN_OUTPUT="$D/chain" LD_PRELOAD="$preload" -- "$BIN/prog_chain" main >"$D/out" 2>"$D/err"
+    else
+        EXTRA="LD_PRELOAD=$preload CHAIN_OUTPUT=$D/chain" traced "$BIN/prog_chain" main
+    fi
+    if [ $RC -ne 0 ] || ! grep -q '^main done$' "$D/out" || [ ! -s "$D/chain" ]; then
+        bad "rc=$RC $(head -3 "$D/out" "$D/err")"
+        return
+    fi
+    got=$(chain_counts main)
+    [ "$got" = "$want" ] || problems="$problems main: [$got] want [$want];"
+    got=$(chain_counts tail)
+    [ "$got" = "_exit=1" ] || problems="$problems tail: [$got] want [_exit=1];"
+    n=$(awk '$1 == "spawned"' "$D/chain" | wc -l)
+    got=$(chain_counts spawned)
+    [ "$n" = 3 ] && [ "$got" = "_Exit=1" ] || problems="$problems spawned: $n lines, last [$got] want 3 of [_Exit=1];"
+    if [ "$order" != alone ]; then
+        n=$(traces | wc -l)
+        [ "$n" -ge 5 ] || problems="$problems $n traces (want one per image and failed exec);"
+        bad_checks=$(check_all)
+        [ -z "$bad_checks" ] || problems="$problems $bad_checks"
+    fi
+    if [ -z "$problems" ]; then
+        ok "the counter $order sees the program's calls exactly: main [$want], tail [_exit=1], 3 spawned [_Exit=1]"
+    else
+        bad "$problems"
+    fi
+}
+for order in alone before after; do shim_chain $order; done
 
 # The run follows every exec and spawn (run_env.rs, exec.rs): prog_follow starts a
 # child with its own LD_PRELOAD, a custom environment (posix_spawn(p),

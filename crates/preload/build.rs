@@ -1,8 +1,13 @@
 //! Compiles execl.c (execl, execlp and execle: variadic, so C) into the shim,
-//! and links it `-z nodelete`: session.rs registers its exit handler for the
+//! links it `-z nodelete`: session.rs registers its exit handler for the
 //! process, so the shim's code must stay mapped until exit even if a
-//! program dlopens and dlcloses it.
+//! program dlopens and dlcloses it; and links it with -Bsymbolic-functions:
+//! the shim's own calls of the functions it defines (the writer's
+//! pthread_create, execvp's execvpe) bind to its own definitions, never to
+//! an interposer preloaded before it, which must see only the program's
+//! calls.
 fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     println!("cargo:rerun-if-changed=src/execl.c");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     cc::Build::new()

@@ -10,6 +10,14 @@
 //! What the new program's environment is (the run follows every exec and
 //! spawn) is run_env.rs's rule.
 //!
+//! Each wrapper then calls the next definition (real.rs), so an interposer
+//! preloaded after the shim sees one call for each of the program's:
+//! execve, execvpe, fexecve, posix_spawn, posix_spawnp, _exit and _Exit as
+//! themselves; execv and execl as execve, execvp and execlp as execvpe,
+//! execle as execve, as glibc builds them. The new program's environment is
+//! an argument only of the `e` variants, and setting `environ` instead
+//! would change the parent's in a vfork child.
+//!
 //! execl, execlp and execle are variadic, which Rust cannot define: they
 //! are C (execl.c), which collects the arguments in an array on the stack
 //! of exactly their number (at most 65536; more is E2BIG) and calls
@@ -315,12 +323,12 @@ fn stop_before_exit() {
 #[no_mangle]
 pub extern "C" fn _exit(status: c_int) -> ! {
     stop_before_exit();
-    real::exit_group(status)
+    real::exit(false, status)
 }
 
 /// Interposed _Exit(3) (the same function as _exit in glibc).
 #[no_mangle]
 pub extern "C" fn _Exit(status: c_int) -> ! {
     stop_before_exit();
-    real::exit_group(status)
+    real::exit(true, status)
 }

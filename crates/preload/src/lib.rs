@@ -21,14 +21,17 @@
 //!   Exporting a `trace_*` function would hijack any
 //!   same-named symbol of the traced program, so the shim links the core
 //!   (alloctrace-writer, which has no C symbols), not the C API.
-//! - **Real functions** without recursion (real.rs): the allocator entry
-//!   points are the *next* definitions in the lookup order
+//! - **Real functions** without recursion (real.rs): every interposed
+//!   function calls the *next* definition in the lookup order
 //!   (`dlsym(RTLD_NEXT)`: glibc's, or the jemalloc, tcmalloc or mimalloc
 //!   the program links or preloads, or another interposer preloaded after
-//!   the shim), resolved once, before tracing starts, and called through
-//!   cached pointers; raw system calls for mmap/munmap/mremap/execve;
-//!   `dlsym(RTLD_NEXT)` for pthread_create, execvpe, fexecve and
-//!   posix_spawn(p).
+//!   the shim), resolved once, before tracing starts; the allocator and the
+//!   mmap family through cached pointers. The raw system call is only the
+//!   fallback while resolving. The shim's own mappings are system calls,
+//!   and its own threads and signal handlers go to glibc's own
+//!   pthread_create and sigaction, so the next interposer sees exactly the
+//!   program's calls; the library is linked with -Bsymbolic-functions, so
+//!   its calls of names it defines never reach an interposer before it.
 //! - **Reentrancy** (reentrancy.rs): a const-initialised thread-local state,
 //!   OWN while the shim runs its own code (configuration, start, stop,
 //!   dlsym, pthread_getattr_np) and on the tracer's own threads, so their
@@ -117,7 +120,13 @@
 //!    it. Otherwise a program that links or preloads its own allocator
 //!    would get blocks from two allocators (and crash freeing one with the
 //!    other), or behave differently under the shim.
-//! 7. An export's own code MUST run inside a panic boundary (boundary.rs):
+//! 7. A wrapper MUST make the program's call exactly once, through the next
+//!    definition (of its own name, or of the `e` variant exec.rs names),
+//!    and the shim's own work (mappings, threads, signal dispositions) MUST
+//!    NOT go through a next definition. Otherwise an interposer preloaded
+//!    after the shim (a sandbox, fake time, another tracer) would miss the
+//!    program's calls or see the shim's.
+//! 8. An export's own code MUST run inside a panic boundary (boundary.rs):
 //!    `event` around the recording of a call, `shielded` or `quietly`
 //!    around the shim's own work. Otherwise a panic in the tracer would
 //!    unwind into the program's frames, which aborts the process.
@@ -210,10 +219,10 @@ mod stacks;
 #[cfg(test)]
 mod real {
     //! What the pure modules need of real.rs in unit tests.
-    pub use libc::{mmap, munmap};
+    pub use libc::{mmap as sys_mmap, munmap as sys_munmap};
     /// # Safety
     /// As mremap(2).
-    pub unsafe fn mremap(
+    pub unsafe fn sys_mremap(
         old: *mut core::ffi::c_void,
         old_len: usize,
         new_len: usize,

@@ -37,7 +37,7 @@ pub fn reset(unmap_old: bool) -> bool {
     let bytes = SLOTS * core::mem::size_of::<usize>();
     // SAFETY: a fresh anonymous mapping, zero-filled (all slots EMPTY).
     let p = unsafe {
-        crate::real::mmap(
+        crate::real::sys_mmap(
             core::ptr::null_mut(),
             bytes,
             libc::PROT_READ | libc::PROT_WRITE,
@@ -52,7 +52,7 @@ pub fn reset(unmap_old: bool) -> bool {
     let old = TABLE.swap(p.cast(), Ordering::AcqRel);
     if unmap_old && !old.is_null() {
         // SAFETY: the caller guarantees no thread uses the old set.
-        unsafe { crate::real::munmap(old.cast(), bytes) };
+        unsafe { crate::real::sys_munmap(old.cast(), bytes) };
     }
     true
 }

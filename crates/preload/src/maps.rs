@@ -1,5 +1,6 @@
-//! mmap, mmap64, munmap and mremap: the system call, then span events
-//! against the span table (spans.rs), all under the table's lock.
+//! mmap, mmap64, munmap and mremap: the next definition's call (real.rs:
+//! the next interposer's, or glibc's), then span events against the span
+//! table (spans.rs), all under the table's lock.
 //!
 //! Every call is recorded by exactly one tagged event (FORMAT.md section 3):
 //! the last span event the call produced, or a call event when it produced
@@ -190,33 +191,26 @@ fn class_of(flags: c_int) -> u64 {
     class
 }
 
-unsafe fn do_mmap(
+/// Records an mmap or mmap64 of `len` bytes with `flags`, made by `call`
+/// (the next definition, with the caller's arguments).
+fn do_mmap(
     stack: u64,
-    addr: *mut c_void,
     len: usize,
-    prot: c_int,
     flags: c_int,
-    fd: c_int,
-    off: i64,
+    call: impl FnOnce() -> *mut c_void,
 ) -> *mut c_void {
-    traced(
-        EntryPoint::Mmap,
-        stack,
-        // SAFETY: the caller's arguments, unchanged.
-        || unsafe { real::mmap(addr, len, prot, flags, fd, off) },
-        |r, table, tagger| {
-            if r != libc::MAP_FAILED {
-                let base = r as usize;
-                tagger.stack_base = base;
-                table.map(
-                    base,
-                    base.saturating_add(round_up(len)),
-                    class_of(flags),
-                    tagger,
-                );
-            }
-        },
-    )
+    traced(EntryPoint::Mmap, stack, call, |r, table, tagger| {
+        if r != libc::MAP_FAILED {
+            let base = r as usize;
+            tagger.stack_base = base;
+            table.map(
+                base,
+                base.saturating_add(round_up(len)),
+                class_of(flags),
+                tagger,
+            );
+        }
+    })
 }
 
 /// Interposed mmap(2).
@@ -235,11 +229,13 @@ pub unsafe extern "C" fn mmap(
     if !recording() {
         not_recorded();
         // SAFETY: the caller's arguments, unchanged.
-        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+        return unsafe { real::next_mmap(addr, len, prot, flags, fd, off) };
     }
     let stack = call_stack();
-    // SAFETY: forwarded.
-    unsafe { do_mmap(stack, addr, len, prot, flags, fd, off) }
+    // SAFETY: the caller's arguments, unchanged.
+    do_mmap(stack, len, flags, || unsafe {
+        real::next_mmap(addr, len, prot, flags, fd, off)
+    })
 }
 
 /// Interposed mmap64 (the same function on 64-bit glibc; programs built
@@ -259,11 +255,13 @@ pub unsafe extern "C" fn mmap64(
     if !recording() {
         not_recorded();
         // SAFETY: the caller's arguments, unchanged.
-        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+        return unsafe { real::next_mmap64(addr, len, prot, flags, fd, off) };
     }
     let stack = call_stack();
-    // SAFETY: forwarded.
-    unsafe { do_mmap(stack, addr, len, prot, flags, fd, off) }
+    // SAFETY: the caller's arguments, unchanged.
+    do_mmap(stack, len, flags, || unsafe {
+        real::next_mmap64(addr, len, prot, flags, fd, off)
+    })
 }
 
 /// Interposed munmap(2).
@@ -275,13 +273,13 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     if !recording() {
         not_recorded();
         // SAFETY: the caller's arguments, unchanged.
-        return unsafe { real::munmap(addr, len) };
+        return unsafe { real::next_munmap(addr, len) };
     }
     traced(
         EntryPoint::Munmap,
         0,
         // SAFETY: the caller's arguments, unchanged.
-        || unsafe { real::munmap(addr, len) },
+        || unsafe { real::next_munmap(addr, len) },
         |r, table, tagger| {
             if r == 0 {
                 let base = addr as usize;
@@ -314,14 +312,14 @@ pub unsafe extern "C" fn mremap(
     if !recording() {
         not_recorded();
         // SAFETY: the caller's arguments, unchanged.
-        return unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
+        return unsafe { real::next_mremap(old, old_len, new_len, flags, new_addr) };
     }
     let stack = call_stack();
     traced(
         EntryPoint::Mremap,
         stack,
         // SAFETY: the caller's arguments, unchanged.
-        || unsafe { real::mremap(old, old_len, new_len, flags, new_addr) },
+        || unsafe { real::next_mremap(old, old_len, new_len, flags, new_addr) },
         |r, table, tagger| {
             if r != libc::MAP_FAILED {
                 let old_base = old as usize;

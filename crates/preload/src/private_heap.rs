@@ -67,7 +67,7 @@ fn base() -> Option<usize> {
             {
                 // SAFETY: a fresh anonymous reservation.
                 let p = unsafe {
-                    crate::real::mmap(
+                    crate::real::sys_mmap(
                         core::ptr::null_mut(),
                         RESERVE,
                         libc::PROT_READ | libc::PROT_WRITE,

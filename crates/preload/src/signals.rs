@@ -16,9 +16,12 @@
 //!   Rust's std take SIGSEGV and go on).
 //! - **What the program sees**: sigaction, signal, bsd_signal, ssignal,
 //!   sysv_signal, __sysv_signal and sigset are interposed. Each calls the
-//!   real function (`dlsym(RTLD_NEXT)`, resolved by the constructor: glibc
-//!   sets up its own signal-return trampoline, SA_RESTORER, which a raw
-//!   rt_sigaction would have to copy), then reads the kernel's disposition
+//!   real function, the next definition of its own name (`dlsym(RTLD_NEXT)`,
+//!   resolved by the constructor: glibc sets up its own signal-return
+//!   trampoline, SA_RESTORER, which a raw rt_sigaction would have to copy),
+//!   once, so an interposer after the shim sees exactly the program's
+//!   calls; then, through glibc's own sigaction (the shim's reads and
+//!   installs are not the program's calls), reads the kernel's disposition
 //!   back, and where it is now SIG_DFL keeps that answer (flags, mask and
 //!   restorer as glibc reports them) as the program's view and installs
 //!   [`on_fatal`]. Wherever the kernel holds one of the shim's handlers, a
@@ -203,6 +206,11 @@ type Sigaction = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::
 type Signal = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
 
 static REAL_SIGACTION: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static REAL___SIGACTION: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+/// glibc's own sigaction: the shim's own dispositions (its handlers, its
+/// reads of the kernel's) are not the program's calls, and must not reach
+/// the next interposer.
+static OWN_SIGACTION: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static REAL_SIGNAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static REAL_BSD_SIGNAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static REAL_SSIGNAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
@@ -224,10 +232,29 @@ fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> *mut c_void {
     p
 }
 
+/// The next sigaction: the program's calls.
 fn real_sigaction() -> Option<Sigaction> {
     let p = next(&REAL_SIGACTION, b"sigaction\0");
     // SAFETY: the symbol is libc's sigaction, of this signature.
     (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, Sigaction>(p) })
+}
+
+/// The next __sigaction: the program's calls of that name.
+fn real_underscore_sigaction() -> Option<Sigaction> {
+    let p = next(&REAL___SIGACTION, b"__sigaction\0");
+    // SAFETY: the symbol is libc's __sigaction, of this signature.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, Sigaction>(p) })
+}
+
+/// glibc's sigaction (the next one if it cannot be found): the shim's own
+/// calls.
+fn own_sigaction() -> Option<Sigaction> {
+    let p = crate::real::libc_own(&OWN_SIGACTION, b"sigaction\0");
+    if p.is_null() {
+        return real_sigaction();
+    }
+    // SAFETY: the symbol is glibc's sigaction, of this signature.
+    Some(unsafe { core::mem::transmute::<*mut c_void, Sigaction>(p) })
 }
 
 fn real_signal(cache: &AtomicPtr<c_void>, name: &[u8]) -> Option<Signal> {
@@ -319,7 +346,9 @@ fn adopt(l: &mut Locked, real: Sigaction, sig: c_int) {
 /// the constructor after the session started.
 pub fn init() {
     reentrancy::own(|| {
-        let real = real_sigaction();
+        let _ = real_sigaction();
+        let _ = real_underscore_sigaction();
+        let real = own_sigaction();
         for (cache, name) in signal_functions() {
             let _ = real_signal(cache, name);
         }
@@ -401,7 +430,7 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void
             may_resume = !flushed.mid_event;
         });
     }
-    if let Some(real) = real_sigaction() {
+    if let Some(real) = own_sigaction() {
         let l = lock();
         // SIG_DFL, with the flags and mask the program set with it.
         let mut dfl = l.view(sig);
@@ -446,7 +475,7 @@ fn requeue(sig: c_int, info: *mut libc::siginfo_t) {
 /// program's handler as the kernel would have.
 extern "C" fn on_reset(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let saved_errno = errno();
-    let Some(real) = real_sigaction() else { return };
+    let Some(real) = own_sigaction() else { return };
     let program = {
         let mut l = lock();
         let k = kernel(real, sig);
@@ -500,19 +529,50 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
-    let Some(real) = real_sigaction() else {
+    // SAFETY: forwarded.
+    unsafe { sigaction_via(real_sigaction(), sig, act, old) }
+}
+
+/// Interposed __sigaction (glibc's other name for it).
+///
+/// # Safety
+/// As sigaction(2).
+#[no_mangle]
+pub unsafe extern "C" fn __sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { sigaction_via(real_underscore_sigaction(), sig, act, old) }
+}
+
+/// sigaction and __sigaction: the program's call goes to `next` (its own
+/// name's next definition), once; the shim's reads and installs go to
+/// glibc's.
+///
+/// # Safety
+/// As sigaction(2).
+unsafe fn sigaction_via(
+    next: Option<Sigaction>,
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    let Some(next) = next else {
         set_errno(libc::ENOSYS);
         return -1;
     };
-    if !is_handled(sig) || reentrancy::get() == reentrancy::OWN {
+    let own = match own_sigaction() {
+        Some(own) if is_handled(sig) && reentrancy::get() != reentrancy::OWN => own,
         // SAFETY: forwarded.
-        return unsafe { real(sig, act, old) };
-    }
+        _ => return unsafe { next(sig, act, old) },
+    };
     let mut l = lock();
-    // SAFETY: a zeroed sigaction is valid; real fills it.
+    // SAFETY: a zeroed sigaction is valid; next fills it.
     let mut k: libc::sigaction = unsafe { core::mem::zeroed() };
     // SAFETY: forwarded, with a valid out-pointer.
-    let rc = unsafe { real(sig, act, &mut k) };
+    let rc = unsafe { next(sig, act, &mut k) };
     let e = errno();
     if rc == 0 {
         // The panic boundary: the call is made; at worst the program
@@ -524,7 +584,7 @@ pub unsafe extern "C" fn sigaction(
                     unsafe { *old = view_of(&l, sig, &k) };
                 }
                 if !act.is_null() {
-                    adopt(&mut l, real, sig);
+                    adopt(&mut l, own, sig);
                 }
             },
             || {
@@ -540,27 +600,13 @@ pub unsafe extern "C" fn sigaction(
     rc
 }
 
-/// Interposed __sigaction (glibc's other name for it).
-///
-/// # Safety
-/// As sigaction(2).
-#[no_mangle]
-pub unsafe extern "C" fn __sigaction(
-    sig: c_int,
-    act: *const libc::sigaction,
-    old: *mut libc::sigaction,
-) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { sigaction(sig, act, old) }
-}
-
 /// Runs `call` (a real signal-setting function for `sig`) and then keeps
 /// the view: its result is translated where it names a shim handler. Two
 /// threads setting the same signal at once through these may see each
 /// other's result translated from the view just before: the kernel and
 /// the view still agree afterwards (adopt reads the kernel).
 fn via(sig: c_int, call: impl FnOnce() -> libc::sighandler_t) -> libc::sighandler_t {
-    let Some(real) = real_sigaction() else {
+    let Some(real) = own_sigaction() else {
         return call();
     };
     if !is_handled(sig) || reentrancy::get() == reentrancy::OWN {

@@ -113,7 +113,7 @@ impl Table {
         // SAFETY: raw system calls on memory this table owns.
         let p = unsafe {
             if self.ptr.is_null() {
-                crate::real::mmap(
+                crate::real::sys_mmap(
                     core::ptr::null_mut(),
                     new_bytes,
                     libc::PROT_READ | libc::PROT_WRITE,
@@ -122,7 +122,7 @@ impl Table {
                     0,
                 )
             } else {
-                crate::real::mremap(
+                crate::real::sys_mremap(
                     self.ptr.cast(),
                     self.cap * core::mem::size_of::<Span>(),
                     new_bytes,

@@ -243,7 +243,15 @@ pub unsafe extern "C" fn pthread_create(
     routine: Routine,
     arg: *mut c_void,
 ) -> c_int {
-    let Some(real_create) = real::pthread_create() else {
+    let internal = reentrancy::get() == reentrancy::OWN;
+    // The shim's own threads go to glibc's pthread_create: they are not
+    // the program's, and the next interposer must not see them.
+    let real_create = if internal {
+        real::own_pthread_create()
+    } else {
+        real::pthread_create()
+    };
+    let Some(real_create) = real_create else {
         return libc::EAGAIN;
     };
     // SAFETY: the routine types differ only in their unwind ABI.
@@ -253,7 +261,6 @@ pub unsafe extern "C" fn pthread_create(
         Routine,
         *mut c_void,
     ) -> c_int = unsafe { core::mem::transmute(real_create) };
-    let internal = reentrancy::get() == reentrancy::OWN;
     if !internal && !state::wrap_threads() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real_create(thread, attr, routine, arg) };
