@@ -151,7 +151,6 @@ impl ModuleTable {
         let mut eh_frame = gimli::EhFrame::new(eh, LittleEndian);
         eh_frame.set_address_size(8);
         let mut b = Builder {
-            eh,
             eh_frame,
             bases,
             start: m.start,
@@ -375,8 +374,7 @@ type Fde<'a> = gimli::FrameDescriptionEntry<Reader<'a>>;
 /// The state of one [`ModuleTable::build`]: the sections, the CIEs parsed
 /// so far, and the rows so far.
 struct Builder<'a> {
-    /// `.eh_frame`'s bytes, and as gimli reads them.
-    eh: &'a [u8],
+    /// `.eh_frame`, as gimli reads it.
     eh_frame: gimli::EhFrame<Reader<'a>>,
     bases: gimli::BaseAddresses,
     start: u64,
@@ -434,8 +432,9 @@ impl<'a> Builder<'a> {
         let mark = self.rows.len();
         let (eh_frame, bases) = (&self.eh_frame, &self.bases);
         let init = self.cies.get(self.last_cie).and_then(|c| c.2.as_ref());
-        let done = init
-            .is_some_and(|init| eval_fde(fde, init, self.eh, self.start, &mut self.rows).is_some());
+        let done = init.is_some_and(|init| {
+            eval_fde(fde, init, eh_frame, bases, self.start, &mut self.rows).is_some()
+        });
         if !done {
             // An instruction the fast evaluator leaves to gimli (or an
             // error, which gimli reports as the reference build saw it).
@@ -675,18 +674,23 @@ fn eval_cie(
 /// Appends the rows of `fde` (with [`emit`]) as gimli's `UnwindTable`
 /// gives them; `None` (having appended some rows, perhaps) at the first
 /// instruction it leaves to gimli, or where gimli would fail.
-fn eval_fde(fde: &Fde<'_>, init: &Init, eh: &[u8], start: u64, rows: &mut Vec<Row>) -> Option<()> {
+fn eval_fde<'a>(
+    fde: &Fde<'a>,
+    init: &Init,
+    section: &gimli::EhFrame<Reader<'a>>,
+    bases: &gimli::BaseAddresses,
+    start: u64,
+    rows: &mut Vec<Row>,
+) -> Option<()> {
     use gimli::CallFrameInstruction as I;
     let (lo, hi) = (fde.initial_address(), fde.end_address());
-    let code = fde_instructions(eh, fde)?;
+    let mut code = fde.instructions(section, bases);
     // gimli's row stack: `stack[..depth - 1]` under the current `state`.
     let mut stack: [Option<State>; STACK] = [None, None, None, None];
     let mut depth = init.depth;
     let mut state = init.state.clone();
     let mut at = lo;
-    let mut pos = 0;
-    while pos < code.len() {
-        let ins = decode(code, &mut pos)?;
+    while let Some(ins) = code.next().ok()? {
         if eval_rule(&mut state, &ins, init.data_align)? {
             continue;
         }
@@ -740,172 +744,6 @@ fn eval_fde(fde: &Fde<'_>, init: &Init, eh: &[u8], start: u64, rows: &mut Vec<Ro
         translate(&state.cfa, state.bp, state.ra),
     );
     Some(())
-}
-
-/// The bytes of `fde`'s instructions in `eh` (the `.eh_frame` section),
-/// for the common layouts (32-bit length; 4- or 8-byte addresses);
-/// `None` for the others (the caller then reads them with gimli).
-fn fde_instructions<'a>(eh: &'a [u8], fde: &Fde<'_>) -> Option<&'a [u8]> {
-    let at = fde.offset();
-    let len = u32::from_le_bytes(eh.get(at..at + 4)?.try_into().ok()?);
-    if len >= 0xffff_fff0 || len as usize != fde.entry_len() {
-        return None;
-    }
-    let end = at.checked_add(4)?.checked_add(len as usize)?;
-    let entry = eh.get(..end)?;
-    // The length, the CIE pointer, then the start and the size.
-    let aug = fde.cie().augmentation();
-    let size = match fde.cie().fde_address_encoding() {
-        None => 8,
-        Some(enc) => match enc.format() {
-            gimli::DW_EH_PE_udata4 | gimli::DW_EH_PE_sdata4 => 4,
-            gimli::DW_EH_PE_udata8 | gimli::DW_EH_PE_sdata8 | gimli::DW_EH_PE_absptr => 8,
-            _ => return None,
-        },
-    };
-    let mut pos = at + 8 + 2 * size;
-    if aug.is_some() {
-        let n = uleb(entry, &mut pos)?;
-        pos = pos.checked_add(usize::try_from(n).ok()?)?;
-    }
-    entry.get(pos..)
-}
-
-/// An unsigned LEB128 at `b[*pos..]` (at most 9 bytes: 63 bits).
-#[inline(always)]
-fn uleb(b: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..63).step_by(7) {
-        let byte = *b.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
-}
-
-/// A signed LEB128 at `b[*pos..]` (at most 9 bytes).
-#[inline(always)]
-fn sleb(b: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut v = 0i64;
-    for shift in (0..63).step_by(7) {
-        let byte = *b.get(*pos)?;
-        *pos += 1;
-        v |= i64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            if byte & 0x40 != 0 {
-                v |= -1i64 << (shift + 7);
-            }
-            return Some(v);
-        }
-    }
-    None
-}
-
-/// A register number (gimli's: at most 16 bits).
-#[inline(always)]
-fn reg(b: &[u8], pos: &mut usize) -> Option<gimli::Register> {
-    u16::try_from(uleb(b, pos)?).ok().map(gimli::Register)
-}
-
-/// The call frame instruction at `b[*pos..]`, as gimli parses it, for the
-/// instructions compilers emit in `.eh_frame` on x86_64; `None` for the
-/// others (expressions, `DW_CFA_set_loc`, vendor extensions) and for
-/// truncated ones: the caller then leaves the FDE to gimli.
-#[inline(always)]
-fn decode(b: &[u8], pos: &mut usize) -> Option<gimli::CallFrameInstruction<usize>> {
-    use gimli::CallFrameInstruction as I;
-    let op = *b.get(*pos)?;
-    *pos += 1;
-    let low = op & 0x3f;
-    Some(match op >> 6 {
-        1 => I::AdvanceLoc {
-            delta: u32::from(low),
-        },
-        2 => I::Offset {
-            register: gimli::Register(u16::from(low)),
-            factored_offset: uleb(b, pos)?,
-        },
-        3 => I::Restore {
-            register: gimli::Register(u16::from(low)),
-        },
-        _ => match op {
-            0x00 => I::Nop,
-            0x02 => {
-                let d = *b.get(*pos)?;
-                *pos += 1;
-                I::AdvanceLoc {
-                    delta: u32::from(d),
-                }
-            }
-            0x03 => {
-                let d = u16::from_le_bytes(b.get(*pos..*pos + 2)?.try_into().ok()?);
-                *pos += 2;
-                I::AdvanceLoc {
-                    delta: u32::from(d),
-                }
-            }
-            0x04 => {
-                let d = u32::from_le_bytes(b.get(*pos..*pos + 4)?.try_into().ok()?);
-                *pos += 4;
-                I::AdvanceLoc { delta: d }
-            }
-            0x05 => I::Offset {
-                register: reg(b, pos)?,
-                factored_offset: uleb(b, pos)?,
-            },
-            0x06 => I::Restore {
-                register: reg(b, pos)?,
-            },
-            0x07 => I::Undefined {
-                register: reg(b, pos)?,
-            },
-            0x08 => I::SameValue {
-                register: reg(b, pos)?,
-            },
-            0x09 => I::Register {
-                dest_register: reg(b, pos)?,
-                src_register: reg(b, pos)?,
-            },
-            0x0a => I::RememberState,
-            0x0b => I::RestoreState,
-            0x0c => I::DefCfa {
-                register: reg(b, pos)?,
-                offset: uleb(b, pos)?,
-            },
-            0x0d => I::DefCfaRegister {
-                register: reg(b, pos)?,
-            },
-            0x0e => I::DefCfaOffset {
-                offset: uleb(b, pos)?,
-            },
-            0x11 => I::OffsetExtendedSf {
-                register: reg(b, pos)?,
-                factored_offset: sleb(b, pos)?,
-            },
-            0x12 => I::DefCfaSf {
-                register: reg(b, pos)?,
-                factored_offset: sleb(b, pos)?,
-            },
-            0x13 => I::DefCfaOffsetSf {
-                factored_offset: sleb(b, pos)?,
-            },
-            0x14 => I::ValOffset {
-                register: reg(b, pos)?,
-                factored_offset: uleb(b, pos)?,
-            },
-            0x15 => I::ValOffsetSf {
-                register: reg(b, pos)?,
-                factored_offset: sleb(b, pos)?,
-            },
-            0x2e => I::ArgsSize {
-                size: uleb(b, pos)?,
-            },
-            _ => return None,
-        },
-    })
 }
 
 /// Appends `r` to `rows`, unless the last row has its rule already; a row
