@@ -19,10 +19,17 @@
 //!    marker, frame 0) is in `registered`: the frames batch comes before
 //!    the call-stacks batch (FORMAT.md's order), and a frame word naming a
 //!    frame not yet listed is malformed.
+//! 4. No stack is deeper than [`MAX_STACK_DEPTH`] frames: a node's depth
+//!    is its parent's plus one, and a deeper node is malformed. So a walk
+//!    from a node takes at most that many steps, whatever the file: a
+//!    chain of nodes a few bytes each cannot make a reader's users expand
+//!    stacks as deep as the file is long.
 
 use std::collections::BTreeMap;
 
-use alloctrace_format::stacks::{CallStackNode, FrameEntry, FrameWord, ModuleEntry};
+use alloctrace_format::stacks::{
+    CallStackNode, FrameEntry, FrameWord, ModuleEntry, MAX_STACK_DEPTH,
+};
 
 use crate::decode::Cursor;
 use crate::ReadError;
@@ -107,11 +114,14 @@ pub enum Frame<'a> {
 /// trace without stacks (versions 1 and 2, or a recording without them).
 #[derive(Clone, Debug, Default)]
 pub struct Stacks {
-    /// Node IDs, sorted (invariant 1); `parents` and `words` run
-    /// alongside.
+    /// Node IDs, sorted (invariant 1); `parents`, `words` and `depths`
+    /// run alongside.
     ids: Vec<u64>,
     parents: Vec<u64>,
     words: Vec<u64>,
+    /// Frames from the node to the root, 1 to [`MAX_STACK_DEPTH`]
+    /// (invariant 4).
+    depths: Vec<u16>,
     registered: BTreeMap<u64, RegisteredFrame>,
     /// In file order.
     modules: Vec<Module>,
@@ -125,7 +135,9 @@ pub struct Stacks {
 
 /// Rough memory of one entry besides its names (charged to the reader's
 /// per-generation budget).
-const NODE_MEMORY: u64 = 24;
+const NODE_MEMORY: u64 = 26;
+// A depth fits `depths`.
+const _: () = assert!(MAX_STACK_DEPTH <= u16::MAX as usize);
 const ENTRY_OVERHEAD: u64 = 96;
 
 impl Stacks {
@@ -179,8 +191,16 @@ impl Stacks {
         })
     }
 
+    /// The number of frames of stack `id`, at most [`MAX_STACK_DEPTH`]
+    /// (`None` for an ID not defined).
+    pub fn depth(&self, id: u64) -> Option<usize> {
+        let i = self.ids.binary_search(&id).ok()?;
+        Some(usize::from(self.depths[i]))
+    }
+
     /// The frame words of stack `id`, innermost first (`None` for an ID not
-    /// defined). Ends: each parent's ID is below its node's.
+    /// defined): at most [`MAX_STACK_DEPTH`] (invariant 4). Ends: each
+    /// parent's ID is below its node's.
     pub fn words(&self, id: u64) -> Option<impl Iterator<Item = FrameWord> + '_> {
         let first = self.ids.binary_search(&id).ok()?;
         let mut next = Some(first);
@@ -336,12 +356,27 @@ impl Stacks {
                 },
                 _ => self.ids.len(),
             };
-            if n.parent != 0 && !self.contains(n.parent) {
+            let depth = match n.parent {
+                0 => 1,
+                parent => match self.ids.binary_search(&parent) {
+                    Ok(i) => usize::from(self.depths[i]) + 1,
+                    Err(_) => {
+                        return Err(c.error_at(
+                            at,
+                            format_args!(
+                                "call-stack node {} names parent {}, which is not an earlier node",
+                                n.id, n.parent
+                            ),
+                        ))
+                    }
+                },
+            };
+            if depth > MAX_STACK_DEPTH {
                 return Err(c.error_at(
                     at,
                     format_args!(
-                        "call-stack node {} names parent {}, which is not an earlier node",
-                        n.id, n.parent
+                        "call-stack node {} makes a stack of {depth} frames (at most {MAX_STACK_DEPTH})",
+                        n.id
                     ),
                 ));
             }
@@ -359,6 +394,8 @@ impl Stacks {
             self.ids.insert(place, n.id);
             self.parents.insert(place, n.parent);
             self.words.insert(place, n.frame);
+            // Fits: at most MAX_STACK_DEPTH, checked above.
+            self.depths.insert(place, depth as u16);
             memory += NODE_MEMORY;
         }
         Ok(memory)

@@ -862,6 +862,41 @@ pub fn process_trace() -> Vec<u8> {
     t.finish()
 }
 
+/// A hostile trace's call stacks (issue 20): one generation whose nodes
+/// form a trunk of `trunk` nodes, each calling the one before (node 1 the
+/// outermost), and `leaves` nodes called from the trunk's innermost node,
+/// every node the stack of one leaked 16-byte allocation. Native frames
+/// no module holds, all distinct. A trunk deeper than
+/// [`MAX_STACK_DEPTH`](alloctrace_format::stacks::MAX_STACK_DEPTH) is
+/// malformed (at its first node too deep); `stack_tree_trace(1023, n)`
+/// has `n + 1` stacks of the greatest depth a reader takes.
+pub fn stack_tree_trace(trunk: u64, leaves: u64) -> Vec<u8> {
+    let g = info(1);
+    let n = trunk + leaves;
+    let nodes: Vec<CallStackNode> = (1..=n)
+        .map(|id| {
+            let parent = if id <= trunk { id - 1 } else { trunk };
+            node(id, parent, FrameWord::Native(0x40_0000 + 16 * id))
+        })
+        .collect();
+    let mut events = EventsBody::new(g.start_ticks);
+    for id in 1..=n {
+        let alloc = EventData::HeapObjectAlloc {
+            size: 16,
+            type_id: 0,
+        };
+        events.event_with_stack(&g, g.start_ticks + id, 0x10000 + 16 * id, &alloc, id);
+    }
+    let end = g.start_ticks + n + 1;
+    let mut t = TraceBuilder::new();
+    t.info(&g)
+        .call_stacks(1, &nodes)
+        .events(1, 1, &events)
+        .generation_end_v3(1, end, g.start_mono_ns + n + 1, 0, 0)
+        .trace_end(1);
+    t.finish()
+}
+
 /// The fuzz target's checks (fuzz/fuzz_targets/reader.rs), for it and for
 /// the tests that replay its seeds and crashes: reads `data` to its end and
 /// panics, naming `name`, on a broken rule: an offset outside the input, a
@@ -890,9 +925,12 @@ pub fn fuzz_check(name: &str, data: &[u8]) {
                     assert!(args.len() <= max && bytes <= 3 * max, "{name}");
                 }
                 let stacks = reader.stacks();
+                let max = alloctrace_format::stacks::MAX_STACK_DEPTH;
                 for id in stacks.ids() {
                     let frames = stacks.frames(id).map_or(0, |f| f.count());
                     assert!(frames <= stacks.len(), "{name}: stack {id} loops");
+                    assert!(frames <= max, "{name}: stack {id} of {frames} frames");
+                    assert_eq!(stacks.depth(id), Some(frames), "{name}: stack {id}");
                 }
             }
             Ok(Some(Record::Event(event))) => {
