@@ -38,8 +38,9 @@ pub fn info(generation: u64) -> GenerationInfo {
     }
 }
 
-/// A trace under construction: version 4 (a checksum trailer after every
-/// batch; call stacks; the process batch) from [`TraceBuilder::new`],
+/// A trace under construction: version 5 (a checksum trailer after every
+/// batch; call stacks; the process batch; stack tables as the generation
+/// goes) from [`TraceBuilder::new`], version 4 from [`TraceBuilder::v4`],
 /// version 3 from [`TraceBuilder::v3`], version 2 from
 /// [`TraceBuilder::v2`], version 1 from [`TraceBuilder::v1`].
 pub struct TraceBuilder {
@@ -54,9 +55,15 @@ impl Default for TraceBuilder {
 }
 
 impl TraceBuilder {
-    /// A trace of the current version (4) with its file header.
+    /// A trace of the current version (5) with its file header.
     pub fn new() -> TraceBuilder {
         TraceBuilder::with_version(VERSION)
+    }
+
+    /// A version-4 trace (call stacks and the process batch, stack tables
+    /// once per generation) with its file header.
+    pub fn v4() -> TraceBuilder {
+        TraceBuilder::with_version(alloctrace_format::VERSION_4)
     }
 
     /// A version-3 trace (call stacks, no process batch) with its file
@@ -629,7 +636,7 @@ fn batch_len(bytes: &[u8]) -> usize {
 /// A small valid trace touching every batch kind and every event kind but
 /// those of call stacks ([`stacks_trace`]), in short and long form, across
 /// two threads and two interleaved generations. Used by tests and as a
-/// fuzzing seed. The current version (4), a version-1 trace
+/// fuzzing seed. The current version (5), a version-1 trace
 /// [`checksummed`].
 pub fn sample_trace() -> Vec<u8> {
     checksummed(&sample_trace_v1())
