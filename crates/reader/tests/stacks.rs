@@ -590,3 +590,40 @@ fn a_stack_deeper_than_the_format_allows_is_malformed_at_its_node() {
     assert_eq!(events.len(), 1023 + 50);
     assert_eq!(events.last().unwrap().1.len(), MAX_STACK_DEPTH);
 }
+
+#[test]
+fn nodes_listed_in_decreasing_order_read_whole() {
+    // Version 5: nodes 100 down to 51 as roots after node 200 (each then
+    // listed after a larger one), then 101 under 60 and 150 under 101,
+    // and a late node listed twice.
+    let native = |a: u64| FrameWord::Native(0x1000 + a);
+    let mut nodes = vec![node(200, 0, native(200))];
+    nodes.extend((51..=100).rev().map(|id| node(id, 0, native(id))));
+    nodes.push(node(101, 60, native(101)));
+    let b = EventsBody::new(1000);
+    let (bytes, _, _) = with_events(&b, |t| {
+        t.call_stacks(1, &nodes)
+            .call_stacks(1, &[node(150, 101, native(150))]);
+    });
+    let mut reader = TraceReader::new(bytes.as_slice()).unwrap();
+    while reader.next_record().unwrap().is_some() {}
+    let stacks = reader.stacks();
+    let mut want: Vec<u64> = (51..=101).collect();
+    want.extend([150, 200]);
+    assert_eq!(stacks.ids().collect::<Vec<_>>(), want);
+    assert_eq!(stacks.len(), want.len());
+    assert!(stacks.contains(77) && stacks.contains(200) && !stacks.contains(102));
+    assert_eq!(stacks.depth(150), Some(3));
+    let words: Vec<FrameWord> = stacks.words(150).unwrap().collect();
+    assert_eq!(words, vec![native(150), native(101), native(60)]);
+    assert_eq!(stacks.node(101).unwrap().parent, 60);
+
+    let at = nodes.len() - 1;
+    nodes.insert(at, node(70, 0, native(70)));
+    let (bytes, _, stacks_at) = with_events(&b, |t| {
+        t.call_stacks(1, &nodes);
+    });
+    let e = error(&bytes);
+    assert_eq!(e.offset(), node_at(stacks_at, &nodes, at), "{e}");
+    assert!(e.what().contains("node ID 70 listed twice"), "{e}");
+}
