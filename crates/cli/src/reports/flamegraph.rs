@@ -147,6 +147,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             let lines: Vec<String> = folded
                 .into_iter()
                 .map(|(mut s, v)| {
+                    // " VALUE": a space and at most 20 digits.
+                    s.reserve_exact(21);
                     let _ = write!(s, " {v}");
                     s
                 })
@@ -174,7 +176,8 @@ fn fold(p: &mut Profiled, metric: Metric, inverted: bool) -> BTreeMap<String, u6
     // A frame's names, innermost first (inlined code has several).
     let mut names: FxHashMap<Frame, Vec<String>> = FxHashMap::default();
     let mut stack: Vec<Frame> = Vec::new();
-    let mut folded = BTreeMap::new();
+    let mut line = String::new();
+    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
     for (id, value) in sites {
         stack.clear();
         stack.extend(p.pass.stacks.frames(id));
@@ -184,7 +187,7 @@ fn fold(p: &mut Profiled, metric: Metric, inverted: bool) -> BTreeMap<String, u6
                 names.insert(frame, source.iter().map(|f| clean(&f.function)).collect());
             }
         }
-        let mut line = String::new();
+        line.clear();
         let mut push = |name: &String| {
             if !line.is_empty() {
                 line.push(';');
@@ -203,7 +206,13 @@ fn fold(p: &mut Profiled, metric: Metric, inverted: bool) -> BTreeMap<String, u6
         if stack.is_empty() {
             line.push_str(NO_STACK);
         }
-        *folded.entry(line).or_insert(0) += value;
+        // A new key is a copy of the line, of its exact size.
+        match folded.get_mut(line.as_str()) {
+            Some(v) => *v += value,
+            None => {
+                folded.insert(line.clone(), value);
+            }
+        }
     }
     folded
 }
