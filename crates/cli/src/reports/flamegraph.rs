@@ -182,10 +182,10 @@ fn fold(p: &mut Profiled, metric: Metric, inverted: bool) -> BTreeMap<String, u6
         stack.clear();
         stack.extend(p.pass.stacks.frames(id));
         for &frame in &stack {
-            if !names.contains_key(&frame) {
+            names.entry(frame).or_insert_with(|| {
                 let source = p.resolver.frame(&p.pass.stacks, frame);
-                names.insert(frame, source.iter().map(|f| clean(&f.function)).collect());
-            }
+                source.iter().map(|f| clean(&f.function)).collect()
+            });
         }
         line.clear();
         let mut push = |name: &String| {
