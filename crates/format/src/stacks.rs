@@ -26,6 +26,15 @@ pub const MAX_BUILD_ID_LEN: usize = 64;
 /// them (a hostile trace cannot make a report print megabytes per frame).
 pub const MAX_FRAME_NAME_LEN: usize = 1024;
 
+/// The deepest call stack, in frames (nodes from a stack's innermost node
+/// to the root, the truncation marker included): the writer keeps the
+/// innermost `MAX_STACK_DEPTH - 1` frames of a deeper stack under the
+/// truncation marker (`trace_stack_register`), its own walks stop sooner;
+/// a reader refuses a deeper node. So a report's work per stack is
+/// bounded, whatever the file: a chain of nodes a few bytes each cannot
+/// make every stack as deep as the file is long.
+pub const MAX_STACK_DEPTH: usize = 1024;
+
 /// The longest module path, in bytes (Linux's PATH_MAX).
 pub const MAX_MODULE_PATH_LEN: usize = 4096;
 

@@ -10,8 +10,11 @@
 //! its unload becomes known.
 //!
 //! ## Invariants
-//! 1. `ids` is sorted (a node listed out of order is inserted in its
-//!    place), so a lookup is a binary search; an ID is listed once.
+//! 1. `ids` is sorted, so a lookup is a binary search; a node listed
+//!    after a larger one (version 5) goes to `late`, a map by ID, so that
+//!    it costs a map insertion rather than a shift of every larger node (a
+//!    batch of nodes in decreasing order would otherwise take time
+//!    quadratic in the batch). An ID is listed once, in one of the two.
 //! 2. Every node's parent is 0 or an earlier node, so a walk from any node
 //!    to the root ends (the parent's ID is always smaller) and never meets
 //!    an undefined node.
@@ -19,10 +22,17 @@
 //!    marker, frame 0) is in `registered`: the frames batch comes before
 //!    the call-stacks batch (FORMAT.md's order), and a frame word naming a
 //!    frame not yet listed is malformed.
+//! 4. No stack is deeper than [`MAX_STACK_DEPTH`] frames: a node's depth
+//!    is its parent's plus one, and a deeper node is malformed. So a walk
+//!    from a node takes at most that many steps, whatever the file: a
+//!    chain of nodes a few bytes each cannot make a reader's users expand
+//!    stacks as deep as the file is long.
 
 use std::collections::BTreeMap;
 
-use alloctrace_format::stacks::{CallStackNode, FrameEntry, FrameWord, ModuleEntry};
+use alloctrace_format::stacks::{
+    CallStackNode, FrameEntry, FrameWord, ModuleEntry, MAX_STACK_DEPTH,
+};
 
 use crate::decode::Cursor;
 use crate::ReadError;
@@ -107,11 +117,16 @@ pub enum Frame<'a> {
 /// trace without stacks (versions 1 and 2, or a recording without them).
 #[derive(Clone, Debug, Default)]
 pub struct Stacks {
-    /// Node IDs, sorted (invariant 1); `parents` and `words` run
-    /// alongside.
+    /// Node IDs, sorted (invariant 1); `parents`, `words` and `depths`
+    /// run alongside.
     ids: Vec<u64>,
     parents: Vec<u64>,
     words: Vec<u64>,
+    /// Frames from the node to the root, 1 to [`MAX_STACK_DEPTH`]
+    /// (invariant 4).
+    depths: Vec<u16>,
+    /// The nodes listed after a larger one (invariant 1).
+    late: BTreeMap<u64, Node>,
     registered: BTreeMap<u64, RegisteredFrame>,
     /// In file order.
     modules: Vec<Module>,
@@ -123,30 +138,52 @@ pub struct Stacks {
     cut: bool,
 }
 
+/// A node's parent, frame word and depth: what a lookup gives, and an
+/// entry of `late`.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    parent: u64,
+    word: u64,
+    depth: u16,
+}
+
 /// Rough memory of one entry besides its names (charged to the reader's
-/// per-generation budget).
-const NODE_MEMORY: u64 = 24;
+/// per-generation budget); a late node takes [`LATE_NODE_MEMORY`].
+const NODE_MEMORY: u64 = 26;
+const LATE_NODE_MEMORY: u64 = 64;
+// A depth fits `depths`.
+const _: () = assert!(MAX_STACK_DEPTH <= u16::MAX as usize);
 const ENTRY_OVERHEAD: u64 = 96;
 
 impl Stacks {
     /// Number of call-stack nodes (each a stack ID).
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.ids.len() + self.late.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
+        self.ids.is_empty() && self.late.is_empty()
     }
 
     /// The stack IDs defined in the generation, in increasing order.
     pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.ids.iter().copied()
+        let (mut a, mut b) = (
+            self.ids.iter().copied().peekable(),
+            self.late.keys().copied().peekable(),
+        );
+        // The two sorted lists merged (an ID is in one only).
+        std::iter::from_fn(move || match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if y < x => b.next(),
+            (Some(_), _) => a.next(),
+            (None, _) => b.next(),
+        })
     }
 
     /// Whether `id` is a node of the generation (0 never is).
     #[inline]
     pub fn contains(&self, id: u64) -> bool {
         self.ids.binary_search(&id).is_ok()
+            || (!self.late.is_empty() && self.late.contains_key(&id))
     }
 
     /// Whether the generation was cut off before its generation-end batch
@@ -171,28 +208,47 @@ impl Stacks {
 
     /// The node `id`, as written.
     pub fn node(&self, id: u64) -> Option<CallStackNode> {
-        let i = self.ids.binary_search(&id).ok()?;
+        let n = self.find(id)?;
         Some(CallStackNode {
             id,
-            parent: self.parents[i],
-            frame: self.words[i],
+            parent: n.parent,
+            frame: n.word,
         })
     }
 
+    /// Node `id`: in `ids` or in `late` (invariant 1).
+    #[inline]
+    fn find(&self, id: u64) -> Option<Node> {
+        match self.ids.binary_search(&id) {
+            Ok(i) => Some(Node {
+                parent: self.parents[i],
+                word: self.words[i],
+                depth: self.depths[i],
+            }),
+            Err(_) if self.late.is_empty() => None,
+            Err(_) => self.late.get(&id).copied(),
+        }
+    }
+
+    /// The number of frames of stack `id`, at most [`MAX_STACK_DEPTH`]
+    /// (`None` for an ID not defined).
+    pub fn depth(&self, id: u64) -> Option<usize> {
+        Some(usize::from(self.find(id)?.depth))
+    }
+
     /// The frame words of stack `id`, innermost first (`None` for an ID not
-    /// defined). Ends: each parent's ID is below its node's.
+    /// defined): at most [`MAX_STACK_DEPTH`] (invariant 4). Ends: each
+    /// parent's ID is below its node's.
     pub fn words(&self, id: u64) -> Option<impl Iterator<Item = FrameWord> + '_> {
-        let first = self.ids.binary_search(&id).ok()?;
+        let first = self.find(id)?;
         let mut next = Some(first);
         Some(std::iter::from_fn(move || {
-            let i = next?;
-            let parent = self.parents[i];
-            next = if parent == 0 {
-                None
-            } else {
-                self.ids.binary_search(&parent).ok()
+            let n = next?;
+            next = match n.parent {
+                0 => None,
+                parent => self.find(parent),
             };
-            Some(FrameWord::from_word(self.words[i]))
+            Some(FrameWord::from_word(n.word))
         }))
     }
 
@@ -324,24 +380,35 @@ impl Stacks {
             let n = c.entry(CallStackNode::parse)?;
             // Where the node goes in `ids`: at the end, but for a node
             // listed after a larger one (version 5).
-            let place = match self.ids.last() {
-                Some(&last) if n.id <= last => match self.ids.binary_search(&n.id) {
-                    Ok(_) => {
+            // Whether the node goes to `late`: listed after a larger one
+            // (version 5).
+            let late = self.ids.last().is_some_and(|&last| n.id <= last);
+            if late && self.find(n.id).is_some() {
+                return Err(
+                    c.error_at(at, format_args!("call-stack node ID {} listed twice", n.id))
+                );
+            }
+            let depth = match n.parent {
+                0 => 1,
+                parent => match self.find(parent) {
+                    Some(p) => usize::from(p.depth) + 1,
+                    None => {
                         return Err(c.error_at(
                             at,
-                            format_args!("call-stack node ID {} listed twice", n.id),
+                            format_args!(
+                                "call-stack node {} names parent {}, which is not an earlier node",
+                                n.id, n.parent
+                            ),
                         ))
                     }
-                    Err(i) => i,
                 },
-                _ => self.ids.len(),
             };
-            if n.parent != 0 && !self.contains(n.parent) {
+            if depth > MAX_STACK_DEPTH {
                 return Err(c.error_at(
                     at,
                     format_args!(
-                        "call-stack node {} names parent {}, which is not an earlier node",
-                        n.id, n.parent
+                        "call-stack node {} makes a stack of {depth} frames (at most {MAX_STACK_DEPTH})",
+                        n.id
                     ),
                 ));
             }
@@ -356,10 +423,23 @@ impl Stacks {
                     ));
                 }
             }
-            self.ids.insert(place, n.id);
-            self.parents.insert(place, n.parent);
-            self.words.insert(place, n.frame);
-            memory += NODE_MEMORY;
+            // Fits: at most MAX_STACK_DEPTH, checked above.
+            let depth = depth as u16;
+            if late {
+                let node = Node {
+                    parent: n.parent,
+                    word: n.frame,
+                    depth,
+                };
+                self.late.insert(n.id, node);
+                memory += LATE_NODE_MEMORY;
+            } else {
+                self.ids.push(n.id);
+                self.parents.push(n.parent);
+                self.words.push(n.frame);
+                self.depths.push(depth);
+                memory += NODE_MEMORY;
+            }
         }
         Ok(memory)
     }

@@ -38,8 +38,9 @@ pub fn info(generation: u64) -> GenerationInfo {
     }
 }
 
-/// A trace under construction: version 4 (a checksum trailer after every
-/// batch; call stacks; the process batch) from [`TraceBuilder::new`],
+/// A trace under construction: version 5 (a checksum trailer after every
+/// batch; call stacks; the process batch; stack tables as the generation
+/// goes) from [`TraceBuilder::new`], version 4 from [`TraceBuilder::v4`],
 /// version 3 from [`TraceBuilder::v3`], version 2 from
 /// [`TraceBuilder::v2`], version 1 from [`TraceBuilder::v1`].
 pub struct TraceBuilder {
@@ -54,9 +55,15 @@ impl Default for TraceBuilder {
 }
 
 impl TraceBuilder {
-    /// A trace of the current version (4) with its file header.
+    /// A trace of the current version (5) with its file header.
     pub fn new() -> TraceBuilder {
         TraceBuilder::with_version(VERSION)
+    }
+
+    /// A version-4 trace (call stacks and the process batch, stack tables
+    /// once per generation) with its file header.
+    pub fn v4() -> TraceBuilder {
+        TraceBuilder::with_version(alloctrace_format::VERSION_4)
     }
 
     /// A version-3 trace (call stacks, no process batch) with its file
@@ -629,7 +636,7 @@ fn batch_len(bytes: &[u8]) -> usize {
 /// A small valid trace touching every batch kind and every event kind but
 /// those of call stacks ([`stacks_trace`]), in short and long form, across
 /// two threads and two interleaved generations. Used by tests and as a
-/// fuzzing seed. The current version (4), a version-1 trace
+/// fuzzing seed. The current version (5), a version-1 trace
 /// [`checksummed`].
 pub fn sample_trace() -> Vec<u8> {
     checksummed(&sample_trace_v1())
@@ -862,6 +869,41 @@ pub fn process_trace() -> Vec<u8> {
     t.finish()
 }
 
+/// A hostile trace's call stacks (issue 20): one generation whose nodes
+/// form a trunk of `trunk` nodes, each calling the one before (node 1 the
+/// outermost), and `leaves` nodes called from the trunk's innermost node,
+/// every node the stack of one leaked 16-byte allocation. Native frames
+/// no module holds, all distinct. A trunk deeper than
+/// [`MAX_STACK_DEPTH`](alloctrace_format::stacks::MAX_STACK_DEPTH) is
+/// malformed (at its first node too deep); `stack_tree_trace(1023, n)`
+/// has `n + 1` stacks of the greatest depth a reader takes.
+pub fn stack_tree_trace(trunk: u64, leaves: u64) -> Vec<u8> {
+    let g = info(1);
+    let n = trunk + leaves;
+    let nodes: Vec<CallStackNode> = (1..=n)
+        .map(|id| {
+            let parent = if id <= trunk { id - 1 } else { trunk };
+            node(id, parent, FrameWord::Native(0x40_0000 + 16 * id))
+        })
+        .collect();
+    let mut events = EventsBody::new(g.start_ticks);
+    for id in 1..=n {
+        let alloc = EventData::HeapObjectAlloc {
+            size: 16,
+            type_id: 0,
+        };
+        events.event_with_stack(&g, g.start_ticks + id, 0x10000 + 16 * id, &alloc, id);
+    }
+    let end = g.start_ticks + n + 1;
+    let mut t = TraceBuilder::new();
+    t.info(&g)
+        .call_stacks(1, &nodes)
+        .events(1, 1, &events)
+        .generation_end_v3(1, end, g.start_mono_ns + n + 1, 0, 0)
+        .trace_end(1);
+    t.finish()
+}
+
 /// The fuzz target's checks (fuzz/fuzz_targets/reader.rs), for it and for
 /// the tests that replay its seeds and crashes: reads `data` to its end and
 /// panics, naming `name`, on a broken rule: an offset outside the input, a
@@ -890,9 +932,12 @@ pub fn fuzz_check(name: &str, data: &[u8]) {
                     assert!(args.len() <= max && bytes <= 3 * max, "{name}");
                 }
                 let stacks = reader.stacks();
+                let max = alloctrace_format::stacks::MAX_STACK_DEPTH;
                 for id in stacks.ids() {
                     let frames = stacks.frames(id).map_or(0, |f| f.count());
                     assert!(frames <= stacks.len(), "{name}: stack {id} loops");
+                    assert!(frames <= max, "{name}: stack {id} of {frames} frames");
+                    assert_eq!(stacks.depth(id), Some(frames), "{name}: stack {id}");
                 }
             }
             Ok(Some(Record::Event(event))) => {

@@ -1,18 +1,22 @@
 //! Writes the fuzzing seed corpus, fuzz/seeds/ (ignored by default):
 //! `cargo test -p alloctrace-reader --test seeds -- --ignored`. Each seed
 //! in version 2 (checksummed, no prefix), in version 1 (`v1-*.bin`), in
-//! version 3 (`v3-*.bin`) and in version 4 (`v4-*.bin`), the traces with
-//! call stacks (`stacks*.bin`) and with process batches (`process*.bin`).
+//! version 3 (`v3-*.bin`), in version 4 (`v4-*.bin`) and in version 5
+//! (`v5-*.bin`), the traces with call stacks (`stacks*.bin`) and with
+//! process batches (`process*.bin`), both in version 5, and the hostile
+//! call stacks of issue 20: `stacks-deep.bin`, stacks as deep as the
+//! format allows (1,024 frames), and `stacks-too-deep.bin`, a chain one
+//! node deeper (malformed).
 
 use alloctrace_reader::testing::{
-    checksummed_as, info, process_trace, sample_trace, sample_trace_v1, stacks_trace, EventsBody,
-    TraceBuilder,
+    checksummed_as, info, process_trace, sample_trace_v1, stack_tree_trace, stacks_trace,
+    EventsBody, TraceBuilder,
 };
 use alloctrace_reader::{EventData, TypeInfo};
 
 fn seeds() -> Vec<(String, Vec<u8>)> {
     let mut all = Vec::new();
-    for (version, prefix) in [(2, ""), (1, "v1-"), (3, "v3-"), (4, "v4-")] {
+    for (version, prefix) in [(2, ""), (1, "v1-"), (3, "v3-"), (4, "v4-"), (5, "v5-")] {
         all.extend(
             seeds_of(version)
                 .into_iter()
@@ -31,7 +35,15 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
         process[..process.len() * 2 / 3].to_vec(),
     ));
     all.push(("process.bin".into(), process));
+    let depth = alloctrace_format::stacks::MAX_STACK_DEPTH as u64;
+    all.push(("stacks-deep.bin".into(), stack_tree_trace(depth - 1, 8)));
+    all.push(("stacks-too-deep.bin".into(), stack_tree_trace(depth + 1, 0)));
     all
+}
+
+/// Seeds that break the format on purpose.
+fn malformed(name: &str) -> bool {
+    name == "stacks-too-deep.bin"
 }
 
 fn seeds_of(version: u16) -> Vec<(&'static str, Vec<u8>)> {
@@ -39,12 +51,12 @@ fn seeds_of(version: u16) -> Vec<(&'static str, Vec<u8>)> {
         1 => TraceBuilder::v1(),
         2 => TraceBuilder::v2(),
         3 => TraceBuilder::v3(),
+        4 => TraceBuilder::v4(),
         _ => TraceBuilder::new(),
     };
     let sample = match version {
         1 => sample_trace_v1(),
-        2 | 3 => checksummed_as(&sample_trace_v1(), version),
-        _ => sample_trace(),
+        _ => checksummed_as(&sample_trace_v1(), version),
     };
     let mut empty = builder();
     empty.trace_end(1);
@@ -146,10 +158,18 @@ fn write_fuzz_seeds() {
 fn seeds_read_without_error() {
     for (name, bytes) in seeds() {
         let mut reader = alloctrace_reader::TraceReader::new(bytes.as_slice()).unwrap();
-        while reader
-            .next_event()
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .is_some()
-        {}
+        let read = loop {
+            match reader.next_event() {
+                Ok(Some(_)) => {}
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        match (read, malformed(&name)) {
+            (Ok(()), false) => {}
+            (Err(e), true) => assert!(e.what().contains("at most 1024"), "{name}: {e}"),
+            (Err(e), false) => panic!("{name}: {e}"),
+            (Ok(()), true) => panic!("{name} read without error"),
+        }
     }
 }

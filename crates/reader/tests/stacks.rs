@@ -498,3 +498,132 @@ fn a_cut_trace_resolves_the_stacks_listed_before_its_events() {
     assert_eq!(stacks.modules().len(), 1);
     assert_eq!(stacks.modules()[0].unload_ticks, 3000);
 }
+
+/// The file offset of entry `i` of a call-stacks batch at `batch_at`
+/// holding `nodes`.
+fn node_at(batch_at: usize, nodes: &[alloctrace_format::stacks::CallStackNode], i: usize) -> u64 {
+    body(batch_at, nodes[..i].iter().map(|n| n.encoded_len()).sum())
+}
+
+#[test]
+fn a_stack_deeper_than_the_format_allows_is_malformed_at_its_node() {
+    use alloctrace_format::stacks::MAX_STACK_DEPTH;
+    let max = MAX_STACK_DEPTH as u64;
+    let chain = |n: u64| -> Vec<_> {
+        (1..=n)
+            .map(|id| node(id, id - 1, FrameWord::Native(0x40_0000 + 16 * id)))
+            .collect()
+    };
+    let b = EventsBody::new(1000);
+    // A chain as deep as the format allows reads, and its stack has every
+    // frame.
+    let nodes = chain(max);
+    let (bytes, _, _) = with_events(&b, |t| {
+        t.call_stacks(1, &nodes);
+    });
+    let mut reader = TraceReader::new(bytes.as_slice()).unwrap();
+    while let Some(Record::Event(_)) | Some(Record::GenerationStart { .. }) =
+        reader.next_record().unwrap()
+    {
+        if reader.stacks().len() == nodes.len() {
+            break;
+        }
+    }
+    assert_eq!(reader.stacks().depth(max), Some(MAX_STACK_DEPTH));
+    assert_eq!(
+        reader.stacks().frames(max).unwrap().count(),
+        MAX_STACK_DEPTH
+    );
+    assert_eq!(reader.stacks().depth(1), Some(1));
+
+    // One node more: malformed at that node.
+    let nodes = chain(max + 1);
+    let (bytes, _, stacks_at) = with_events(&b, |t| {
+        t.call_stacks(1, &nodes);
+    });
+    let e = error(&bytes);
+    assert_eq!(
+        e.offset(),
+        node_at(stacks_at, &nodes, MAX_STACK_DEPTH),
+        "{e}"
+    );
+    assert_eq!(
+        e.what().split(" in ").next().unwrap(),
+        format!(
+            "call-stack node {} makes a stack of {} frames (at most {MAX_STACK_DEPTH})",
+            max + 1,
+            max + 1
+        ),
+        "{e}"
+    );
+
+    // The depth carries across batches, and a node listed after larger
+    // ones (version 5) counts its parent's depth too.
+    let mut nodes = chain(max);
+    nodes.push(node(5000, 0, FrameWord::Native(0x10)));
+    let (first, second) = nodes.split_at(600);
+    let mut second = second.to_vec();
+    second.push(node(max + 1, max, FrameWord::Native(0x20)));
+    let mut first_len = 0;
+    let (bytes, _, stacks_at) = with_events(&b, |t| {
+        t.call_stacks(1, first);
+        first_len = t.len();
+        t.call_stacks(1, &second);
+    });
+    let e = error(&bytes);
+    assert!(first_len > stacks_at);
+    assert_eq!(
+        e.offset(),
+        node_at(first_len, &second, second.len() - 1),
+        "{e}"
+    );
+    assert!(e.what().contains("1025 frames (at most 1024)"), "{e}");
+
+    // The hostile traces of issue 20: a chain of 50,000 nodes is refused
+    // at its node 1025; a tree as deep and wide as allowed reads.
+    let e = error(&alloctrace_reader::testing::stack_tree_trace(50_000, 0));
+    assert!(
+        e.what().contains("node 1025 makes a stack of 1025 frames"),
+        "{e}"
+    );
+    let events = read_with_frames(&alloctrace_reader::testing::stack_tree_trace(1023, 50)).unwrap();
+    assert_eq!(events.len(), 1023 + 50);
+    assert_eq!(events.last().unwrap().1.len(), MAX_STACK_DEPTH);
+}
+
+#[test]
+fn nodes_listed_in_decreasing_order_read_whole() {
+    // Version 5: nodes 100 down to 51 as roots after node 200 (each then
+    // listed after a larger one), then 101 under 60 and 150 under 101,
+    // and a late node listed twice.
+    let native = |a: u64| FrameWord::Native(0x1000 + a);
+    let mut nodes = vec![node(200, 0, native(200))];
+    nodes.extend((51..=100).rev().map(|id| node(id, 0, native(id))));
+    nodes.push(node(101, 60, native(101)));
+    let b = EventsBody::new(1000);
+    let (bytes, _, _) = with_events(&b, |t| {
+        t.call_stacks(1, &nodes)
+            .call_stacks(1, &[node(150, 101, native(150))]);
+    });
+    let mut reader = TraceReader::new(bytes.as_slice()).unwrap();
+    while reader.next_record().unwrap().is_some() {}
+    let stacks = reader.stacks();
+    let mut want: Vec<u64> = (51..=101).collect();
+    want.extend([150, 200]);
+    assert_eq!(stacks.ids().collect::<Vec<_>>(), want);
+    assert_eq!(stacks.len(), want.len());
+    assert!(stacks.contains(77) && stacks.contains(200) && !stacks.contains(102));
+    assert_eq!(stacks.depth(150), Some(3));
+    let words: Vec<FrameWord> = stacks.words(150).unwrap().collect();
+    assert_eq!(words, vec![native(150), native(101), native(60)]);
+    assert_eq!(stacks.node(101).unwrap().parent, 60);
+
+    let at = nodes.len() - 1;
+    nodes.insert(at, node(70, 0, native(70)));
+    let (bytes, _, stacks_at) = with_events(&b, |t| {
+        t.call_stacks(1, &nodes);
+    });
+    let e = error(&bytes);
+    assert_eq!(e.offset(), node_at(stacks_at, &nodes, at), "{e}");
+    assert!(e.what().contains("node ID 70 listed twice"), "{e}");
+}

@@ -177,6 +177,9 @@ impl StackMode {
 pub const DEFAULT_DEPTH: usize = alloctrace_unwind::DEFAULT_DEPTH;
 /// The largest depth limit a session accepts.
 pub const MAX_DEPTH: usize = 256;
+// A walk's stack, its truncation marker included, stays within the
+// format's limit, which readers enforce.
+const _: () = assert!(MAX_DEPTH < alloctrace_format::stacks::MAX_STACK_DEPTH);
 
 // A walk's buffer at the default limit (the limit and 4 spare addresses)
 // fits the memo; a larger limit walks without it once its buffer is

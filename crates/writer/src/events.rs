@@ -102,8 +102,9 @@ pub fn type_register(name: &[u8], size: u64, ptr_bytes: u64) -> u64 {
 }
 
 /// The most frames a registered stack keeps: deeper stacks keep their
-/// innermost `MAX_STACK_DEPTH - 1` frames under the truncation marker.
-pub const MAX_STACK_DEPTH: usize = 1024;
+/// innermost `MAX_STACK_DEPTH - 1` frames under the truncation marker. The
+/// format's limit (docs/FORMAT.md section 10), which readers enforce.
+pub const MAX_STACK_DEPTH: usize = alloctrace_format::stacks::MAX_STACK_DEPTH;
 
 /// The bit of a registered frame's value: no user-space address has it.
 pub const REGISTERED_FRAME: u64 = alloctrace_format::stacks::REGISTERED_FRAME_BIT;

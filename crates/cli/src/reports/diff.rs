@@ -6,14 +6,15 @@
 //! builds of a program match. Sites with the same chain in one trace are
 //! summed.
 
-use std::collections::BTreeMap;
+use std::cmp::Ordering;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use alloctrace_analysis::{Breakdowns, Site, SourceFrame};
+use alloctrace_analysis::{Breakdowns, Site, StackId};
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{json, Value};
 
-use super::{counts_json, frame_text, stack_json, Profiled, NO_STACK};
+use super::{counts_json, frame_text, stack_json, Output, Profiled, NO_STACK};
 use crate::analyze::SymbolArgs;
 use crate::units::{self, Decimals};
 use crate::{print_stdout, Failure};
@@ -36,29 +37,119 @@ pub struct Args {
     pub symbols: SymbolArgs,
 }
 
-/// One side's sites by function chain, each with the stack shown for it.
-type Sites = BTreeMap<Vec<String>, (Vec<SourceFrame>, Site)>;
+/// Function chains (the functions of a stack's source frames, innermost
+/// first), interned for both traces as one prefix tree: chain node 0 is
+/// the empty chain, every other a function called from its parent's
+/// chain. Each stack's chain is found from its caller's, once per stack,
+/// so the work and memory are the stack tables', never a copy of every
+/// site's frames (a trace of many stacks, each up to 1,024 frames deep).
+struct Chains {
+    /// Per node: its parent chain and its innermost function (an index
+    /// into `names`). Node 0's entries are unused.
+    nodes: Vec<(u32, u32)>,
+    index: FxHashMap<(u32, u32), u32>,
+    names: Vec<String>,
+    name_index: FxHashMap<String, u32>,
+}
 
-fn sites(p: &mut Profiled) -> Sites {
-    let ids: Vec<(u32, Site)> = p.profile.sites().map(|(id, s)| (id, *s)).collect();
-    let mut out = Sites::new();
-    for (id, site) in ids {
-        let frames = p.frames(id);
-        let mut chain: Vec<String> = frames.iter().map(|f| f.function.clone()).collect();
-        if chain.is_empty() {
-            chain.push(NO_STACK.to_string());
+impl Chains {
+    fn new() -> Chains {
+        Chains {
+            nodes: vec![(0, 0)],
+            index: FxHashMap::default(),
+            names: Vec::new(),
+            name_index: FxHashMap::default(),
         }
-        out.entry(chain)
-            .or_insert_with(|| (frames, Site::default()))
-            .1
-            .add(&site);
+    }
+
+    /// The chain of `function` called from chain `parent`.
+    fn intern(&mut self, parent: u32, function: &str) -> u32 {
+        let name = match self.name_index.get(function) {
+            Some(&i) => i,
+            None => {
+                let i = self.names.len() as u32;
+                self.names.push(function.to_string());
+                self.name_index.insert(function.to_string(), i);
+                i
+            }
+        };
+        let next = self.nodes.len() as u32;
+        *self.index.entry((parent, name)).or_insert_with(|| {
+            self.nodes.push((parent, name));
+            next
+        })
+    }
+
+    /// Two chains in the order of their function lists, innermost first
+    /// (a list before the longer lists it begins).
+    fn cmp(&self, mut a: u32, mut b: u32) -> Ordering {
+        loop {
+            if a == b {
+                return Ordering::Equal;
+            }
+            if a == 0 || b == 0 {
+                return a.cmp(&b);
+            }
+            let ((pa, na), (pb, nb)) = (self.nodes[a as usize], self.nodes[b as usize]);
+            match self.names[na as usize].cmp(&self.names[nb as usize]) {
+                Ordering::Equal => (a, b) = (pa, pb),
+                other => return other,
+            }
+        }
+    }
+}
+
+/// One side's sites summed by function chain, in the order first seen:
+/// `(chain, the stack shown for it (its first site's), counts)`.
+fn sites(p: &mut Profiled, chains: &mut Chains) -> Vec<(u32, StackId, Site)> {
+    let ids: Vec<(StackId, Site)> = p.profile.sites().map(|(id, s)| (id, *s)).collect();
+    // Each stack's chain, found when first needed.
+    const UNKNOWN: u32 = u32::MAX;
+    let mut memo = vec![UNKNOWN; p.pass.stacks.len()];
+    memo[0] = 0;
+    let mut path = Vec::new();
+    let mut out: Vec<(u32, StackId, Site)> = Vec::new();
+    let mut by_chain: FxHashMap<u32, usize> = FxHashMap::default();
+    for (id, site) in ids {
+        // The stacks from `id` out to the first with a known chain, then
+        // their chains from the outermost in.
+        let mut s = id;
+        while memo[s as usize] == UNKNOWN {
+            path.push(s);
+            s = p.pass.stacks.parent(s);
+        }
+        while let Some(s) = path.pop() {
+            let mut chain = memo[p.pass.stacks.parent(s) as usize];
+            if let Some(frame) = p.pass.stacks.frame(s) {
+                for f in p.resolver.frame(&p.pass.stacks, frame).iter().rev() {
+                    chain = chains.intern(chain, &f.function);
+                }
+            }
+            memo[s as usize] = chain;
+        }
+        let chain = match memo[id as usize] {
+            0 => chains.intern(0, NO_STACK),
+            chain => chain,
+        };
+        match by_chain.get(&chain) {
+            Some(&i) => out[i].2.add(&site),
+            None => {
+                by_chain.insert(chain, out.len());
+                let mut sum = Site::default();
+                sum.add(&site);
+                out.push((chain, id, sum));
+            }
+        }
     }
     out
 }
 
 /// A changed site.
 struct Change {
-    frames: Vec<SourceFrame>,
+    /// Which trace's stack is shown: 0 before, 1 after.
+    side: usize,
+    stack: StackId,
+    chain: u32,
     before: Site,
     after: Site,
 }
@@ -97,59 +188,87 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Breakdowns::default(),
         &args.symbols,
     )?;
-    let mut old = sites(&mut before);
-    let new = sites(&mut after);
+    let mut chains = Chains::new();
+    let old = sites(&mut before, &mut chains);
+    let new = sites(&mut after, &mut chains);
     before.print_warnings();
     after.print_warnings();
+    let mut only_before: FxHashSet<u32> = old.iter().map(|o| o.0).collect();
+    // The sites of the trace after, then those only before it: each group
+    // in the order of its function chains, then largest change first.
+    let old_sites: FxHashMap<u32, Site> = old.iter().map(|o| (o.0, o.2)).collect();
     let mut changes = Vec::new();
-    for (chain, (frames, site)) in new {
-        let old_site = old.remove(&chain).map(|o| o.1).unwrap_or_default();
+    for &(chain, stack, site) in &new {
+        only_before.remove(&chain);
+        let old_site = old_sites.get(&chain).copied().unwrap_or_default();
         if changed(&old_site, &site) {
             changes.push(Change {
-                frames,
+                side: 1,
+                stack,
+                chain,
                 before: old_site,
                 after: site,
             });
         }
     }
-    for (_, (frames, site)) in old {
-        if changed(&site, &Site::default()) {
+    for &(chain, stack, site) in &old {
+        if only_before.contains(&chain) && changed(&site, &Site::default()) {
             changes.push(Change {
-                frames,
+                side: 0,
+                stack,
+                chain,
                 before: site,
                 after: Site::default(),
             });
         }
     }
-    changes.sort_by_key(|c| std::cmp::Reverse(c.size()));
+    changes.sort_by(|a, b| {
+        b.size()
+            .cmp(&a.size())
+            .then(b.side.cmp(&a.side))
+            .then_with(|| chains.cmp(a.chain, b.chain))
+    });
     let (total_before, total_after) = (before.profile.total(), after.profile.total());
-    let text = if args.json {
-        let counts = |s: &Site| {
-            let mut obj = serde_json::Map::new();
-            counts_json(s, &mut obj);
-            Value::Object(obj)
-        };
-        let sites: Vec<Value> = changes
-            .iter()
-            .map(|c| {
-                json!({
-                    "stack": stack_json(&c.frames),
-                    "before": counts(&c.before),
-                    "after": counts(&c.after),
-                })
-            })
-            .collect();
-        let mut out = crate::json_text(&json!({
-            "sites": sites,
-            "before": counts(&total_before),
-            "after": counts(&total_after),
-        }));
-        out.push('\n');
-        out
-    } else {
-        table(args, &changes, &total_before, &total_after)
+    let mut sides = [before, after];
+    let mut out = Output::default();
+    let counts = |s: &Site| {
+        let mut obj = serde_json::Map::new();
+        counts_json(s, &mut obj);
+        Value::Object(obj)
     };
-    print_stdout(&text)
+    if args.json {
+        // {"after", "before", "sites"}: the keys in serde_json's order,
+        // the sites written one at a time.
+        let _ = write!(
+            out.text,
+            "{{\"after\":{},\"before\":{},\"sites\":[",
+            crate::json_text(&counts(&total_after)),
+            crate::json_text(&counts(&total_before))
+        );
+        for (i, c) in changes.iter().enumerate() {
+            if i > 0 {
+                out.text.push(',');
+            }
+            let site = json!({
+                "stack": stack_json(&sides[c.side].frames(c.stack)),
+                "before": counts(&c.before),
+                "after": counts(&c.after),
+            });
+            out.text.push_str(&crate::json_text(&site));
+            out.flush_some()?;
+        }
+        out.text.push_str("]}\n");
+    } else {
+        table(
+            args,
+            &changes,
+            &mut sides,
+            &total_before,
+            &total_after,
+            &mut out,
+        )?;
+    }
+    print_stdout(&out.text)
 }
 
 /// `+1.50 KiB`, `-3 B`, `0 B`.
@@ -171,8 +290,15 @@ fn signed_count(before: u64, after: u64) -> String {
     }
 }
 
-fn table(args: &Args, changes: &[Change], before: &Site, after: &Site) -> String {
-    let mut out = String::new();
+fn table(
+    args: &Args,
+    changes: &[Change],
+    sides: &mut [Profiled; 2],
+    before: &Site,
+    after: &Site,
+    output: &mut Output,
+) -> Result<(), Failure> {
+    let out = &mut output.text;
     let _ = writeln!(
         out,
         "before: {} allocations, {} allocated, {} at the peak, {} leaked",
@@ -191,7 +317,7 @@ fn table(args: &Args, changes: &[Change], before: &Site, after: &Site) -> String
     );
     if changes.is_empty() {
         let _ = writeln!(out, "No site changed.");
-        return out;
+        return Ok(());
     }
     let limit = if args.n == 0 { usize::MAX } else { args.n };
     let _ = writeln!(
@@ -228,7 +354,10 @@ fn table(args: &Args, changes: &[Change], before: &Site, after: &Site) -> String
         for (cell, w) in row.iter().zip(widths) {
             let _ = write!(out, "{cell:>w$}  ");
         }
-        let mut frames = c.frames.iter();
+        // The first four frames shown; a stack's frames are resolved
+        // here, one stack at a time.
+        let frames = sides[c.side].frames(c.stack);
+        let mut frames = frames.iter();
         let first = frames
             .next()
             .map_or_else(|| NO_STACK.to_string(), frame_text);
@@ -244,5 +373,5 @@ fn table(args: &Args, changes: &[Change], before: &Site, after: &Site) -> String
             changes.len() - cells.len()
         );
     }
-    out
+    Ok(())
 }

@@ -2,11 +2,13 @@
 //! (the inferno crate), or as folded stacks (`--collapsed`).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
-use alloctrace_analysis::Breakdowns;
+use alloctrace_analysis::{Breakdowns, Frame};
 use inferno::flamegraph::{self, color::BasicPalette, Direction, Palette};
+use rustc_hash::FxHashMap;
 
 use super::{Profiled, NO_STACK};
 use crate::analyze::{inputs, SymbolArgs};
@@ -138,7 +140,20 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 })
                 .map_err(write_error)?;
         } else {
-            let lines: Vec<String> = folded.iter().map(|(s, v)| format!("{s} {v}")).collect();
+            // The folded stacks become the lines in place (no second copy),
+            // already in order: inferno need not sort them (a stack's
+            // names hold no control character, so the value's space sorts
+            // as the key's end).
+            let lines: Vec<String> = folded
+                .into_iter()
+                .map(|(mut s, v)| {
+                    // " VALUE": a space and at most 20 digits.
+                    s.reserve_exact(21);
+                    let _ = write!(s, " {v}");
+                    s
+                })
+                .collect();
+            options.no_sort = true;
             flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out)
                 .map_err(write_error)?;
         }
@@ -148,7 +163,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 
 /// Folded stacks (outermost frame first, or innermost with `inverted`)
 /// and their values; equal symbolized stacks are summed, zero values left
-/// out.
+/// out. Each frame's names are cleaned once and each line is built from
+/// them, so that the work per site is its stack's depth (at most 1,024
+/// frames, FORMAT.md section 10) with no copy of its source frames.
 fn fold(p: &mut Profiled, metric: Metric, inverted: bool) -> BTreeMap<String, u64> {
     let sites: Vec<(u32, u64)> = p
         .profile
@@ -156,17 +173,46 @@ fn fold(p: &mut Profiled, metric: Metric, inverted: bool) -> BTreeMap<String, u6
         .map(|(id, s)| (id, metric.of(s)))
         .filter(|&(_, v)| v > 0)
         .collect();
-    let mut folded = BTreeMap::new();
+    // A frame's names, innermost first (inlined code has several).
+    let mut names: FxHashMap<Frame, Vec<String>> = FxHashMap::default();
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut line = String::new();
+    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
     for (id, value) in sites {
-        let frames = p.frames(id);
-        let mut names: Vec<String> = frames.iter().map(|f| clean(&f.function)).collect();
-        if names.is_empty() {
-            names.push(NO_STACK.to_string());
+        stack.clear();
+        stack.extend(p.pass.stacks.frames(id));
+        for &frame in &stack {
+            names.entry(frame).or_insert_with(|| {
+                let source = p.resolver.frame(&p.pass.stacks, frame);
+                source.iter().map(|f| clean(&f.function)).collect()
+            });
         }
-        if !inverted {
-            names.reverse();
+        line.clear();
+        let mut push = |name: &String| {
+            if !line.is_empty() {
+                line.push(';');
+            }
+            line.push_str(name);
+        };
+        if inverted {
+            stack.iter().flat_map(|f| &names[f]).for_each(&mut push);
+        } else {
+            stack
+                .iter()
+                .rev()
+                .flat_map(|f| names[f].iter().rev())
+                .for_each(&mut push);
         }
-        *folded.entry(names.join(";")).or_insert(0) += value;
+        if stack.is_empty() {
+            line.push_str(NO_STACK);
+        }
+        // A new key is a copy of the line, of its exact size.
+        match folded.get_mut(line.as_str()) {
+            Some(v) => *v += value,
+            None => {
+                folded.insert(line.clone(), value);
+            }
+        }
     }
     folded
 }

@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use alloctrace_analysis::Breakdowns;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::suppressions::Suppressions;
-use super::{frame_text, stack_json, Profiled, NO_STACK};
+use super::{frame_text, stack_json, Output, Profiled, NO_STACK};
 use crate::analyze::SymbolArgs;
 use crate::units::{self, Decimals};
 use crate::{print_stdout, Failure};
@@ -48,17 +48,22 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         .map(|(id, s)| (id, s.leaked_objects, s.leaked_bytes))
         .collect();
     leaks.sort_by_key(|&(_, objects, bytes)| std::cmp::Reverse((bytes, objects)));
+    // Each leak's frames are resolved when it is checked and again when it
+    // is written, never all kept at once: a trace of many deep stacks
+    // (up to 1,024 frames each, FORMAT.md section 10) would need memory
+    // far beyond the file's size.
     let mut shown = Vec::new();
     let (mut suppressed, mut suppressed_objects, mut suppressed_bytes) = (0u64, 0u64, 0u64);
     for (id, objects, bytes) in leaks {
-        let frames = p.frames(id);
-        if suppressions.as_ref().is_some_and(|s| s.suppresses(&frames)) {
-            suppressed += 1;
-            suppressed_objects += objects;
-            suppressed_bytes += bytes;
-            continue;
+        if let Some(s) = &suppressions {
+            if s.suppresses(&p.frames(id)) {
+                suppressed += 1;
+                suppressed_objects += objects;
+                suppressed_bytes += bytes;
+                continue;
+            }
         }
-        shown.push((frames, objects, bytes));
+        shown.push((id, objects, bytes));
     }
     p.print_warnings();
     let objects: u64 = shown.iter().map(|l| l.1).sum();
@@ -69,49 +74,51 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         units::bytes(suppressed_bytes, Decimals::Three),
         units::count_compact(suppressed_objects)
     );
-    let text = if args.json {
+    let mut out = Output::default();
+    if args.json {
         if suppressions.is_some() {
             eprintln!("{suppressed_note}");
         }
-        let leaks: Vec<Value> = shown
-            .iter()
-            .map(|(frames, objects, bytes)| {
-                json!({"stack": stack_json(frames), "objects": objects, "bytes": bytes})
-            })
-            .collect();
-        let mut out = crate::json_text(&json!({
-            "leaks": leaks,
-            "objects": objects,
-            "bytes": bytes,
-        }));
-        out.push('\n');
-        out
+        // {"bytes", "leaks", "objects"}: the keys in serde_json's order,
+        // the leaks written one at a time.
+        let _ = write!(out.text, "{{\"bytes\":{bytes},\"leaks\":[");
+        for (i, &(id, objects, bytes)) in shown.iter().enumerate() {
+            if i > 0 {
+                out.text.push(',');
+            }
+            let leak =
+                json!({"stack": stack_json(&p.frames(id)), "objects": objects, "bytes": bytes});
+            out.text.push_str(&crate::json_text(&leak));
+            out.flush_some()?;
+        }
+        let _ = writeln!(out.text, "],\"objects\":{objects}}}");
     } else {
-        let mut out = String::new();
-        for (frames, objects, bytes) in &shown {
+        for &(id, objects, bytes) in &shown {
             let _ = writeln!(
-                out,
+                out.text,
                 "{} in {} object{} leaked at:",
-                units::bytes(*bytes, Decimals::Three),
-                units::count_compact(*objects),
-                if *objects == 1 { "" } else { "s" }
+                units::bytes(bytes, Decimals::Three),
+                units::count_compact(objects),
+                if objects == 1 { "" } else { "s" }
             );
+            let frames = p.frames(id);
             if frames.is_empty() {
-                let _ = writeln!(out, "    {NO_STACK}");
+                let _ = writeln!(out.text, "    {NO_STACK}");
             }
-            for f in frames {
-                let _ = writeln!(out, "    {}", frame_text(f));
+            for f in &frames {
+                let _ = writeln!(out.text, "    {}", frame_text(f));
             }
-            out.push('\n');
+            out.text.push('\n');
+            out.flush_some()?;
         }
         if shown.is_empty() && suppressed == 0 {
             let _ = writeln!(
-                out,
+                out.text,
                 "No leaks: nothing allocated in the trace was live at its end."
             );
         }
         let _ = writeln!(
-            out,
+            out.text,
             "{} leaked in {} objects from {} stack{}",
             units::bytes(bytes, Decimals::Three),
             units::count_compact(objects),
@@ -119,9 +126,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             if shown.len() == 1 { "" } else { "s" }
         );
         if suppressions.is_some() {
-            let _ = writeln!(out, "{suppressed_note}");
+            let _ = writeln!(out.text, "{suppressed_note}");
         }
-        out
-    };
-    print_stdout(&text)
+    }
+    print_stdout(&out.text)
 }

@@ -70,6 +70,24 @@ impl Profiled {
     }
 }
 
+/// Text for stdout, written out a piece at a time as it grows, so that a
+/// report of many deep stacks never holds all of its output.
+#[derive(Default)]
+pub struct Output {
+    pub text: String,
+}
+
+impl Output {
+    /// Writes the text so far when it has grown past 64 KiB.
+    pub fn flush_some(&mut self) -> Result<(), Failure> {
+        if self.text.len() >= 1 << 16 {
+            crate::print_stdout(&self.text)?;
+            self.text.clear();
+        }
+        Ok(())
+    }
+}
+
 /// The name of allocations recorded without a stack.
 pub const NO_STACK: &str = "[no stack]";
 

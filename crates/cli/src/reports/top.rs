@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use alloctrace_analysis::{Breakdowns, Site, SourceFrame};
+use alloctrace_analysis::{Breakdowns, Site, StackId};
 use serde_json::{json, Value};
 
-use super::{counts_json, frame_text, stack_json, Profiled};
+use super::{counts_json, frame_text, stack_json, Output, Profiled};
 use crate::analyze::SymbolArgs;
 use crate::units::{self, Decimals};
 use crate::{print_stdout, Failure};
@@ -88,7 +88,9 @@ pub struct Args {
 
 /// A row's key, as it is printed.
 enum Key {
-    Stack(Vec<SourceFrame>),
+    /// Symbolized when shown, a row at a time: a stack of up to 1,024
+    /// frames per row, never all rows' frames at once.
+    Stack(StackId),
     Text(String),
     Number(u64),
 }
@@ -122,7 +124,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             sites.truncate(limit);
             sites
                 .into_iter()
-                .map(|(id, s)| (Key::Stack(p.frames(id)), s))
+                .map(|(id, s)| (Key::Stack(id), s))
                 .collect()
         }
         By::Function => {
@@ -163,33 +165,35 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     };
     keep(&mut rows);
     p.print_warnings();
-    let text = if args.json {
-        let sites: Vec<Value> = rows
-            .iter()
-            .map(|(key, site)| {
-                let mut obj = serde_json::Map::new();
-                match key {
-                    Key::Stack(frames) => obj.insert("stack".into(), stack_json(frames)),
-                    Key::Text(t) => obj.insert("key".into(), json!(t)),
-                    Key::Number(n) => obj.insert("key".into(), json!(n)),
-                };
-                counts_json(site, &mut obj);
-                Value::Object(obj)
-            })
-            .collect();
-        let mut out = crate::json_text(&json!({ "sites": sites }));
-        out.push('\n');
-        out
+    let mut out = Output::default();
+    if args.json {
+        // {"sites": [...]}, the sites written one at a time.
+        out.text.push_str("{\"sites\":[");
+        for (i, (key, site)) in rows.iter().enumerate() {
+            if i > 0 {
+                out.text.push(',');
+            }
+            let mut obj = serde_json::Map::new();
+            match key {
+                Key::Stack(id) => obj.insert("stack".into(), stack_json(&p.frames(*id))),
+                Key::Text(t) => obj.insert("key".into(), json!(t)),
+                Key::Number(n) => obj.insert("key".into(), json!(n)),
+            };
+            counts_json(site, &mut obj);
+            out.text.push_str(&crate::json_text(&Value::Object(obj)));
+            out.flush_some()?;
+        }
+        out.text.push_str("]}\n");
     } else {
-        table(&p, args, &rows)
-    };
-    print_stdout(&text)
+        out.text = table(&mut p, args, &rows);
+    }
+    print_stdout(&out.text)
 }
 
 /// Frames shown per stack in the text table.
 const FRAMES_SHOWN: usize = 4;
 
-fn table(p: &Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
+fn table(p: &mut Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
     let total = p.profile.total();
     let peak = p.profile.peak();
     let mut out = String::new();
@@ -260,7 +264,8 @@ fn table(p: &Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
     let indent: usize = widths.iter().map(|w| w + 2).sum();
     for ((key, _), row) in rows.iter().zip(&cells) {
         match key {
-            Key::Stack(frames) => {
+            Key::Stack(id) => {
+                let frames = p.frames(*id);
                 let first = frames
                     .first()
                     .map_or_else(|| super::NO_STACK.to_string(), frame_text);
