@@ -559,16 +559,31 @@ unsafe extern "C" fn boot_mmap(
     fd: c_int,
     off: i64,
 ) -> *mut c_void {
-    if resolving() {
-        // SAFETY: forwarded.
-        return unsafe { sys_mmap(addr, len, prot, flags, fd, off) };
-    }
-    resolve_mappings();
-    // SAFETY: forwarded to the resolved function.
-    unsafe { next_mmap(addr, len, prot, flags, fd, off) }
+    // SAFETY: forwarded.
+    unsafe { boot_mapping(&MMAP, addr, len, prot, flags, fd, off) }
 }
 
 unsafe extern "C" fn boot_mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: forwarded.
+    unsafe { boot_mapping(&MMAP64, addr, len, prot, flags, fd, off) }
+}
+
+/// mmap's or mmap64's bootstrap (`next`, the one of the two called): the
+/// system call while the next definitions are being resolved, else
+/// resolves them and calls the next one.
+///
+/// # Safety
+/// As mmap(2).
+#[inline(always)]
+unsafe fn boot_mapping(
+    next: &Next,
     addr: *mut c_void,
     len: usize,
     prot: c_int,
@@ -582,7 +597,7 @@ unsafe extern "C" fn boot_mmap64(
     }
     resolve_mappings();
     // SAFETY: forwarded to the resolved function.
-    unsafe { next_mmap64(addr, len, prot, flags, fd, off) }
+    unsafe { next_mapping(next, addr, len, prot, flags, fd, off) }
 }
 
 unsafe extern "C" fn boot_munmap(addr: *mut c_void, len: usize) -> c_int {
@@ -628,14 +643,8 @@ pub unsafe fn next_mmap(
     fd: c_int,
     off: i64,
 ) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        // SAFETY: as the caller's.
-        return unsafe { sys_mmap(addr, len, prot, flags, fd, off) };
-    }
-    // SAFETY: MMAP holds a function of this signature (above).
-    unsafe {
-        core::mem::transmute::<*mut c_void, MmapFn>(MMAP.get())(addr, len, prot, flags, fd, off)
-    }
+    // SAFETY: as the caller's.
+    unsafe { next_mapping(&MMAP, addr, len, prot, flags, fd, off) }
 }
 
 /// The next mmap64, as [`next_mmap`].
@@ -651,13 +660,31 @@ pub unsafe fn next_mmap64(
     fd: c_int,
     off: i64,
 ) -> *mut c_void {
+    // SAFETY: as the caller's.
+    unsafe { next_mapping(&MMAP64, addr, len, prot, flags, fd, off) }
+}
+
+/// [`next_mmap`] or [`next_mmap64`] by `next` (`MMAP` or `MMAP64`).
+///
+/// # Safety
+/// As mmap(2).
+#[inline(always)]
+unsafe fn next_mapping(
+    next: &Next,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
     if reentrancy::get() == reentrancy::OWN {
         // SAFETY: as the caller's.
         return unsafe { sys_mmap(addr, len, prot, flags, fd, off) };
     }
-    // SAFETY: as next_mmap.
+    // SAFETY: MMAP and MMAP64 hold functions of this signature (above).
     unsafe {
-        core::mem::transmute::<*mut c_void, MmapFn>(MMAP64.get())(addr, len, prot, flags, fd, off)
+        core::mem::transmute::<*mut c_void, MmapFn>(next.get())(addr, len, prot, flags, fd, off)
     }
 }
 

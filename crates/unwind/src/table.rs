@@ -72,6 +72,33 @@ pub(crate) struct ModuleTable {
 /// per 256 bytes of code.
 const INDEX_SHIFT: u32 = 8;
 
+/// `m`'s `.eh_frame_hdr` and `.eh_frame` bytes and their base addresses;
+/// `None` for a module without them, or larger than 4 GiB (rows hold
+/// 32-bit offsets).
+///
+/// # Safety
+/// `m` describes an object loaded in this process (its unwind sections
+/// are mapped and readable while the slices are used).
+unsafe fn sections<'a>(m: &ModuleInfo) -> Option<(&'a [u8], &'a [u8], gimli::BaseAddresses)> {
+    if m.eh_frame_hdr == 0 || m.eh_frame == 0 || m.end.saturating_sub(m.start) > u64::from(u32::MAX)
+    {
+        return None;
+    }
+    // SAFETY: the caller's contract: both ranges are mapped (the header's
+    // PT_GNU_EH_FRAME segment; .eh_frame to the end of its PT_LOAD
+    // segment).
+    let (hdr, eh) = unsafe {
+        (
+            core::slice::from_raw_parts(m.eh_frame_hdr as *const u8, m.eh_frame_hdr_len as usize),
+            core::slice::from_raw_parts(m.eh_frame as *const u8, m.eh_frame_len as usize),
+        )
+    };
+    let bases = gimli::BaseAddresses::default()
+        .set_eh_frame_hdr(m.eh_frame_hdr)
+        .set_eh_frame(m.eh_frame);
+    Some((hdr, eh, bases))
+}
+
 impl ModuleTable {
     fn key_of(m: &ModuleInfo) -> (u64, u64, u64, u64) {
         (m.start, m.end, m.eh_frame_hdr, m.eh_frame)
@@ -111,27 +138,10 @@ impl ModuleTable {
             rows: Vec::new(),
             index: Vec::new(),
         };
-        if m.eh_frame_hdr == 0
-            || m.eh_frame == 0
-            || m.end.saturating_sub(m.start) > u64::from(u32::MAX)
-        {
+        // SAFETY: the caller's contract.
+        let Some((hdr, eh, bases)) = (unsafe { sections(m) }) else {
             return t;
-        }
-        // SAFETY: the caller's contract: both ranges are mapped (the
-        // header's PT_GNU_EH_FRAME segment; .eh_frame to the end of its
-        // PT_LOAD segment).
-        let (hdr, eh) = unsafe {
-            (
-                core::slice::from_raw_parts(
-                    m.eh_frame_hdr as *const u8,
-                    m.eh_frame_hdr_len as usize,
-                ),
-                core::slice::from_raw_parts(m.eh_frame as *const u8, m.eh_frame_len as usize),
-            )
         };
-        let bases = gimli::BaseAddresses::default()
-            .set_eh_frame_hdr(m.eh_frame_hdr)
-            .set_eh_frame(m.eh_frame);
         let Ok(parsed) = gimli::EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8) else {
             return t;
         };
@@ -211,27 +221,10 @@ impl ModuleTable {
             rows: Vec::new(),
             index: Vec::new(),
         };
-        if m.eh_frame_hdr == 0
-            || m.eh_frame == 0
-            || m.end.saturating_sub(m.start) > u64::from(u32::MAX)
-        {
+        // SAFETY: the caller's contract.
+        let Some((hdr, eh, bases)) = (unsafe { sections(m) }) else {
             return t;
-        }
-        // SAFETY: the caller's contract: both ranges are mapped (the
-        // header's PT_GNU_EH_FRAME segment; .eh_frame to the end of its
-        // PT_LOAD segment).
-        let (hdr, eh) = unsafe {
-            (
-                core::slice::from_raw_parts(
-                    m.eh_frame_hdr as *const u8,
-                    m.eh_frame_hdr_len as usize,
-                ),
-                core::slice::from_raw_parts(m.eh_frame as *const u8, m.eh_frame_len as usize),
-            )
         };
-        let bases = gimli::BaseAddresses::default()
-            .set_eh_frame_hdr(m.eh_frame_hdr)
-            .set_eh_frame(m.eh_frame);
         let Ok(parsed) = gimli::EhFrameHdr::new(hdr, gimli::LittleEndian).parse(&bases, 8) else {
             return t;
         };
