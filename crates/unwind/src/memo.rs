@@ -300,6 +300,23 @@ fn check_span(ck: &[Check]) -> u64 {
     acc
 }
 
+/// Re-reads every word the memo's walk read from `f[j]` outward (the steps
+/// of `f[1..=j]`) and the word its ending read (`term`): zero when every
+/// one holds. The caller's frame is in `f[j]`'s state, so every address is
+/// at or above its stack pointer (see `memo_walk`'s docs for why no read
+/// needs a bounds check).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn changed_to_end(ck: &[Check], ck_end: &[u8], term: Term, j: usize) -> u64 {
+    let mut acc = check_span(checks_of(ck, ck_end, 1, j));
+    if term.at != 0 {
+        // SAFETY: read by the ending step of f[0] through a fence with
+        // this `hi`, above f[0].sp >= the caller's sp (memo_walk's docs).
+        acc |= unsafe { load(term.at) };
+    }
+    acc
+}
+
 /// Copies `src` to `dst` (as many words as the shorter holds): a loop for
 /// the few words of a shallow stack, `memcpy` for more.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -419,26 +436,17 @@ pub(crate) fn walk(
                     && o.ra == cur.pc
                     && (o.flags & F_IP != 0) == cur.ip
                     && (o.flags & F_DEP == 0 || o.bp == cur.bp)
+                    && changed_to_end(&memo.ck, &memo.ck_end, memo.term, j) == 0
                 {
-                    let mut acc = check_span(checks_of(&memo.ck, &memo.ck_end, 1, j));
-                    let at = memo.term.at;
-                    if at != 0 {
-                        // SAFETY: read by the ending step of f[0] through a
-                        // fence with this `hi`, above f[0].sp >= cur.sp
-                        // (see memo_walk's docs).
-                        acc |= unsafe { load(at) };
+                    if let Some(dst) = out.get_mut(..=j) {
+                        copy_words(dst, ras);
                     }
-                    if acc == 0 {
-                        if let Some(dst) = out.get_mut(..=j) {
-                            copy_words(dst, ras);
-                        }
-                        memo.steps = 0;
-                        return MemoWalk {
-                            len: j + 1,
-                            truncated: memo.truncated,
-                            shared: j + 1,
-                        };
-                    }
+                    memo.steps = 0;
+                    return MemoWalk {
+                        len: j + 1,
+                        truncated: memo.truncated,
+                        shared: j + 1,
+                    };
                 }
             }
         }
@@ -514,16 +522,8 @@ fn walk_to_match(
         s,
         ..
     } = memo;
-    // f[j] is the frame at out[n]: re-read every word the memo's walk
-    // read from it outward (see memo_walk's docs for why no read needs a
-    // bounds check), and its ending's.
-    let mut acc = check_span(checks_of(ck, ck_end, 1, j));
-    if old_term.at != 0 {
-        // SAFETY: read by the ending step of f[0] through a fence with
-        // this `hi`, above f[0].sp >= cur.sp (memo_walk's docs).
-        acc |= unsafe { load(old_term.at) };
-    }
-    if acc != 0 {
+    // f[j] is the frame at out[n].
+    if changed_to_end(ck, ck_end, old_term, j) != 0 {
         return None;
     }
     // f[j - 1], ..., f[0]: ra_rev[CAP - j..].
