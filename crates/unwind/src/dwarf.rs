@@ -16,7 +16,7 @@ use framehop::{
 use crate::bounds::Fence;
 use crate::bounds::StackBounds;
 use crate::modules::Modules;
-use crate::table::{RuleCache, Tables};
+use crate::table::{RuleCache, SharedRules, Tables};
 use crate::Walk;
 
 /// A range of a loaded object's memory (an unwind section), read in place.
@@ -75,6 +75,9 @@ pub struct DwarfUnwinder {
     pub(crate) tables: Tables,
     /// Whether `tables` were built (else empty: every step is framehop's).
     with_tables: bool,
+    /// The rules the threads' caches missed, for all of them (empty
+    /// without `tables`).
+    pub(crate) shared_rules: SharedRules,
     /// framehop caches for the fallback steps.
     pub(crate) fallback: Pool,
 }
@@ -264,6 +267,7 @@ impl DwarfUnwinder {
             code,
             tables,
             with_tables,
+            shared_rules: SharedRules::new(with_tables),
             fallback: Pool::new(FALLBACK_CACHES),
         }
     }
@@ -297,6 +301,12 @@ impl DwarfUnwinder {
     #[doc(hidden)]
     pub fn compact_rule(&self, addr: u64) -> u32 {
         self.tables.lookup(addr)
+    }
+
+    /// Bytes of the rule cache the threads share (512 KiB with tables,
+    /// else none).
+    pub fn shared_cache_bytes(&self) -> usize {
+        self.shared_rules.bytes()
     }
 
     /// Compact-table statistics: (rows, bytes of rows) over all modules,

@@ -345,10 +345,16 @@ pub(crate) fn rule_miss(unwinder: &DwarfUnwinder, cache: &mut RuleCache, key: u6
     );
     let rule = if !ip && pc.wrapping_sub(end_lo) < end_len {
         R_END
-    } else if !ip && unwinder.is_sigreturn(pc) {
-        R_SIGNAL
+    } else if let Some(rule) = unwinder.shared_rules.get(key) {
+        rule
     } else {
-        unwinder.tables.lookup(key & !(1 << 63))
+        let rule = if !ip && unwinder.is_sigreturn(pc) {
+            R_SIGNAL
+        } else {
+            unwinder.tables.lookup(key & !(1 << 63))
+        };
+        unwinder.shared_rules.put(key, rule);
+        rule
     };
     let i = RuleCache::slot(key);
     if let (Some(k), Some(v)) = (cache.keys.get_mut(i), cache.rules.get_mut(i)) {

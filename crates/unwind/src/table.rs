@@ -10,6 +10,7 @@
 //! falls back to framehop, which then gives exactly what it always gave.
 
 use std::num::Wrapping;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gimli::{CfaRule, EhFrameOffset, LittleEndian, RegisterRule, UnwindSection, X86_64};
@@ -844,6 +845,86 @@ impl Tables {
     }
 }
 
+/// Entries of an unwinder's shared rule cache (512 KiB).
+const SHARED_SLOTS: usize = 1 << 16;
+
+/// The second level of the threads' rule caches: one per unwinder, shared
+/// by every thread, direct-mapped, filled by the threads' misses. A
+/// thread's own cache ([`RuleCache`]) holds 256 rules, fewer than a deep
+/// program steps through (python's deep-stack loop missed it on one
+/// lookup in nine, each miss some 220 instructions in the tables); a miss
+/// there that this cache holds costs one load.
+///
+/// Each entry is one word, written and read whole (relaxed: the rule is
+/// in the word itself, and every rule of an unwinder is fixed): the key's
+/// upper 32 bits (of the 48 a key packs into: the address, below 2^47,
+/// and the instruction-pointer flag) above the rule, at a slot the key's
+/// bits name. Slot and upper bits give the key back, so a hit is exact.
+/// Zero is empty (an upper part of zero is never stored).
+pub(crate) struct SharedRules {
+    slots: Box<[AtomicU64]>,
+}
+
+impl SharedRules {
+    /// A cache with room (`on`), or none (an unwinder without tables).
+    pub(crate) fn new(on: bool) -> SharedRules {
+        let n = if on { SHARED_SLOTS } else { 0 };
+        SharedRules {
+            slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The slot of `key` and the upper half its entry has; `None` for a
+    /// key this cache does not hold.
+    #[inline(always)]
+    fn place(key: u64) -> Option<(usize, u64)> {
+        let addr = key & !(1 << 63);
+        if addr >> 47 != 0 {
+            return None;
+        }
+        let packed = addr | (key >> 63) << 47;
+        let upper = packed >> 16;
+        if upper == 0 {
+            return None;
+        }
+        let slot = ((packed ^ packed >> 16 ^ packed >> 32) & 0xffff) as usize;
+        Some((slot, upper << 32))
+    }
+
+    /// The rule this cache holds for `key`.
+    // Runs inside malloc: no allocation, no lock, no panic.
+    #[inline(always)]
+    pub(crate) fn get(&self, key: u64) -> Option<u32> {
+        let (slot, upper) = Self::place(key)?;
+        let e = self.slots.get(slot)?.load(Ordering::Relaxed);
+        (e & !0xffff_ffff == upper).then_some(e as u32)
+    }
+
+    /// Holds `rule` for `key` (replacing the slot's entry).
+    // Runs inside malloc: no allocation, no lock, no panic.
+    #[inline(always)]
+    pub(crate) fn put(&self, key: u64, rule: u32) {
+        if let Some((slot, upper)) = Self::place(key) {
+            if let Some(s) = self.slots.get(slot) {
+                s.store(upper | u64::from(rule), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Its bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.slots.len() * 8
+    }
+}
+
+impl core::fmt::Debug for SharedRules {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedRules")
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
 /// Entries of a thread's rule cache.
 pub(crate) const CACHE_SLOTS: usize = 256;
 
@@ -880,6 +961,43 @@ impl RuleCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shared cache gives back exactly the rule put for a key, never
+    /// another key's: two keys at one slot replace each other, and keys it
+    /// cannot pack (kernel addresses, the first 64 KiB) are not held.
+    #[test]
+    fn the_shared_rule_cache_answers_only_for_the_key_it_holds() {
+        let c = SharedRules::new(true);
+        let keys = [
+            0x7f12_3456_7890u64,
+            0x7f12_3456_7890 | 1 << 63,
+            0x5555_0000_1234,
+            0x1_0000,
+            0x7fff_ffff_ffff,
+        ];
+        for (i, &k) in keys.iter().enumerate() {
+            c.put(k, i as u32 + 7);
+        }
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(c.get(k), Some(i as u32 + 7), "{k:#x}");
+        }
+        let a = 0x7f12_3456_7890u64;
+        let b = a ^ 1 << 16 ^ 1;
+        assert_eq!(
+            SharedRules::place(a).map(|p| p.0),
+            SharedRules::place(b).map(|p| p.0)
+        );
+        c.put(b, 2);
+        assert_eq!((c.get(a), c.get(b)), (None, Some(2)));
+        for k in [0xffff_ffff_ff60_0000u64, 0x1234] {
+            c.put(k, 3);
+            assert_eq!(c.get(k), None, "{k:#x}");
+        }
+        let off = SharedRules::new(false);
+        off.put(a, 1);
+        assert_eq!((off.get(a), off.bytes()), (None, 0));
+        assert_eq!(c.bytes(), 512 * 1024);
+    }
 
     /// Both builds of one module: the rows and the index agree.
     fn assert_same(m: &ModuleInfo, new: &ModuleTable, old: &ModuleTable) {
