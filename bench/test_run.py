@@ -153,6 +153,24 @@ class Parsing(unittest.TestCase):
         self.assertIsNone(pieces["step"][3])  # no new frames: no figure per frame
         self.assertEqual(pieces["framework"][2], 4000 - 3000 - 200)
 
+    def test_callgrind_steps_inlined_into_the_memo_walk_are_a_piece_of_their_own(self):
+        ann = CALLGRIND_ANNOTATE.replace(
+            "   13,708 ( 1.37%)  ???:0x0000000000023930 [/w/liballoctrace_preload.so]\n",
+            "  500,000 (50.00%)  /w/crates/unwind/src/memo.rs:alloctrace_unwind::memo::walk_to_match [/w/liballoctrace_preload.so]\n"
+            "   70,000 ( 7.00%)  /w/crates/unwind/src/step.rs:alloctrace_unwind::memo::walk_to_match\n"
+            "   30,000 ( 3.00%)  /w/crates/unwind/src/step.rs:alloctrace_unwind::step::rule_miss [/w/liballoctrace_preload.so]\n")
+        funcs, _ = bench.parse_callgrind_annotate(ann)
+        # The whole function keeps its entry; the part is kept beside it.
+        self.assertEqual(funcs["alloctrace_unwind::memo::walk_to_match"], 500000)
+        self.assertEqual(funcs["in:step.rs:alloctrace_unwind::memo::walk_to_match"], 70000)
+        # Only an "in:" pattern sees parts.
+        self.assertEqual(bench.cg_match(funcs, [r"::walk_to_match$"])[0], 500000)
+        self.assertEqual(bench.cg_match(funcs, [r"in:^step\.rs:\S*walk_to_match$"])[0], 70000)
+        pieces = {p[0]: p for p in bench.cg_pieces(funcs, None, 1000, {"new": 2.0, "shared": 10.0})}
+        self.assertEqual(pieces["step"][2:4], (100, 50))  # 70 inlined + 30 of misses
+        # The memo's functions (walk_to_match, 500) without the steps.
+        self.assertEqual(pieces["revalidate"][2], 400)
+
     def test_callgrind_patterns_from_the_environment(self):
         funcs, _ = bench.parse_callgrind_annotate(CALLGRIND_ANNOTATE)
         saved = os.environ.get("BENCH_CG_PATTERNS")
