@@ -524,7 +524,7 @@ fn walk_to_match(
     } = memo;
     // f[j] is the frame at out[n].
     if changed_to_end(ck, ck_end, old_term, j) != 0 {
-        return None;
+        return resume(memo, unwinder, cache, fence.hi, out, n, j, cur.bp);
     }
     // f[j - 1], ..., f[0]: ra_rev[CAP - j..].
     if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
@@ -542,6 +542,246 @@ fn walk_to_match(
         truncated: old_truncated,
         shared: j + 1,
     })
+}
+
+/// A compact step from `cur` with its rule from the thread's cache (a
+/// miss out of line, `hits` counts the hits): the caller's frame, the
+/// step's kind and the rbp slot it read.
+///
+/// # Safety
+/// As [`compact_step`]: `cur.sp` 8-byte aligned, within the fence (`lo <=
+/// sp <= hi`).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+unsafe fn cached_step(
+    cur: &Regs,
+    hi: u64,
+    unwinder: &DwarfUnwinder,
+    rules: &mut RuleCache,
+    hits: &mut u64,
+) -> Option<(Regs, u8, u64)> {
+    let key = rule_key(cur.pc, cur.ip);
+    let i = RuleCache::slot(key);
+    let rule = match (rules.keys.get(i), rules.rules.get(i)) {
+        (Some(&k), Some(&r)) if k == key && k != 0 => {
+            *hits += 1;
+            r
+        }
+        _ => rule_miss(unwinder, rules, key),
+    };
+    // SAFETY: the caller's contract.
+    unsafe { compact_step(rule, cur, hi) }
+}
+
+/// [`walk_to_match`] when the match at `f[j]` (`n` new frames stepped
+/// from the walk's first frame, whose rbp is `bp0`) does not hold to the
+/// walk's end: the same
+/// leaf reached from another caller. The memo's steps from `f[j]` down
+/// to `f[low + 1]` hold (`low` the innermost step that does not: the
+/// frames `f[j]`, ..., `f[low]` are this walk's), so the walk steps on
+/// from `f[low]` (its rbp recomputed from the slots those steps read:
+/// where no step further out used it, the memo's may be stale) until a
+/// frame equals a memo frame `f[k]`, `k < low`, whose walk holds to the
+/// end. The common case, where the frames stepped replace
+/// `f[k + 1..low]` one for one with the same number of checks each and
+/// the same `dep` for the innermost (so that nothing the memo holds for
+/// `f[low..=j]` changes but `f[low]`'s checks), is done in place: those
+/// frames and checks are rewritten, and the new inner frames appended as
+/// `walk_to_match` does. `shared` is `k + 1`. Anything else is `None`
+/// (the caller runs `memo_walk`), with nothing but `out`, the scratch and
+/// the cache written. Out of line: 1.5% of python's captures.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn resume(
+    memo: &mut WalkMemo,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    hi: u64,
+    out: &mut [u64],
+    n: usize,
+    j: usize,
+    bp0: u64,
+) -> Option<MemoWalk> {
+    let (old_truncated, old_term) = (memo.truncated, memo.term);
+    let WalkMemo {
+        f,
+        ck,
+        ck_end,
+        ra_rev,
+        s,
+        ..
+    } = memo;
+    // The innermost step of f[j..=1] whose words changed (none: the
+    // ending changed; not handled here).
+    let low = (1..=j)
+        .rev()
+        .find(|&t| check_span(checks_of(ck, ck_end, t, t)) != 0)?;
+    // The walk's rbp at f[j]: the one its last step gave (that step's
+    // kind and slot are in the scratch).
+    let mut bp = match n.checked_sub(1).and_then(|i| s.get(i)) {
+        None => bp0,
+        Some(x) if kind_of(x) == S_PASS => x.bp,
+        // SAFETY: the slot that step read, an aligned word at or above its
+        // frame's stack pointer and below `hi`.
+        Some(x) => unsafe { load(x.slot) },
+    };
+    // f[low]'s rbp: from there, through the steps that held.
+    for t in (low + 1..=j).rev() {
+        let me = f.get(t)?;
+        if kind_of(me) != S_PASS {
+            // SAFETY: the slot a compact step of the memo's walk read, at
+            // or above f[t].sp >= the walk's sp, below `hi` (memo_walk's
+            // docs): its words are the ones the checks read.
+            bp = unsafe { load(me.slot) };
+        }
+    }
+    let l = *f.get(low)?;
+    let mut cur = Regs {
+        pc: l.ra,
+        sp: l.sp,
+        bp,
+        ip: l.flags & F_IP != 0,
+    };
+    let start = f.get(j)?.sp;
+    if cur.sp & 7 != 0 || cur.sp < start || cur.sp > hi {
+        return None;
+    }
+    // The frames stepped from f[low] (f[low] itself not counted): at
+    // s[n..n + m], innermost first.
+    let rules = &mut cache.rules;
+    let mut hits = 0u64;
+    let mut c = low;
+    let mut m = 0usize;
+    let k = loop {
+        let sp = cur.sp;
+        // SAFETY: checked above for f[low]; a compact step keeps it so.
+        let (next, kind, slot) = unsafe { cached_step(&cur, hi, unwinder, rules, &mut hits) }?;
+        if m > 0 {
+            *s.get_mut(n + m - 1)? = MFrame {
+                ra: cur.pc,
+                sp,
+                bp: cur.bp,
+                slot,
+                flags: u32::from(cur.ip) | u32::from(kind) << 1,
+                lim: NO_LIM,
+            };
+        } else if kind != kind_of(&l) || slot != l.slot {
+            // f[low]'s step is a function of its address and state.
+            return None;
+        }
+        cur = next;
+        m += 1;
+        while c > 0 && f.get(c - 1)?.sp < cur.sp {
+            c -= 1;
+        }
+        let o = f.get(c.checked_sub(1)?)?;
+        if o.sp == cur.sp && o.ra == cur.pc && (o.flags & F_IP != 0) == cur.ip {
+            if o.flags & F_DEP != 0 && o.bp != cur.bp {
+                return None;
+            }
+            break c - 1;
+        }
+        // More frames than the ones they could replace: not one for one.
+        if m >= low {
+            return None;
+        }
+    };
+    rules.hits = rules.hits.wrapping_add(hits);
+    // m - 1 frames stepped beyond f[low]; one for one with f[k + 1..low].
+    let m = m - 1;
+    if k + 1 + m != low || changed_to_end(ck, ck_end, old_term, k) != 0 {
+        return None;
+    }
+    // The same number of checks for each, and the same dep for f[low - 1].
+    let ko = *f.get(k)?;
+    let mut o_dep = ko.flags & F_DEP != 0;
+    for i in 0..m {
+        let me = s.get(n + m - 1 - i)?;
+        let at = k + 1 + i;
+        let kd = kind_of(me);
+        let count = 1 + usize::from(kd != S_PASS && o_dep);
+        let was = usize::from(*ck_end.get(at)?) - usize::from(*ck_end.get(at - 1)?);
+        if count != was {
+            return None;
+        }
+        o_dep = kd == S_FP || (kd == S_PASS && o_dep);
+    }
+    if m > 0 && o_dep != (f.get(low - 1)?.flags & F_DEP != 0) {
+        return None;
+    }
+    // Rewrite f[k + 1..low] and their checks, then f[low]'s checks (every
+    // index is in bounds: at <= low <= j < CAP, each frame's checks where
+    // its old ones were; should one not be, the memo is emptied).
+    if rewrite(f, ck, ck_end, ra_rev, s.get(n..n + m)?, k, l).is_none() {
+        memo.len = 0;
+        return None;
+    }
+    // The walk: the new frames (in out), f[j..=0] (the memo's, rewritten).
+    let len = n + 1 + j;
+    if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
+        copy_words(dst, src);
+    }
+    if len > CAP {
+        memo.len = 0;
+    } else {
+        append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
+        memo.len = len;
+    }
+    memo.steps = (n + m + 1) as u32;
+    Some(MemoWalk {
+        len,
+        truncated: old_truncated,
+        shared: k + 1,
+    })
+}
+
+/// [`resume`]'s rewrite: `new` (innermost first) in place of
+/// `f[k + 1..k + 1 + new.len()]`, each with its checks, and the checks
+/// of `l`, the frame after them, from its new outer neighbour.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn rewrite(
+    f: &mut [MFrame; CAP],
+    ck: &mut [Check; CHECKS],
+    ck_end: &[u8; CAP],
+    ra_rev: &mut [u64; CAP],
+    new: &[MFrame],
+    k: usize,
+    l: MFrame,
+) -> Option<()> {
+    let m = new.len();
+    let ko = *f.get(k)?;
+    let (mut o, mut o_dep) = (ko, ko.flags & F_DEP != 0);
+    for i in 0..=m {
+        let at = k + 1 + i;
+        let me = if i < m { *new.get(m - 1 - i)? } else { l };
+        let kd = kind_of(&me);
+        let mut e = usize::from(*ck_end.get(at - 1)?);
+        *ck.get_mut(e)? = Check {
+            at: o.sp.wrapping_sub(8),
+            want: o.ra,
+        };
+        e += 1;
+        if kd != S_PASS && o_dep {
+            *ck.get_mut(e)? = Check {
+                at: me.slot,
+                want: o.bp,
+            };
+        }
+        let dep = kd == S_FP || (kd == S_PASS && o_dep);
+        if i < m {
+            *f.get_mut(at)? = MFrame {
+                flags: (me.flags & !F_DEP) | if dep { F_DEP } else { 0 },
+                lim: NO_LIM,
+                ..me
+            };
+            *ra_rev.get_mut(CAP - 1 - at)? = me.ra;
+        }
+        (o, o_dep) = (me, dep);
+    }
+    Some(())
 }
 
 /// [`walk_to_match`] when the walk is cut by the depth limit (`out`'s
@@ -672,19 +912,10 @@ fn steps_to_match(
                 return Some((n, c - 1));
             }
         }
-        let key = rule_key(cur.pc, cur.ip);
-        let i = RuleCache::slot(key);
-        let rule = match (rules.keys.get(i), rules.rules.get(i)) {
-            (Some(&k), Some(&r)) if k == key && k != 0 => {
-                *hits += 1;
-                r
-            }
-            _ => rule_miss(unwinder, rules, key),
-        };
         let sp = cur.sp;
         // SAFETY: lo <= sp <= hi and sp is 8-byte aligned: checked before
         // the first step, and a compact step keeps it so.
-        let (next, kind, slot) = unsafe { compact_step(rule, &cur, hi) }?;
+        let (next, kind, slot) = unsafe { cached_step(&cur, hi, unwinder, rules, hits) }?;
         if let Some(x) = s.get_mut(n) {
             *x = MFrame {
                 ra: cur.pc,
