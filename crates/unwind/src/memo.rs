@@ -530,12 +530,8 @@ fn walk_to_match(
     if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
         copy_words(dst, src);
     }
-    if len > CAP {
-        memo.len = 0;
-    } else {
-        append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
-        memo.len = len;
-    }
+    let ok = len <= CAP && append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
+    memo.len = if ok { len } else { 0 };
     memo.steps = n as u32;
     Some(MemoWalk {
         len,
@@ -723,12 +719,8 @@ fn resume(
     if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
         copy_words(dst, src);
     }
-    if len > CAP {
-        memo.len = 0;
-    } else {
-        append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
-        memo.len = len;
-    }
+    let ok = len <= CAP && append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
+    memo.len = if ok { len } else { 0 };
     memo.steps = (n + m + 1) as u32;
     Some(MemoWalk {
         len,
@@ -849,8 +841,8 @@ fn window(memo: &mut WalkMemo, out: &mut [u64], n: usize, j: usize, lim: u32) ->
         for x in f.get_mut(..=j - b).unwrap_or_default() {
             x.lim = 0;
         }
-        append(f, ck, ck_end, ra_rev, j - b, s.get(..n).unwrap_or_default());
-        memo.len = total;
+        let ok = append(f, ck, ck_end, ra_rev, j - b, s.get(..n).unwrap_or_default());
+        memo.len = if ok { total } else { 0 };
         memo.kept0 = false;
         memo.truncated = true;
         memo.term = Term::default();
@@ -935,10 +927,13 @@ fn steps_to_match(
 /// `S_PASS`, `S_SLOT` or `S_FP`) after `f[j]`, with what [`fix`] would
 /// compute for them from `f[j]` outward: the same frames, flags, limits
 /// (`f[j]`'s), checks and addresses, in one pass and without `fix`'s
-/// copies of the outer frame. The caller makes sure that
-/// `j + 1 + new.len() <= CAP`.
+/// copies of the outer frame. False, with nothing written, when the
+/// frames or their checks would not fit (never, for a memo's own frames:
+/// at most two checks a step); the caller then empties the memo. Out of
+/// line: inlined into `walk_to_match` its loop kept its values on the
+/// stack (about 48 instructions a frame; 40 here).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-#[inline(always)]
+#[inline(never)]
 fn append(
     f: &mut [MFrame; CAP],
     ck: &mut [Check; CHECKS],
@@ -946,56 +941,60 @@ fn append(
     ra_rev: &mut [u64; CAP],
     j: usize,
     new: &[MFrame],
-) {
-    let Some(o) = f.get(j) else {
-        return;
+) -> bool {
+    let n = new.len();
+    let end = j + 1 + n;
+    let Some(&o) = f.get(j) else {
+        return false;
     };
+    let mut e = ck_end.get(j).map_or(0, |&e| usize::from(e));
+    // Every index below is in bounds: frames j + 1..end <= CAP, and at
+    // most two checks a frame from e on.
+    if end > CAP || e + 2 * n > CHECKS {
+        return false;
+    }
     let (mut o_ra, mut o_sp, mut o_bp) = (o.ra, o.sp, o.bp);
     let mut o_dep = o.flags & F_DEP != 0;
     let lim = o.lim;
-    let mut e = ck_end.get(j).map_or(0, |&e| usize::from(e));
-    let end = j + 1 + new.len();
-    let (Some(fs), Some(ends), Some(ras)) = (
-        f.get_mut(j + 1..end),
-        ck_end.get_mut(j + 1..end),
-        ra_rev.get_mut(CAP - end..CAP - 1 - j),
-    ) else {
-        return;
-    };
-    for (((x, me), ce), r) in fs
-        .iter_mut()
-        .zip(new.iter().rev())
-        .zip(ends.iter_mut())
-        .zip(ras.iter_mut().rev())
-    {
-        let k = kind_of(me);
-        if let Some(c) = ck.get_mut(e) {
-            *c = Check {
+    let (fp, ckp, endp, rap, newp) = (
+        f.as_mut_ptr(),
+        ck.as_mut_ptr(),
+        ck_end.as_mut_ptr(),
+        ra_rev.as_mut_ptr(),
+        new.as_ptr(),
+    );
+    for i in 0..n {
+        let at = j + 1 + i;
+        // SAFETY: i < n, at < end <= CAP, e + 1 < e_start + 2 * n <=
+        // CHECKS (checked above): every pointer stays in its array.
+        unsafe {
+            let me = *newp.add(n - 1 - i);
+            let k = kind_of(&me);
+            *ckp.add(e) = Check {
                 at: o_sp.wrapping_sub(8),
                 want: o_ra,
             };
             e += 1;
-        }
-        if k != S_PASS && o_dep {
-            if let Some(c) = ck.get_mut(e) {
-                *c = Check {
+            if k != S_PASS && o_dep {
+                *ckp.add(e) = Check {
                     at: me.slot,
                     want: o_bp,
                 };
                 e += 1;
             }
+            let dep = k == S_FP || (k == S_PASS && o_dep);
+            *fp.add(at) = MFrame {
+                flags: (me.flags & !F_DEP) | if dep { F_DEP } else { 0 },
+                lim,
+                ..me
+            };
+            // At most 2 * CAP (< 256) checks.
+            *endp.add(at) = e as u8;
+            *rap.add(CAP - 1 - at) = me.ra;
+            (o_ra, o_sp, o_bp, o_dep) = (me.ra, me.sp, me.bp, dep);
         }
-        let dep = k == S_FP || (k == S_PASS && o_dep);
-        *x = MFrame {
-            flags: (me.flags & !F_DEP) | if dep { F_DEP } else { 0 },
-            lim,
-            ..*me
-        };
-        // At most 2 * CAP (< 256) checks.
-        *ce = e as u8;
-        *r = me.ra;
-        (o_ra, o_sp, o_bp, o_dep) = (me.ra, me.sp, me.bp, dep);
     }
+    true
 }
 
 /// The memoized walk from `cur`, a frame to keep (`out[0]`), reading
@@ -1426,7 +1425,14 @@ mod tests {
                     continue;
                 }
                 tried += 1;
-                append(&mut b.f, &mut b.ck, &mut b.ck_end, &mut b.ra_rev, j, &new);
+                assert!(append(
+                    &mut b.f,
+                    &mut b.ck,
+                    &mut b.ck_end,
+                    &mut b.ra_rev,
+                    j,
+                    &new
+                ));
                 for i in 0..len {
                     let (x, y) = (a.f[i], b.f[i]);
                     assert_eq!(
