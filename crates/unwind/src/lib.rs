@@ -106,7 +106,8 @@ pub use memo::{capture_dwarf_memo, capture_mixed_memo, MemoWalk, WalkMemo, MEMO_
 pub use modules::{LoadSegment, ModuleInfo, Modules};
 pub use step::set_walk_end;
 pub use walker::{
-    capture_from, capture_from_compact, capture_from_framehop, capture_here, StartRegs,
+    capture_from, capture_from_compact, capture_from_framehop, capture_from_lazy, capture_here,
+    StartRegs,
 };
 
 /// The default depth limit (frames per capture), as heaptrack's.

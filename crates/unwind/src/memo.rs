@@ -116,6 +116,10 @@ pub struct WalkMemo {
     unwinder: u64,
     hi: u64,
     steps: u32,
+    /// How many outermost addresses of the last capture's `out[..len]`
+    /// were left unwritten (a lazy capture that took them from this memo:
+    /// [`WalkMemo::fill`] writes them); 0 otherwise.
+    unfilled: usize,
 }
 
 impl WalkMemo {
@@ -138,6 +142,7 @@ impl WalkMemo {
             unwinder: 0,
             hi: 0,
             steps: 0,
+            unfilled: 0,
         }
     }
 
@@ -153,6 +158,41 @@ impl WalkMemo {
     #[doc(hidden)]
     pub fn steps_walked(&self) -> u32 {
         self.steps
+    }
+
+    /// How many outermost addresses of the last capture's `out[..len]`
+    /// it left unwritten: 0 but after
+    /// [`capture_from_lazy`](crate::capture_from_lazy), which takes a
+    /// shared frame's address from the memo without copying it.
+    pub fn unfilled(&self) -> usize {
+        self.unfilled
+    }
+
+    /// The last capture's outermost address when [`unfilled`](Self::unfilled)
+    /// is not 0 (then `out[len - 1]` is not written); `None` otherwise.
+    pub fn outermost(&self) -> Option<u64> {
+        if self.unfilled == 0 {
+            return None;
+        }
+        self.ra_rev.last().copied()
+    }
+
+    /// Forgets that the last capture left addresses unwritten (a capture
+    /// that returns before walking writes none it would leave).
+    pub(crate) fn clear_unfilled(&mut self) {
+        self.unfilled = 0;
+    }
+
+    /// Writes the addresses the last capture left unwritten into `out`,
+    /// its `out[..len]` (`len` as it returned): afterwards `out[..len]` is
+    /// exactly what [`capture_from`](crate::capture_from) would have
+    /// written. Must be called before the memo's next capture.
+    pub fn fill(&mut self, out: &mut [u64], len: usize) {
+        let u = self.unfilled.min(len).min(CAP);
+        if let (Some(dst), Some(src)) = (out.get_mut(len - u..len), self.ra_rev.get(CAP - u..)) {
+            dst.copy_from_slice(src);
+        }
+        self.unfilled = 0;
     }
 }
 
@@ -419,7 +459,7 @@ fn fix(
 // Must not allocate, lock, make a system call or panic: runs inside malloc.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-pub(crate) fn walk(
+pub(crate) fn walk<const LAZY: bool>(
     cur: Regs,
     fence: &Fence,
     unwinder: &DwarfUnwinder,
@@ -427,6 +467,7 @@ pub(crate) fn walk(
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> MemoWalk {
+    memo.unfilled = 0;
     if memo.unwinder == unwinder.id && memo.hi == fence.hi {
         if let Some(j) = memo.len.checked_sub(1) {
             if let (Some(o), Some(ras)) = (memo.f.get(j), memo.ra_rev.get(CAP - 1 - j..)) {
@@ -438,7 +479,9 @@ pub(crate) fn walk(
                     && (o.flags & F_DEP == 0 || o.bp == cur.bp)
                     && changed_to_end(&memo.ck, &memo.ck_end, memo.term, j) == 0
                 {
-                    if let Some(dst) = out.get_mut(..=j) {
+                    if LAZY {
+                        memo.unfilled = j + 1;
+                    } else if let Some(dst) = out.get_mut(..=j) {
                         copy_words(dst, ras);
                     }
                     memo.steps = 0;
@@ -451,7 +494,7 @@ pub(crate) fn walk(
             }
         }
     }
-    match walk_to_match(cur, fence, unwinder, cache, memo, out) {
+    match walk_to_match::<LAZY>(cur, fence, unwinder, cache, memo, out) {
         Some(w) => w,
         None => memo_walk(cur, fence, unwinder, cache, memo, out),
     }
@@ -482,7 +525,7 @@ pub(crate) fn walk(
 // Must not allocate, lock, make a system call or panic: runs inside malloc.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(never)]
-fn walk_to_match(
+fn walk_to_match<const LAZY: bool>(
     cur: Regs,
     fence: &Fence,
     unwinder: &DwarfUnwinder,
@@ -526,8 +569,10 @@ fn walk_to_match(
     if changed_to_end(ck, ck_end, old_term, j) != 0 {
         return resume(memo, unwinder, cache, fence.hi, out, n, j, cur.bp);
     }
-    // f[j - 1], ..., f[0]: ra_rev[CAP - j..].
-    if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
+    // f[j - 1], ..., f[0]: ra_rev[CAP - j..], unchanged by the append.
+    if LAZY {
+        memo.unfilled = j;
+    } else if let (Some(dst), Some(src)) = (out.get_mut(n + 1..len), ra_rev.get(CAP - j..)) {
         copy_words(dst, src);
     }
     let ok = len <= CAP && append(f, ck, ck_end, ra_rev, j, s.get(..n).unwrap_or_default());
@@ -1478,7 +1523,7 @@ mod tests {
         };
         for _ in 0..3 {
             out.fill(0);
-            let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+            let w = walk::<false>(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
             assert_eq!(
                 w,
                 MemoWalk {
@@ -1493,20 +1538,20 @@ mod tests {
         }
         // An instruction pointer at the same address is another frame.
         let ip = Regs { ip: true, ..cur };
-        let _ = walk(ip, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+        let _ = walk::<false>(ip, &fence, &unwinder, &mut cache, &mut memo, &mut out);
         assert!(memo.steps_walked() >= 1);
         // The return address word changed: walked again, not taken.
         let mut memo = two_frame_memo(&stack, &unwinder, &fence);
         stack[1] = 0x3333;
         // (The memo re-reads it volatile.)
         core::hint::black_box(&mut stack);
-        let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
+        let w = walk::<false>(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out);
         assert!(memo.steps_walked() >= 1);
         assert_eq!(out[0], 0x2222);
         assert!(w.len < 2 || out[1] != 0x1111);
         // The depth limit below the memo's length: the general path.
         let mut memo = two_frame_memo(&stack, &unwinder, &fence);
-        let w = walk(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out[..1]);
+        let w = walk::<false>(cur, &fence, &unwinder, &mut cache, &mut memo, &mut out[..1]);
         assert_eq!((w.len, w.truncated), (1, true));
     }
 }

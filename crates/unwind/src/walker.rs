@@ -54,6 +54,39 @@ pub fn capture_from(
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> MemoWalk {
+    from_memo::<false>(start, bounds, unwinder, cache, memo, out)
+}
+
+/// [`capture_from`] that may leave the outermost addresses it takes from
+/// the memo unwritten: `memo.unfilled()` of them, the outermost of
+/// `out[..len]` ([`WalkMemo::outermost`] is the last). A caller that
+/// interns only the frames not shared with the previous capture reads
+/// none of them; one that needs them calls [`WalkMemo::fill`] before the
+/// memo's next capture. Saves the copy of a deep stack's shared
+/// addresses (some 33 words on python) in the common cases: the same
+/// state again and the first match taken whole.
+#[inline(never)]
+pub fn capture_from_lazy(
+    start: StartRegs,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> MemoWalk {
+    from_memo::<true>(start, bounds, unwinder, cache, memo, out)
+}
+
+#[inline(always)]
+fn from_memo<const LAZY: bool>(
+    start: StartRegs,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> MemoWalk {
+    memo.clear_unfilled();
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         let Some(fence) = bounds.fence(start.sp) else {
@@ -75,7 +108,7 @@ pub fn capture_from(
             bp: start.bp,
             ip: false,
         };
-        crate::memo::walk(cur, &fence, unwinder, cache, memo, out)
+        crate::memo::walk::<LAZY>(cur, &fence, unwinder, cache, memo, out)
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {
@@ -215,6 +248,7 @@ pub(crate) fn here(
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> MemoWalk {
+    memo.clear_unfilled();
     let Some(fence) = bounds.fence(sp) else {
         return LOST;
     };
@@ -242,7 +276,7 @@ pub(crate) fn here(
     if out.is_empty() {
         return LOST;
     }
-    crate::memo::walk(r, &fence, unwinder, cache, memo, out)
+    crate::memo::walk::<false>(r, &fence, unwinder, cache, memo, out)
 }
 
 /// Steps from `r` (a frame not written), writing each caller's address

@@ -13,9 +13,9 @@ use core::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_from, capture_from_compact, capture_from_framehop, capture_here,
-    DwarfCache, DwarfUnwinder, MemoWalk, Modules, StackBounds, StartRegs, Walk, WalkMemo,
-    MEMO_DEPTH,
+    capture_dwarf, capture_from, capture_from_compact, capture_from_framehop, capture_from_lazy,
+    capture_here, DwarfCache, DwarfUnwinder, MemoWalk, Modules, StackBounds, StartRegs, Walk,
+    WalkMemo, MEMO_DEPTH,
 };
 use common::*;
 
@@ -55,8 +55,9 @@ struct Cx {
     prev: Option<(Vec<u64>, bool)>,
     /// Captures, frames, shared frames, captures whose memo took frames;
     /// of consecutive captures not truncated: the outermost addresses they
-    /// have in common, and `shared`.
-    stats: [usize; 6],
+    /// have in common, and `shared`; lazy captures that left addresses
+    /// unwritten.
+    stats: [usize; 7],
 }
 
 impl Cx {
@@ -70,22 +71,39 @@ impl Cx {
             cache: DwarfCache::new(),
             memo: Box::new(WalkMemo::new()),
             prev: None,
-            stats: [0; 6],
+            stats: [0; 7],
         })
     }
 
     /// The three walks from `start` with depth limit `depth`: checks they
-    /// agree and that `shared` is sound; returns the memoized one.
+    /// agree and that `shared` is sound; returns the memoized one. Every
+    /// other capture is the lazy one, its unwritten addresses filled in
+    /// from the memo before the comparison.
     fn check(&mut self, start: StartRegs, depth: usize) -> (Vec<u64>, MemoWalk) {
-        let (mut a, mut b, mut c) = (vec![0u64; depth], vec![0u64; depth], vec![0u64; depth]);
-        let wm = capture_from(
-            start,
-            &self.bounds,
-            &self.unwinder,
-            &mut self.cache,
-            &mut self.memo,
-            &mut a,
+        const UNWRITTEN: u64 = 0xdead_beef;
+        let (mut a, mut b, mut c) = (vec![UNWRITTEN; depth], vec![0u64; depth], vec![0u64; depth]);
+        let lazy = self.stats[0] % 2 == 1;
+        let (bounds, unwinder) = (&self.bounds, &self.unwinder);
+        let (cache, memo) = (&mut self.cache, &mut self.memo);
+        let wm = if lazy {
+            capture_from_lazy(start, bounds, unwinder, cache, memo, &mut a)
+        } else {
+            capture_from(start, bounds, unwinder, cache, memo, &mut a)
+        };
+        let unfilled = self.memo.unfilled();
+        assert!(
+            unfilled == 0 || lazy,
+            "only a lazy capture leaves addresses"
         );
+        assert!(unfilled <= wm.len);
+        if unfilled > 0 {
+            let outermost = self.memo.outermost();
+            assert!(a[wm.len - unfilled..wm.len].iter().all(|&w| w == UNWRITTEN));
+            self.memo.fill(&mut a, wm.len);
+            assert_eq!(self.memo.unfilled(), 0);
+            assert_eq!(outermost, a.get(wm.len - 1).copied());
+            self.stats[6] += 1;
+        }
         let wc = capture_from_compact(start, &self.bounds, &self.unwinder, &mut self.cache, &mut b);
         let wf =
             capture_from_framehop(start, &self.bounds, &self.unwinder, &mut self.cache, &mut c);
@@ -226,8 +244,11 @@ fn memo_equals_compact_equals_framehop_over_alternating_inner_paths() {
         });
         let _ = round;
     }
-    let [n, frames, shared, took, whole, whole_shared] = cx.stats;
-    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo; untruncated pairs: {whole} common, {whole_shared} shared");
+    let [n, frames, shared, took, whole, whole_shared, lazy] = cx.stats;
+    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo; untruncated pairs: {whole} common, {whole_shared} shared; {lazy} lazy");
+    // Half the captures are lazy: many of them take addresses from the
+    // memo without writing them.
+    assert!(lazy * 8 > n, "{:?}", cx.stats);
     // What consecutive untruncated captures have in common is found (a
     // truncated walk's outermost frames move with its inner depth).
     assert!(whole_shared * 10 >= whole * 9, "{:?}", cx.stats);
@@ -507,10 +528,11 @@ fn memo_over_mutated_synthetic_stacks() {
         std::hint::black_box(&mut local);
         cx.check(start, depth);
     }
-    let [n, frames, shared, took, ..] = cx.stats;
-    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo");
+    let [n, frames, shared, took, .., lazy] = cx.stats;
+    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo, {lazy} lazy");
     assert!(frames > 4 * n, "{:?}", cx.stats);
     assert!(took * 4 > n, "{:?}", cx.stats);
+    assert!(lazy > 0, "{:?}", cx.stats);
 }
 
 #[test]

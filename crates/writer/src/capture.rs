@@ -856,7 +856,9 @@ fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u64 {
             out,
         )
     } else {
-        alloctrace_unwind::capture_from(
+        // The addresses it takes from the memo are written only when the
+        // interning needs them (`stack_of_walk`).
+        alloctrace_unwind::capture_from_lazy(
             start,
             &bounds,
             &unwinding.unwinder,
@@ -891,7 +893,8 @@ fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u64 {
 fn intern_walk(state: &mut CaptureState, n: usize, shared: usize, walk_key: u64) -> u64 {
     let last = &mut state.last;
     let (depth, walk_truncated) = LastStack::walk_parts(walk_key);
-    let id = stack_of_walk(last, &state.frames[..n], shared, walk_truncated, depth);
+    let out = state.frames.get_mut(..n).unwrap_or_default();
+    let id = stack_of_walk(last, out, &mut state.memo, shared, walk_truncated, depth);
     last.walk = if id != 0 { walk_key } else { WALK_NONE };
     last.id = id;
     match id {
@@ -900,16 +903,20 @@ fn intern_walk(state: &mut CaptureState, n: usize, shared: usize, walk_key: u64)
     }
 }
 
-/// [`intern_walk`]'s stack, from the walk's addresses `out`.
+/// [`intern_walk`]'s stack, from the walk's addresses `out` (of which
+/// the lazy walk may have left the outermost `memo.unfilled()` unwritten:
+/// they are filled in here when the interning reads them).
 #[inline(always)]
 fn stack_of_walk(
     last: &mut LastStack,
-    out: &[u64],
+    out: &mut [u64],
+    memo: &mut WalkMemo,
     shared: usize,
     walk_truncated: bool,
     depth: usize,
 ) -> u32 {
     let n = out.len();
+    let unfilled = memo.unfilled().min(n);
     // The walk ends at the return into the thread-start trampoline (an
     // end-of-stack rule: `set_thread_start`), which it keeps as its
     // outermost address: the program's frames are the ones before it.
@@ -917,21 +924,28 @@ fn stack_of_walk(
         THREAD_START.load(Ordering::Relaxed),
         THREAD_START_LEN.load(Ordering::Relaxed),
     );
-    let at_start = out
-        .last()
-        .is_some_and(|&ra| ra.wrapping_sub(tramp) < tramp_len);
+    let outermost = match unfilled {
+        0 => out.last().copied(),
+        _ => memo.outermost(),
+    };
+    let at_start = outermost.is_some_and(|ra| ra.wrapping_sub(tramp) < tramp_len);
     // (A walk that ended there is complete.)
     let truncated = walk_truncated && !at_start;
     let tail = usize::from(at_start);
     let end = n - tail;
-    match out.get(..end) {
-        // The common case: a complete stack within the limit.
-        Some(kept) if !truncated && end <= depth && end > 0 => {
-            let reuse = last.reusable(shared, tail, false);
-            last.intern(kept, false, reuse, tail)
+    // The common case: a complete stack within the limit.
+    if !truncated && end <= depth && end > 0 {
+        let reuse = last.reusable(shared, tail, false);
+        // Interning reads the frames before the reused ones, out[..end -
+        // reuse]; the unwritten ones are out[n - unfilled..].
+        if end - reuse.min(end) > n - unfilled {
+            memo.fill(out, n);
         }
-        _ => stack_of_odd_walk(last, out, shared, truncated, depth, end),
+        let kept = out.get(..end).unwrap_or_default();
+        return last.intern(kept, false, reuse, tail);
     }
+    memo.fill(out, n);
+    stack_of_odd_walk(last, out, shared, truncated, depth, end)
 }
 
 /// [`stack_of_walk`] for a walk that was `truncated`, is cut by the depth
@@ -1246,7 +1260,14 @@ mod tests {
                 reused += 1;
                 tails += usize::from(tail > 0);
             }
-            let got = last.intern(&kept, truncated, reuse, tail);
+            // Interning reads only the frames before the reused ones (the
+            // lazy walk leaves the others unwritten: `stack_of_walk`).
+            let mut seen = kept.clone();
+            let from = seen.len() - reuse.min(seen.len());
+            for w in &mut seen[from..] {
+                *w = 0xbad;
+            }
+            let got = last.intern(&seen, truncated, reuse, tail);
             assert_eq!(
                 got,
                 plain(&kept, truncated),
@@ -1281,6 +1302,8 @@ mod tests {
         THREAD_START_LEN.store(1, Ordering::Relaxed);
         let depth = 16;
         let mut last = Box::new(LastStack::new());
+        // A memo that left nothing unwritten: every walk here is whole.
+        let mut memo = Box::new(WalkMemo::new());
         let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         // (the whole walk outermost-aligned, its kind: 0 complete, 1 a
         // thread's, 2 failed)
@@ -1343,7 +1366,15 @@ mod tests {
             // How many nodes it may take from the previous stack.
             let tail = out.len() - kept.len();
             let reuse = last.reusable(shared, tail, truncated);
-            let got = stack_of_walk(&mut last, out, shared, walk_truncated, depth);
+            let mut walked = out.to_vec();
+            let got = stack_of_walk(
+                &mut last,
+                &mut walked,
+                &mut memo,
+                shared,
+                walk_truncated,
+                depth,
+            );
             assert_eq!(
                 got,
                 expected,
