@@ -42,7 +42,7 @@ STACKS_JSON = "\n".join([
 CAPTURE_BENCH_OUT = """walk                       chain  frames  ns/capture  ns/frame
 note: the fp walk saw 1 of 10 frames: build with -C force-frame-pointers=yes
 fp                            10       1         4.0      4.03
-mixed (cfi skip, then fp)     10      11        39.7      3.61
+dwarf (cached), fp chain      10      11        39.7      3.61
 dwarf (cached), no-fp         60      67       676.4     10.10
 DWARF rule cache: 50800354 hits, 24 misses
 
@@ -103,7 +103,7 @@ class Parsing(unittest.TestCase):
         rows = bench.parse_capture_bench(CAPTURE_BENCH_OUT)
         self.assertEqual(rows, {
             ("fp", 10): (1, 4.0, 4.03),
-            ("mixed (cfi skip, then fp)", 10): (11, 39.7, 3.61),
+            ("dwarf (cached), fp chain", 10): (11, 39.7, 3.61),
             ("dwarf (cached), no-fp", 60): (67, 676.4, 10.10),
             # The memo table's last column is `shared`: ns/frame is computed.
             ("dwarf memo, no-fp, same", 40): (49, 148.6, 3.03),

@@ -7,8 +7,7 @@
 //! `RUSTFLAGS="-C force-frame-pointers=yes" cargo run --release
 //! --target-dir target/fpbench -p alloctrace-unwind --example capture_bench`
 //!
-//! The memo rows time `capture_dwarf_memo`/`capture_mixed_memo` against
-//! the plain captures at the end of 40- and 60-frame chains, with
+//! The memo rows time `capture_dwarf_memo` against the plain capture at the end of 40- and 60-frame chains, with
 //! consecutive captures from one site ("same") or alternating between two
 //! sites (two functions that call the capture: the innermost frames differ,
 //! the chain is shared); "shared" is the mean of `MemoWalk::shared`.
@@ -19,10 +18,6 @@
 //! counter that changes every capture, as a caller that keeps its loop
 //! counter in rbp leaves it), itself at the end of an `outer`-frame C chain
 //! ("steps": the mean number of unwinding steps the memo took).
-//!
-//! `capture_mixed` skips the Rust frames above the C chain by CFI (the
-//! number is found once with a DWARF capture and the `backtrace` crate's
-//! symbols) and walks frame pointers from the first C frame.
 //!
 //! Without frame pointers in the Rust code between the C chain and the
 //! capture (the trampoline and this file's closures), optimised Rust uses
@@ -35,8 +30,8 @@ use std::time::Instant;
 
 use alloctrace_unwind::{
     capture_dwarf, capture_dwarf_memo, capture_fp, capture_from, capture_from_compact,
-    capture_from_framehop, capture_mixed, capture_mixed_memo, DwarfCache, DwarfUnwinder, MemoWalk,
-    Modules, StackBounds, StartRegs, Walk, WalkMemo,
+    capture_from_framehop, DwarfCache, DwarfUnwinder, MemoWalk, Modules, StackBounds, StartRegs,
+    Walk, WalkMemo,
 };
 
 type Cb = extern "C" fn(*mut c_void);
@@ -66,17 +61,6 @@ fn through_c<F: FnMut()>(mut f: F, fp: bool, levels: c_int) {
 }
 
 const ROUNDS: u32 = 200_000;
-
-/// The demangled name (without hash) of the function holding `addr`.
-fn symbol(addr: u64) -> String {
-    let mut name = String::new();
-    backtrace::resolve(addr.wrapping_sub(1) as *mut c_void, |sym| {
-        if let (true, Some(n)) = (name.is_empty(), sym.name()) {
-            name = format!("{n:#}");
-        }
-    });
-    name
-}
 
 /// (ns per capture, frames per capture)
 fn time(mut capture: impl FnMut() -> Walk) -> (f64, usize) {
@@ -131,26 +115,7 @@ fn time_sites(mut capture: impl FnMut() -> MemoWalk, alternate: bool) -> (f64, u
     (best, w.len, shared as f64 / f64::from(batch * 5))
 }
 
-/// The skip of `capture_mixed` called next to this (from the same
-/// caller) that keeps the first C frame first: found once, by symbol.
-#[inline(always)]
-fn skip_to_c(skip: &mut Option<usize>, bounds: &StackBounds, unwinder: &DwarfUnwinder) -> usize {
-    if let Some(skip) = *skip {
-        return skip;
-    }
-    let mut cache = DwarfCache::new();
-    let mut out = [0u64; 128];
-    // Inlined: called from the frame of the capture it is for.
-    let w = capture_dwarf(0, bounds, unwinder, &mut cache, &mut out);
-    let found = out[..w.len]
-        .iter()
-        .position(|&a| symbol(a) == "unwt_fp_level")
-        .unwrap_or(0);
-    *skip = Some(found);
-    found
-}
-
-/// The memo rows: plain and memoized captures of both kinds, at the end of
+/// The memo rows: plain and memoized DWARF captures, at the end of
 /// a chain of `depth` frames, from one site or two.
 fn memo_rows(bounds: &StackBounds, unwinder: &DwarfUnwinder, cache: &mut DwarfCache) {
     let mut memo = Box::new(WalkMemo::new());
@@ -165,7 +130,6 @@ fn memo_rows(bounds: &StackBounds, unwinder: &DwarfUnwinder, cache: &mut DwarfCa
             let mut rows = Vec::new();
             through_c(
                 || {
-                    let (mut skip_plain, mut skip_memo) = (None, None);
                     for alternate in [false, true] {
                         let sites = if alternate { "alternating" } else { "same" };
                         let plain = |w: Walk| MemoWalk {
@@ -191,32 +155,6 @@ fn memo_rows(bounds: &StackBounds, unwinder: &DwarfUnwinder, cache: &mut DwarfCa
                                 alternate,
                             ),
                         ));
-                        if fp {
-                            rows.push((
-                                format!("mixed plain, {chain}, {sites}"),
-                                time_sites(
-                                    || {
-                                        let skip = skip_to_c(&mut skip_plain, bounds, unwinder);
-                                        plain(capture_mixed(
-                                            skip, bounds, unwinder, cache, &mut out,
-                                        ))
-                                    },
-                                    alternate,
-                                ),
-                            ));
-                            rows.push((
-                                format!("mixed memo, {chain}, {sites}"),
-                                time_sites(
-                                    || {
-                                        let skip = skip_to_c(&mut skip_memo, bounds, unwinder);
-                                        capture_mixed_memo(
-                                            skip, bounds, unwinder, cache, &mut memo, &mut out,
-                                        )
-                                    },
-                                    alternate,
-                                ),
-                            ));
-                        }
                     }
                 },
                 fp,
@@ -392,16 +330,7 @@ fn main() {
         let mut rows = Vec::new();
         through_c(
             || {
-                let w = capture_dwarf(0, &bounds, &unwinder, &mut cache, &mut out);
-                let skip = out[..w.len]
-                    .iter()
-                    .position(|&a| symbol(a) == "unwt_fp_level")
-                    .unwrap_or(0);
                 rows.push(("fp", time(|| capture_fp(0, &bounds, &mut out))));
-                rows.push((
-                    "mixed (cfi skip, then fp)",
-                    time(|| capture_mixed(skip, &bounds, &unwinder, &mut cache, &mut out)),
-                ));
                 rows.push((
                     "dwarf (cached), fp chain",
                     time(|| capture_dwarf(0, &bounds, &unwinder, &mut cache, &mut out)),

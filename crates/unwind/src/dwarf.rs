@@ -12,8 +12,6 @@ use framehop::{
     UnwinderNative,
 };
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-use crate::bounds::Fence;
 use crate::bounds::StackBounds;
 use crate::modules::Modules;
 use crate::table::{RuleCache, SharedRules, Tables};
@@ -441,101 +439,6 @@ pub fn capture_dwarf(
             out,
             0,
         )
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    {
-        let _ = (skip, bounds, unwinder, cache, out);
-        Walk {
-            len: 0,
-            truncated: true,
-        }
-    }
-}
-
-/// The fast mode for callers built without frame pointers: unwinds the
-/// capture's own frame and the `skip` frames above it by CFI (the tracer's
-/// own frames: their rules stay in `cache`, so each costs one cache hit),
-/// then follows frame pointers from the rbp that CFI recovered for the
-/// first kept frame.
-///
-/// This is what makes the frame-pointer walk usable from optimised Rust: a
-/// function compiled without frame pointers may hold anything in rbp while
-/// it runs, so [`capture_fp`](crate::capture_fp) called from such code (a
-/// malloc wrapper in a release build) stops after one frame. Here CFI
-/// restores the rbp of the first kept frame (the traced program's
-/// allocating function), which the caller's own frames saved. From there
-/// the walk is the frame-pointer walk, with its limits: it stops at, or
-/// skips past, frames without frame pointers.
-///
-/// Conventions as [`capture_dwarf`]: `out[0]` is the return address the
-/// walk keeps first (the `skip`-th above the caller's), `out.len()` is the
-/// depth limit, `truncated` as there. Must not allocate, lock, make a
-/// system call, panic or fault: it runs inside the host's malloc. On
-/// targets other than x86_64 Linux it returns an empty, truncated walk.
-#[inline(never)]
-pub fn capture_mixed(
-    skip: usize,
-    bounds: &StackBounds,
-    unwinder: &DwarfUnwinder,
-    cache: &mut DwarfCache,
-    out: &mut [u64],
-) -> Walk {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    {
-        let (ip, sp, bp) = registers_here!();
-        let Some(fence) = bounds.fence(sp) else {
-            return Walk {
-                len: 0,
-                truncated: true,
-            };
-        };
-        let mut regs = crate::step::Regs {
-            pc: ip,
-            sp,
-            bp,
-            ip: true,
-        };
-        let mut rec = crate::step::Rec::default();
-        // CFI until the first kept return address.
-        let mut skip = skip;
-        let first = loop {
-            use crate::step::{step, Mode, Step};
-            match step(Mode::Compact, unwinder, cache, &mut regs, &fence, &mut rec) {
-                Step::Ret if skip == 0 => break regs.pc,
-                Step::Ret => skip -= 1,
-                Step::End => {
-                    return Walk {
-                        len: 0,
-                        truncated: false,
-                    }
-                }
-                Step::Fail => {
-                    return Walk {
-                        len: 0,
-                        truncated: true,
-                    }
-                }
-            }
-        };
-        let Some(slot) = out.first_mut() else {
-            return Walk {
-                len: 0,
-                truncated: true,
-            };
-        };
-        *slot = first;
-        // Frame pointers from the kept frame's rbp; its record cannot lie
-        // below its stack pointer.
-        let fence = Fence {
-            lo: regs.sp.max(fence.lo),
-            hi: fence.hi,
-        };
-        let rest = out.get_mut(1..).unwrap_or_default();
-        let w = crate::fp::walk(regs.bp, fence, 0, rest.as_mut_ptr(), rest.len());
-        Walk {
-            len: 1 + w.len,
-            truncated: w.truncated,
-        }
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {

@@ -12,7 +12,7 @@ use crate::Walk;
 /// many innermost addresses first. Here `skip` counts the addresses the
 /// walk produces, that is, frames with a frame record: a frame without one
 /// is not counted (for skipping the tracer's own frames by count, use
-/// [`capture_mixed`](crate::capture_mixed), which counts real frames).
+/// [`capture_here`](crate::capture_here), which counts real frames).
 /// `out.len()` is the depth limit: the caller picks it (the
 /// project's default is 64, heaptrack's too) and a deeper stack gives
 /// exactly `out.len()` addresses, truncated.
@@ -25,7 +25,7 @@ use crate::Walk;
 /// register, as Rust does by default, that value is not a frame record
 /// and the walk stops or wanders there: call `capture_fp` only from code
 /// built with frame pointers (`-C force-frame-pointers=yes`), or use
-/// [`capture_mixed`](crate::capture_mixed). A caller without
+/// [`capture_here`](crate::capture_here). A caller without
 /// a frame pointer is skipped (its frame has no record; the next record is
 /// its caller's), and a frame whose rbp holds something other than a frame
 /// record ends the walk if the value is outside `bounds`, misaligned or not

@@ -260,29 +260,6 @@ pub fn capture_dwarf_memo(
     }
 }
 
-/// [`capture_mixed`](crate::capture_mixed) with a memo's signature: the
-/// same `out[..len]` and `truncated`; it no longer memoizes (the
-/// frame-pointer walk is cheaper than checking its frames): `shared` is 0
-/// and the memo is cleared.
-#[inline(never)]
-pub fn capture_mixed_memo(
-    skip: usize,
-    bounds: &StackBounds,
-    unwinder: &DwarfUnwinder,
-    cache: &mut DwarfCache,
-    memo: &mut WalkMemo,
-    out: &mut [u64],
-) -> MemoWalk {
-    memo.clear();
-    // One more skipped: this function's own frame.
-    let w = crate::capture_mixed(skip.saturating_add(1), bounds, unwinder, cache, out);
-    MemoWalk {
-        len: w.len,
-        truncated: w.truncated,
-        shared: 0,
-    }
-}
-
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 fn kind_of(f: &MFrame) -> u8 {

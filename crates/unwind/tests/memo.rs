@@ -7,24 +7,21 @@ mod common;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_dwarf_memo, capture_mixed, capture_mixed_memo, DwarfCache,
-    DwarfUnwinder, MemoWalk, Modules, StackBounds, Walk, WalkMemo, MEMO_DEPTH,
+    capture_dwarf, capture_dwarf_memo, DwarfCache, DwarfUnwinder, MemoWalk, Modules, StackBounds,
+    Walk, WalkMemo, MEMO_DEPTH,
 };
 use common::*;
 
-/// One thread's capture state, a memo per capture kind, and the previous
-/// capture of each kind (to check `shared` against).
+/// One thread's capture state, a memo, and the previous capture (to check
+/// `shared` against).
 struct Cx {
     bounds: StackBounds,
     unwinder: DwarfUnwinder,
     cache: DwarfCache,
-    memo: [Box<WalkMemo>; 2],
-    prev: [Option<(Vec<u64>, bool)>; 2],
-    /// For capture_mixed: the skip that makes the first kept frame the
-    /// first C frame (found once, with symbols).
-    mixed_skip: usize,
-    /// Captures made, and frames reported shared, per kind.
-    stats: [(usize, usize, usize); 2],
+    memo: Box<WalkMemo>,
+    prev: Option<(Vec<u64>, bool)>,
+    /// Captures made, frames reported shared, and frames.
+    stats: (usize, usize, usize),
     /// For `capture_point0`: its memo, previous capture and the return
     /// address its memoized captures start with.
     memo0: Box<WalkMemo>,
@@ -34,119 +31,69 @@ struct Cx {
 
 impl Cx {
     fn new() -> Cx {
-        let mut cx = Cx {
+        Cx {
             bounds: StackBounds::current().expect("stack bounds"),
             // SAFETY: the tests load and unload nothing while it is in use.
             unwinder: unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) },
             cache: DwarfCache::new(),
-            memo: [Box::new(WalkMemo::new()), Box::new(WalkMemo::new())],
-            prev: [None, None],
-            mixed_skip: 0,
-            stats: [(0, 0, 0); 2],
+            memo: Box::new(WalkMemo::new()),
+            prev: None,
+            stats: (0, 0, 0),
             memo0: Box::new(WalkMemo::new()),
             prev0: None,
             ra0: None,
-        };
-        let mut skip = None;
-        through_c(
-            || {
-                let mut out = [0u64; 64];
-                let w = point_addresses(&mut cx, &mut out);
-                skip = out[..w.len]
-                    .iter()
-                    .position(|&a| symbol(a).starts_with("unwt_"));
-            },
-            // SAFETY: the chain calls the callback once.
-            |cb, ctx| unsafe { unwt_fp_level(2, cb, ctx) },
-        );
-        cx.mixed_skip = skip.expect("a C frame in the capture");
-        cx
+        }
     }
 }
 
-/// capture_dwarf(0) from a function called where `capture_point` is
-/// (so `skip` values found from it fit `capture_point`'s captures: both
-/// are the direct callers of their captures).
-#[inline(never)]
-fn point_addresses(cx: &mut Cx, out: &mut [u64]) -> Walk {
-    capture_dwarf(0, &cx.bounds, &cx.unwinder, &mut cx.cache, out)
-}
+/// What one capture point saw: the memoized capture's addresses, the plain
+/// walk and the memoized one.
+type Seen = (Vec<u64>, Walk, MemoWalk);
 
-/// What one capture point saw: (plain, memoized) for DWARF, then for mixed.
-type Seen = [(Vec<u64>, Walk, MemoWalk); 2];
-
-/// One capture point: the plain and the memoized capture of each kind,
-/// with the same skip and depth limit, from this one frame; checks they
-/// are equal and that `shared` is sound. `broken` runs an unverified
-/// memo instead (see `yz_trap_broken_memo_model`).
+/// One capture point: the plain and the memoized DWARF capture, with the
+/// same skip and depth limit, from this one frame; checks they are equal
+/// and that `shared` is sound.
 #[inline(never)]
 fn capture_point(cx: &mut Cx, depth: usize) -> Seen {
-    let mut seen: Seen = Default::default();
-    for kind in 0..2 {
-        let mut plain = vec![0u64; depth];
-        let mut memo_out = vec![0u64; depth];
-        let (wp, wm) = if kind == 0 {
-            (
-                capture_dwarf(1, &cx.bounds, &cx.unwinder, &mut cx.cache, &mut plain),
-                capture_dwarf_memo(
-                    1,
-                    &cx.bounds,
-                    &cx.unwinder,
-                    &mut cx.cache,
-                    &mut cx.memo[0],
-                    &mut memo_out,
-                ),
-            )
-        } else {
-            let skip = cx.mixed_skip;
-            (
-                capture_mixed(skip, &cx.bounds, &cx.unwinder, &mut cx.cache, &mut plain),
-                capture_mixed_memo(
-                    skip,
-                    &cx.bounds,
-                    &cx.unwinder,
-                    &mut cx.cache,
-                    &mut cx.memo[1],
-                    &mut memo_out,
-                ),
-            )
-        };
-        plain.truncate(wp.len);
-        memo_out.truncate(wm.len);
-        seen[kind] = (memo_out, wp, wm);
-        let (memo_out, _, _) = &seen[kind];
-        let what = ["dwarf", "mixed"][kind];
+    let mut plain = vec![0u64; depth];
+    let mut memo_out = vec![0u64; depth];
+    let wp = capture_dwarf(1, &cx.bounds, &cx.unwinder, &mut cx.cache, &mut plain);
+    let wm = capture_dwarf_memo(
+        1,
+        &cx.bounds,
+        &cx.unwinder,
+        &mut cx.cache,
+        &mut cx.memo,
+        &mut memo_out,
+    );
+    plain.truncate(wp.len);
+    memo_out.truncate(wm.len);
+    assert_eq!(
+        (wm.len, wm.truncated),
+        (wp.len, wp.truncated),
+        "memo {wm:?} plain {wp:?}"
+    );
+    assert_eq!(memo_out, plain);
+    // Sound: the shared outermost addresses are the previous capture's,
+    // and so is the truncation.
+    assert!(wm.shared <= wm.len, "{wm:?}");
+    if wm.shared > 0 {
+        let (prev, prev_truncated) = cx.prev.as_ref().expect("a previous capture");
+        assert!(wm.shared <= prev.len());
         assert_eq!(
-            (wm.len, wm.truncated),
-            (wp.len, wp.truncated),
-            "{what}: memo {wm:?} plain {wp:?}"
+            plain[plain.len() - wm.shared..],
+            prev[prev.len() - wm.shared..],
+            "shared {} of {wm:?}",
+            wm.shared
         );
-        assert_eq!(*memo_out, plain, "{what}");
-        // Sound: the shared outermost addresses are the previous capture's,
-        // and so is the truncation.
-        assert!(wm.shared <= wm.len, "{what}: {wm:?}");
-        // The mixed capture no longer memoizes.
-        if kind == 1 {
-            assert_eq!(wm.shared, 0, "{what}");
-        }
-        if wm.shared > 0 {
-            let (prev, prev_truncated) = cx.prev[kind].as_ref().expect("a previous capture");
-            assert!(wm.shared <= prev.len(), "{what}");
-            assert_eq!(
-                plain[plain.len() - wm.shared..],
-                prev[prev.len() - wm.shared..],
-                "{what}: shared {} of {wm:?}",
-                wm.shared
-            );
-            assert_eq!(*prev_truncated, wm.truncated, "{what}");
-        }
-        let s = &mut cx.stats[kind];
-        s.0 += 1;
-        s.1 += wm.shared;
-        s.2 += wm.len;
-        cx.prev[kind] = Some((plain, wp.truncated));
+        assert_eq!(*prev_truncated, wm.truncated);
     }
-    seen
+    let s = &mut cx.stats;
+    s.0 += 1;
+    s.1 += wm.shared;
+    s.2 += wm.len;
+    cx.prev = Some((plain, wp.truncated));
+    (memo_out, wp, wm)
 }
 
 /// A capture point for DWARF captures that skip nothing (as the writer's
@@ -293,15 +240,11 @@ fn memo_captures_equal_plain_ones_over_random_call_patterns() {
         // depth limit) share everything: the whole capture is copied.
         for call in &calls {
             for pair in call.windows(2) {
-                for (kind, (before, after)) in pair[0].iter().zip(&pair[1]).enumerate() {
-                    let (_, wp, wm) = after;
-                    assert_eq!(before.0, after.0);
-                    if kind == 1 {
-                        continue; // not memoized
-                    }
-                    assert_eq!(wm.shared, wp.len, "kind {kind} chain {chain} {wm:?}");
-                    repeats += 1;
-                }
+                let (before, after) = (&pair[0], &pair[1]);
+                let (_, wp, wm) = after;
+                assert_eq!(before.0, after.0);
+                assert_eq!(wm.shared, wp.len, "chain {chain} {wm:?}");
+                repeats += 1;
             }
         }
     }
@@ -315,7 +258,7 @@ fn memo_captures_equal_plain_ones_over_random_call_patterns() {
             run_chain(0, (a + delta).max(0), 0, &mut || {
                 seen = Some(capture_point(&mut cx, 128))
             });
-            let [(addrs, wp, wm), _] = seen.unwrap();
+            let (addrs, wp, wm) = seen.unwrap();
             if let Some((p, pw)) = &prev {
                 let expect = common_suffix(p, pw.truncated, &addrs, wp.truncated);
                 assert_eq!(wm.shared, expect, "fp chain {a}+{delta}");
@@ -324,8 +267,8 @@ fn memo_captures_equal_plain_ones_over_random_call_patterns() {
             prev = Some((addrs, wp));
         }
     }
-    let [d, m] = cx.stats;
-    println!("dwarf: {d:?}, mixed: {m:?} (captures, shared frames, frames); {repeats} repeats, {fp_checked} fp pairs");
+    let d = cx.stats;
+    println!("{d:?} (captures, shared frames, frames); {repeats} repeats, {fp_checked} fp pairs");
     assert!(repeats >= 100 && fp_checked == 400);
 }
 
@@ -341,34 +284,26 @@ fn y_and_z_give_distinct_outer_frames() {
         let mut seen = Vec::new();
         run_chain(chain, 0, 0, &mut || seen.push(capture_point(&mut cx, 64)));
         assert_eq!(seen.len(), 2);
-        for (kind, ((under_y, _, wy), (under_z, _, wz))) in seen[0].iter().zip(&seen[1]).enumerate()
-        {
-            if kind == 1 && chain == 5 {
-                continue; // no frame pointers: the mixed walk stops in X
-            }
-            if kind == 1 {
-                continue; // the mixed capture no longer memoizes
-            }
-            let names = |v: &[u64]| v.iter().map(|&a| symbol(a)).collect::<Vec<_>>();
-            let (ny, nz) = (names(under_y), names(under_z));
-            assert!(
-                ny.iter().any(|n| n == y) && !ny.iter().any(|n| n == z),
-                "{ny:?}"
-            );
-            assert!(
-                nz.iter().any(|n| n == z) && !nz.iter().any(|n| n == y),
-                "{nz:?}"
-            );
-            // The trap is set: the same addresses up to X's caller.
-            let x = ny.iter().position(|n| n == y).unwrap();
-            assert_eq!(under_y[..x], under_z[..x], "kind {kind}");
-            // What is shared is from above the driver's frame: the frames
-            // the two stacks have in common, not X's.
-            assert_eq!(wy.shared, 0);
-            let expect = common_suffix(under_y, wy.truncated, under_z, wz.truncated);
-            assert!(expect > 0 && expect < under_z.len() - x);
-            assert_eq!(wz.shared, expect, "kind {kind} chain {chain}");
-        }
+        let ((under_y, _, wy), (under_z, _, wz)) = (&seen[0], &seen[1]);
+        let names = |v: &[u64]| v.iter().map(|&a| symbol(a)).collect::<Vec<_>>();
+        let (ny, nz) = (names(under_y), names(under_z));
+        assert!(
+            ny.iter().any(|n| n == y) && !ny.iter().any(|n| n == z),
+            "{ny:?}"
+        );
+        assert!(
+            nz.iter().any(|n| n == z) && !nz.iter().any(|n| n == y),
+            "{nz:?}"
+        );
+        // The trap is set: the same addresses up to X's caller.
+        let x = ny.iter().position(|n| n == y).unwrap();
+        assert_eq!(under_y[..x], under_z[..x], "chain {chain}");
+        // What is shared is from above the driver's frame: the frames
+        // the two stacks have in common, not X's.
+        assert_eq!(wy.shared, 0);
+        let expect = common_suffix(under_y, wy.truncated, under_z, wz.truncated);
+        assert!(expect > 0 && expect < under_z.len() - x);
+        assert_eq!(wz.shared, expect, "chain {chain}");
     }
 }
 
@@ -378,7 +313,7 @@ fn depth_limit_reached_in_one_walk_and_not_the_other() {
     // The full stack from this test's capture point, to pick limits around.
     let mut full = 0;
     run_chain(0, 10, 0, &mut || {
-        full = capture_point(&mut cx, MEMO_DEPTH)[0].1.len
+        full = capture_point(&mut cx, MEMO_DEPTH).1.len
     });
     assert!(full > 20, "{full}");
     let mut checks = 0;
@@ -402,19 +337,19 @@ fn depth_limit_reached_in_one_walk_and_not_the_other() {
         run_chain(0, levels, 0, &mut || {
             seen = Some(capture_point(&mut cx, depth))
         });
-        let [(_, wp, wm), (_, mp, mm)] = seen.unwrap();
+        let (_, wp, wm) = seen.unwrap();
         // Plain truncation as the limit says (capture_point checked the
         // memoized one equals it).
         let stack = full as i64 + levels as i64 - 10;
         assert_eq!(wp.truncated, stack > depth as i64, "{levels} {depth}");
-        assert!(wm.shared <= wm.len && mm.shared <= mp.len);
+        assert!(wm.shared <= wm.len);
         checks += 1;
     }
     assert_eq!(checks, 13);
     // Repeats at the limit share the whole (truncated) capture.
     let mut seen = Vec::new();
     run_chain(0, 10, 0, &mut || seen = repeat(&mut cx, full - 3, 2));
-    let (_, wp, wm) = &seen[1][0];
+    let (_, wp, wm) = &seen[1];
     assert!(wp.truncated);
     assert_eq!(wm.shared, wp.len);
 }
@@ -480,10 +415,10 @@ fn captures_in_a_signal_handler() {
     unsafe { libc::signal(libc::SIGUSR2, handler as *const () as libc::sighandler_t) };
     raise_each(&[raise_at_a, raise_at_a, raise_at_b, raise_at_a]);
     let (a0, a1, b, a2) = (
-        &state.seen[0][0],
-        &state.seen[1][0],
-        &state.seen[2][0],
-        &state.seen[3][0],
+        &state.seen[0],
+        &state.seen[1],
+        &state.seen[2],
+        &state.seen[3],
     );
     let names: Vec<String> = a0.0.iter().map(|&a| symbol(a)).collect();
     // The walk crossed the signal frame into the raising function.
@@ -537,7 +472,7 @@ fn the_interrupted_pc_is_checked_through_the_signal_frame() {
         )
     };
     trap_each(&[0, 1, 1, 0]);
-    let seen: Vec<&(Vec<u64>, Walk, MemoWalk)> = state.seen.iter().map(|s| &s[0]).collect();
+    let seen: Vec<&Seen> = state.seen.iter().collect();
     assert_eq!(seen.len(), 4);
     let at = |s: &(Vec<u64>, Walk, MemoWalk)| {
         s.0.iter()
@@ -565,26 +500,20 @@ fn another_unwinder_or_a_cleared_memo_shares_nothing() {
         // SAFETY: nothing is unloaded during the test.
         cx.unwinder = unsafe { DwarfUnwinder::from_modules(&Modules::snapshot()) };
         seen.push(capture_point(&mut cx, 64));
-        cx.memo[0].clear();
-        cx.memo[1].clear();
+        cx.memo.clear();
         seen.push(capture_point(&mut cx, 64));
         seen.push(capture_point(&mut cx, 64));
     });
-    let shared: Vec<[bool; 2]> = seen
-        .iter()
-        .map(|s| [s[0].2.shared > 0, s[1].2.shared > 0])
-        .collect();
-    // (The mixed capture no longer memoizes: never shared.)
-    let (t, f) = ([true, false], [false, false]);
-    assert_eq!(shared, [f, t, f, f, t]);
-    // The memo of one kind is not used by the other.
+    let shared: Vec<bool> = seen.iter().map(|s| s.2.shared > 0).collect();
+    assert_eq!(shared, [false, true, false, false, true]);
+    // A new memo shares nothing.
     let mut memo = WalkMemo::new();
     let mut out = [0u64; 64];
     let (b, u, c) = (&cx.bounds, &cx.unwinder, &mut cx.cache);
     let w1 = capture_dwarf_memo(0, b, u, c, &mut memo, &mut out);
-    let w2 = capture_mixed_memo(0, b, u, c, &mut memo, &mut out);
-    assert!(w1.len > 0 && w2.len > 0);
-    assert_eq!((w1.shared, w2.shared), (0, 0));
+    assert!(w1.len > 0);
+    assert_eq!(w1.shared, 0);
+    memo.clear();
     // Deeper than the memo: plain walk, memo cleared.
     let (mut big, mut plain) = (vec![0u64; MEMO_DEPTH + 1], vec![0u64; MEMO_DEPTH + 1]);
     let w3 = capture_dwarf_memo(0, b, u, c, &mut memo, &mut big);
@@ -596,10 +525,6 @@ fn another_unwinder_or_a_cleared_memo_shares_nothing() {
     // first is each call's own return address).
     assert_eq!((w3.len, w3.truncated), (wp.len, wp.truncated));
     assert_eq!(big[1..w3.len], plain[1..wp.len]);
-    let w5 = capture_mixed_memo(0, b, u, c, &mut memo, &mut big);
-    let wp = capture_mixed(0, b, u, c, &mut plain);
-    assert_eq!((w5.len, w5.truncated, w5.shared), (wp.len, wp.truncated, 0));
-    assert_eq!(big[1..w5.len.max(1)], plain[1..wp.len.max(1)]);
 }
 
 extern "C" {
@@ -611,7 +536,7 @@ extern "C" {
     fn unwt_bp_cfa_levels(rec: *const u64, n: i32, cb: Cb, ctx: *mut std::ffi::c_void);
 }
 
-/// Captures (both kinds, checked by `capture_point`) from one site under
+/// Captures (checked by `capture_point`) from one site under
 /// `unwt_rbp_levels(value, n)` for each value: what each saw, and the
 /// unwinding steps the DWARF memo took.
 fn rbp_site(cx: &mut Cx, n: i32, values: &[u64]) -> Vec<(Seen, u32, u32)> {
@@ -631,7 +556,7 @@ fn rbp_once(cx: &mut Cx, n: i32, value: u64) -> (Seen, u32, u32) {
     through_c(
         || {
             let (.., steps0) = capture_point0(cx, 64);
-            seen = Some((capture_point(cx, 64), cx.memo[0].steps_walked(), steps0))
+            seen = Some((capture_point(cx, 64), cx.memo.steps_walked(), steps0))
         },
         // SAFETY: calls the callback once, with ctx; rbp is restored.
         |cb, ctx| unsafe { unwt_rbp_levels(value, n, cb, ctx) },
@@ -647,7 +572,7 @@ fn bp_cfa_once(cx: &mut Cx, rec: *const u64) -> (Seen, u32, u32) {
     through_c(
         || {
             let (.., steps0) = capture_point0(cx, 64);
-            seen = Some((capture_point(cx, 64), cx.memo[0].steps_walked(), steps0))
+            seen = Some((capture_point(cx, 64), cx.memo.steps_walked(), steps0))
         },
         // SAFETY: calls the callback once, with ctx; rbp is restored.
         |cb, ctx| unsafe { unwt_bp_cfa_levels(rec, 6, cb, ctx) },
@@ -667,10 +592,10 @@ fn an_rbp_passed_through_does_not_keep_the_memo_from_matching() {
     let values: Vec<u64> = (0..6).map(|i| 0x1000 + 8 * i).collect();
     let mut steady = Vec::new();
     for n in [2, 16] {
-        cx.memo[0].clear();
+        cx.memo.clear();
         let seen = rbp_site(&mut cx, n, &values);
         let first = seen[0].1;
-        for (i, ([(_, wp, wm), _], steps, steps0)) in seen.iter().enumerate() {
+        for (i, ((_, wp, wm), steps, steps0)) in seen.iter().enumerate() {
             assert!(wp.len > n as usize + 2 && !wp.truncated, "{wp:?}");
             if i >= 1 {
                 assert_eq!(wm.shared, wm.len, "capture {i} of {n} levels: {wm:?}");
@@ -701,7 +626,7 @@ fn an_rbp_that_a_later_step_uses_is_compared() {
     for i in 0..std::hint::black_box(8) {
         let own = i % 2 == 0;
         let at = if own { std::ptr::null() } else { rec.as_ptr() };
-        let ([(addrs, wp, wm), _], steps, steps0) = bp_cfa_once(&mut cx, at);
+        let ((addrs, wp, wm), steps, steps0) = bp_cfa_once(&mut cx, at);
         if !own {
             assert_eq!(symbol(addrs[wp.len - 1]), "unwt_bp_cfa_levels");
             assert!(!wp.truncated);

@@ -10,8 +10,8 @@ use std::cell::Cell;
 
 use alloctrace_unwind::{
     capture_dwarf, capture_dwarf_memo, capture_fp, capture_from, capture_from_compact,
-    capture_from_framehop, capture_here, capture_mixed, capture_mixed_memo, DwarfCache,
-    DwarfUnwinder, MemoWalk, Modules, StackBounds, StartRegs, Walk, WalkMemo,
+    capture_from_framehop, capture_here, DwarfCache, DwarfUnwinder, MemoWalk, Modules, StackBounds,
+    StartRegs, Walk, WalkMemo,
 };
 use common::*;
 
@@ -128,8 +128,8 @@ fn captures_never_allocate() {
         allocations_in(|| drop(std::hint::black_box(vec![1u8; 10]))),
         4
     );
-    let (mut fp_allocs, mut dwarf_allocs, mut mixed_allocs) = (u64::MAX, u64::MAX, u64::MAX);
-    let mut frames = (0, 0, 0);
+    let (mut fp_allocs, mut dwarf_allocs) = (u64::MAX, u64::MAX);
+    let mut frames = (0, 0);
     through_c(
         || {
             let mut last = Walk::default();
@@ -147,26 +147,15 @@ fn captures_never_allocate() {
                 }
             });
             frames.1 = last.len;
-            mixed_allocs = allocations_in(|| {
-                for _ in 0..10_000 {
-                    last = std::hint::black_box(capture_mixed(
-                        2, &bounds, &unwinder, &mut cache, &mut out,
-                    ));
-                }
-            });
-            frames.2 = last.len;
         },
         // SAFETY: as in common.
         |cb, ctx| unsafe { unwt_fp_mixed(3, 4, cb, ctx) },
     );
-    assert_eq!((fp_allocs, dwarf_allocs, mixed_allocs), (0, 0, 0));
+    assert_eq!((fp_allocs, dwarf_allocs), (0, 0));
     // The captures did walk (through C frames with and without frame
     // pointers; the frame-pointer walk from this Rust callback may stop at
     // the first frame in an optimised build).
-    assert!(
-        frames.0 >= 1 && frames.1 >= 12 && frames.2 >= 2,
-        "{frames:?}"
-    );
+    assert!(frames.0 >= 1 && frames.1 >= 12, "{frames:?}");
 }
 
 #[test]
@@ -177,8 +166,8 @@ fn memoized_captures_never_allocate() {
     let mut cache = DwarfCache::new();
     let mut memo = Box::new(WalkMemo::new());
     let mut out = [0u64; 64];
-    let mut allocs = [u64::MAX; 2];
-    let mut last = [MemoWalk::default(); 2];
+    let mut allocs = u64::MAX;
+    let mut last = MemoWalk::default();
     // Alternating between two call sites (a walk that copies part of the
     // memo and walks the rest) and repeating one (a walk that copies all).
     #[inline(never)]
@@ -191,40 +180,24 @@ fn memoized_captures_never_allocate() {
     }
     through_c(
         || {
-            for (kind, skip) in [(0, 0), (1, 2)] {
-                let mut capture = || {
-                    if kind == 0 {
-                        capture_dwarf_memo(
-                            skip, &bounds, &unwinder, &mut cache, &mut memo, &mut out,
-                        )
+            let mut capture =
+                || capture_dwarf_memo(0, &bounds, &unwinder, &mut cache, &mut memo, &mut out);
+            allocs = allocations_in(|| {
+                for i in 0..10_000 {
+                    last = if i % 3 == 1 {
+                        site_a(&mut capture)
                     } else {
-                        capture_mixed_memo(
-                            skip, &bounds, &unwinder, &mut cache, &mut memo, &mut out,
-                        )
-                    }
-                };
-                allocs[kind] = allocations_in(|| {
-                    for i in 0..10_000 {
-                        last[kind] = if i % 3 == 1 {
-                            site_a(&mut capture)
-                        } else {
-                            site_b(&mut capture)
-                        };
-                    }
-                });
-            }
+                        site_b(&mut capture)
+                    };
+                }
+            });
         },
         // SAFETY: as in common.
         |cb, ctx| unsafe { unwt_fp_mixed(3, 4, cb, ctx) },
     );
-    assert_eq!(allocs, [0, 0]);
-    // They walked, and the last (a repeat of site_b) shared its frames.
-    assert!(
-        last[0].len >= 12 && last[0].shared == last[0].len,
-        "{last:?}"
-    );
-    // (The mixed capture no longer memoizes.)
-    assert!(last[1].len >= 1 && last[1].shared == 0, "{last:?}");
+    assert_eq!(allocs, 0);
+    // It walked, and the last (a repeat of site_b) shared its frames.
+    assert!(last.len >= 12 && last.shared == last.len, "{last:?}");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 mod common;
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_fp, capture_mixed, DwarfCache, DwarfUnwinder, Modules, StackBounds,
+    capture_dwarf, capture_fp, DwarfCache, DwarfUnwinder, Modules, StackBounds,
 };
 use common::*;
 
@@ -145,133 +145,22 @@ fn fp_walk_skips_frames_without_frame_pointers() {
     assert_eq!(count_in(&reference, "unwt_fp_mixed"), f + 1);
 }
 
-/// How many frames lie between a capture in the callback and the innermost
-/// C frame named `c_fn` (the Rust callback's own frames), found by DWARF.
-fn frames_above(c_fn: &str, chain: impl Fn(Cb, *mut core::ffi::c_void)) -> usize {
-    let mut s = setup();
-    let mut out = vec![0u64; DEPTH];
-    let mut walk = None;
-    through_c(
-        || {
-            walk = Some(capture_dwarf(
-                0,
-                &s.bounds,
-                &s.unwinder,
-                &mut s.cache,
-                &mut out,
-            ))
-        },
-        chain,
-    );
-    out.truncate(walk.unwrap().len);
-    out.iter().position(|&a| symbol(a) == c_fn).unwrap()
-}
-
+/// The frame-pointer walk from a Rust callback at the end of a C chain
+/// with frame pointers (no skip: its skip counts records, not frames).
 #[test]
-fn mixed_walk_keeps_every_frame_pointer_frame_after_cfi_skipped_frames() {
+fn fp_walk_from_a_rust_callback_misses_the_innermost_c_frame() {
     let n = 5;
-    // SAFETY: as above.
-    let chain = |cb, ctx| unsafe { unwt_fp_level(n, cb, ctx) };
-    let skip = frames_above("unwt_fp_level", chain);
-    let mut s = setup();
-    let mut ours = vec![0u64; DEPTH];
+    let s = setup();
     let mut fp_only = vec![0u64; DEPTH];
-    let mut walks = None;
-    let mut reference = Vec::new();
+    let mut fp_walk = None;
     through_c(
-        || {
-            walks = Some((
-                capture_mixed(skip, &s.bounds, &s.unwinder, &mut s.cache, &mut ours),
-                capture_fp(0, &s.bounds, &mut fp_only),
-            ));
-            reference = oracle();
-        },
-        chain,
+        || fp_walk = Some(capture_fp(0, &s.bounds, &mut fp_only)),
+        // SAFETY: as above.
+        |cb, ctx| unsafe { unwt_fp_level(n, cb, ctx) },
     );
-    let (walk, fp_walk) = walks.unwrap();
-    ours.truncate(walk.len);
-    fp_only.truncate(fp_walk.len);
-    // The Rust callback frames (no frame pointers) were unwound by CFI, so
-    // the first kept frame is the innermost C frame, and every frame of the
-    // chain is there, in the oracle's order, with nothing between.
-    let p = reference.iter().position(|&a| a == ours[0]).unwrap();
-    let c = n as usize + 1;
-    assert_eq!(ours[..c], reference[p..p + c], "{ours:x?} {reference:x?}");
-    assert!(ours[..c].iter().all(|&a| symbol(a) == "unwt_fp_level"));
-    assert!(is_subsequence(&ours, &reference));
-    // The plain frame-pointer walk from the same Rust callback (no skip:
-    // its skip counts records, not frames) lost at least the innermost C
-    // frame: its return address is in no frame record (the Rust callback
-    // keeps none), and in an optimised build the callback's rbp may be
-    // anything.
+    fp_only.truncate(fp_walk.unwrap().len);
+    // It lost at least the innermost C frame: its return address is in no
+    // frame record (the Rust callback keeps none), and in an optimised
+    // build the callback's rbp may be anything.
     assert!(count_in(&fp_only, "unwt_fp_level") <= n as usize);
-}
-
-#[test]
-fn mixed_walk_stops_at_a_no_frame_pointer_frame_it_does_not_skip() {
-    let (n_fp, n_nofp) = (3, 4);
-    // SAFETY: as above.
-    let chain = |cb, ctx| unsafe { unwt_fp_mixed(n_fp, n_nofp, cb, ctx) };
-    let skip = frames_above("unwt_nofp_level", chain);
-    let mut s = setup();
-    let mut ours = vec![0u64; DEPTH];
-    let mut walk = None;
-    let mut reference = Vec::new();
-    through_c(
-        || {
-            walk = Some(capture_mixed(
-                skip,
-                &s.bounds,
-                &s.unwinder,
-                &mut s.cache,
-                &mut ours,
-            ));
-            reference = oracle();
-        },
-        chain,
-    );
-    ours.truncate(walk.unwrap().len);
-    // The first kept frame is by CFI; then rbp (left alone by the -O2
-    // frames) leads to the innermost unwt_fp_mixed record, as in the plain
-    // frame-pointer walk: the other unwt_nofp_level frames and the return
-    // into the innermost unwt_fp_mixed are skipped.
-    assert_eq!(symbol(ours[0]), "unwt_nofp_level");
-    assert!(is_subsequence(&ours, &reference));
-    assert_eq!(count_in(&ours, "unwt_nofp_level"), 1);
-    assert_eq!(count_in(&ours, "unwt_fp_mixed"), n_fp as usize);
-}
-
-#[test]
-fn mixed_walk_restores_rbp_that_skipped_frames_clobbered() {
-    let n = 4;
-    // unwt_garbage_rbp sets rbp to garbage for its callees (the Rust
-    // callback) and restores it on return; its CFI says where it saved it.
-    // SAFETY: as above.
-    let chain = |cb, ctx| unsafe { unwt_fp_then_garbage(n, 0xdead_beef_0000, cb, ctx) };
-    let skip = frames_above("unwt_fp_then_garbage", chain);
-    let mut s = setup();
-    let mut ours = vec![0u64; DEPTH];
-    let mut walk = None;
-    let mut reference = Vec::new();
-    through_c(
-        || {
-            walk = Some(capture_mixed(
-                skip,
-                &s.bounds,
-                &s.unwinder,
-                &mut s.cache,
-                &mut ours,
-            ));
-            reference = oracle();
-        },
-        chain,
-    );
-    ours.truncate(walk.unwrap().len);
-    // CFI unwound the skipped frames, unwt_garbage_rbp included, so the
-    // frame-pointer part starts from the real rbp of the innermost
-    // unwt_fp_then_garbage, not from the garbage: every level is there.
-    let c = n as usize + 1;
-    let p = reference.iter().position(|&a| a == ours[0]).unwrap();
-    assert_eq!(ours[..c], reference[p..p + c], "{walk:?}");
-    assert_eq!(count_in(&ours, "unwt_fp_then_garbage"), c);
 }

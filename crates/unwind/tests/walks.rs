@@ -4,8 +4,7 @@
 mod common;
 
 use alloctrace_unwind::{
-    capture_dwarf, capture_fp, capture_mixed, walk_fp_chain, DwarfCache, DwarfUnwinder, Modules,
-    StackBounds, Walk,
+    capture_dwarf, capture_fp, walk_fp_chain, DwarfCache, DwarfUnwinder, Modules, StackBounds, Walk,
 };
 use common::*;
 
@@ -16,7 +15,7 @@ fn unwinder() -> DwarfUnwinder {
 
 /// Captures (FP, DWARF and the oracle) from a callback that C calls with
 /// rbp = `garbage`.
-type Captures = (Vec<u64>, Walk, Vec<u64>, Walk, Vec<u64>, Walk);
+type Captures = (Vec<u64>, Walk, Vec<u64>, Walk, Vec<u64>);
 
 fn capture_under_garbage_rbp(garbage: u64) -> Captures {
     let bounds = StackBounds::current().unwrap();
@@ -24,18 +23,10 @@ fn capture_under_garbage_rbp(garbage: u64) -> Captures {
     let mut cache = DwarfCache::new();
     let (mut fp, mut dw) = (vec![0u64; 128], vec![0u64; 128]);
     let (mut wf, mut wd, mut reference) = (Walk::default(), Walk::default(), Vec::new());
-    let mut wm = Walk::default();
-    let mut mx = [0u64; 8];
     through_c(
         || {
             wf = capture_fp(0, &bounds, &mut fp);
             wd = capture_dwarf(0, &bounds, &unwinder, &mut cache, &mut dw);
-            // Keep the first C frame: the one whose rbp is garbage.
-            let skip = dw[..wd.len]
-                .iter()
-                .position(|&a| symbol(a) == "unwt_garbage_rbp")
-                .unwrap();
-            wm = capture_mixed(skip, &bounds, &unwinder, &mut cache, &mut mx);
             reference = oracle();
         },
         // SAFETY: calls the callback once with rbp = garbage.
@@ -43,7 +34,7 @@ fn capture_under_garbage_rbp(garbage: u64) -> Captures {
     );
     fp.truncate(wf.len);
     dw.truncate(wd.len);
-    (fp, wf, dw, wd, reference, wm)
+    (fp, wf, dw, wd, reference)
 }
 
 #[test]
@@ -58,17 +49,7 @@ fn garbage_frame_pointer_ends_the_fp_walk_truncated_and_dwarf_goes_through() {
         ("one past the top", bounds.hi()),
     ];
     for (what, garbage) in cases {
-        let (fp, wf, dw, wd, reference, wm) = capture_under_garbage_rbp(garbage);
-        // The mixed walk keeps the C frame (found by CFI), then meets the
-        // garbage rbp and stops.
-        assert_eq!(
-            wm,
-            Walk {
-                len: 1,
-                truncated: true
-            },
-            "{what}"
-        );
+        let (fp, wf, dw, wd, reference) = capture_under_garbage_rbp(garbage);
         // The FP walk reaches the garbage (the Rust callback frames keep no
         // records) and stops there: at most the callback's own address.
         assert!(wf.truncated, "{what}: {wf:?} {fp:x?}");
@@ -140,14 +121,11 @@ fn depth_limit_gives_exactly_the_limit_truncated() {
     let mut cache = DwarfCache::new();
     let mut fp = [0u64; 64];
     let mut dw = [0u64; 64];
-    let mut mx = [0u64; 64];
     let (mut wf, mut wd, mut wd_nofp) = (Walk::default(), Walk::default(), Walk::default());
-    let mut wm = Walk::default();
     through_c(
         || {
             wf = capture_fp(0, &bounds, &mut fp);
             wd = capture_dwarf(0, &bounds, &unwinder, &mut cache, &mut dw);
-            wm = capture_mixed(2, &bounds, &unwinder, &mut cache, &mut mx);
         },
         // SAFETY: as in common.
         |cb, ctx| unsafe { unwt_fp_level(199, cb, ctx) },
@@ -168,7 +146,7 @@ fn depth_limit_gives_exactly_the_limit_truncated() {
     let (_, wf_c, _) = fp_capture_from_c(&bounds, 64, |cb, ctx| unsafe {
         unwt_fp_level(199, cb, ctx)
     });
-    assert_eq!((wf_c, wd, wd_nofp, wm), (full, full, full, full));
+    assert_eq!((wf_c, wd, wd_nofp), (full, full, full));
     // 200 Rust frames, DWARF only (Rust code has no frame records here).
     let mut out = [0u64; 50];
     let w = recurse(200, &mut || {
@@ -234,10 +212,6 @@ fn a_spawned_thread_uses_its_own_stack_bounds() {
             assert_eq!(capture_fp(0, &other, &mut fp), none);
             assert_eq!(
                 capture_dwarf(0, &other, &unwinder, &mut cache, &mut dw),
-                none
-            );
-            assert_eq!(
-                capture_mixed(0, &other, &unwinder, &mut cache, &mut dw),
                 none
             );
         });

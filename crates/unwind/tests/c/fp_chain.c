@@ -6,7 +6,6 @@
 typedef void (*unwt_cb)(void *ctx);
 
 void unwt_nofp_level(int n, unwt_cb cb, void *ctx);
-void unwt_garbage_rbp(unsigned long garbage, unwt_cb cb, void *ctx);
 
 /* n + 1 frames of unwt_fp_level, then cb(ctx). */
 void unwt_fp_level(int n, unwt_cb cb, void *ctx) {
@@ -23,16 +22,6 @@ void unwt_fp_mixed(int n_fp, int n_nofp, unwt_cb cb, void *ctx) {
         unwt_nofp_level(n_nofp, cb, ctx);
     else
         unwt_fp_mixed(n_fp - 1, n_nofp, cb, ctx);
-}
-
-/* n + 1 frames of unwt_fp_then_garbage, then unwt_garbage_rbp(garbage, cb,
- * ctx): frame-pointer frames below a frame that clobbers rbp (and says in
- * its CFI where it saved it). */
-void unwt_fp_then_garbage(int n, unsigned long garbage, unwt_cb cb, void *ctx) {
-    if (n == 0)
-        unwt_garbage_rbp(garbage, cb, ctx);
-    else
-        unwt_fp_then_garbage(n - 1, garbage, cb, ctx);
 }
 
 /* A capture made from C: the raw frame-pointer entry point

@@ -15,8 +15,6 @@ extern "C" {
     pub fn unwt_nofp_level(n: c_int, cb: Cb, ctx: *mut c_void);
     /// Calls cb(ctx) with rbp = garbage (with CFI saying where rbp was saved).
     pub fn unwt_garbage_rbp(garbage: u64, cb: Cb, ctx: *mut c_void);
-    /// n + 1 frames with frame pointers, then unwt_garbage_rbp(garbage, cb, ctx).
-    pub fn unwt_fp_then_garbage(n: c_int, garbage: u64, cb: Cb, ctx: *mut c_void);
     /// cb(ctx) under unwt_yz_y, then under unwt_yz_z (frame pointers): both
     /// call unwt_yz_x, which calls cb; Y and Z have frames of equal size.
     pub fn unwt_y_then_z(cb: Cb, ctx: *mut c_void);
