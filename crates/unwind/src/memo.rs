@@ -531,7 +531,7 @@ fn walk_to_match<const LAZY: bool>(
         return window(memo, out, n, j, lim);
     }
     if lim != NO_LIM {
-        return None;
+        return extend(memo, unwinder, cache, fence, out, n, j, cur.bp);
     }
     let (old_truncated, old_term) = (memo.truncated, memo.term);
     let WalkMemo {
@@ -796,6 +796,228 @@ fn rewrite(
         (o, o_dep) = (me, dep);
     }
     Some(())
+}
+
+/// [`walk_to_match`] when the match at `f[j]` is in a memo whose walk was
+/// cut by the depth limit (a recursion that came back up): its `f[0]` is
+/// the frame beyond that limit and no step of it reaches the walk's end
+/// (`lim` 0), so `walk_to_match` cannot take its frames. When the steps
+/// from `f[j]` down to `f[1]` hold, this walk is the new frames, `f[j]`,
+/// ..., `f[0]` (its rbp recomputed from the slots those steps read) and
+/// the frames a walk from `f[0]` finds out to the end of the stack: a
+/// clean ending, every step compact, within the depth limit (anything
+/// else is `None`, with nothing but `out`, the scratch and the cache
+/// written, and the caller runs `memo_walk`). The memo then keeps the new
+/// outer frames, `f[0..=j]` moved up behind them with their checks (the
+/// same words: only the counts before them change) and the new inner
+/// frames, where `memo_walk` rebuilt every frame through the scratch
+/// (about 5,900 instructions on python's recursions; this about 1,500).
+/// `f[0]`'s `dep` must come out as it was (else `None`): the checks of
+/// the frames inside it depend on it.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn extend(
+    memo: &mut WalkMemo,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    fence: &Fence,
+    out: &mut [u64],
+    n: usize,
+    j: usize,
+    bp0: u64,
+) -> Option<MemoWalk> {
+    let d = out.len();
+    if memo.kept0 || !memo.truncated || j == 0 {
+        return None;
+    }
+    let WalkMemo {
+        f,
+        ck,
+        ck_end,
+        ra_rev,
+        s,
+        ..
+    } = memo;
+    if f.get(j)?.lim != 0 || check_span(checks_of(ck, ck_end, 1, j)) != 0 {
+        return None;
+    }
+    // The walk's rbp at f[j] (the one its last step gave), then f[0]'s,
+    // through the steps that held.
+    let mut bp = match n.checked_sub(1).and_then(|i| s.get(i)) {
+        None => bp0,
+        Some(x) if kind_of(x) == S_PASS => x.bp,
+        // SAFETY: the slot that step read, an aligned word at or above its
+        // frame's stack pointer and below the fence's `hi`.
+        Some(x) => unsafe { load(x.slot) },
+    };
+    for t in (1..=j).rev() {
+        let me = f.get(t)?;
+        if kind_of(me) != S_PASS {
+            // SAFETY: the slot a compact step of the memo's walk read (see
+            // `resume`).
+            bp = unsafe { load(me.slot) };
+        }
+    }
+    let mut l = *f.first()?;
+    let mut cur = Regs {
+        pc: l.ra,
+        sp: l.sp,
+        bp,
+        ip: l.flags & F_IP != 0,
+    };
+    l.bp = bp;
+    // The frames before the new outer ones in `out`.
+    let base = n + 1 + j;
+    let mut rec = Rec::default();
+    // New outer frames: s[n..n + m], innermost first, and s[n + m] when
+    // the walk is cut by the depth limit (`beyond`: the frame past it).
+    let mut m = 0usize;
+    let mut beyond = false;
+    let term = loop {
+        let st = step(Mode::Compact, unwinder, cache, &mut cur, fence, &mut rec);
+        let kind = rec.kind.min(S_OPAQUE);
+        // The frame the step was from: f[0], or the last new one.
+        let from = if m == 0 {
+            &mut l
+        } else {
+            s.get_mut(n + m - 1)?
+        };
+        match st {
+            Step::Ret if rec.kind <= S_FP => {
+                // (f[0]'s own kind is unknown when the walk that cut at
+                // it did not step from it: nothing the memo keeps used it.)
+                from.flags = (from.flags & F_IP) | u32::from(kind) << 1;
+                from.slot = rec.slot;
+                *s.get_mut(n + m)? = frame_of(&cur, S_OPAQUE);
+                if base + m >= d {
+                    // Cut by the limit again, further out: `cur` is the
+                    // frame beyond it (not stepped from; no ending).
+                    beyond = true;
+                    break Term::default();
+                }
+                *out.get_mut(base + m)? = cur.pc;
+                m += 1;
+            }
+            Step::End => {
+                from.flags = (from.flags & F_IP) | u32::from(kind) << 1;
+                from.slot = rec.slot;
+                break match rec.kind {
+                    S_END_RULE => Term {
+                        ok: true,
+                        at: 0,
+                        dep: false,
+                    },
+                    S_END_BP0 => Term {
+                        ok: true,
+                        at: 0,
+                        dep: true,
+                    },
+                    S_PASS | S_SLOT | S_FP if rec.ra_at != 0 => Term {
+                        ok: true,
+                        at: rec.ra_at,
+                        dep: rec.kind == S_FP,
+                    },
+                    _ => return None,
+                };
+            }
+            _ => return None,
+        }
+    };
+    // The new part, outermost first: the new outer frames (and the one
+    // beyond the limit) and f[0]. Their `dep` from the ending inward
+    // (none beyond the limit), their checks counted.
+    let mm = m + usize::from(beyond);
+    let e_old = usize::from(*ck_end.get(j)?);
+    let new_at = |i: usize| -> Option<MFrame> {
+        if i < mm {
+            s.get(n + mm - 1 - i).copied()
+        } else {
+            Some(l)
+        }
+    };
+    let mut o_dep = term.ok && term.dep;
+    let mut checks = 0usize;
+    for i in 1..=mm {
+        let me = new_at(i)?;
+        let k = kind_of(&me);
+        checks += 1 + usize::from(k != S_PASS && o_dep);
+        o_dep = k == S_FP || (k == S_PASS && o_dep);
+    }
+    let old_dep = f.first()?.flags & F_DEP != 0;
+    let len = mm + 1 + j;
+    if o_dep != old_dep || len + n > CAP || checks + e_old + 2 * n > CHECKS {
+        return None;
+    }
+    // The walk's addresses: f[j - 1..=0] (before the memo moves).
+    if let (Some(dst), Some(src)) = (out.get_mut(n + 1..base), ra_rev.get(CAP - j..)) {
+        dst.copy_from_slice(src);
+    }
+    // A walk that reaches its end re-checks it; one cut by the limit
+    // does not reach it (as `window` leaves a memo).
+    let lim = if term.ok { NO_LIM } else { 0 };
+    // Move f[0..=j], their checks and addresses up behind the new part.
+    f.copy_within(0..=j, mm);
+    ck.copy_within(0..e_old, checks);
+    ck_end.copy_within(0..=j, mm);
+    ra_rev.copy_within(CAP - 1 - j..CAP, CAP - 1 - j - mm);
+    for i in mm + 1..=mm + j {
+        let e = ck_end.get_mut(i)?;
+        // At most 2 * CAP (< 256) checks.
+        *e = (usize::from(*e) + checks) as u8;
+        f.get_mut(i)?.lim = lim;
+    }
+    // The new part itself, as `fix` gives it.
+    let mut e = 0usize;
+    let mut o: Option<MFrame> = None;
+    for i in 0..=mm {
+        let mut me = new_at(i)?;
+        let dep = match o {
+            None => term.ok && term.dep,
+            Some(o) => {
+                let k = kind_of(&me);
+                let odep = o.flags & F_DEP != 0;
+                *ck.get_mut(e)? = Check {
+                    at: o.sp.wrapping_sub(8),
+                    want: o.ra,
+                };
+                e += 1;
+                if k != S_PASS && odep {
+                    *ck.get_mut(e)? = Check {
+                        at: me.slot,
+                        want: o.bp,
+                    };
+                    e += 1;
+                }
+                k == S_FP || (k == S_PASS && odep)
+            }
+        };
+        me.flags = (me.flags & !F_DEP) | if dep { F_DEP } else { 0 };
+        me.lim = lim;
+        *f.get_mut(i)? = me;
+        *ck_end.get_mut(i)? = e as u8;
+        *ra_rev.get_mut(CAP - 1 - i)? = me.ra;
+        o = Some(me);
+    }
+    let ok = append(
+        f,
+        ck,
+        ck_end,
+        ra_rev,
+        mm + j,
+        s.get(..n).unwrap_or_default(),
+    );
+    memo.len = if ok { len + n } else { 0 };
+    memo.term = term;
+    memo.kept0 = !beyond;
+    memo.truncated = beyond;
+    memo.steps = (n + m + 1) as u32;
+    Some(MemoWalk {
+        len: base + m,
+        truncated: beyond,
+        shared: 0,
+    })
 }
 
 /// [`walk_to_match`] when the walk is cut by the depth limit (`out`'s

@@ -256,6 +256,34 @@ fn memo_equals_compact_equals_framehop_over_alternating_inner_paths() {
 }
 
 #[test]
+fn recursions_crossing_the_depth_limit_walk_as_the_full_walks() {
+    // Captures deeper and shallower than the limit in turn, under the
+    // same outer frames: the memo's windows, and walks that come back up
+    // past its frame beyond the limit (out to the end of the stack, or to
+    // the limit again further out), each equal to the full walks.
+    let mut cx = Cx::new();
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    for round in 0..24 {
+        let chain = rng.below(5);
+        let a = rng.below(6) as i32;
+        let limit = [24, 40, 56][round % 3];
+        let seeds: Vec<(u32, u32)> = (0..60)
+            .map(|_| (rng.below(1 << 16) as u32, rng.below(36) as u32))
+            .collect();
+        outer(chain, a, &mut || {
+            for &(pattern, depth) in &seeds {
+                inner(pattern, depth, &mut |start| {
+                    cx.check(start, limit);
+                });
+            }
+        });
+    }
+    let [n, frames, shared, took, ..] = cx.stats;
+    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo");
+    assert!(took * 2 > n, "{:?}", cx.stats);
+}
+
+#[test]
 fn the_same_leaf_from_different_callers_is_not_taken() {
     // Y and Z call X with equal frames: X's frames match under Z at the
     // same addresses with the same return addresses; only the word above
