@@ -591,6 +591,36 @@ unsafe fn cached_step(
     unsafe { compact_step(rule, cur, hi) }
 }
 
+/// The rbp of `f[low]` in this walk, whose `n` new frames (in the
+/// scratch `s`, from a first frame with rbp `bp0`) reached `f[j]` and
+/// whose steps from `f[j]` down to `f[low + 1]` hold: read by the
+/// outermost of those steps that read rbp (`S_SLOT`, `S_FP`: at its
+/// slot), else passed through from the walk's rbp at `f[j]` (the one its
+/// last step gave). One read, where a frame's rbp in the memo may be
+/// stale (a match ignores it where no step further out uses it).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn rbp_at(f: &[MFrame; CAP], s: &[MFrame; CAP], low: usize, j: usize, n: usize, bp0: u64) -> u64 {
+    let read = f
+        .get(low + 1..=j)
+        .unwrap_or_default()
+        .iter()
+        .find(|me| kind_of(me) != S_PASS);
+    match read {
+        // SAFETY: the slot a compact step of the memo's walk read, at or
+        // above that frame's sp >= the walk's sp, below `hi` (memo_walk's
+        // docs): its words are the ones the checks read.
+        Some(me) => unsafe { load(me.slot) },
+        None => match n.checked_sub(1).and_then(|i| s.get(i)) {
+            None => bp0,
+            Some(x) if kind_of(x) == S_PASS => x.bp,
+            // SAFETY: the slot the walk's last step read, an aligned word
+            // at or above its frame's stack pointer and below `hi`.
+            Some(x) => unsafe { load(x.slot) },
+        },
+    }
+}
+
 /// [`walk_to_match`] when the match at `f[j]` (`n` new frames stepped
 /// from the walk's first frame, whose rbp is `bp0`) does not hold to the
 /// walk's end: the same
@@ -636,25 +666,7 @@ fn resume(
     let low = (1..=j)
         .rev()
         .find(|&t| check_span(checks_of(ck, ck_end, t, t)) != 0)?;
-    // The walk's rbp at f[j]: the one its last step gave (that step's
-    // kind and slot are in the scratch).
-    let mut bp = match n.checked_sub(1).and_then(|i| s.get(i)) {
-        None => bp0,
-        Some(x) if kind_of(x) == S_PASS => x.bp,
-        // SAFETY: the slot that step read, an aligned word at or above its
-        // frame's stack pointer and below `hi`.
-        Some(x) => unsafe { load(x.slot) },
-    };
-    // f[low]'s rbp: from there, through the steps that held.
-    for t in (low + 1..=j).rev() {
-        let me = f.get(t)?;
-        if kind_of(me) != S_PASS {
-            // SAFETY: the slot a compact step of the memo's walk read, at
-            // or above f[t].sp >= the walk's sp, below `hi` (memo_walk's
-            // docs): its words are the ones the checks read.
-            bp = unsafe { load(me.slot) };
-        }
-    }
+    let bp = rbp_at(f, s, low, j, n, bp0);
     let l = *f.get(low)?;
     let mut cur = Regs {
         pc: l.ra,
@@ -843,23 +855,7 @@ fn extend(
     if f.get(j)?.lim != 0 || check_span(checks_of(ck, ck_end, 1, j)) != 0 {
         return None;
     }
-    // The walk's rbp at f[j] (the one its last step gave), then f[0]'s,
-    // through the steps that held.
-    let mut bp = match n.checked_sub(1).and_then(|i| s.get(i)) {
-        None => bp0,
-        Some(x) if kind_of(x) == S_PASS => x.bp,
-        // SAFETY: the slot that step read, an aligned word at or above its
-        // frame's stack pointer and below the fence's `hi`.
-        Some(x) => unsafe { load(x.slot) },
-    };
-    for t in (1..=j).rev() {
-        let me = f.get(t)?;
-        if kind_of(me) != S_PASS {
-            // SAFETY: the slot a compact step of the memo's walk read (see
-            // `resume`).
-            bp = unsafe { load(me.slot) };
-        }
-    }
+    let bp = rbp_at(f, s, 0, j, n, bp0);
     let mut l = *f.first()?;
     let mut cur = Regs {
         pc: l.ra,
