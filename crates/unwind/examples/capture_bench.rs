@@ -366,7 +366,10 @@ fn main() {
     rbp_rows(&bounds, &unwinder, &mut cache);
     let (rows, bytes, per) = unwinder.table_stats();
     println!();
-    println!("compact tables: {rows} rows, {bytes} bytes");
+    println!(
+        "compact tables: {rows} rows, {bytes} bytes; the threads' shared rule cache {} bytes",
+        unwinder.shared_cache_bytes()
+    );
     for (start, rows) in per {
         let name = modules
             .find(start)

@@ -444,7 +444,7 @@ pub(crate) fn walk<const LAZY: bool>(
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> MemoWalk {
-    memo.unfilled = 0;
+    // (`unfilled` is 0 here: both callers cleared it on entry.)
     if memo.unwinder == unwinder.id && memo.hi == fence.hi {
         if let Some(j) = memo.len.checked_sub(1) {
             if let (Some(o), Some(ras)) = (memo.f.get(j), memo.ra_rev.get(CAP - 1 - j..)) {
