@@ -163,8 +163,8 @@ typedef struct trace_config {
    */
   uint64_t min_heap_align;
   /**
-   * Stack IDs are `(base - min_heap_addr) / min_stack_align`; a power of
-   * two, default 4096.
+   * Thread-stack IDs are `(base - min_heap_addr) / min_stack_align`; a
+   * power of two, default 4096.
    */
   uint64_t min_stack_align;
   /**
@@ -436,21 +436,22 @@ void trace_span_alloc_stack(uintptr_t base,
 void trace_heap_object_free(uintptr_t addr);
 
 /**
- * Records that a stack of `size` bytes at `base` existed when tracing
- * started. A size that is not a power of two is recorded exactly (long
+ * Records that a thread stack (thread-stack memory, not a call stack) of
+ * `size` bytes at `base` existed when tracing started. A size that is not a power of two is recorded exactly (long
  * form). Any thread, also inside malloc.
  */
-void trace_stack_exists(uintptr_t base, uintptr_t size);
+void trace_stack_exists(uintptr_t base,
+                        uintptr_t size);
 
 /**
- * Records that a stack of `size` bytes was allocated at `base`. Any
- * thread, also inside malloc.
+ * Records that a thread stack of `size` bytes was allocated at `base`.
+ * Any thread, also inside malloc.
  */
 void trace_stack_alloc(uintptr_t base, uintptr_t size);
 
 /**
- * Records that the stack at `base` is about to be freed. Any thread, also
- * inside malloc.
+ * Records that the thread stack at `base` is about to be freed. Any
+ * thread, also inside malloc.
  */
 void trace_stack_free(uintptr_t base);
 

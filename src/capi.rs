@@ -12,9 +12,9 @@
 //!   `trace_page_*`) return nothing and cannot fail loudly: odd arguments
 //!   are recorded faithfully (long form) and unrecordable events are
 //!   counted in the trace. They hold no panic guard because they cannot
-//!   panic, and a guard costs: `catch_unwind` around their body made a
-//!   disabled call 2.30 -> 2.45 ns and an enabled one 9.99 -> 10.36 ns
-//!   (bench/event_cost, best of 15, CPU time). The proof is written where
+//!   panic, and a guard costs: `catch_unwind` around their body made the
+//!   disabled and the enabled call measurably slower (bench/README.md,
+//!   "The C API's panic guard", has the figures). The proof is written where
 //!   the operations are (emit.rs `write_event_fast`, `append_event`,
 //!   `write_page_event`; buffer.rs `Buffer::room`, `begin`, `put_bytes`,
 //!   `seal`): the caller's values (addresses, sizes, npages, type IDs)
@@ -125,8 +125,8 @@ pub struct trace_config {
     /// Object IDs are `(addr - min_heap_addr) / min_heap_align`; a power of
     /// two, default 8.
     pub min_heap_align: u64,
-    /// Stack IDs are `(base - min_heap_addr) / min_stack_align`; a power of
-    /// two, default 4096.
+    /// Thread-stack IDs are `(base - min_heap_addr) / min_stack_align`; a
+    /// power of two, default 4096.
     pub min_stack_align: u64,
     /// Bytes per per-thread batch buffer; 0 for the default (64 KiB), else
     /// 4096 to 16 MiB.
@@ -791,23 +791,23 @@ pub extern "C" fn trace_heap_object_free(addr: usize) {
     events::heap_object_free(addr);
 }
 
-/// Records that a stack of `size` bytes at `base` existed when tracing
-/// started. A size that is not a power of two is recorded exactly (long
+/// Records that a thread stack (thread-stack memory, not a call stack) of
+/// `size` bytes at `base` existed when tracing started. A size that is not a power of two is recorded exactly (long
 /// form). Any thread, also inside malloc.
 #[no_mangle]
 pub extern "C" fn trace_stack_exists(base: usize, size: usize) {
     events::stack_exists(base, size);
 }
 
-/// Records that a stack of `size` bytes was allocated at `base`. Any
-/// thread, also inside malloc.
+/// Records that a thread stack of `size` bytes was allocated at `base`.
+/// Any thread, also inside malloc.
 #[no_mangle]
 pub extern "C" fn trace_stack_alloc(base: usize, size: usize) {
     events::stack_alloc(base, size);
 }
 
-/// Records that the stack at `base` is about to be freed. Any thread, also
-/// inside malloc.
+/// Records that the thread stack at `base` is about to be freed. Any
+/// thread, also inside malloc.
 #[no_mangle]
 pub extern "C" fn trace_stack_free(base: usize) {
     events::stack_free(base);
