@@ -172,7 +172,7 @@ demo: lib cli preload $(BUILD)/demo $(BUILD)/leaky
 	  "$(CLI) record --overwrite -o ls.trace -- ls -l /" "any program, through the shim" \
 	  "$(CLI) top ls.trace --by function" "... who allocates in it" \
 	  "$(CLI) export ls.trace --format pprof -o ls.pb.gz" "... for go tool pprof (or parquet, chrome)"
-	@echo "  The C API (README.md, Using the C API): build a program my.c with"
+	@echo "  The C API (docs/C-API.md): build a program my.c with"
 	@echo "  cc -Iinclude my.c -L$(RELEASE) -lalloctrace -lpthread -Wl,-rpath,\$$PWD/$(RELEASE) -o my"
 
 # The reports' example (and test) program: known leaks, temporaries and peak.

@@ -15,8 +15,8 @@
 //! the shim, a small cdylib, does not). Nothing here is meant for the
 //! shim's event path: parsing allocates.
 
-/// The environment variables the shim reads (README.md, "Tracing any
-/// program").
+/// The environment variables the shim reads (docs/PRELOAD.md,
+/// "Configuration").
 pub mod env {
     pub const OUTPUT: &str = "ALLOCTRACE_OUTPUT";
     pub const BUFFER_SIZE: &str = "ALLOCTRACE_BUFFER_SIZE";

@@ -1,5 +1,5 @@
 //! The shim's configuration: environment variables, read once by the
-//! constructor (README.md, "Tracing any program: LD_PRELOAD").
+//! constructor (docs/PRELOAD.md, "Configuration").
 //!
 //! | variable | default | meaning |
 //! |---|---|---|

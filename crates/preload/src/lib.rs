@@ -3,7 +3,7 @@
 //! Loaded with `LD_PRELOAD` (`alloctrace record -- CMD` does it), it traces
 //! a dynamically linked program without changing it: every call of the
 //! malloc family, of mmap/munmap/mremap, and every thread's stack. The
-//! configuration is read from environment variables (config.rs, README.md).
+//! configuration is read from environment variables (config.rs, docs/PRELOAD.md).
 //!
 //! ## Design
 //!

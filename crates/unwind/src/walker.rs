@@ -63,8 +63,8 @@ pub fn capture_from(
 /// interns only the frames not shared with the previous capture reads
 /// none of them; one that needs them calls [`WalkMemo::fill`] before the
 /// memo's next capture. Saves the copy of a deep stack's shared
-/// addresses (some 33 words on python) in the common cases: the same
-/// state again and the first match taken whole.
+/// addresses in the common cases: the same state again and the first
+/// match taken whole.
 #[inline(never)]
 pub fn capture_from_lazy(
     start: StartRegs,

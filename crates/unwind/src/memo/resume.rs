@@ -57,8 +57,8 @@ pub(super) fn rbp_at(
 /// frames and checks are rewritten, and the new inner frames appended as
 /// `walk_to_match` does. `shared` is `k + 1`. Anything else is `None`
 /// (the caller runs `memo_walk`), with nothing but `out`, the scratch and
-/// the cache written. Out of line: rare (2,992 of a python deep-stack
-/// run's captures, all in its first rounds).
+/// the cache written. Out of line: rare (on python's deep-stack loop,
+/// all in its first rounds; bench/README.md has the count).
 // Must not allocate, lock, make a system call or panic: runs inside malloc.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[allow(clippy::too_many_arguments)]
