@@ -12,10 +12,8 @@ use framehop::{
     UnwinderNative,
 };
 
-use crate::bounds::StackBounds;
 use crate::modules::Modules;
 use crate::table::{RuleCache, SharedRules, Tables};
-use crate::Walk;
 
 /// A range of a loaded object's memory (an unwind section), read in place.
 #[derive(Clone, Copy, Debug)]
@@ -386,66 +384,3 @@ const PF_RX: u32 = 4 | 1;
 /// `REG_RSP` = 15, `REG_RIP` = 16), 8 bytes each.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub(crate) const UC_GREGS: u64 = 40;
-
-/// Captures the calling thread's return addresses by DWARF CFI, innermost
-/// first, into `out`; returns how many it wrote and whether the walk
-/// stopped before the end of the stack.
-///
-/// Same conventions as [`capture_fp`](crate::capture_fp): `out[0]` is the
-/// return address into the direct caller, `skip` drops that many first,
-/// `out.len()` is the depth limit. Each frame is unwound by its module's
-/// `.eh_frame` rule (cached per address in `cache`); where no rule exists
-/// (no module, no FDE: JIT code, a hand-written stub) framehop falls back to
-/// the frame pointer. Stack memory is read only through a closure that
-/// checks each address against `bounds` (from the current stack pointer up)
-/// and 8-byte alignment; a failed read, a rule framehop cannot apply, or a
-/// frame that does not move the stack pointer up ends the walk, truncated.
-/// The end of the stack (a CFI rule marking the outermost frame, or a zero
-/// return address) ends it untruncated.
-///
-/// Must not allocate, lock, make a system call, panic or fault: it runs
-/// inside the host's malloc. On targets other than x86_64 Linux it returns
-/// an empty, truncated walk.
-#[inline(never)]
-pub fn capture_dwarf(
-    skip: usize,
-    bounds: &StackBounds,
-    unwinder: &DwarfUnwinder,
-    cache: &mut DwarfCache,
-    out: &mut [u64],
-) -> Walk {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    {
-        let (ip, sp, bp) = registers_here!();
-        let Some(fence) = bounds.fence(sp) else {
-            return Walk {
-                len: 0,
-                truncated: true,
-            };
-        };
-        let start = crate::step::Regs {
-            pc: ip,
-            sp,
-            bp,
-            ip: true,
-        };
-        crate::walker::walk_steps(
-            crate::step::Mode::Compact,
-            start,
-            skip,
-            &fence,
-            unwinder,
-            cache,
-            out,
-            0,
-        )
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    {
-        let _ = (skip, bounds, unwinder, cache, out);
-        Walk {
-            len: 0,
-            truncated: true,
-        }
-    }
-}

@@ -96,16 +96,16 @@ mod table;
 mod walker;
 
 pub use bounds::StackBounds;
-pub use dwarf::{capture_dwarf, DwarfCache, DwarfUnwinder, MappedBytes, FALLBACK_CACHES};
+pub use dwarf::{DwarfCache, DwarfUnwinder, MappedBytes, FALLBACK_CACHES};
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub use fp::capture_fp_raw;
 pub use fp::{capture_fp, walk_fp_chain, TRUNCATED_BIT};
-pub use memo::{capture_dwarf_memo, MemoWalk, WalkMemo, MEMO_DEPTH};
+pub use memo::{MemoWalk, WalkMemo, MEMO_DEPTH};
 pub use modules::{LoadSegment, ModuleInfo, Modules};
 pub use step::set_walk_end;
 pub use walker::{
-    capture_from, capture_from_compact, capture_from_framehop, capture_from_lazy, capture_here,
-    StartRegs,
+    capture_dwarf, capture_dwarf_memo, capture_from, capture_from_compact, capture_from_framehop,
+    capture_from_lazy, capture_here, StartRegs,
 };
 
 /// The default depth limit (frames per capture), as heaptrack's.

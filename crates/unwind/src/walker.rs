@@ -326,3 +326,87 @@ pub(crate) fn walk_steps(
         n += 1;
     }
 }
+
+/// Captures the calling thread's return addresses by DWARF CFI, innermost
+/// first, into `out`; returns how many it wrote and whether the walk
+/// stopped before the end of the stack.
+///
+/// Same conventions as [`capture_fp`](crate::capture_fp): `out[0]` is the
+/// return address into the direct caller, `skip` drops that many first,
+/// `out.len()` is the depth limit. Each frame is unwound by its module's
+/// `.eh_frame` rule (cached per address in `cache`); where no rule exists
+/// (no module, no FDE: JIT code, a hand-written stub) framehop falls back to
+/// the frame pointer. Stack memory is read only through a closure that
+/// checks each address against `bounds` (from the current stack pointer up)
+/// and 8-byte alignment; a failed read, a rule framehop cannot apply, or a
+/// frame that does not move the stack pointer up ends the walk, truncated.
+/// The end of the stack (a CFI rule marking the outermost frame, or a zero
+/// return address) ends it untruncated.
+///
+/// Must not allocate, lock, make a system call, panic or fault: it runs
+/// inside the host's malloc. On targets other than x86_64 Linux it returns
+/// an empty, truncated walk.
+#[inline(never)]
+pub fn capture_dwarf(
+    skip: usize,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    out: &mut [u64],
+) -> Walk {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let (ip, sp, bp) = crate::dwarf::registers_here!();
+        let Some(fence) = bounds.fence(sp) else {
+            return Walk {
+                len: 0,
+                truncated: true,
+            };
+        };
+        let start = Regs {
+            pc: ip,
+            sp,
+            bp,
+            ip: true,
+        };
+        walk_steps(Mode::Compact, start, skip, &fence, unwinder, cache, out, 0)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = (skip, bounds, unwinder, cache, out);
+        Walk {
+            len: 0,
+            truncated: true,
+        }
+    }
+}
+
+/// [`capture_dwarf`](crate::capture_dwarf), memoized: the same `out[..len]`
+/// and `truncated` as `capture_dwarf(skip, ...)` called at this point (its
+/// `out[0]` is the return address into this function's caller), plus
+/// `shared` (see [`MemoWalk`]). The same walk as
+/// [`capture_here`](crate::capture_here).
+#[inline(never)]
+pub fn capture_dwarf_memo(
+    skip: usize,
+    bounds: &StackBounds,
+    unwinder: &DwarfUnwinder,
+    cache: &mut DwarfCache,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> MemoWalk {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let regs = crate::dwarf::registers_here!();
+        here(regs, skip, bounds, unwinder, cache, memo, out)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = (skip, bounds, unwinder, cache, memo, out);
+        MemoWalk {
+            len: 0,
+            truncated: true,
+            shared: 0,
+        }
+    }
+}

@@ -3,7 +3,6 @@
 //! rest of that capture after re-reading, branch-free, the stack words its
 //! steps read (docs/STACKS.md, "Flat re-validation memo").
 
-use crate::bounds::StackBounds;
 use crate::dwarf::{DwarfCache, DwarfUnwinder};
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use crate::{
@@ -228,36 +227,6 @@ pub struct MemoWalk {
     /// the previous stack outermost-first reuses the IDs of its `shared`
     /// outermost nodes and interns `out[..len - shared]`.
     pub shared: usize,
-}
-
-/// [`capture_dwarf`](crate::capture_dwarf), memoized: the same `out[..len]`
-/// and `truncated` as `capture_dwarf(skip, ...)` called at this point (its
-/// `out[0]` is the return address into this function's caller), plus
-/// `shared` (see [`MemoWalk`]). The same walk as
-/// [`capture_here`](crate::capture_here).
-#[inline(never)]
-pub fn capture_dwarf_memo(
-    skip: usize,
-    bounds: &StackBounds,
-    unwinder: &DwarfUnwinder,
-    cache: &mut DwarfCache,
-    memo: &mut WalkMemo,
-    out: &mut [u64],
-) -> MemoWalk {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    {
-        let regs = crate::dwarf::registers_here!();
-        crate::walker::here(regs, skip, bounds, unwinder, cache, memo, out)
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    {
-        let _ = (skip, bounds, unwinder, cache, memo, out);
-        MemoWalk {
-            len: 0,
-            truncated: true,
-            shared: 0,
-        }
-    }
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
