@@ -145,7 +145,7 @@ pub use alloctrace_unwind::StartRegs;
 mod check;
 pub use check::{check_stacks_report, set_check_stacks};
 
-use crate::session::LOST_STACKS;
+use crate::lost::LOST_STACKS;
 use crate::shared::SHARED;
 use crate::thread::{self, ThreadSlot};
 use crate::tls::{self, Word};
@@ -262,6 +262,8 @@ static OWN_END: AtomicU64 = AtomicU64::new(0);
 static POOL: OnceLock<ArrayQueue<usize>> = OnceLock::new();
 /// Serialises set-up and refreshes (never taken by a capture).
 static REFRESH: Mutex<()> = Mutex::new(());
+/// What a refresh calls after it (set_up's `after_refresh`).
+static AFTER_REFRESH: OnceLock<fn()> = OnceLock::new();
 
 /// Takes the refresh lock (fork.rs holds it across a fork, so that a child
 /// never inherits it locked by the writer thread).
@@ -536,8 +538,14 @@ pub fn set_thread_stack(lo: u64, hi: u64) {
 /// start (under the tracer's control lock), before the first event; the
 /// module table and unwinder are set up whatever the mode, since
 /// `trace_stack_capture` and registered native addresses need them too.
-pub(crate) fn set_up(mode: StackMode, depth: usize) {
+///
+/// `after_refresh` is called after each later refresh of the module table,
+/// outside its lock: the session's reaction to a module gone
+/// (lifecycle.rs `after_modules_refresh`), passed down so that this layer
+/// never imports the session's.
+pub(crate) fn set_up(mode: StackMode, depth: usize, after_refresh: fn()) {
     let _guard = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
+    AFTER_REFRESH.get_or_init(|| after_refresh);
     let modules = Modules::snapshot();
     PERMANENT.get_or_init(|| modules.modules().iter().map(|m| m.start).collect());
     module_table::reset(modules.modules(), clock::ticks());
@@ -652,7 +660,9 @@ fn refresh(force: bool) {
         }
     }
     // A module gone: a new generation (lifecycle.rs).
-    crate::lifecycle::after_modules_refresh();
+    if let Some(after) = AFTER_REFRESH.get() {
+        after();
+    }
 }
 
 /// Refreshes the module table if a capture found code outside every known

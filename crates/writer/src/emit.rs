@@ -22,7 +22,8 @@ use alloctrace_format::{
 use crate::buffer::{Buffer, Want};
 use crate::call_stack_table;
 use crate::clock;
-use crate::session::{LOST_STACKS, LOST_WITHOUT_SLOT, SESSION};
+use crate::lost::{LOST_STACKS, LOST_WITHOUT_SLOT};
+use crate::session::SESSION;
 use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};
 
@@ -508,7 +509,11 @@ fn refill(
             session.hand_over(old);
         }
     });
-    let buf = session.pool.take(want, || session.writer.wake())?;
+    let buf = session.pool.take(
+        want,
+        || session.writer.wake(),
+        crate::deadline::past_deadline,
+    )?;
     // SAFETY: take gave us the buffer; it has room for a header and an event
     // because buffer sizes are at least SMALL_BUFFER_CAP.
     let b = unsafe { &mut *buf.as_ptr() };

@@ -41,6 +41,8 @@ mod clock;
 #[cfg(not(loom))]
 mod crash;
 #[cfg(not(loom))]
+mod deadline;
+#[cfg(not(loom))]
 mod emit;
 #[cfg(not(loom))]
 pub mod events;
@@ -49,9 +51,15 @@ mod fork;
 #[cfg(not(loom))]
 mod frame_table;
 #[cfg(not(loom))]
+mod host;
+#[cfg(not(loom))]
 mod late;
 #[cfg(not(loom))]
 mod lifecycle;
+#[cfg(not(loom))]
+mod limits;
+#[cfg(not(loom))]
+mod lost;
 #[cfg(not(loom))]
 mod meta;
 #[cfg(not(loom))]

@@ -14,11 +14,12 @@ use crate::buffer::BufferPool;
 use crate::clock;
 use crate::emit;
 use crate::fork::install_fork_handlers;
+use crate::lost::LOST_WITHOUT_SLOT;
 use crate::meta::{finish_generation, write_info, MetaWriter};
 use crate::output::Output;
 use crate::session::{
     AdvancerSignals, ByteCount, Config, Control, Error, Session, SessionInfo, CONTROL, IN_CONTROL,
-    LOST_WITHOUT_SLOT, SESSION,
+    SESSION,
 };
 use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, STREAMS};
@@ -149,7 +150,7 @@ pub fn start_with(
             }
         }
         SESSION.store(Arc::as_ptr(&session).cast_mut(), Ordering::SeqCst);
-        crate::capture::set_up(config.stacks, config.stack_depth);
+        crate::capture::set_up(config.stacks, config.stack_depth, after_modules_refresh);
 
         write_info(&session, 1);
         crate::capture::first_generation_started();

@@ -16,7 +16,8 @@ use alloctrace_format::{command_line_args, uvarint_len, BatchKind, PROCESS_TRUNC
 
 use crate::buffer::Buffer;
 use crate::clock::{self, ClockPair};
-use crate::session::{Session, LOST_STACKS};
+use crate::lost::LOST_STACKS;
+use crate::session::Session;
 use crate::{call_stack_table, capture, type_table};
 
 /// The start tick of the last generation of each parity (its info batch),
@@ -94,10 +95,11 @@ impl<'a> MetaWriter<'a> {
             }
             self.flush();
         }
-        let buf = self
-            .session
-            .pool
-            .take(crate::buffer::Want::Full, || self.session.writer.wake())?;
+        let buf = self.session.pool.take(
+            crate::buffer::Want::Full,
+            || self.session.writer.wake(),
+            crate::deadline::past_deadline,
+        )?;
         // SAFETY: take gave us the buffer.
         let b = unsafe { &mut *buf.as_ptr() };
         b.begin(self.kind, self.generation, 0, self.base_ticks);

@@ -126,7 +126,7 @@
 //! [SHARED]: crate::shared::SHARED
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
@@ -135,21 +135,12 @@ use alloctrace_format::exact_log2;
 use crate::buffer::{Buffer, BufferPool};
 use crate::clock;
 use crate::thread::{self, ThreadSignals};
-use crate::writer::{Writer, WriterHost};
+use crate::writer::Writer;
 
 /// The running session, or null. Published by start before the first
 /// generation, cleared by stop after the last handshake; events read it only
 /// inside their seqlock section with a non-zero generation.
 pub(crate) static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
-
-/// Events lost by threads without a slot, per generation parity.
-pub(crate) static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-
-/// Allocations recorded without their stack, by generation parity (the
-/// generation-end batch's `lost_stacks`): a stack ID the caller passed that
-/// names no stack. Counted inside the event's seqlock section, so the
-/// generation's end (after the handshake) sees every count of it.
-pub(crate) static LOST_STACKS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Serialises start, advance and stop (invariant 4).
 pub(crate) static CONTROL: Mutex<Control> = Mutex::new(Control {
@@ -261,46 +252,6 @@ impl Session {
         }
         b.seal();
         self.pool.push_full(buf);
-    }
-}
-
-/// The writer thread's view of the session (writer.rs is below this
-/// module: it gets these passed down).
-impl WriterHost for Session {
-    fn writer(&self) -> &Writer {
-        &self.writer
-    }
-
-    fn pool(&self) -> &BufferPool {
-        &self.pool
-    }
-
-    /// Counts bytes out, and asks the advancer to end the generation once
-    /// it is over budget.
-    fn count_written(&self, n: usize) {
-        let bytes = &self.bytes;
-        let total = bytes.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        let start = bytes.generation_start.load(Ordering::Relaxed);
-        if bytes.generation_bytes > 0
-            && total.saturating_sub(start) >= bytes.generation_bytes
-            && !self.advancer.wanted.swap(true, Ordering::AcqRel)
-        {
-            self.advancer.thread.wake();
-        }
-    }
-
-    fn lists_modules(&self) -> bool {
-        crate::meta::lists_modules()
-    }
-
-    fn generation_span(&self, generation: u64) -> (u64, Option<u64>) {
-        crate::meta::generation_span(generation)
-    }
-
-    /// Modules unloaded before the next generation started are listed by
-    /// no later one.
-    fn generation_written(&self, generation: u64) {
-        crate::module_table::forget_unloaded_before(crate::meta::generation_start(generation + 1));
     }
 }
 

@@ -68,17 +68,9 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use crate::handshake::SeqLock;
 use crate::tls::{self, Word};
 
-/// Most threads that can hold a slot at once. A thread that finds none has
-/// its events counted as lost (never silently dropped).
-///
-/// The table is static (`MAX_THREADS * 128` bytes, 2 MiB of bss): a slot
-/// costs memory only once a thread has claimed it (claims take the lowest
-/// free slot), and advance and stop look only at the slots below the
-/// highest ever claimed ([`used_slots`]). What a thread holds besides its
-/// slot is a one-page buffer per stream it records on (buffer.rs
-/// `SMALL_BUFFER_CAP`; full-size ones only once it fills that) and its
-/// capture state (capture.rs).
-pub(crate) const MAX_THREADS: usize = 16384;
+/// The thread table's dimensions (limits.rs: the buffer pool sizes by
+/// them, and this module holds buffers).
+pub(crate) use crate::limits::{MAX_THREADS, STREAMS};
 
 /// Per-thread streams, each with its own batch buffer per generation parity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,9 +80,6 @@ pub(crate) enum Stream {
     /// Page tracer words.
     Pages = 1,
 }
-
-/// Number of [`Stream`]s.
-pub(crate) const STREAMS: usize = 2;
 
 const SLOT_FREE: u32 = 0;
 const SLOT_OWNED: u32 = 1;

@@ -111,6 +111,11 @@ pub(crate) trait WriterHost: Send + Sync + 'static {
     /// Called when the writer has passed the end of `generation`, before
     /// it publishes that in [`Writer::ended`].
     fn generation_written(&self, _generation: u64) {}
+    /// Called each time round the writer thread's loop, before it writes
+    /// what is queued: work of the session's that must not run on the event
+    /// path (it may allocate or take the loader's lock; no producer waits
+    /// for it).
+    fn idle(&self) {}
 }
 
 /// Starts the writer thread of a session and returns once it is ready
@@ -289,10 +294,7 @@ fn run_writer<H: WriterHost>(
     };
     loop {
         let mut wrote = false;
-        // Capture states for threads' first native stacks (capture.rs):
-        // built here, where allocating is safe.
-        crate::capture::refill_pool();
-        crate::capture::refresh_if_stale();
+        session.idle();
         while let Some(buf) = pool.pop_full() {
             // SAFETY: popping the full queue hands this thread the buffer.
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
@@ -404,7 +406,10 @@ mod tests {
         });
         let mut batch_len = 0;
         for generation in 1..=2 {
-            let buf = host.pool.take(crate::buffer::Want::Full, || {}).unwrap();
+            let buf = host
+                .pool
+                .take(crate::buffer::Want::Full, || {}, || false)
+                .unwrap();
             // SAFETY: take gave us the buffer.
             let b = unsafe { &mut *buf.as_ptr() };
             b.begin(alloctrace_format::BatchKind::TraceEnd, generation, 0, 7);
