@@ -293,7 +293,7 @@ pub(crate) const MAX_SMALL_BUFFERS: usize =
 /// Full-size buffers the threads' event path may hold in all (in their
 /// slots, or on their way to the writer) stay this many below the memory
 /// bound, so that the tracer's own batches (generation info, tables:
-/// [`crate::meta::MetaWriter`]), which need full-size buffers, always find
+/// [`crate::session::meta::MetaWriter`]), which need full-size buffers, always find
 /// one coming back even when idle threads keep full-size buffers they have
 /// begun.
 const META_RESERVE: usize = 8;

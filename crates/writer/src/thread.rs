@@ -628,3 +628,25 @@ where
     }
     Ok(handle)
 }
+
+/// Runs `f` with every signal blocked on this thread, so a signal handler
+/// (the fatal-signal flush of crash.rs) never sees a batch that `f` has
+/// taken out of its slot but not yet pushed on the full queue. Slow path
+/// only: two rt_sigprocmask calls. The caller keeps errno (emit.rs `KeepErrno`).
+pub(crate) fn without_signals(f: impl FnOnce()) {
+    // SAFETY: an all-zero sigset_t is valid storage; sigfillset fills it.
+    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: valid sigset pointers; pthread_sigmask only reads `all` and
+    // writes `old` (glibc leaves its internal signals alone).
+    let blocked = unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0
+    };
+    f();
+    if blocked {
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    }
+}

@@ -18,7 +18,8 @@ use crate::buffer::Buffer;
 use crate::clock::{self, ClockPair};
 use crate::lost::LOST_STACKS;
 use crate::session::Session;
-use crate::{call_stack_table, capture, type_table};
+use crate::stacks::{call_stack_table, capture};
+use crate::type_table;
 
 /// The start tick of the last generation of each parity (its info batch),
 /// for its modules batches (tables.rs).
@@ -49,7 +50,7 @@ pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64, padded: 
     batch.varint(end.ticks);
     batch.varint(end.mono_ns);
     if padded {
-        batch.entry(&[(&[], &crate::late::padded_varint(lost))]);
+        batch.entry(&[(&[], &crate::writer::late::padded_varint(lost))]);
     } else {
         batch.varint(lost);
     }
@@ -98,7 +99,7 @@ impl<'a> MetaWriter<'a> {
         let buf = self.session.pool.take(
             crate::buffer::Want::Full,
             || self.session.writer.wake(),
-            crate::deadline::past_deadline,
+            crate::session::deadline::past_deadline,
         )?;
         // SAFETY: take gave us the buffer.
         let b = unsafe { &mut *buf.as_ptr() };

@@ -54,7 +54,7 @@ extern "C" fn fork_prepare() {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     // SAFETY: we hold CONTROL (see ForkGuard).
     unsafe { *FORK_GUARD.0.get() = Some(guard) };
-    let refresh = crate::capture::lock_refresh();
+    let refresh = crate::stacks::capture::lock_refresh();
     // SAFETY: we hold CONTROL and the refresh lock (see RefreshGuard).
     unsafe { *REFRESH_GUARD.0.get() = Some(refresh) };
 }
@@ -79,7 +79,7 @@ extern "C" fn fork_child() {
     SHARED.generation.store(0, Ordering::SeqCst);
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
     thread::reset_after_fork();
-    crate::late::disarm_in_child();
+    crate::writer::late::disarm_in_child();
     let mut guard = take_fork_guard();
     if let Some(control) = guard.as_mut() {
         // The parent's trace is not the child's to write or hold open.

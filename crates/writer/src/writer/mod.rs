@@ -13,15 +13,18 @@
 //! on this thread, outside every event); it blocks every signal (thread.rs
 //! `spawn_internal`).
 
+pub(crate) mod late;
+pub(crate) mod output;
+
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::buffer::BufferPool;
-use crate::late::EndBatch;
-use crate::output::Output;
-use crate::tables::Tables;
+use crate::stacks::tables::Tables;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
+use crate::writer::late::EndBatch;
+use crate::writer::output::Output;
 
 /// How long the writer sleeps when the queue is empty. Producers never wait
 /// for it unless the memory bound is reached, and then they wake it.

@@ -125,8 +125,17 @@
 //! [`ThreadSlot`]: crate::thread::ThreadSlot
 //! [SHARED]: crate::shared::SHARED
 
+pub(crate) mod advancer;
+pub(crate) mod crash;
+pub(crate) mod deadline;
+pub(crate) mod fork;
+pub(crate) mod host;
+pub(crate) mod lifecycle;
+pub(crate) mod meta;
+pub(crate) mod process;
+
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
@@ -134,7 +143,9 @@ use alloctrace_format::exact_log2;
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::clock;
-use crate::thread::{self, ThreadSignals};
+use crate::lost::LOST_WITHOUT_SLOT;
+use crate::shared::SHARED;
+use crate::thread::{self, ThreadSignals, ThreadSlot, STREAMS};
 use crate::writer::Writer;
 
 /// The running session, or null. Published by start before the first
@@ -181,7 +192,7 @@ pub(crate) struct Session {
     pub(crate) info: SessionInfo,
     /// What the process batch of every generation repeats (process.rs);
     /// `None`: no process batch.
-    pub(crate) command_line: Option<crate::process::CommandLine>,
+    pub(crate) command_line: Option<crate::session::process::CommandLine>,
 }
 
 /// What the advancer thread and the rest of the session tell each other.
@@ -323,7 +334,7 @@ pub struct Config {
     /// Which native call stacks the tracer captures by itself
     /// (capture.rs): for the shim's allocations, and for the C API's
     /// plain alloc calls.
-    pub stacks: crate::capture::StackMode,
+    pub stacks: crate::stacks::capture::StackMode,
     /// The depth limit of those stacks, 1 to `capture::MAX_DEPTH`.
     pub stack_depth: usize,
     /// The C API's plain alloc calls capture stacks (`trace_config.stacks`):
@@ -353,8 +364,8 @@ impl Default for Config {
             compress: false,
             max_buffer_memory: 256 << 20,
             generation_bytes: DEFAULT_GENERATION_BYTES,
-            stacks: crate::capture::StackMode::None,
-            stack_depth: crate::capture::DEFAULT_DEPTH,
+            stacks: crate::stacks::capture::StackMode::None,
+            stack_depth: crate::stacks::capture::DEFAULT_DEPTH,
             plain_calls_capture: false,
         }
     }
@@ -385,7 +396,7 @@ impl Config {
                 "buffer_size must be 0 (default) or 4096..16777216",
             ));
         }
-        if !(1..=crate::capture::MAX_DEPTH).contains(&self.stack_depth) {
+        if !(1..=crate::stacks::capture::MAX_DEPTH).contains(&self.stack_depth) {
             return Err(Error::BadConfig(
                 "stack_depth must be 0 (default) or 1..256",
             ));
@@ -408,4 +419,39 @@ pub fn session_stats() -> Option<SessionStats> {
         buffers_mapped: s.pool.mapped(),
         producer_waits: s.pool.waits(),
     })
+}
+
+/// Flushes the current generation's buffers of `slot` and folds its lost
+/// count into the global one. The caller is the slot's owner: the thread
+/// itself at its exit or in trace_thread_destroy, or a thread reclaiming the
+/// slot of a thread that is gone. thread.rs, which is below this module,
+/// calls it through the pointer start installs (`thread::set_exit_flush`).
+///
+/// Only the current generation's parity: the other parity is empty unless
+/// an advance is between its generation store and its take, and then that
+/// advance takes it (taking it here could push a batch of the old
+/// generation after its generation-end batch, invariant 3).
+pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
+    if !slot.seq.try_begin() {
+        return;
+    }
+    let generation = SHARED.generation.load(Ordering::Acquire);
+    // SAFETY: a non-zero generation read inside the seqlock section keeps
+    // the session alive until seq.end() (stop waits for it).
+    let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
+    if let (1.., Some(session)) = (generation, session) {
+        let parity = (generation & 1) as usize;
+        // As in refill: a batch taken is pushed before a signal can look.
+        thread::without_signals(|| {
+            for stream in 0..STREAMS {
+                if let Some(buf) = slot.take_buffer(parity, stream) {
+                    session.hand_over(buf);
+                }
+            }
+        });
+        let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
+        LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
+    }
+    // With tracing off every buffer is empty: stop took them all.
+    slot.seq.end();
 }

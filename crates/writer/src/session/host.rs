@@ -35,24 +35,26 @@ impl WriterHost for Session {
     }
 
     fn lists_modules(&self) -> bool {
-        crate::meta::lists_modules()
+        crate::session::meta::lists_modules()
     }
 
     fn generation_span(&self, generation: u64) -> (u64, Option<u64>) {
-        crate::meta::generation_span(generation)
+        crate::session::meta::generation_span(generation)
     }
 
     /// Capture states for threads' first native stacks, and the unwinder
     /// refreshed when a capture found code outside every known module
     /// (capture.rs): built here, where allocating is safe.
     fn idle(&self) {
-        crate::capture::refill_pool();
-        crate::capture::refresh_if_stale();
+        crate::stacks::capture::refill_pool();
+        crate::stacks::capture::refresh_if_stale();
     }
 
     /// Modules unloaded before the next generation started are listed by
     /// no later one.
     fn generation_written(&self, generation: u64) {
-        crate::module_table::forget_unloaded_before(crate::meta::generation_start(generation + 1));
+        crate::stacks::module_table::forget_unloaded_before(
+            crate::session::meta::generation_start(generation + 1),
+        );
     }
 }

@@ -72,9 +72,9 @@ use std::sync::TryLockError;
 use alloctrace_format::{get_uvarint, pages, BatchKind, BATCH_PREFIX_LEN};
 
 use crate::buffer::Buffer;
-use crate::deadline::{self, now_ns};
 use crate::lost::LOST_WITHOUT_SLOT;
-use crate::meta::{finish_generation, MetaWriter};
+use crate::session::deadline::{self, now_ns};
+use crate::session::meta::{finish_generation, MetaWriter};
 use crate::session::{Session, CONTROL, IN_CONTROL, SESSION};
 use crate::shared::SHARED;
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};

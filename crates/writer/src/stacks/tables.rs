@@ -29,9 +29,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use alloctrace_format::stacks::FrameWord;
 use alloctrace_format::{get_uvarint, put_uvarint, BatchKind, BATCH_PREFIX_LEN, MAX_VARINT_LEN};
 
-use crate::call_stack_table::Lister;
-use crate::module_table::ModuleRecord;
-use crate::{clock, frame_table, module_table};
+use crate::clock;
+use crate::stacks::call_stack_table::Lister;
+use crate::stacks::module_table::ModuleRecord;
+use crate::stacks::{frame_table, module_table};
 
 /// Writer threads started so far (listing keys, invariant 3).
 static SERIAL: AtomicU64 = AtomicU64::new(0);

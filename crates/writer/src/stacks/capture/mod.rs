@@ -147,9 +147,10 @@ pub use check::{check_stacks_report, set_check_stacks};
 
 use crate::lost::LOST_STACKS;
 use crate::shared::SHARED;
+use crate::stacks::{call_stack_table, module_table};
 use crate::thread::{self, ThreadSlot};
 use crate::tls::{self, Word};
-use crate::{call_stack_table, clock, handshake, module_table};
+use crate::{clock, handshake};
 
 /// Which native stacks a session captures by itself (docs/CLI.md,
 /// `record --stacks`).
@@ -747,7 +748,7 @@ fn count_lost_stack() {
 /// (`Full` when the session's mode is `None`: an explicit request), drops
 /// the `skip` innermost frames and then every frame of the tracer's own
 /// module, interns the rest and returns its stack ID, for an allocation
-/// event the caller records next ([`crate::events::heap_object_alloc_stack`]
+/// event the caller records next ([`crate::event::calls::heap_object_alloc_stack`]
 /// and friends); [`LOST_STACK`] when no stack could be taken, 0 when
 /// tracing is off. `skip` is how many frames of the caller's to drop, the
 /// caller's own first: 0 keeps the caller's frame (unless it is in the
