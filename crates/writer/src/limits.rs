@@ -11,7 +11,7 @@
 /// highest ever claimed (thread.rs `used_slots`). What a thread holds
 /// besides its slot is a one-page buffer per stream it records on
 /// (buffer.rs `SMALL_BUFFER_CAP`; full-size ones only once it fills that)
-/// and its capture state (capture.rs).
+/// and its capture state (stacks/capture).
 pub(crate) const MAX_THREADS: usize = 16384;
 
 /// Number of per-thread streams (thread.rs `Stream`).

@@ -139,11 +139,11 @@ pub(crate) struct ThreadSlot {
     pub(crate) lost: [AtomicU64; 2],
     /// The owner's kernel thread ID (gettid), set at claim; 0 when free.
     tid: AtomicI32,
-    /// Odd while the owner captures a native stack (capture.rs, invariant
+    /// Odd while the owner captures a native stack (stacks/capture, invariant
     /// 2): a swap of the unwinder waits for it as an advance waits for
     /// `seq`. Written only by the owner.
     pub(crate) capture_seq: SeqLock,
-    /// The owner's capture state (capture.rs), null until its first
+    /// The owner's capture state (stacks/capture), null until its first
     /// capture; kept from owner to owner, never freed.
     pub(crate) capture: AtomicPtr<()>,
 }

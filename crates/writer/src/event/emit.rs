@@ -6,7 +6,7 @@
 //! Relies on invariants 1 (the seqlock section around every read of the
 //! generation and every buffer touched), 3 (a thread's own flush takes only
 //! the current parity), 6 (no allocation, lock or panic; syscalls only on
-//! refill) and 7 (every event not recorded is counted) of session.rs.
+//! refill) and 7 (every event not recorded is counted) of session/mod.rs.
 //! Speed: the fast path is `#[inline(always)]` throughout with no call in
 //! it; everything else is `#[cold]` or out of line.
 

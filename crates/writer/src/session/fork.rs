@@ -1,8 +1,8 @@
 //! The pthread_atfork handlers: no start, advance or stop is half done at
 //! a fork, and the child turns tracing off, closes its copy of the
-//! parent's trace descriptor and forgets the parent's session (session.rs,
+//! parent's trace descriptor and forgets the parent's session (session/mod.rs,
 //! corner case "fork"). Relies on invariant 4 (the lifecycle
-//! calls hold `CONTROL`, which prepare takes) of session.rs.
+//! calls hold `CONTROL`, which prepare takes) of session/mod.rs.
 
 use core::sync::atomic::Ordering;
 
@@ -23,7 +23,7 @@ unsafe impl Sync for ForkGuard {}
 
 static FORK_GUARD: ForkGuard = ForkGuard(core::cell::UnsafeCell::new(None));
 
-/// The guard of capture.rs's refresh lock, held like [`FORK_GUARD`] (taken
+/// The guard of stacks/capture's refresh lock, held like [`FORK_GUARD`] (taken
 /// after CONTROL, the order set-up takes them in): the writer thread holds
 /// that lock while it builds unwind tables, and a child forked then would
 /// find it locked for good (its next session's set-up would wait forever).

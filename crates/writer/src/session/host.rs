@@ -1,6 +1,6 @@
-//! The session as the writer thread's host: what writer.rs, below the
+//! The session as the writer thread's host: what writer/mod.rs, below the
 //! session layer, needs of a session, passed down ([`WriterHost`]). Apart
-//! from session.rs so that the session's state imports none of the layer's
+//! from session/mod.rs so that the session's state imports none of the layer's
 //! other modules.
 
 use core::sync::atomic::Ordering;
@@ -9,7 +9,7 @@ use crate::buffer::BufferPool;
 use crate::session::Session;
 use crate::writer::{Writer, WriterHost};
 
-/// The writer thread's view of the session (writer.rs is below this
+/// The writer thread's view of the session (writer/mod.rs is below this
 /// module: it gets these passed down).
 impl WriterHost for Session {
     fn writer(&self) -> &Writer {
@@ -44,7 +44,7 @@ impl WriterHost for Session {
 
     /// Capture states for threads' first native stacks, and the unwinder
     /// refreshed when a capture found code outside every known module
-    /// (capture.rs): built here, where allocating is safe.
+    /// (stacks/capture): built here, where allocating is safe.
     fn idle(&self) {
         crate::stacks::capture::refill_pool();
         crate::stacks::capture::refresh_if_stale();

@@ -1,5 +1,5 @@
 //! The session's lifecycle: start (and start_with), advance and stop, each
-//! whole under `CONTROL` (invariant 4 of session.rs), and
+//! whole under `CONTROL` (invariant 4 of session/mod.rs), and
 //! `end_generation`, the handshake that completes a generation (invariants
 //! 2 and 3). Stop runs in two phases around the advancer's exit
 //! (invariant 5).
@@ -215,7 +215,7 @@ fn wait_for_parity(session: &Session, new: u64) {
     }
 }
 
-/// After a refresh of the module table (capture.rs `modules_changed`):
+/// After a refresh of the module table (stacks/capture `modules_changed`):
 /// when a module was found unloaded, starts a new generation, so that the
 /// loader reusing the module's range for another object never has two
 /// modules at one range in a generation, nor one stack ID name both

@@ -7,7 +7,7 @@
 //!
 //! Relies on invariants 3 (`finish_generation` runs only once every batch
 //! of the generation is queued) and 4 (its callers hold `CONTROL`) of
-//! session.rs.
+//! session/mod.rs.
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};

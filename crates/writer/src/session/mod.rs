@@ -1,21 +1,24 @@
 //! The session layer: the state of a tracing session, and the design and
 //! invariants of the whole layer, which is cut along its seams:
 //!
-//! - session.rs (this file): the session's state ([`Session`] and its
-//!   parts, [`CONTROL`], [`SESSION`]), its configuration and its errors;
-//! - emit.rs: the event path (`emit`, `write_event_fast`, `emit_slow`,
-//!   `emit_page`, `refill`) and a thread's flush at its exit;
+//! - session/mod.rs (this file): the session's state ([`Session`] and its
+//!   parts, [`CONTROL`], [`SESSION`]), its configuration and its errors,
+//!   and a thread's flush at its exit;
 //! - meta.rs: the tracer's own batches (info, types, generation end,
-//!   trace end) and `finish_generation`;
+//!   trace end) and `finish_generation`; process.rs, the command line;
 //! - lifecycle.rs: start, advance, stop, and `end_generation`;
+//! - host.rs: the session as the writer thread's `WriterHost`;
 //! - advancer.rs: the thread that ends over-budget generations;
-//! - fork.rs: the pthread_atfork handlers.
+//! - fork.rs: the pthread_atfork handlers;
+//! - crash.rs: the fatal-signal flush, and deadline.rs, its deadline.
 //!
-//! Under it (and never importing it): thread.rs, handshake.rs, buffer.rs,
-//! writer.rs (the writer thread, given what it needs through
-//! `writer::WriterHost`), tables.rs (its listing of the stack tables
-//! before each batch), output.rs, clock.rs, shared.rs, tls.rs,
-//! type_table.rs. Above it: events.rs and crash.rs. The invariants below are
+//! Above it: event/ (the event calls and the event path, `emit`, which
+//! keeps these invariants too). Under it (and never importing it; lib.rs
+//! lists the layers): writer/ (the writer thread, given what it needs
+//! through `writer::WriterHost`, its output and the end batch), stacks/
+//! (the capture, the stack tables and their listing before each batch),
+//! and the machinery: thread.rs, handshake.rs, buffer.rs, clock.rs,
+//! shared.rs, tls.rs, type_table.rs, lost.rs. The invariants below are
 //! numbered; the code that relies on one says so ("invariant N", meaning
 //! this list).
 //!
@@ -29,7 +32,7 @@
 //! Each thread writes into its own batch buffers, `bufs[generation % 2]
 //! [stream]` of its [`ThreadSlot`], reused until full. A full buffer is
 //! sealed and pushed on the session's queue of full buffers; the writer
-//! thread (writer.rs) writes it out and returns it to the free pool.
+//! thread (writer/mod.rs) writes it out and returns it to the free pool.
 //!
 //! An advance (and stop, which is a last advance to generation 0) bumps
 //! [`SHARED.generation`][SHARED], runs the [handshake](crate::handshake)
@@ -332,7 +335,7 @@ pub struct Config {
     /// however long the trace. 0 turns automatic advances off.
     pub generation_bytes: u64,
     /// Which native call stacks the tracer captures by itself
-    /// (capture.rs): for the shim's allocations, and for the C API's
+    /// (stacks/capture): for the shim's allocations, and for the C API's
     /// plain alloc calls.
     pub stacks: crate::stacks::capture::StackMode,
     /// The depth limit of those stacks, 1 to `capture::MAX_DEPTH`.

@@ -7,7 +7,7 @@
 //! killed by SIGKILL, a Go program ending with a raw exit_group) keeps the
 //! stacks of every event it holds, up to its last complete batch.
 //!
-//! Below the session layer, like writer.rs: the session passes in what it
+//! Below the session layer, like writer/mod.rs: the session passes in what it
 //! knows (a generation's start tick, whether it lists modules).
 //!
 //! ## Invariants

@@ -3,7 +3,7 @@
 //! asks (FORMAT.md section 2.2), and gives the buffers back to the pool.
 //!
 //! It is below the session layer and never imports it: what it needs of a
-//! session is passed down ([`WriterHost`], implemented by session.rs), and
+//! session is passed down ([`WriterHost`], implemented by session/mod.rs), and
 //! its part of the session ([`Writer`]) is defined here. Before each batch
 //! it writes the stack-table entries the batch's generation has come to
 //! use (tables.rs), so the file never holds a stack ID before its
