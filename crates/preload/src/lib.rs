@@ -48,7 +48,7 @@
 //!   `entry_points` count the program's calls, `free(NULL)` and failed
 //!   calls included.
 //! - **Call stacks** (heap.rs's and maps.rs's `call_stack`, the writer's
-//!   capture.rs): each allocation's and each mapped span's native stack,
+//!   stacks/capture/): each allocation's and each mapped span's native stack,
 //!   captured by the writer from inside the wrapper (ALLOCTRACE_STACKS: full, by DWARF CFI, by default; fast,
 //!   by frame pointers; none). The writer needs each thread's stack
 //!   bounds, which the thread trampoline (stacks.rs) reads at thread start

@@ -288,12 +288,12 @@ pub(crate) const SMALL_BUFFER_CAP: usize = 4096 - DATA_OFFSET;
 /// them all up (the asking thread holds none of its own in that entry).
 /// Mapped only as needed: 10,000 threads that each hold one cost 40 MB.
 pub(crate) const MAX_SMALL_BUFFERS: usize =
-    2 * crate::thread::STREAMS * crate::thread::MAX_THREADS + 64;
+    2 * crate::limits::STREAMS * crate::limits::MAX_THREADS + 64;
 
 /// Full-size buffers the threads' event path may hold in all (in their
 /// slots, or on their way to the writer) stay this many below the memory
 /// bound, so that the tracer's own batches (generation info, tables:
-/// [`crate::meta::MetaWriter`]), which need full-size buffers, always find
+/// [`crate::session::meta::MetaWriter`]), which need full-size buffers, always find
 /// one coming back even when idle threads keep full-size buffers they have
 /// begun.
 const META_RESERVE: usize = 8;
@@ -485,7 +485,17 @@ impl BufferPool {
     /// Must not allocate or lock: may run inside the host's malloc. Makes
     /// syscalls (mmap, sched_yield, nanosleep, the vDSO clock) only when no
     /// buffer is free.
-    pub(crate) fn take(&self, want: Want, wake_writer: impl Fn()) -> Option<NonNull<Buffer>> {
+    ///
+    /// `wake_writer` wakes the writer thread (once, as a wait begins);
+    /// `give_up` says, each round of a wait, whether the caller must stop
+    /// waiting (crash.rs `past_deadline`: a fatal-signal flush whose time is
+    /// up). Both are called only when no buffer is free at once.
+    pub(crate) fn take(
+        &self,
+        want: Want,
+        wake_writer: impl Fn(),
+        give_up: impl Fn() -> bool,
+    ) -> Option<NonNull<Buffer>> {
         let mut waited = false;
         // Set once an mmap below the bound was refused: the wait ends then.
         let mut refused_since: Option<std::time::Instant> = None;
@@ -509,8 +519,7 @@ impl BufferPool {
                 }
                 Got::Exhausted => {}
             }
-            if crate::crash::past_deadline() {
-                // A fatal-signal flush whose time is up (crash.rs).
+            if give_up() {
                 return None;
             }
             if !waited {
@@ -634,7 +643,8 @@ impl Drop for BufferPool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::session::MIN_BUFFER_SIZE;
+    /// The smallest buffer a session accepts (session/mod.rs).
+    const MIN_BUFFER_SIZE: usize = 4096;
     use alloctrace_format::MAX_BATCH_HEADER_LEN as MAX_HEADER_LEN;
 
     /// Held by unit tests that map buffers: the failure hook is global.
@@ -648,7 +658,9 @@ pub(crate) mod tests {
     fn a_buffer_goes_round_the_pool_and_never_writes_past_its_room() {
         let _serial = MAP_HOOK.lock().unwrap_or_else(|p| p.into_inner());
         let pool = BufferPool::new(MIN_BUFFER_SIZE, 2);
-        let mut b = pool.take(Want::Full, || ()).expect("a fresh buffer");
+        let mut b = pool
+            .take(Want::Full, || (), || false)
+            .expect("a fresh buffer");
         // SAFETY: the pool handed this buffer to us alone.
         let buf = unsafe { b.as_mut() };
         assert_eq!((buf.len, buf.cap), (0, MIN_BUFFER_SIZE));
@@ -677,7 +689,9 @@ pub(crate) mod tests {
         assert!(!pool.full_is_empty());
         let b = pool.pop_full().expect("the queued buffer");
         pool.recycle(b);
-        let mut again = pool.take(Want::Full, || ()).expect("the recycled buffer");
+        let mut again = pool
+            .take(Want::Full, || (), || false)
+            .expect("the recycled buffer");
         // SAFETY: ours alone again.
         assert_eq!(unsafe { again.as_mut() }.len, 0, "recycled empty");
         pool.recycle(again);
@@ -693,10 +707,10 @@ pub(crate) mod tests {
         let pool = BufferPool::new(4096, 4);
         inject_map_failures(u32::MAX);
         let t = std::time::Instant::now();
-        assert!(pool.take(Want::Full, || ()).is_none());
+        assert!(pool.take(Want::Full, || (), || false).is_none());
         assert!(t.elapsed() >= MAP_REFUSED_WAIT, "gave up before the wait");
         let t = std::time::Instant::now();
-        assert!(pool.take(Want::Full, || ()).is_none());
+        assert!(pool.take(Want::Full, || (), || false).is_none());
         assert!(
             t.elapsed() < MAP_REFUSED_WAIT,
             "a starved pool waited again"
@@ -704,11 +718,13 @@ pub(crate) mod tests {
         inject_map_failures(0);
         // The kernel gives memory again: the next take maps a buffer.
         let b = pool
-            .take(Want::Full, || ())
+            .take(Want::Full, || (), || false)
             .expect("an mmap that succeeds ends the starvation");
         inject_map_failures(u32::MAX);
         pool.recycle(b);
-        let b = pool.take(Want::Full, || ()).expect("the recycled buffer");
+        let b = pool
+            .take(Want::Full, || (), || false)
+            .expect("the recycled buffer");
         pool.recycle(b);
         inject_map_failures(0);
     }
@@ -731,20 +747,28 @@ pub(crate) mod tests {
         let pool = BufferPool::new(MIN_BUFFER_SIZE, max);
         let mut held = Vec::new();
         for _ in 0..3 * max {
-            let b = pool.take(Want::Small, || ()).expect("a small buffer");
+            let b = pool
+                .take(Want::Small, || (), || false)
+                .expect("a small buffer");
             assert_eq!(cap_of(b), SMALL_BUFFER_CAP);
             held.push(b);
         }
         for _ in 0..max - META_RESERVE {
-            let b = pool.take(Want::Refill, || ()).expect("a full-size refill");
+            let b = pool
+                .take(Want::Refill, || (), || false)
+                .expect("a full-size refill");
             assert_eq!(cap_of(b), MIN_BUFFER_SIZE);
             held.push(b);
         }
         // The threads hold all the full-size buffers they may, none queued.
-        let b = pool.take(Want::Refill, || ()).expect("a small refill");
+        let b = pool
+            .take(Want::Refill, || (), || false)
+            .expect("a small refill");
         assert_eq!(cap_of(b), SMALL_BUFFER_CAP);
         held.push(b);
-        let own = pool.take(Want::Full, || ()).expect("the tracer's reserve");
+        let own = pool
+            .take(Want::Full, || (), || false)
+            .expect("the tracer's reserve");
         assert_eq!(cap_of(own), MIN_BUFFER_SIZE);
         pool.recycle(own);
         // A refill buffer back in the pool may be taken by a refill again.
@@ -753,7 +777,9 @@ pub(crate) mod tests {
             .position(|&b| cap_of(b) == MIN_BUFFER_SIZE)
             .expect("a full-size buffer held");
         pool.recycle(held.swap_remove(large));
-        let b = pool.take(Want::Refill, || ()).expect("a full-size refill");
+        let b = pool
+            .take(Want::Refill, || (), || false)
+            .expect("a full-size refill");
         assert_eq!(cap_of(b), MIN_BUFFER_SIZE);
         held.push(b);
         for b in held {

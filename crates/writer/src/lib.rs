@@ -4,22 +4,29 @@
 //! `alloctrace` crate, `liballoctrace.so`) and the LD_PRELOAD shim
 //! (`crates/preload`) are both built on this crate's Rust API.
 //!
-//! Layers:
-//! - [`events`]: the event calls (heap objects, spans, stacks, pages) and
-//!   the type table;
-//! - the session layer: `session` (the session's state; its module docs
-//!   state the design and invariants of the layer), `emit` (the event
-//!   path), `meta` (the tracer's own batches; `process`, the command line
-//!   its process batch carries), `lifecycle` (start, advance,
-//!   stop), `late` (the events after a stop at exit, counted), `advancer`,
-//!   `fork`;
-//! - `thread`, `handshake`, `buffer`, `writer` (the writer thread),
-//!   `tables` (the stack tables it lists before each batch, so a cut
-//!   trace keeps its stacks), `output`, `clock`, `type_table`, `shared`, `tls`: the machinery under
-//!   it, which never imports the session layer (what it needs of a session
-//!   is passed down);
-//! - `crash`: [`flush_for_fatal_signal`], saving the trace from the handler
-//!   of a signal that is about to kill the process.
+//! Layers, top first, as folders (tests/module_graph.rs at the
+//! workspace's root checks them, from the same table, with no module
+//! cycle in any folder): a layer never imports one above it; what a lower
+//! layer needs of a higher one is passed down (a trait, a function
+//! pointer, a closure).
+//! - `event/`: the event calls (`calls`, public as [`events`]) and the
+//!   event path under them (`emit`);
+//! - `session/`: the session's state (its module docs state the design
+//!   and invariants of the layer), `lifecycle` (start, advance, stop),
+//!   `meta` (the tracer's own batches; `process`, the command line its
+//!   process batch carries), `host` (the session as the writer thread's
+//!   `WriterHost`), `advancer`, `fork`, `crash`
+//!   ([`flush_for_fatal_signal`], saving the trace from the handler of a
+//!   signal that is about to kill the process) and its `deadline`;
+//! - `writer/`: the writer thread, its `output` and `late` (the end batch
+//!   that events after a stop at exit rewrite);
+//! - `stacks/`: call stacks: [`capture`] and the tables that intern them
+//!   (`call_stack_table`, `frame_table`, `module_table`), listed before
+//!   each batch (`tables`), so a cut trace keeps its stacks;
+//! - the machinery, at the top level: `buffer`, `thread` (the slots),
+//!   `handshake` (the seqlock and the heavy barrier), `sync`, `clock`,
+//!   `shared`, [`tls`], `type_table`, `reserved` (the tables' memory), and
+//!   the leaves `lost` (the lost counters) and `limits`.
 //!
 //! The wire format is specified in docs/FORMAT.md and coded in the
 //! `alloctrace-format` crate, which the reader shares.
@@ -29,37 +36,15 @@ mod handshake;
 mod sync;
 
 #[cfg(not(loom))]
-mod advancer;
-#[cfg(not(loom))]
 mod buffer;
-#[cfg(not(loom))]
-mod call_stack_table;
-#[cfg(not(loom))]
-pub mod capture;
 #[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
-mod crash;
+mod event;
 #[cfg(not(loom))]
-mod emit;
+mod limits;
 #[cfg(not(loom))]
-pub mod events;
-#[cfg(not(loom))]
-mod fork;
-#[cfg(not(loom))]
-mod frame_table;
-#[cfg(not(loom))]
-mod late;
-#[cfg(not(loom))]
-mod lifecycle;
-#[cfg(not(loom))]
-mod meta;
-#[cfg(not(loom))]
-mod module_table;
-#[cfg(not(loom))]
-mod output;
-#[cfg(not(loom))]
-mod process;
+mod lost;
 #[cfg(not(loom))]
 mod reserved;
 #[cfg(not(loom))]
@@ -67,7 +52,7 @@ mod session;
 #[cfg(not(loom))]
 pub mod shared;
 #[cfg(not(loom))]
-mod tables;
+mod stacks;
 #[cfg(not(loom))]
 mod thread;
 #[cfg(not(loom))]
@@ -78,24 +63,29 @@ mod type_table;
 mod writer;
 
 #[cfg(not(loom))]
+pub use event::calls as events;
+#[cfg(not(loom))]
+pub use stacks::capture;
+
+#[cfg(not(loom))]
 pub use clock::{ClockKind, COARSE_PERIOD};
 #[cfg(not(loom))]
-pub use crash::{flush_for_fatal_signal, FatalFlush};
+pub use event::emit::enabled;
 #[cfg(not(loom))]
-pub use emit::enabled;
+pub use session::crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
-pub use late::late_event;
+pub use session::lifecycle::{advance, start, start_with, stop, stop_at_exit};
 #[cfg(not(loom))]
-pub use lifecycle::{advance, start, start_with, stop, stop_at_exit};
-#[cfg(not(loom))]
-pub use meta::{written_totals, WrittenTotals};
-#[cfg(not(loom))]
-pub use output::Output;
+pub use session::meta::{written_totals, WrittenTotals};
 #[cfg(not(loom))]
 pub use session::{
     session_stats, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE, DEFAULT_GENERATION_BYTES,
     MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
 };
+#[cfg(not(loom))]
+pub use writer::late::late_event;
+#[cfg(not(loom))]
+pub use writer::output::Output;
 
 #[cfg(loom)]
 pub use handshake::{heavy_barrier, SeqLock};

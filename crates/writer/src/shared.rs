@@ -39,7 +39,7 @@ pub mod inline_mode {
 #[repr(C, align(64))]
 pub struct Shared {
     /// The current generation, or 0 while tracing is off. Stored by start,
-    /// advance and stop; loaded by every event (session.rs, invariant 1).
+    /// advance and stop; loaded by every event (session/mod.rs, invariant 1).
     pub(crate) generation: AtomicU64,
     /// Address compression parameters of the running session: written by
     /// start before `generation` becomes non-zero; read by events after

@@ -68,17 +68,9 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use crate::handshake::SeqLock;
 use crate::tls::{self, Word};
 
-/// Most threads that can hold a slot at once. A thread that finds none has
-/// its events counted as lost (never silently dropped).
-///
-/// The table is static (`MAX_THREADS * 128` bytes, 2 MiB of bss): a slot
-/// costs memory only once a thread has claimed it (claims take the lowest
-/// free slot), and advance and stop look only at the slots below the
-/// highest ever claimed ([`used_slots`]). What a thread holds besides its
-/// slot is a one-page buffer per stream it records on (buffer.rs
-/// `SMALL_BUFFER_CAP`; full-size ones only once it fills that) and its
-/// capture state (capture.rs).
-pub(crate) const MAX_THREADS: usize = 16384;
+/// The thread table's dimensions (limits.rs: the buffer pool sizes by
+/// them, and this module holds buffers).
+pub(crate) use crate::limits::{MAX_THREADS, STREAMS};
 
 /// Per-thread streams, each with its own batch buffer per generation parity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,9 +80,6 @@ pub(crate) enum Stream {
     /// Page tracer words.
     Pages = 1,
 }
-
-/// Number of [`Stream`]s.
-pub(crate) const STREAMS: usize = 2;
 
 const SLOT_FREE: u32 = 0;
 const SLOT_OWNED: u32 = 1;
@@ -150,11 +139,11 @@ pub(crate) struct ThreadSlot {
     pub(crate) lost: [AtomicU64; 2],
     /// The owner's kernel thread ID (gettid), set at claim; 0 when free.
     tid: AtomicI32,
-    /// Odd while the owner captures a native stack (capture.rs, invariant
+    /// Odd while the owner captures a native stack (stacks/capture, invariant
     /// 2): a swap of the unwinder waits for it as an advance waits for
     /// `seq`. Written only by the owner.
     pub(crate) capture_seq: SeqLock,
-    /// The owner's capture state (capture.rs), null until its first
+    /// The owner's capture state (stacks/capture), null until its first
     /// capture; kept from owner to owner, never freed.
     pub(crate) capture: AtomicPtr<()>,
 }
@@ -638,4 +627,26 @@ where
         std::thread::yield_now();
     }
     Ok(handle)
+}
+
+/// Runs `f` with every signal blocked on this thread, so a signal handler
+/// (the fatal-signal flush of crash.rs) never sees a batch that `f` has
+/// taken out of its slot but not yet pushed on the full queue. Slow path
+/// only: two rt_sigprocmask calls. The caller keeps errno (emit.rs `KeepErrno`).
+pub(crate) fn without_signals(f: impl FnOnce()) {
+    // SAFETY: an all-zero sigset_t is valid storage; sigfillset fills it.
+    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: valid sigset pointers; pthread_sigmask only reads `all` and
+    // writes `old` (glibc leaves its internal signals alone).
+    let blocked = unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0
+    };
+    f();
+    if blocked {
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    }
 }

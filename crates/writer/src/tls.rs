@@ -29,7 +29,7 @@ pub enum Word {
     /// state here.
     Client = 1,
     /// The thread's stack as its host knows it, lowest address and one past
-    /// the highest, for native stack captures (capture.rs); 0 unknown.
+    /// the highest, for native stack captures (stacks/capture); 0 unknown.
     StackLo = 2,
     StackHi = 3,
 }

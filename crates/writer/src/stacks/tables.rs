@@ -7,7 +7,7 @@
 //! killed by SIGKILL, a Go program ending with a raw exit_group) keeps the
 //! stacks of every event it holds, up to its last complete batch.
 //!
-//! Below the session layer, like writer.rs: the session passes in what it
+//! Below the session layer, like writer/mod.rs: the session passes in what it
 //! knows (a generation's start tick, whether it lists modules).
 //!
 //! ## Invariants
@@ -29,9 +29,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use alloctrace_format::stacks::FrameWord;
 use alloctrace_format::{get_uvarint, put_uvarint, BatchKind, BATCH_PREFIX_LEN, MAX_VARINT_LEN};
 
-use crate::call_stack_table::Lister;
-use crate::module_table::ModuleRecord;
-use crate::{clock, frame_table, module_table};
+use crate::clock;
+use crate::stacks::call_stack_table::Lister;
+use crate::stacks::module_table::ModuleRecord;
+use crate::stacks::{frame_table, module_table};
 
 /// Writer threads started so far (listing keys, invariant 3).
 static SERIAL: AtomicU64 = AtomicU64::new(0);

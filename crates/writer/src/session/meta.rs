@@ -7,7 +7,7 @@
 //!
 //! Relies on invariants 3 (`finish_generation` runs only once every batch
 //! of the generation is queued) and 4 (its callers hold `CONTROL`) of
-//! session.rs.
+//! session/mod.rs.
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -16,8 +16,10 @@ use alloctrace_format::{command_line_args, uvarint_len, BatchKind, PROCESS_TRUNC
 
 use crate::buffer::Buffer;
 use crate::clock::{self, ClockPair};
-use crate::session::{Session, LOST_STACKS};
-use crate::{call_stack_table, capture, type_table};
+use crate::lost::LOST_STACKS;
+use crate::session::Session;
+use crate::stacks::{call_stack_table, capture};
+use crate::type_table;
 
 /// The start tick of the last generation of each parity (its info batch),
 /// for its modules batches (tables.rs).
@@ -48,7 +50,7 @@ pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64, padded: 
     batch.varint(end.ticks);
     batch.varint(end.mono_ns);
     if padded {
-        batch.entry(&[(&[], &crate::late::padded_varint(lost))]);
+        batch.entry(&[(&[], &crate::writer::late::padded_varint(lost))]);
     } else {
         batch.varint(lost);
     }
@@ -94,10 +96,11 @@ impl<'a> MetaWriter<'a> {
             }
             self.flush();
         }
-        let buf = self
-            .session
-            .pool
-            .take(crate::buffer::Want::Full, || self.session.writer.wake())?;
+        let buf = self.session.pool.take(
+            crate::buffer::Want::Full,
+            || self.session.writer.wake(),
+            crate::session::deadline::past_deadline,
+        )?;
         // SAFETY: take gave us the buffer.
         let b = unsafe { &mut *buf.as_ptr() };
         b.begin(self.kind, self.generation, 0, self.base_ticks);

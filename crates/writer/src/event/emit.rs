@@ -1,14 +1,12 @@
 //! The event path: what an event call does, from the check that tracing is
 //! on to the bytes in the thread's batch buffer. `emit` and `emit_tagged`
 //! (heap objects, spans, stacks), `emit_page` (the page tracer), the fast
-//! path `write_event_fast` and the slow path `emit_slow` with its `refill`,
-//! and the flush of a thread's buffers at its exit (installed into
-//! thread.rs at start, `thread::set_exit_flush`).
+//! path `write_event_fast` and the slow path `emit_slow` with its `refill`.
 //!
 //! Relies on invariants 1 (the seqlock section around every read of the
 //! generation and every buffer touched), 3 (a thread's own flush takes only
 //! the current parity), 6 (no allocation, lock or panic; syscalls only on
-//! refill) and 7 (every event not recorded is counted) of session.rs.
+//! refill) and 7 (every event not recorded is counted) of session/mod.rs.
 //! Speed: the fast path is `#[inline(always)]` throughout with no call in
 //! it; everything else is `#[cold]` or out of line.
 
@@ -20,11 +18,12 @@ use alloctrace_format::{
 };
 
 use crate::buffer::{Buffer, Want};
-use crate::call_stack_table;
 use crate::clock;
-use crate::session::{LOST_STACKS, LOST_WITHOUT_SLOT, SESSION};
+use crate::lost::{LOST_STACKS, LOST_WITHOUT_SLOT};
+use crate::session::SESSION;
 use crate::shared::{inline_mode, SHARED};
-use crate::thread::{self, Stream, ThreadSlot, STREAMS};
+use crate::stacks::call_stack_table;
+use crate::thread::{self, Stream, ThreadSlot};
 
 /// Whether tracing is on.
 #[inline(always)]
@@ -502,13 +501,17 @@ fn refill(
     // The first buffer of a generation is a small one (buffer.rs
     // `SMALL_BUFFER_CAP`): most threads record little.
     let mut want = Want::Small;
-    without_signals(|| {
+    thread::without_signals(|| {
         if let Some(old) = NonNull::new(entry.swap(core::ptr::null_mut(), Ordering::Relaxed)) {
             want = Want::Refill;
             session.hand_over(old);
         }
     });
-    let buf = session.pool.take(want, || session.writer.wake())?;
+    let buf = session.pool.take(
+        want,
+        || session.writer.wake(),
+        crate::session::deadline::past_deadline,
+    )?;
     // SAFETY: take gave us the buffer; it has room for a header and an event
     // because buffer sizes are at least SMALL_BUFFER_CAP.
     let b = unsafe { &mut *buf.as_ptr() };
@@ -530,28 +533,6 @@ fn refill(
     Some(buf)
 }
 
-/// Runs `f` with every signal blocked on this thread, so a signal handler
-/// (the fatal-signal flush of crash.rs) never sees a batch that `f` has
-/// taken out of its slot but not yet pushed on the full queue. Slow path
-/// only: two rt_sigprocmask calls. The caller keeps errno (KeepErrno).
-fn without_signals(f: impl FnOnce()) {
-    // SAFETY: an all-zero sigset_t is valid storage; sigfillset fills it.
-    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
-    // SAFETY: valid sigset pointers; pthread_sigmask only reads `all` and
-    // writes `old` (glibc leaves its internal signals alone).
-    let blocked = unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0
-    };
-    f();
-    if blocked {
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
-    }
-}
-
 /// Restores the calling thread's errno when dropped: event calls leave
 /// errno as they found it (a program reads it after its malloc failed, and
 /// the LD_PRELOAD shim records events in between).
@@ -569,39 +550,4 @@ impl Drop for KeepErrno {
         // SAFETY: as in new.
         unsafe { *libc::__errno_location() = self.0 };
     }
-}
-
-/// Flushes the current generation's buffers of `slot` and folds its lost
-/// count into the global one. The caller is the slot's owner: the thread
-/// itself at its exit or in trace_thread_destroy, or a thread reclaiming the
-/// slot of a thread that is gone. thread.rs, which is below this module,
-/// calls it through the pointer start installs (`thread::set_exit_flush`).
-///
-/// Only the current generation's parity: the other parity is empty unless
-/// an advance is between its generation store and its take, and then that
-/// advance takes it (taking it here could push a batch of the old
-/// generation after its generation-end batch, invariant 3).
-pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
-    if !slot.seq.try_begin() {
-        return;
-    }
-    let generation = SHARED.generation.load(Ordering::Acquire);
-    // SAFETY: a non-zero generation read inside the seqlock section keeps
-    // the session alive until seq.end() (stop waits for it).
-    let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
-    if let (1.., Some(session)) = (generation, session) {
-        let parity = (generation & 1) as usize;
-        // As in refill: a batch taken is pushed before a signal can look.
-        without_signals(|| {
-            for stream in 0..STREAMS {
-                if let Some(buf) = slot.take_buffer(parity, stream) {
-                    session.hand_over(buf);
-                }
-            }
-        });
-        let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
-        LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
-    }
-    // With tracing off every buffer is empty: stop took them all.
-    slot.seq.end();
 }

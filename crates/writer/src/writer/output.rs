@@ -1,5 +1,5 @@
 //! Where the trace goes: the output descriptor, which the writer thread
-//! (writer.rs) writes the full batches through.
+//! (writer/mod.rs) writes the full batches through.
 //!
 //! ## Design
 //!
@@ -67,7 +67,7 @@
 //! - A forked child closes its copy of the parent's descriptor, when the
 //!   core opened it and the number still names the trace
 //!   ([`Output::close_in_forked_child`], from fork.rs): the core forgets the
-//!   parent's session in the child (session.rs), so the child never writes
+//!   parent's session in the child (session/mod.rs), so the child never writes
 //!   to the parent's trace, nor holds it open (a pipe's reader waiting for
 //!   its end, a file a tool waits to be closed). A descriptor the caller
 //!   passed is the caller's, and stays.

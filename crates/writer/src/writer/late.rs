@@ -51,7 +51,7 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize
 
 use alloctrace_format::{batch_checksum, get_uvarint, BatchKind, BATCH_PREFIX_LEN, TRAILER_LEN};
 
-use crate::output::Output;
+use crate::writer::output::Output;
 
 /// Bytes of a padded varint.
 pub(crate) const PADDED_VARINT_LEN: usize = 10;

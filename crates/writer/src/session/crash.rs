@@ -67,14 +67,15 @@
 //!   untraced; CONTROL is released and `start` works again.
 
 use core::sync::atomic::{AtomicU8, Ordering};
-use std::cell::Cell;
 use std::sync::TryLockError;
 
 use alloctrace_format::{get_uvarint, pages, BatchKind, BATCH_PREFIX_LEN};
 
 use crate::buffer::Buffer;
-use crate::meta::{finish_generation, MetaWriter};
-use crate::session::{Session, CONTROL, IN_CONTROL, LOST_WITHOUT_SLOT, SESSION};
+use crate::lost::LOST_WITHOUT_SLOT;
+use crate::session::deadline::{self, now_ns};
+use crate::session::meta::{finish_generation, MetaWriter};
+use crate::session::{Session, CONTROL, IN_CONTROL, SESSION};
 use crate::shared::SHARED;
 use crate::thread::{self, Stream, ThreadSlot, STREAMS};
 
@@ -91,12 +92,6 @@ const FLUSHING: u8 = 1;
 
 /// Whether a fatal-signal flush is under way (one at a time).
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
-
-thread_local! {
-    /// While this thread flushes: when its waits for a free buffer give up
-    /// (CLOCK_MONOTONIC ns; 0 for never). Read by BufferPool::take.
-    static DEADLINE_NS: Cell<u64> = const { Cell::new(0) };
-}
 
 /// What [`flush_for_fatal_signal`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -115,30 +110,8 @@ pub struct FatalFlush {
     pub mid_event: bool,
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    // Wrapping: never panics, even in a debug build (a monotonic clock
-    // reaches 2^64 ns after 584 years).
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
-}
-
 fn after(d: core::time::Duration) -> u64 {
     now_ns().saturating_add(d.as_nanos() as u64)
-}
-
-/// For BufferPool::take: whether this thread is flushing past its deadline,
-/// so a wait for a free buffer must give up.
-#[inline]
-pub(crate) fn past_deadline() -> bool {
-    let d = DEADLINE_NS.with(|c| c.get());
-    d != 0 && now_ns() >= d
 }
 
 /// A short pause between polls, safe in a signal handler.
@@ -337,10 +310,10 @@ fn end_locked(session: &Session) -> bool {
     let drain_until = after(DRAIN_WAIT);
     // The tracer's own batches take free buffers: give up at the deadline
     // rather than wait for a writer that may be stuck.
-    DEADLINE_NS.with(|c| c.set(drain_until));
+    deadline::set(drain_until);
     finish_generation(session, last, lost, false);
     MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
-    DEADLINE_NS.with(|c| c.set(0));
+    deadline::set(0);
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
     session.writer.stop();
     while !session.writer.thread.is_done() {
@@ -367,7 +340,9 @@ mod tests {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let pool = BufferPool::new(4096, 4);
-        let buf = pool.take(crate::buffer::Want::Full, || {}).unwrap();
+        let buf = pool
+            .take(crate::buffer::Want::Full, || {}, || false)
+            .unwrap();
         // SAFETY: take gave us the buffer.
         let b = unsafe { &mut *buf.as_ptr() };
         let layout = Layout {

@@ -1,21 +1,24 @@
 //! The session layer: the state of a tracing session, and the design and
 //! invariants of the whole layer, which is cut along its seams:
 //!
-//! - session.rs (this file): the session's state ([`Session`] and its
-//!   parts, [`CONTROL`], [`SESSION`]), its configuration and its errors;
-//! - emit.rs: the event path (`emit`, `write_event_fast`, `emit_slow`,
-//!   `emit_page`, `refill`) and a thread's flush at its exit;
+//! - session/mod.rs (this file): the session's state ([`Session`] and its
+//!   parts, [`CONTROL`], [`SESSION`]), its configuration and its errors,
+//!   and a thread's flush at its exit;
 //! - meta.rs: the tracer's own batches (info, types, generation end,
-//!   trace end) and `finish_generation`;
+//!   trace end) and `finish_generation`; process.rs, the command line;
 //! - lifecycle.rs: start, advance, stop, and `end_generation`;
+//! - host.rs: the session as the writer thread's `WriterHost`;
 //! - advancer.rs: the thread that ends over-budget generations;
-//! - fork.rs: the pthread_atfork handlers.
+//! - fork.rs: the pthread_atfork handlers;
+//! - crash.rs: the fatal-signal flush, and deadline.rs, its deadline.
 //!
-//! Under it (and never importing it): thread.rs, handshake.rs, buffer.rs,
-//! writer.rs (the writer thread, given what it needs through
-//! `writer::WriterHost`), tables.rs (its listing of the stack tables
-//! before each batch), output.rs, clock.rs, shared.rs, tls.rs,
-//! type_table.rs. Above it: events.rs and crash.rs. The invariants below are
+//! Above it: event/ (the event calls and the event path, `emit`, which
+//! keeps these invariants too). Under it (and never importing it; lib.rs
+//! lists the layers): writer/ (the writer thread, given what it needs
+//! through `writer::WriterHost`, its output and the end batch), stacks/
+//! (the capture, the stack tables and their listing before each batch),
+//! and the machinery: thread.rs, handshake.rs, buffer.rs, clock.rs,
+//! shared.rs, tls.rs, type_table.rs, lost.rs. The invariants below are
 //! numbered; the code that relies on one says so ("invariant N", meaning
 //! this list).
 //!
@@ -29,7 +32,7 @@
 //! Each thread writes into its own batch buffers, `bufs[generation % 2]
 //! [stream]` of its [`ThreadSlot`], reused until full. A full buffer is
 //! sealed and pushed on the session's queue of full buffers; the writer
-//! thread (writer.rs) writes it out and returns it to the free pool.
+//! thread (writer/mod.rs) writes it out and returns it to the free pool.
 //!
 //! An advance (and stop, which is a last advance to generation 0) bumps
 //! [`SHARED.generation`][SHARED], runs the [handshake](crate::handshake)
@@ -125,6 +128,15 @@
 //! [`ThreadSlot`]: crate::thread::ThreadSlot
 //! [SHARED]: crate::shared::SHARED
 
+pub(crate) mod advancer;
+pub(crate) mod crash;
+pub(crate) mod deadline;
+pub(crate) mod fork;
+pub(crate) mod host;
+pub(crate) mod lifecycle;
+pub(crate) mod meta;
+pub(crate) mod process;
+
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::cell::Cell;
@@ -134,22 +146,15 @@ use alloctrace_format::exact_log2;
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::clock;
-use crate::thread::{self, ThreadSignals};
-use crate::writer::{Writer, WriterHost};
+use crate::lost::LOST_WITHOUT_SLOT;
+use crate::shared::SHARED;
+use crate::thread::{self, ThreadSignals, ThreadSlot, STREAMS};
+use crate::writer::Writer;
 
 /// The running session, or null. Published by start before the first
 /// generation, cleared by stop after the last handshake; events read it only
 /// inside their seqlock section with a non-zero generation.
 pub(crate) static SESSION: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
-
-/// Events lost by threads without a slot, per generation parity.
-pub(crate) static LOST_WITHOUT_SLOT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-
-/// Allocations recorded without their stack, by generation parity (the
-/// generation-end batch's `lost_stacks`): a stack ID the caller passed that
-/// names no stack. Counted inside the event's seqlock section, so the
-/// generation's end (after the handshake) sees every count of it.
-pub(crate) static LOST_STACKS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Serialises start, advance and stop (invariant 4).
 pub(crate) static CONTROL: Mutex<Control> = Mutex::new(Control {
@@ -190,7 +195,7 @@ pub(crate) struct Session {
     pub(crate) info: SessionInfo,
     /// What the process batch of every generation repeats (process.rs);
     /// `None`: no process batch.
-    pub(crate) command_line: Option<crate::process::CommandLine>,
+    pub(crate) command_line: Option<crate::session::process::CommandLine>,
 }
 
 /// What the advancer thread and the rest of the session tell each other.
@@ -264,46 +269,6 @@ impl Session {
     }
 }
 
-/// The writer thread's view of the session (writer.rs is below this
-/// module: it gets these passed down).
-impl WriterHost for Session {
-    fn writer(&self) -> &Writer {
-        &self.writer
-    }
-
-    fn pool(&self) -> &BufferPool {
-        &self.pool
-    }
-
-    /// Counts bytes out, and asks the advancer to end the generation once
-    /// it is over budget.
-    fn count_written(&self, n: usize) {
-        let bytes = &self.bytes;
-        let total = bytes.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        let start = bytes.generation_start.load(Ordering::Relaxed);
-        if bytes.generation_bytes > 0
-            && total.saturating_sub(start) >= bytes.generation_bytes
-            && !self.advancer.wanted.swap(true, Ordering::AcqRel)
-        {
-            self.advancer.thread.wake();
-        }
-    }
-
-    fn lists_modules(&self) -> bool {
-        crate::meta::lists_modules()
-    }
-
-    fn generation_span(&self, generation: u64) -> (u64, Option<u64>) {
-        crate::meta::generation_span(generation)
-    }
-
-    /// Modules unloaded before the next generation started are listed by
-    /// no later one.
-    fn generation_written(&self, generation: u64) {
-        crate::module_table::forget_unloaded_before(crate::meta::generation_start(generation + 1));
-    }
-}
-
 /// Errors of the lifecycle calls; the C API maps them to `trace_result`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Error {
@@ -370,9 +335,9 @@ pub struct Config {
     /// however long the trace. 0 turns automatic advances off.
     pub generation_bytes: u64,
     /// Which native call stacks the tracer captures by itself
-    /// (capture.rs): for the shim's allocations, and for the C API's
+    /// (stacks/capture): for the shim's allocations, and for the C API's
     /// plain alloc calls.
-    pub stacks: crate::capture::StackMode,
+    pub stacks: crate::stacks::capture::StackMode,
     /// The depth limit of those stacks, 1 to `capture::MAX_DEPTH`.
     pub stack_depth: usize,
     /// The C API's plain alloc calls capture stacks (`trace_config.stacks`):
@@ -402,8 +367,8 @@ impl Default for Config {
             compress: false,
             max_buffer_memory: 256 << 20,
             generation_bytes: DEFAULT_GENERATION_BYTES,
-            stacks: crate::capture::StackMode::None,
-            stack_depth: crate::capture::DEFAULT_DEPTH,
+            stacks: crate::stacks::capture::StackMode::None,
+            stack_depth: crate::stacks::capture::DEFAULT_DEPTH,
             plain_calls_capture: false,
         }
     }
@@ -434,7 +399,7 @@ impl Config {
                 "buffer_size must be 0 (default) or 4096..16777216",
             ));
         }
-        if !(1..=crate::capture::MAX_DEPTH).contains(&self.stack_depth) {
+        if !(1..=crate::stacks::capture::MAX_DEPTH).contains(&self.stack_depth) {
             return Err(Error::BadConfig(
                 "stack_depth must be 0 (default) or 1..256",
             ));
@@ -457,4 +422,39 @@ pub fn session_stats() -> Option<SessionStats> {
         buffers_mapped: s.pool.mapped(),
         producer_waits: s.pool.waits(),
     })
+}
+
+/// Flushes the current generation's buffers of `slot` and folds its lost
+/// count into the global one. The caller is the slot's owner: the thread
+/// itself at its exit or in trace_thread_destroy, or a thread reclaiming the
+/// slot of a thread that is gone. thread.rs, which is below this module,
+/// calls it through the pointer start installs (`thread::set_exit_flush`).
+///
+/// Only the current generation's parity: the other parity is empty unless
+/// an advance is between its generation store and its take, and then that
+/// advance takes it (taking it here could push a batch of the old
+/// generation after its generation-end batch, invariant 3).
+pub(crate) fn flush_exiting_thread(slot: &ThreadSlot) {
+    if !slot.seq.try_begin() {
+        return;
+    }
+    let generation = SHARED.generation.load(Ordering::Acquire);
+    // SAFETY: a non-zero generation read inside the seqlock section keeps
+    // the session alive until seq.end() (stop waits for it).
+    let session = unsafe { SESSION.load(Ordering::SeqCst).as_ref() };
+    if let (1.., Some(session)) = (generation, session) {
+        let parity = (generation & 1) as usize;
+        // As in refill: a batch taken is pushed before a signal can look.
+        thread::without_signals(|| {
+            for stream in 0..STREAMS {
+                if let Some(buf) = slot.take_buffer(parity, stream) {
+                    session.hand_over(buf);
+                }
+            }
+        });
+        let lost = slot.lost[parity].swap(0, Ordering::Relaxed);
+        LOST_WITHOUT_SLOT[parity].fetch_add(lost, Ordering::Relaxed);
+    }
+    // With tracing off every buffer is empty: stop took them all.
+    slot.seq.end();
 }

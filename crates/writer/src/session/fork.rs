@@ -1,8 +1,8 @@
 //! The pthread_atfork handlers: no start, advance or stop is half done at
 //! a fork, and the child turns tracing off, closes its copy of the
-//! parent's trace descriptor and forgets the parent's session (session.rs,
+//! parent's trace descriptor and forgets the parent's session (session/mod.rs,
 //! corner case "fork"). Relies on invariant 4 (the lifecycle
-//! calls hold `CONTROL`, which prepare takes) of session.rs.
+//! calls hold `CONTROL`, which prepare takes) of session/mod.rs.
 
 use core::sync::atomic::Ordering;
 
@@ -23,7 +23,7 @@ unsafe impl Sync for ForkGuard {}
 
 static FORK_GUARD: ForkGuard = ForkGuard(core::cell::UnsafeCell::new(None));
 
-/// The guard of capture.rs's refresh lock, held like [`FORK_GUARD`] (taken
+/// The guard of stacks/capture's refresh lock, held like [`FORK_GUARD`] (taken
 /// after CONTROL, the order set-up takes them in): the writer thread holds
 /// that lock while it builds unwind tables, and a child forked then would
 /// find it locked for good (its next session's set-up would wait forever).
@@ -54,7 +54,7 @@ extern "C" fn fork_prepare() {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     // SAFETY: we hold CONTROL (see ForkGuard).
     unsafe { *FORK_GUARD.0.get() = Some(guard) };
-    let refresh = crate::capture::lock_refresh();
+    let refresh = crate::stacks::capture::lock_refresh();
     // SAFETY: we hold CONTROL and the refresh lock (see RefreshGuard).
     unsafe { *REFRESH_GUARD.0.get() = Some(refresh) };
 }
@@ -79,7 +79,7 @@ extern "C" fn fork_child() {
     SHARED.generation.store(0, Ordering::SeqCst);
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
     thread::reset_after_fork();
-    crate::late::disarm_in_child();
+    crate::writer::late::disarm_in_child();
     let mut guard = take_fork_guard();
     if let Some(control) = guard.as_mut() {
         // The parent's trace is not the child's to write or hold open.

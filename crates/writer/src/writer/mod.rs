@@ -3,7 +3,7 @@
 //! asks (FORMAT.md section 2.2), and gives the buffers back to the pool.
 //!
 //! It is below the session layer and never imports it: what it needs of a
-//! session is passed down ([`WriterHost`], implemented by session.rs), and
+//! session is passed down ([`WriterHost`], implemented by session/mod.rs), and
 //! its part of the session ([`Writer`]) is defined here. Before each batch
 //! it writes the stack-table entries the batch's generation has come to
 //! use (tables.rs), so the file never holds a stack ID before its
@@ -13,15 +13,18 @@
 //! on this thread, outside every event); it blocks every signal (thread.rs
 //! `spawn_internal`).
 
+pub(crate) mod late;
+pub(crate) mod output;
+
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::buffer::BufferPool;
-use crate::late::EndBatch;
-use crate::output::Output;
-use crate::tables::Tables;
+use crate::stacks::tables::Tables;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
+use crate::writer::late::EndBatch;
+use crate::writer::output::Output;
 
 /// How long the writer sleeps when the queue is empty. Producers never wait
 /// for it unless the memory bound is reached, and then they wake it.
@@ -111,6 +114,11 @@ pub(crate) trait WriterHost: Send + Sync + 'static {
     /// Called when the writer has passed the end of `generation`, before
     /// it publishes that in [`Writer::ended`].
     fn generation_written(&self, _generation: u64) {}
+    /// Called each time round the writer thread's loop, before it writes
+    /// what is queued: work of the session's that must not run on the event
+    /// path (it may allocate or take the loader's lock; no producer waits
+    /// for it).
+    fn idle(&self) {}
 }
 
 /// Starts the writer thread of a session and returns once it is ready
@@ -289,10 +297,7 @@ fn run_writer<H: WriterHost>(
     };
     loop {
         let mut wrote = false;
-        // Capture states for threads' first native stacks (capture.rs):
-        // built here, where allocating is safe.
-        crate::capture::refill_pool();
-        crate::capture::refresh_if_stale();
+        session.idle();
         while let Some(buf) = pool.pop_full() {
             // SAFETY: popping the full queue hands this thread the buffer.
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
@@ -404,7 +409,10 @@ mod tests {
         });
         let mut batch_len = 0;
         for generation in 1..=2 {
-            let buf = host.pool.take(crate::buffer::Want::Full, || {}).unwrap();
+            let buf = host
+                .pool
+                .take(crate::buffer::Want::Full, || {}, || false)
+                .unwrap();
             // SAFETY: take gave us the buffer.
             let b = unsafe { &mut *buf.as_ptr() };
             b.begin(alloctrace_format::BatchKind::TraceEnd, generation, 0, 7);

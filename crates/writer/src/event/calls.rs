@@ -8,7 +8,7 @@
 use alloctrace_format::stacks::FrameWord;
 use alloctrace_format::EventKind;
 
-use crate::emit::{emit, emit_tagged, emit_with_stack};
+use crate::event::emit::{emit, emit_tagged, emit_with_stack};
 
 pub use alloctrace_format::EntryPoint;
 
@@ -115,7 +115,7 @@ pub const REGISTERED_FRAME: u64 = alloctrace_format::stacks::REGISTERED_FRAME_BI
 /// bytes are cut. Works before tracing starts; every call makes a new frame.
 /// Never allocates nor locks (a runtime may call it inside malloc).
 pub fn frame_register(function: &[u8], file: &[u8], line: u32) -> u64 {
-    match crate::frame_table::register(function, file, line) {
+    match crate::stacks::frame_table::register(function, file, line) {
         0 => 0,
         id => REGISTERED_FRAME | id,
     }
@@ -128,7 +128,7 @@ fn frame_word(value: u64) -> Option<u64> {
     let frame = FrameWord::from_api_value(value);
     let known = match frame {
         FrameWord::Native(addr) => addr != 0,
-        FrameWord::Registered(id) => crate::frame_table::is_defined(id),
+        FrameWord::Registered(id) => crate::stacks::frame_table::is_defined(id),
     };
     known.then(|| frame.word())
 }
@@ -149,7 +149,7 @@ pub fn stack_register(frames: &[u64]) -> u64 {
     let outermost_first = marker
         .into_iter()
         .chain(kept.iter().rev().map(|&value| frame_word(value)));
-    u64::from(crate::call_stack_table::intern_outermost_first(
+    u64::from(crate::stacks::call_stack_table::intern_outermost_first(
         outermost_first,
     ))
 }
@@ -157,7 +157,7 @@ pub fn stack_register(frames: &[u64]) -> u64 {
 /// The calling thread's trace thread ID (as in the trace's batch headers),
 /// claiming a slot if needed; 0 when tracing is off or no slot is free.
 pub fn thread_id() -> u64 {
-    if !crate::emit::enabled() {
+    if !crate::event::emit::enabled() {
         return 0;
     }
     match crate::thread::current_or_claim() {
@@ -194,13 +194,13 @@ pub fn thread_destroy() {
 /// a panic turned off). Never counted on the tracer's own threads.
 #[cold]
 pub fn lost() {
-    crate::emit::count_lost_without_slot();
+    crate::event::emit::count_lost_without_slot();
 }
 
 /// `npages` pages at `base` were allocated (page tracer).
 #[inline]
 pub fn page_alloc(base: usize, npages: usize) {
-    crate::emit::emit_page(
+    crate::event::emit::emit_page(
         alloctrace_format::pages::KIND_ALLOC,
         base as u64,
         npages as u64,
@@ -210,7 +210,7 @@ pub fn page_alloc(base: usize, npages: usize) {
 /// `npages` pages at `base` were freed (page tracer).
 #[inline]
 pub fn page_free(base: usize, npages: usize) {
-    crate::emit::emit_page(
+    crate::event::emit::emit_page(
         alloctrace_format::pages::KIND_FREE,
         base as u64,
         npages as u64,
@@ -220,7 +220,7 @@ pub fn page_free(base: usize, npages: usize) {
 /// `npages` pages at `base` were scavenged: returned to the OS (page tracer).
 #[inline]
 pub fn page_scav(base: usize, npages: usize) {
-    crate::emit::emit_page(
+    crate::event::emit::emit_page(
         alloctrace_format::pages::KIND_SCAV,
         base as u64,
         npages as u64,
@@ -247,7 +247,7 @@ pub mod tagged {
     }
 
     /// A heap object allocated by `entry` with its call stack `stack_id`
-    /// (from [`crate::capture::capture_stack_or_lost`]: an ID that names
+    /// (from [`crate::stacks::capture::capture_stack_or_lost`]: an ID that names
     /// no stack records it without one, counted in `lost_stacks`).
     #[inline]
     pub fn heap_object_alloc_stack(entry: EntryPoint, addr: usize, size: u64, stack_id: u64) {

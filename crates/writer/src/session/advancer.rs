@@ -1,10 +1,10 @@
 //! The advancer thread: ends a generation once the writer has written
 //! `generation_bytes` of it (the writer asks, `WriterHost::count_written`
-//! in session.rs), so a reader never holds more than about two budgets in
+//! in session/mod.rs), so a reader never holds more than about two budgets in
 //! memory; with the coarse clock it also publishes the time.
 //!
 //! It is not the writer thread: an advance waits for producers, which may
-//! be waiting for the writer. Relies on invariant 5 of session.rs: it
+//! be waiting for the writer. Relies on invariant 5 of session/mod.rs: it
 //! advances only its own session, and its `advance` is given by the
 //! lifecycle (lifecycle.rs, which is above this file) as a function.
 

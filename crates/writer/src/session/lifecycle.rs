@@ -1,5 +1,5 @@
 //! The session's lifecycle: start (and start_with), advance and stop, each
-//! whole under `CONTROL` (invariant 4 of session.rs), and
+//! whole under `CONTROL` (invariant 4 of session/mod.rs), and
 //! `end_generation`, the handshake that completes a generation (invariants
 //! 2 and 3). Stop runs in two phases around the advancer's exit
 //! (invariant 5).
@@ -9,19 +9,19 @@ use std::sync::Arc;
 
 use alloctrace_format::{BatchKind, FileHeader, FILE_HEADER_LEN, VERSION};
 
-use crate::advancer;
 use crate::buffer::BufferPool;
 use crate::clock;
-use crate::emit;
-use crate::fork::install_fork_handlers;
-use crate::meta::{finish_generation, write_info, MetaWriter};
-use crate::output::Output;
+use crate::lost::LOST_WITHOUT_SLOT;
+use crate::session::advancer;
+use crate::session::fork::install_fork_handlers;
+use crate::session::meta::{finish_generation, write_info, MetaWriter};
 use crate::session::{
     AdvancerSignals, ByteCount, Config, Control, Error, Session, SessionInfo, CONTROL, IN_CONTROL,
-    LOST_WITHOUT_SLOT, SESSION,
+    SESSION,
 };
 use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, STREAMS};
+use crate::writer::output::Output;
 use crate::writer::{self, Writer};
 
 /// Runs `f` as a lifecycle call: refuses re-entry from the snapshot callback
@@ -73,7 +73,7 @@ pub fn start_with(
             )
             .map_err(Error::Io)?;
         debug_assert_eq!(FILE_HEADER_LEN, 16);
-        thread::set_exit_flush(emit::flush_exiting_thread);
+        thread::set_exit_flush(crate::session::flush_exiting_thread);
         thread::ensure_exit_key();
         thread::note_process();
         install_fork_handlers();
@@ -94,7 +94,7 @@ pub fn start_with(
                 // SAFETY: getpid has no preconditions.
                 pid: unsafe { libc::getpid() } as u64,
             },
-            command_line: crate::process::CommandLine::read(),
+            command_line: crate::session::process::CommandLine::read(),
         });
         // A few small buffers ready for the first threads (BufferPool::reserve).
         session.pool.reserve(4);
@@ -130,7 +130,7 @@ pub fn start_with(
         // The header's inline path stamps events with rdtsc and uses only a
         // compiler fence on its side of the handshake.
         let capturing =
-            config.plain_calls_capture && config.stacks != crate::capture::StackMode::None;
+            config.plain_calls_capture && config.stacks != crate::stacks::capture::StackMode::None;
         let mode = match (asymmetric && cfg!(target_arch = "x86_64"), coarse) {
             _ if capturing => inline_mode::OUT_OF_LINE,
             (false, _) => inline_mode::OUT_OF_LINE,
@@ -149,10 +149,10 @@ pub fn start_with(
             }
         }
         SESSION.store(Arc::as_ptr(&session).cast_mut(), Ordering::SeqCst);
-        crate::capture::set_up(config.stacks, config.stack_depth);
+        crate::stacks::capture::set_up(config.stacks, config.stack_depth, after_modules_refresh);
 
         write_info(&session, 1);
-        crate::capture::first_generation_started();
+        crate::stacks::capture::first_generation_started();
         SHARED.generation.store(1, Ordering::SeqCst);
         control.session = Some(session);
         control.writer = Some(writer);
@@ -215,7 +215,7 @@ fn wait_for_parity(session: &Session, new: u64) {
     }
 }
 
-/// After a refresh of the module table (capture.rs `modules_changed`):
+/// After a refresh of the module table (stacks/capture `modules_changed`):
 /// when a module was found unloaded, starts a new generation, so that the
 /// loader reusing the module's range for another object never has two
 /// modules at one range in a generation, nor one stack ID name both
@@ -223,7 +223,7 @@ fn wait_for_parity(session: &Session, new: u64) {
 /// first) needs none; the writer thread, which must not wait for an
 /// advance, asks the advancer thread for one.
 pub(crate) fn after_modules_refresh() {
-    if !crate::module_table::take_unloaded() || IN_CONTROL.with(|c| c.get()) {
+    if !crate::stacks::module_table::take_unloaded() || IN_CONTROL.with(|c| c.get()) {
         return;
     }
     if writer::on_writer_thread() {
@@ -288,11 +288,11 @@ fn stop_as(at_exit: bool) -> Result<(), Error> {
         let session = control.session.take().ok_or(Error::NotStarted)?;
         let last = SHARED.generation.load(Ordering::Relaxed);
         if at_exit {
-            crate::late::reset();
+            crate::writer::late::reset();
             session.writer.raw_end.store(true, Ordering::Release);
         }
         end_generation(&session, last, 0);
-        crate::capture::tear_down();
+        crate::stacks::capture::tear_down();
         let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
         end.finish();
         SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
@@ -312,7 +312,7 @@ fn stop_as(at_exit: bool) -> Result<(), Error> {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .take();
             if let Some(end) = end {
-                crate::late::arm(&session.writer.output, &end);
+                crate::writer::late::arm(&session.writer.output, &end);
             }
         }
         // Leaves a descriptor the program closed or replaced alone.

@@ -7,7 +7,7 @@
 //!
 //! The table is read from the loader (`dl_iterate_phdr`, through
 //! alloctrace-unwind's `Modules::snapshot`) when a session starts and
-//! again ([`refresh`], through capture.rs) after every `dlclose` the
+//! again ([`refresh`], through stacks/capture) after every `dlclose` the
 //! LD_PRELOAD shim sees, at every generation's end, and when a capture
 //! stops in code no known module holds; never per allocation. A refresh compares the new snapshot with the table: an
 //! object not seen before gets the next ID and the refresh's tick as its
