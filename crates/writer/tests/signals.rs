@@ -10,10 +10,15 @@ use alloctrace_reader::{EventData, TraceReader};
 use alloctrace_writer::events;
 
 static HANDLER_EVENTS: AtomicU64 = AtomicU64::new(0);
+/// Handler runs that have made their event (HANDLER_EVENTS counts those
+/// that started): SIGALRM is the process's, so a handler may run on
+/// another thread, late, and the session must not stop under it.
+static HANDLER_DONE: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn on_alarm(_: libc::c_int) {
     let n = HANDLER_EVENTS.fetch_add(1, Ordering::Relaxed) as usize;
     events::stack_alloc(0x7000_0000_0000 + n * 4096, 4096);
+    HANDLER_DONE.fetch_add(1, Ordering::Release);
 }
 
 #[test]
@@ -68,6 +73,10 @@ fn handler_events_are_recorded_or_counted() {
         };
         libc::setitimer(libc::ITIMER_REAL, &timer, core::ptr::null_mut());
         libc::signal(libc::SIGALRM, libc::SIG_IGN);
+    }
+    // No handler starts from here on; wait for those under way.
+    while HANDLER_DONE.load(Ordering::Acquire) != HANDLER_EVENTS.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
     alloctrace_writer::stop().unwrap();
 

@@ -16,6 +16,17 @@ pub fn slow_pipe() -> (i32, std::thread::JoinHandle<Vec<u8>>) {
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let (read_fd, write_fd) = (fds[0], fds[1]);
     let drain = std::thread::spawn(move || {
+        // Nothing is read until a producer has waited for a buffer, so that
+        // the wait happens whatever the machine's load: with the pipe full,
+        // the writer thread blocks, the bounded buffers fill, and the next
+        // event must wait. (A minute without a wait: drain anyway, and the
+        // caller's assertion on the waits says what went wrong.)
+        let since = std::time::Instant::now();
+        while since.elapsed() < std::time::Duration::from_secs(60)
+            && alloctrace_writer::session_stats().is_none_or(|s| s.producer_waits == 0)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         // SAFETY: read_fd is the read end this thread owns from here on.
         let mut pipe = unsafe { std::fs::File::from_raw_fd(read_fd) };
         let mut trace = Vec::new();
