@@ -1,0 +1,19 @@
+//! The LD_PRELOAD shim's tests: the C programs of c_tests/preload under
+//! the release shim (c_tests/preload/run_tests.sh runs the cases not moved
+//! here yet).
+//!
+//! `make preload-test` builds the shim, the panic-test shim, the CLI and
+//! the programs, and runs these with their paths in the environment
+//! (harness.rs, `Built`): `cargo test --release -p alloctrace-preload
+//! --test shim` alone fails, saying so. Each case is a test of its own;
+//! every traced run has a time limit (PRELOAD_TEST_TIMEOUT, 300 s), so a
+//! deadlock fails its case instead of hanging the suite. A case that
+//! cannot run here (an allocator or program not installed) passes,
+//! printing "skipped: " and why.
+
+mod config;
+mod harness;
+mod library;
+mod panic;
+mod programs;
+mod signals;
