@@ -330,3 +330,28 @@ impl Case {
         head(&self.read("err"), 3)
     }
 }
+
+/// The lines of `text` that match `pattern` (a regular expression, as
+/// grep's -E takes it, matched line by line).
+pub fn grep<'t>(pattern: &str, text: &'t str) -> Vec<&'t str> {
+    let re = regex_automata::meta::Regex::new(pattern)
+        .unwrap_or_else(|e| panic!("pattern {pattern}: {e}"));
+    text.lines().filter(|l| re.is_match(l)).collect()
+}
+
+/// Whether a line of `text` matches `pattern` (as `grep -q`).
+pub fn has(pattern: &str, text: &str) -> bool {
+    !grep(pattern, text).is_empty()
+}
+
+/// `text` with the characters special in a regular expression escaped.
+pub fn esc(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,6 +1,6 @@
-//! The LD_PRELOAD shim's tests: the C programs of c_tests/preload under
-//! the release shim (c_tests/preload/run_tests.sh runs the cases not moved
-//! here yet).
+//! The LD_PRELOAD shim's tests: the C programs of c_tests/preload and
+//! `alloctrace record` under the release shim (c_tests/preload/run_tests.sh
+//! runs the cases not moved here yet).
 //!
 //! `make preload-test` builds the shim, the panic-test shim, the CLI and
 //! the programs, and runs these with their paths in the environment
@@ -11,9 +11,11 @@
 //! cannot run here (an allocator or program not installed) passes,
 //! printing "skipped: " and why.
 
+mod chain;
 mod config;
 mod harness;
 mod library;
 mod panic;
 mod programs;
+mod record;
 mod signals;
