@@ -199,15 +199,14 @@ readme-example: lib cli
 # real programs under the shim, the test programs under the panic-test
 # shim (PANIC_SO, below), and `alloctrace record`. They find what this
 # target builds through the ALLOCTRACE_TEST_* variables (a plain `cargo
-# test` leaves them out). c_tests/preload/run_tests.sh runs the cases not
-# moved there yet.
+# test` leaves them out).
 PRELOAD_SO     := $(RELEASE)/liballoctrace_preload.so
 PRELOAD_DIR    := c_tests/preload
 PRELOAD_BIN    := $(BUILD)/preload
 PRELOAD_CFLAGS := $(CWARN) $(CFLAGS) -fno-builtin -I$(PRELOAD_DIR)
 # Allocators prog_allocator is linked against, as name:library (Debian's
 # libjemalloc2, libtcmalloc-minimal4, libmimalloc2.0). One that is not
-# installed is not built, and run_tests.sh skips its test.
+# installed is not built, and its tests skip, saying so.
 PRELOAD_ALLOCATORS := jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 mimalloc:libmimalloc.so.2
 preload_alloc_lib = $(patsubst $(1):%,%,$(filter $(1):%,$(PRELOAD_ALLOCATORS)))
 PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildcard $(PRELOAD_DIR)/prog_*.c))) \
@@ -218,7 +217,6 @@ preload-test: preload preload-panic cli $(PRELOAD_PROGS)
 	ALLOCTRACE_TEST_CLI=$(abspath $(CLI)) ALLOCTRACE_TEST_SO=$(abspath $(PRELOAD_SO)) \
 	  ALLOCTRACE_TEST_PROGS=$(abspath $(PRELOAD_BIN)) ALLOCTRACE_TEST_PANIC_SO=$(abspath $(PANIC_SO)) \
 	  $(CARGO) test --release -p alloctrace-preload --test shim
-	$(PRELOAD_DIR)/run_tests.sh $(abspath $(CLI)) $(abspath $(PRELOAD_SO)) $(abspath $(PRELOAD_BIN)) $(abspath $(PANIC_SO))
 
 # A second shim with the test hook that makes one recording panic
 # (feature panic-test: crates/preload/src/boundary.rs), for the panic

@@ -40,7 +40,9 @@ fn allocator(name: &str, allocator: &str, preloaded: bool, under_record: bool) {
     let case = Case::new(name);
     let linked = prog(&format!("linked_{allocator}"));
     if !std::path::Path::new(&linked).is_file() {
-        println!("skipped: lib{allocator} is not installed (CI installs it): linked_{allocator} was not built");
+        skip(&format!(
+            "lib{allocator} is not installed (CI installs it): linked_{allocator} was not built"
+        ));
         return;
     }
     let ldd = command("ldd").arg(&linked).output().expect("run ldd");

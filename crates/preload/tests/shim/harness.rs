@@ -57,6 +57,15 @@ pub fn built() -> &'static Built {
     })
 }
 
+/// Says why the current case cannot run here, on stderr past the test
+/// harness's capture (a skipped case passes, so its output would not
+/// show): "skipped: NAME: WHY".
+pub fn skip(why: &str) {
+    use std::io::Write;
+    let name = std::thread::current().name().unwrap_or("?").to_string();
+    let _ = writeln!(std::io::stderr(), "skipped: {name}: {why}");
+}
+
 /// The alloctrace command.
 pub fn cli() -> &'static str {
     &built().cli

@@ -293,7 +293,9 @@ fn signal_core_dump() {
     let pattern = read("/proc/sys/kernel/core_pattern").trim_end().to_string();
     let unlimited = command("sh").args(["-c", "ulimit -c unlimited"]).status();
     if !pattern.starts_with("core") || !unlimited.is_ok_and(|s| s.success()) {
-        println!("skipped: core dumps go to '{pattern}', not to a file in the current directory");
+        skip(&format!(
+            "core dumps go to '{pattern}', not to a file in the current directory"
+        ));
         return;
     }
     let cores = |dir: &str| {
