@@ -178,10 +178,34 @@ fn record_signal(name: &str, signal: i32, want: i32) {
         argv.push("3");
     }
     let mut cmd = case.command(&[("TMPDIR", &tmp)], &argv, "out", "err");
-    let mut rec = cmd
-        .current_dir(case.dir())
-        .spawn()
-        .expect("run alloctrace record");
+    cmd.current_dir(case.dir());
+    // record leaves a signal ignored when it started ignored (as by a
+    // background job of a shell without job control, which `make` may be
+    // run as): the signal to send starts at its default, as from a
+    // terminal.
+    // SAFETY: signal(2) is async-signal-safe; the closure touches nothing
+    // of the parent's.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            libc::signal(signal, libc::SIG_DFL);
+            Ok(())
+        })
+    };
+    let mut rec = cmd.spawn().expect("run alloctrace record");
+    // Ends the program if the case fails before it is checked below (its
+    // pid is then still the program's: record, its parent, has not
+    // reaped it, or is itself killed).
+    struct EndProgram<'a>(&'a str);
+    impl Drop for EndProgram<'_> {
+        fn drop(&mut self) {
+            if let (true, Ok(pid)) = (std::thread::panicking(), read(self.0).trim().parse::<i32>())
+            {
+                // SAFETY: kill(2) of the program this case started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+    let _end = EndProgram(&ready);
     if wait_for(&ready) {
         // SAFETY: kill(2) with the pid of our own child, not yet waited for.
         unsafe { libc::kill(rec.id() as i32, signal) };
