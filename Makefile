@@ -68,10 +68,12 @@ test: check-header lint lib cli rust-test loom miri c-test readme-example preloa
 
 # The code gates: rustfmt's layout and clippy with warnings as errors
 # (the workspace's [lints] turn on clippy::undocumented_unsafe_blocks and
-# check std APIs against rust-version).
+# check std APIs against rust-version). --all-targets leaves out the
+# shim's tests, which only `make preload-test` runs (test = false).
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p alloctrace-preload --test shim -- -D warnings
 
 # The call-stack tests (crates/cli/tests/stacks.rs) run programs under the
 # shim and against liballoctrace.so: build both first (cargo test builds a
@@ -192,16 +194,19 @@ readme-example: lib cli
 	cd $(BUILD)/readme && rm -f example.trace && ./example && $(abspath $(CLI)) check example.trace
 	@echo "readme-example: 1 passed, 0 failed"
 
-# The shim's tests: c_tests/preload/run_tests.sh runs the test programs,
-# the reference counting interposers and real programs under the shim, and
-# the test programs under the panic-test shim (PANIC_SO, below).
+# The shim's tests (crates/preload/tests/shim, one test per case, run in
+# parallel): the test programs, the reference counting interposers and
+# real programs under the shim, the test programs under the panic-test
+# shim (PANIC_SO, below), and `alloctrace record`. They find what this
+# target builds through the ALLOCTRACE_TEST_* variables (a plain `cargo
+# test` leaves them out).
 PRELOAD_SO     := $(RELEASE)/liballoctrace_preload.so
 PRELOAD_DIR    := c_tests/preload
 PRELOAD_BIN    := $(BUILD)/preload
 PRELOAD_CFLAGS := $(CWARN) $(CFLAGS) -fno-builtin -I$(PRELOAD_DIR)
 # Allocators prog_allocator is linked against, as name:library (Debian's
 # libjemalloc2, libtcmalloc-minimal4, libmimalloc2.0). One that is not
-# installed is not built, and run_tests.sh skips its test.
+# installed is not built, and its tests skip, saying so.
 PRELOAD_ALLOCATORS := jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 mimalloc:libmimalloc.so.2
 preload_alloc_lib = $(patsubst $(1):%,%,$(filter $(1):%,$(PRELOAD_ALLOCATORS)))
 PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildcard $(PRELOAD_DIR)/prog_*.c))) \
@@ -209,7 +214,9 @@ PRELOAD_PROGS  := $(patsubst $(PRELOAD_DIR)/%.c,$(PRELOAD_BIN)/%,$(sort $(wildca
                   $(foreach a,$(PRELOAD_ALLOCATORS),$(PRELOAD_BIN)/linked_$(firstword $(subst :, ,$(a))))
 
 preload-test: preload preload-panic cli $(PRELOAD_PROGS)
-	$(PRELOAD_DIR)/run_tests.sh $(abspath $(CLI)) $(abspath $(PRELOAD_SO)) $(abspath $(PRELOAD_BIN)) $(abspath $(PANIC_SO))
+	ALLOCTRACE_TEST_CLI=$(abspath $(CLI)) ALLOCTRACE_TEST_SO=$(abspath $(PRELOAD_SO)) \
+	  ALLOCTRACE_TEST_PROGS=$(abspath $(PRELOAD_BIN)) ALLOCTRACE_TEST_PANIC_SO=$(abspath $(PANIC_SO)) \
+	  $(CARGO) test --release -p alloctrace-preload --test shim
 
 # A second shim with the test hook that makes one recording panic
 # (feature panic-test: crates/preload/src/boundary.rs), for the panic

@@ -7,7 +7,7 @@
  *            threads, the signal functions, dlopen, dlmopen and dlclose,
  *            3 spawns of `prog_chain spawned`, every exec function once on
  *            a missing file (each fails), then execv of `prog_chain tail`.
- *            run_tests.sh (chain) holds the same numbers.
+ *            crates/preload/tests/shim/chain.rs holds the same numbers.
  *   tail     _exit(0);  spawned: _Exit(0). */
 #include "common.h"
 

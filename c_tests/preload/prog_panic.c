@@ -3,7 +3,7 @@
  * checked), mmap, mremap and munmap, a thread that allocates, and a
  * dlopen'd library's function. Prints what it computed, then "ok".
  *
- * run_tests.sh runs it under the panic-test shim with
+ * crates/preload/tests/shim/panic.rs runs it under the panic-test shim with
  * ALLOCTRACE_TEST_PANIC naming each kind (boundary.rs): the output and
  * exit status must be the untraced run's. */
 #include "common.h"

@@ -200,11 +200,17 @@ mod heap;
 #[cfg(not(test))]
 mod late;
 #[cfg(not(test))]
+mod libc_symbols;
+#[cfg(not(test))]
 mod maps;
 #[cfg(not(test))]
 mod modules;
 #[cfg(not(test))]
+mod next_symbol;
+#[cfg(not(test))]
 mod real;
+#[cfg(not(test))]
+mod real_mappings;
 #[cfg(not(test))]
 mod reentrancy;
 #[cfg(not(test))]

@@ -20,6 +20,11 @@
 //!   calls of the names it defines bind to its own definitions, not to an
 //!   interposer preloaded before it.
 //!
+//! This file holds the allocator, the exec, spawn, thread, dl and exit
+//! functions; the mappings are in real_mappings.rs, glibc's own definitions
+//! in libc_symbols.rs, the lookup of the next definition in
+//! next_symbol.rs. Callers reach them all through `real::`.
+//!
 //! ## The allocator's entry points
 //!
 //! Each one is a cached function pointer ([`Next`]): the hot path is a
@@ -38,7 +43,14 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::reentrancy;
+use crate::next_symbol::{lookup, next, resolving, Next};
+
+// The concerns split out of this file, under the names callers use.
+pub use crate::libc_symbols::libc_own;
+pub use crate::real_mappings::{
+    next_mmap, next_mmap64, next_mremap, next_munmap, resolve_mappings, sys_mmap, sys_mremap,
+    sys_munmap,
+};
 
 mod libc_malloc {
     use core::ffi::c_void;
@@ -61,23 +73,6 @@ type PosixMemalignFn = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c
 type AlignFn = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type ReallocarrayFn = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void;
 type UsableSizeFn = unsafe extern "C" fn(*mut c_void) -> usize;
-
-/// One allocator entry point of the next library: the resolved function,
-/// or until then the bootstrap function.
-struct Next(AtomicPtr<c_void>);
-
-impl Next {
-    const fn new(bootstrap: *mut c_void) -> Next {
-        Next(AtomicPtr::new(bootstrap))
-    }
-
-    /// The current function pointer. Relaxed: the pointer is the only data
-    /// (the function's code is immutable), and any value is callable.
-    #[inline(always)]
-    fn get(&self) -> *mut c_void {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 static MALLOC: Next = Next::new(boot_malloc as *mut c_void);
 static CALLOC: Next = Next::new(boot_calloc as *mut c_void);
@@ -116,19 +111,6 @@ unsafe extern "C" fn libc_posix_memalign(
 unsafe extern "C" fn libc_usable_size(p: *mut c_void) -> usize {
     // SAFETY: as the caller's.
     unsafe { libc::malloc_usable_size(p) }
-}
-
-/// Looks up the next definition of `name` (NUL-terminated) as the shim's
-/// own code, or returns `fallback`.
-fn lookup(name: &[u8], fallback: *mut c_void) -> *mut c_void {
-    debug_assert_eq!(name.last(), Some(&0));
-    // SAFETY: RTLD_NEXT with a valid NUL-terminated name.
-    let p = reentrancy::own(|| unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) });
-    if p.is_null() {
-        fallback
-    } else {
-        p
-    }
 }
 
 /// Resolves every allocator entry point (the constructor calls it; so does
@@ -215,13 +197,6 @@ unsafe extern "C" fn checked_reallocarray(p: *mut c_void, n: usize, size: usize)
             core::ptr::null_mut()
         }
     }
-}
-
-/// Whether a bootstrap function was reached during resolution (as the
-/// shim's own code): it must not resolve again.
-#[inline]
-fn resolving() -> bool {
-    reentrancy::get() == reentrancy::OWN
 }
 
 unsafe extern "C" fn boot_malloc(size: usize) -> *mut c_void {
@@ -467,266 +442,6 @@ pub fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-// The shim's own mappings: system calls, which no interposer sees (they are
-// not the program's calls).
-
-/// mmap(2) as a system call, for the shim's own mappings. Returns
-/// MAP_FAILED with errno set on failure, as glibc does.
-///
-/// # Safety
-/// As mmap(2).
-#[inline]
-pub unsafe extern "C" fn sys_mmap(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    // SAFETY: the caller's arguments go to the kernel unchanged; syscall()
-    // maps -errno results to -1 (MAP_FAILED) with errno set.
-    unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
-}
-
-/// munmap(2) as a system call, for the shim's own mappings.
-///
-/// # Safety
-/// As munmap(2).
-#[inline]
-pub unsafe extern "C" fn sys_munmap(addr: *mut c_void, len: usize) -> c_int {
-    // SAFETY: as sys_mmap above.
-    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
-}
-
-/// mremap(2) as a system call, for the shim's own mappings; `new_addr` is
-/// read by the kernel only with MREMAP_FIXED.
-///
-/// # Safety
-/// As mremap(2).
-#[inline]
-pub unsafe extern "C" fn sys_mremap(
-    old: *mut c_void,
-    old_len: usize,
-    new_len: usize,
-    flags: c_int,
-    new_addr: *mut c_void,
-) -> *mut c_void {
-    // SAFETY: as sys_mmap above.
-    unsafe {
-        libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void
-    }
-}
-
-// The program's mappings: the next mmap, mmap64, munmap and mremap, so an
-// interposer preloaded after the shim sees every call the program makes.
-// Cached pointers, as the allocator's: the event path pays a relaxed load
-// and an indirect call (no lock, no system call, no dlsym). Each starts
-// as a bootstrap function that resolves all four and makes the call; the
-// system call is the fallback while resolving (dlsym, as the shim's own
-// code) and where dlsym finds nothing (so the sys_ functions are
-// extern "C").
-
-type MmapFn = unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, c_int, i64) -> *mut c_void;
-type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> c_int;
-/// C declares mremap variadic (new_address is the optional fifth argument).
-type MremapFn = unsafe extern "C" fn(*mut c_void, usize, usize, c_int, ...) -> *mut c_void;
-
-static MMAP: Next = Next::new(boot_mmap as *mut c_void);
-static MMAP64: Next = Next::new(boot_mmap64 as *mut c_void);
-static MUNMAP: Next = Next::new(boot_munmap as *mut c_void);
-static MREMAP: Next = Next::new(boot_mremap as *mut c_void);
-
-/// Resolves the next mmap, mmap64, munmap and mremap (the constructor
-/// calls it; so does the first program call made before the constructor).
-pub fn resolve_mappings() {
-    let found = [
-        lookup(b"mmap\0", sys_mmap as *mut c_void),
-        lookup(b"mmap64\0", sys_mmap as *mut c_void),
-        lookup(b"munmap\0", sys_munmap as *mut c_void),
-        lookup(b"mremap\0", sys_mremap as *mut c_void),
-    ];
-    for (next, p) in [&MMAP, &MMAP64, &MUNMAP, &MREMAP].into_iter().zip(found) {
-        next.0.store(p, Ordering::Relaxed);
-    }
-}
-
-unsafe extern "C" fn boot_mmap(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    // SAFETY: forwarded.
-    unsafe { boot_mapping(&MMAP, addr, len, prot, flags, fd, off) }
-}
-
-unsafe extern "C" fn boot_mmap64(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    // SAFETY: forwarded.
-    unsafe { boot_mapping(&MMAP64, addr, len, prot, flags, fd, off) }
-}
-
-/// mmap's or mmap64's bootstrap (`next`, the one of the two called): the
-/// system call while the next definitions are being resolved, else
-/// resolves them and calls the next one.
-///
-/// # Safety
-/// As mmap(2).
-#[inline(always)]
-unsafe fn boot_mapping(
-    next: &Next,
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    if resolving() {
-        // SAFETY: forwarded.
-        return unsafe { sys_mmap(addr, len, prot, flags, fd, off) };
-    }
-    resolve_mappings();
-    // SAFETY: forwarded to the resolved function.
-    unsafe { next_mapping(next, addr, len, prot, flags, fd, off) }
-}
-
-unsafe extern "C" fn boot_munmap(addr: *mut c_void, len: usize) -> c_int {
-    if resolving() {
-        // SAFETY: forwarded.
-        return unsafe { sys_munmap(addr, len) };
-    }
-    resolve_mappings();
-    // SAFETY: forwarded to the resolved function.
-    unsafe { next_munmap(addr, len) }
-}
-
-/// Called through [`MremapFn`] (variadic) with all five arguments: on the
-/// x86-64 and AArch64 Linux ABIs a variadic argument travels exactly like a
-/// fixed one, so a fixed fifth parameter receives it.
-unsafe extern "C" fn boot_mremap(
-    old: *mut c_void,
-    old_len: usize,
-    new_len: usize,
-    flags: c_int,
-    new_addr: *mut c_void,
-) -> *mut c_void {
-    if resolving() {
-        // SAFETY: forwarded.
-        return unsafe { sys_mremap(old, old_len, new_len, flags, new_addr) };
-    }
-    resolve_mappings();
-    // SAFETY: forwarded to the resolved function.
-    unsafe { next_mremap(old, old_len, new_len, flags, new_addr) }
-}
-
-/// The next mmap, for the program's call; the system call for the shim's
-/// own code (state OWN), which the next library must not see.
-///
-/// # Safety
-/// As mmap(2).
-#[inline(always)]
-pub unsafe fn next_mmap(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    // SAFETY: as the caller's.
-    unsafe { next_mapping(&MMAP, addr, len, prot, flags, fd, off) }
-}
-
-/// The next mmap64, as [`next_mmap`].
-///
-/// # Safety
-/// As mmap(2).
-#[inline(always)]
-pub unsafe fn next_mmap64(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    // SAFETY: as the caller's.
-    unsafe { next_mapping(&MMAP64, addr, len, prot, flags, fd, off) }
-}
-
-/// [`next_mmap`] or [`next_mmap64`] by `next` (`MMAP` or `MMAP64`).
-///
-/// # Safety
-/// As mmap(2).
-#[inline(always)]
-unsafe fn next_mapping(
-    next: &Next,
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        // SAFETY: as the caller's.
-        return unsafe { sys_mmap(addr, len, prot, flags, fd, off) };
-    }
-    // SAFETY: MMAP and MMAP64 hold functions of this signature (above).
-    unsafe {
-        core::mem::transmute::<*mut c_void, MmapFn>(next.get())(addr, len, prot, flags, fd, off)
-    }
-}
-
-/// The next munmap, as [`next_mmap`].
-///
-/// # Safety
-/// As munmap(2).
-#[inline(always)]
-pub unsafe fn next_munmap(addr: *mut c_void, len: usize) -> c_int {
-    if reentrancy::get() == reentrancy::OWN {
-        // SAFETY: as the caller's.
-        return unsafe { sys_munmap(addr, len) };
-    }
-    // SAFETY: as next_mmap.
-    unsafe { core::mem::transmute::<*mut c_void, MunmapFn>(MUNMAP.get())(addr, len) }
-}
-
-/// The next mremap, as [`next_mmap`]; `new_addr` is passed on (read only
-/// with MREMAP_FIXED).
-///
-/// # Safety
-/// As mremap(2).
-#[inline(always)]
-pub unsafe fn next_mremap(
-    old: *mut c_void,
-    old_len: usize,
-    new_len: usize,
-    flags: c_int,
-    new_addr: *mut c_void,
-) -> *mut c_void {
-    if reentrancy::get() == reentrancy::OWN {
-        // SAFETY: as the caller's.
-        return unsafe { sys_mremap(old, old_len, new_len, flags, new_addr) };
-    }
-    // SAFETY: as next_mmap.
-    unsafe {
-        core::mem::transmute::<*mut c_void, MremapFn>(MREMAP.get())(
-            old, old_len, new_len, flags, new_addr,
-        )
-    }
-}
-
 /// The next execve, for the program's exec (the system call if there is
 /// none). Returns only on failure (-1, errno set).
 ///
@@ -782,22 +497,6 @@ static EXECVE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static EXIT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static EXIT_UPPER: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static OWN_PTHREAD_CREATE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-
-/// The next definition of `name` after this library, cached in `cache`.
-/// Null if there is none.
-fn next(cache: &AtomicPtr<c_void>, name: &[u8]) -> *mut c_void {
-    debug_assert_eq!(name.last(), Some(&0));
-    let cached = cache.load(Ordering::Acquire);
-    if !cached.is_null() {
-        return cached;
-    }
-    // dlsym may calloc (error state) and takes ld.so's lock: lookup does
-    // it as our own code, so the calloc comes from the shim's private heap. Two
-    // threads racing here store the same pointer.
-    let p = lookup(name, core::ptr::null_mut());
-    cache.store(p, Ordering::Release);
-    p
-}
 
 /// Resolves every dlsym'd function now (called from the constructor, so
 /// later calls never run dlsym inside the program's code).
@@ -876,170 +575,6 @@ pub fn own_pthread_create() -> Option<PthreadCreate> {
     }
     // SAFETY: the symbol is pthread_create, of this signature.
     (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, PthreadCreate>(p) })
-}
-
-extern "C" {
-    fn gnu_get_libc_version() -> *const c_char;
-    fn dladdr1(
-        addr: *const c_void,
-        info: *mut libc::Dl_info,
-        extra: *mut *mut c_void,
-        flags: c_int,
-    ) -> c_int;
-}
-
-/// dladdr1's request for the object's link map (glibc's dlfcn.h).
-const RTLD_DL_LINKMAP: c_int = 2;
-
-// glibc's own definitions, found in libc.so.6's dynamic symbol table (its
-// GNU hash table) without dlsym: dlsym on libc's link map needs a search
-// list that ld.so builds only for dlopen'd objects, and dlopen itself is
-// interposed (by the shim, and maybe by the next library). 64-bit ELF.
-
-/// struct link_map's public head (glibc's link.h).
-#[repr(C)]
-struct LinkMap {
-    l_addr: usize,
-    l_name: *const c_char,
-    l_ld: *const ElfDyn,
-}
-
-#[repr(C)]
-struct ElfDyn {
-    d_tag: i64,
-    d_val: u64,
-}
-
-#[repr(C)]
-struct ElfSym {
-    st_name: u32,
-    st_info: u8,
-    st_other: u8,
-    st_shndx: u16,
-    st_value: u64,
-    st_size: u64,
-}
-
-const DT_NULL: i64 = 0;
-const DT_STRTAB: i64 = 5;
-const DT_SYMTAB: i64 = 6;
-const DT_GNU_HASH: i64 = 0x6fff_fef5;
-const DT_VERSYM: i64 = 0x6fff_fff0;
-
-/// The GNU hash of a symbol name (without its NUL).
-fn gnu_hash(name: &[u8]) -> u32 {
-    name.iter().fold(5381u32, |h, &c| {
-        h.wrapping_mul(33).wrapping_add(u32::from(c))
-    })
-}
-
-/// Looks `name` (NUL-terminated) up in libc.so.6's dynamic symbol table: the
-/// address of its default-version definition, or null.
-fn libc_symbol(name: &[u8]) -> *mut c_void {
-    // SAFETY: a zeroed Dl_info is valid; dladdr1 fills it and `map`.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    let mut map: *mut c_void = core::ptr::null_mut();
-    // SAFETY: the address of a function of libc.so.6 (nobody interposes
-    // gnu_get_libc_version), valid out-pointers.
-    let found = unsafe {
-        dladdr1(
-            gnu_get_libc_version as *const c_void,
-            &mut info,
-            &mut map,
-            RTLD_DL_LINKMAP,
-        )
-    };
-    if found == 0 || map.is_null() {
-        return core::ptr::null_mut();
-    }
-    // SAFETY: (1) dladdr1 returned libc's link map, whose head is LinkMap
-    // and whose l_ld is its mapped dynamic section, ended by DT_NULL.
-    // (2) The dynamic entries point into libc's mapped image (ld.so has
-    // added the load address on most targets; where it has not, the value
-    // is below it and we add it). (3) The GNU hash table's layout is the
-    // ELF gABI extension's: nbuckets, symoffset, bloom size and shift, the
-    // bloom words, the buckets, then one chain word per symbol from
-    // symoffset, the last of each chain with bit 0 set; every index read is
-    // one the table itself gives.
-    unsafe {
-        let map = &*(map as *const LinkMap);
-        let base = map.l_addr;
-        let at = |v: u64| -> usize {
-            let v = v as usize;
-            if v < base {
-                v + base
-            } else {
-                v
-            }
-        };
-        let (mut strtab, mut symtab, mut hash, mut versym) = (0, 0, 0, 0);
-        let mut d = map.l_ld;
-        while (*d).d_tag != DT_NULL {
-            match (*d).d_tag {
-                DT_STRTAB => strtab = at((*d).d_val),
-                DT_SYMTAB => symtab = at((*d).d_val),
-                DT_GNU_HASH => hash = at((*d).d_val),
-                DT_VERSYM => versym = at((*d).d_val),
-                _ => {}
-            }
-            d = d.add(1);
-        }
-        if strtab == 0 || symtab == 0 || hash == 0 {
-            return core::ptr::null_mut();
-        }
-        let key = &name[..name.len() - 1];
-        let h = gnu_hash(key);
-        let words = hash as *const u32;
-        let (nbuckets, symoffset, bloom_size) = (*words, *words.add(1), *words.add(2));
-        if nbuckets == 0 {
-            return core::ptr::null_mut();
-        }
-        let buckets = words.add(4 + 2 * bloom_size as usize);
-        let chains = buckets.add(nbuckets as usize);
-        let mut i = *buckets.add((h % nbuckets) as usize);
-        if i < symoffset {
-            return core::ptr::null_mut();
-        }
-        loop {
-            let h2 = *chains.add((i - symoffset) as usize);
-            if h | 1 == h2 | 1 {
-                let sym = &*(symtab as *const ElfSym).add(i as usize);
-                let sym_name =
-                    core::ffi::CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char);
-                // 0x8000: a hidden (non-default) version.
-                let default = versym == 0 || *(versym as *const u16).add(i as usize) & 0x8000 == 0;
-                // STT_FUNC only (an IFUNC's value is its resolver).
-                let function = sym.st_info & 0xf == 2;
-                if sym_name.to_bytes() == key
-                    && sym.st_shndx != 0
-                    && sym.st_value != 0
-                    && function
-                    && default
-                {
-                    return (base + sym.st_value as usize) as *mut c_void;
-                }
-            }
-            if h2 & 1 != 0 {
-                return core::ptr::null_mut();
-            }
-            i += 1;
-        }
-    }
-}
-
-/// glibc's own definition of `name` (NUL-terminated), cached in `cache`,
-/// never an interposer's: for the shim's own calls, which must not reach
-/// the next library (it counts, fakes or filters the program's calls).
-/// Null if libc has none.
-pub fn libc_own(cache: &AtomicPtr<c_void>, name: &[u8]) -> *mut c_void {
-    debug_assert_eq!(name.last(), Some(&0));
-    let cached = cache.load(Ordering::Acquire);
-    if !cached.is_null() {
-        return cached;
-    }
-    let p = libc_symbol(name);
-    cache.store(p, Ordering::Release);
-    p
 }
 
 /// The next `_exit` (`upper`: `_Exit`), then the system call if it
