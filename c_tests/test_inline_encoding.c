@@ -9,7 +9,7 @@
  * include/alloctrace_inline.h, which must record each short-form event
  * itself) and once through the library's functions, called as
  * (trace_heap_object_alloc)(...) (the Rust encoder, crates/writer/src/
- * emit.rs with crates/format's short_form and encode_event). The test
+ * event/emit.rs with crates/format's short_form and encode_event). The test
  * reads both files' compact events batches and compares every event byte
  * for byte, except the time delta, which is the clock's. With the precise
  * and the coarse clock. Where the inline path is off (not x86-64 Linux
