@@ -56,10 +56,9 @@ use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::{
-    get_uvarint, put_uvarint, unzigzag, zigzag, BatchKind, EventKind, BATCH_PREFIX_LEN, ENTRY_TAG,
-    EVENT_KIND_MASK, LONG_FORM, MAX_BATCH_PAYLOAD, MAX_EVENT_LEN, MAX_VARINT_LEN,
-};
+use crate::batch::{BatchKind, BATCH_PREFIX_LEN, MAX_BATCH_PAYLOAD};
+use crate::event::{EventKind, ENTRY_TAG, EVENT_KIND_MASK, LONG_FORM, MAX_EVENT_LEN};
+use crate::varint::{get_uvarint, put_uvarint, unzigzag, zigzag, MAX_VARINT_LEN};
 
 /// log2 of the number of allocations the ring remembers.
 pub const RING_BITS: u32 = 16;
@@ -381,7 +380,7 @@ impl Model {
 
 /// Reads a varint, with the one-byte case inline.
 #[inline(always)]
-fn read_varint(buf: &[u8], pos: &mut usize) -> Result<u64, crate::VarintError> {
+fn read_varint(buf: &[u8], pos: &mut usize) -> Result<u64, crate::varint::VarintError> {
     match buf.get(*pos) {
         Some(&b) if b < 0x80 => {
             *pos += 1;

@@ -1,0 +1,389 @@
+//! Events: their kinds and properties, the choice between short and long
+//! form, and the one encoder of an event (FORMAT.md section 3).
+
+use crate::address::{compress_address, exact_log2, AddressClass};
+use crate::varint::MAX_VARINT_LEN;
+
+/// Most bytes one event takes: kind, timestamp delta, four arguments (a
+/// stack event's stack ID is the fourth) and an entry-point tag: 61.
+pub const MAX_EVENT_LEN: usize = 1 + 6 * MAX_VARINT_LEN;
+
+/// Largest stack-size order (log2 of the size) a short-form stack event may
+/// carry.
+pub const MAX_STACK_ORDER: u64 = 63;
+
+/// Set in an event's kind byte when the event is in long form: its first
+/// argument is the absolute address instead of a compressed ID, and a stack
+/// event's size argument is the size in bytes instead of its log2. The writer
+/// uses long form for any argument the short form cannot carry exactly (an
+/// address below `min_heap_addr` or off its alignment, a stack size that is
+/// not a power of two).
+pub const LONG_FORM: u8 = 0x80;
+
+/// Set in an event's kind byte when one more varint follows the arguments:
+/// the [`EntryPoint`](crate::EntryPoint) (the interposed function) that made the event. The
+/// LD_PRELOAD shim tags exactly one event per call, so counting tags counts
+/// calls.
+pub const ENTRY_TAG: u8 = 0x40;
+
+/// Mask of the event kind proper in an event's kind byte.
+pub const EVENT_KIND_MASK: u8 = 0x3f;
+
+/// Kinds of event in an events batch, with their arguments after the kind
+/// byte and the timestamp delta.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EventKind {
+    /// SpanExists [span id, npages, kind_class]
+    SpanExists = 1,
+    /// SpanAlloc [span id, npages, kind_class]
+    SpanAlloc = 2,
+    /// SpanFree [span id]
+    SpanFree = 3,
+    /// HeapObjectExists [object id, size, type id]
+    HeapObjectExists = 4,
+    /// HeapObjectAlloc [object id, size, type id]
+    HeapObjectAlloc = 5,
+    /// HeapObjectFree [object id]
+    HeapObjectFree = 6,
+    /// StackExists [stack id, order]
+    StackExists = 7,
+    /// StackAlloc [stack id, order]
+    StackAlloc = 8,
+    /// StackFree [stack id]
+    StackFree = 9,
+    /// Call [0]: a call that changed no memory (`free(NULL)`, a failed
+    /// allocation); always entry-tagged. The argument is reserved, 0.
+    Call = 10,
+    /// HeapObjectAllocStack [object id, size, type id, stack id]: a heap
+    /// object alloc with the call stack that made it (version 3). The stack
+    /// ID is at least 1 and names a node of the generation's call-stacks
+    /// batch.
+    HeapObjectAllocStack = 11,
+    /// SpanAllocStack [span id, npages, kind_class, stack id]: a span alloc
+    /// with its call stack (version 3).
+    SpanAllocStack = 12,
+}
+
+/// All event kinds, in kind-byte order.
+pub const EVENT_KINDS: [EventKind; 12] = [
+    EventKind::SpanExists,
+    EventKind::SpanAlloc,
+    EventKind::SpanFree,
+    EventKind::HeapObjectExists,
+    EventKind::HeapObjectAlloc,
+    EventKind::HeapObjectFree,
+    EventKind::StackExists,
+    EventKind::StackAlloc,
+    EventKind::StackFree,
+    EventKind::Call,
+    EventKind::HeapObjectAllocStack,
+    EventKind::SpanAllocStack,
+];
+
+impl EventKind {
+    /// The event kind for the low bits of a kind byte, or `None`.
+    pub const fn from_u8(b: u8) -> Option<EventKind> {
+        if b == 0 || b as usize > EVENT_KINDS.len() {
+            return None;
+        }
+        Some(EVENT_KINDS[b as usize - 1])
+    }
+
+    /// Number of varint arguments after the timestamp delta.
+    pub const fn arg_count(self) -> usize {
+        match self {
+            EventKind::SpanFree
+            | EventKind::HeapObjectFree
+            | EventKind::StackFree
+            | EventKind::Call => 1,
+            EventKind::StackExists | EventKind::StackAlloc => 2,
+            EventKind::HeapObjectAllocStack | EventKind::SpanAllocStack => 4,
+            _ => 3,
+        }
+    }
+
+    /// Whether the event's last argument is a stack ID (kinds 11 and 12).
+    pub const fn has_stack(self) -> bool {
+        matches!(
+            self,
+            EventKind::HeapObjectAllocStack | EventKind::SpanAllocStack
+        )
+    }
+
+    /// The kind without a stack that this kind adds a stack ID to (kind 5
+    /// for 11, 2 for 12); the kind itself for every other.
+    pub const fn without_stack(self) -> EventKind {
+        match self {
+            EventKind::HeapObjectAllocStack => EventKind::HeapObjectAlloc,
+            EventKind::SpanAllocStack => EventKind::SpanAlloc,
+            other => other,
+        }
+    }
+
+    /// Whether the event's second argument is a stack size, written in
+    /// short form as its log2 (stack alloc and exists).
+    pub const fn size_as_log2(self) -> bool {
+        matches!(self, EventKind::StackExists | EventKind::StackAlloc)
+    }
+
+    /// Which alignment the event's first argument is compressed with.
+    pub const fn address_class(self) -> AddressClass {
+        match self {
+            EventKind::SpanExists
+            | EventKind::SpanAlloc
+            | EventKind::SpanFree
+            | EventKind::SpanAllocStack => AddressClass::Span,
+            EventKind::HeapObjectExists
+            | EventKind::HeapObjectAlloc
+            | EventKind::HeapObjectFree
+            | EventKind::HeapObjectAllocStack => AddressClass::HeapObject,
+            EventKind::StackExists | EventKind::StackAlloc | EventKind::StackFree => {
+                AddressClass::Stack
+            }
+            EventKind::Call => AddressClass::Raw,
+        }
+    }
+
+    /// The snake_case name used by the CLI and its JSON output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EventKind::SpanExists => "span_exists",
+            EventKind::SpanAlloc => "span_alloc",
+            EventKind::SpanFree => "span_free",
+            EventKind::HeapObjectExists => "heap_object_exists",
+            EventKind::HeapObjectAlloc => "heap_object_alloc",
+            EventKind::HeapObjectFree => "heap_object_free",
+            EventKind::StackExists => "stack_exists",
+            EventKind::StackAlloc => "stack_alloc",
+            EventKind::StackFree => "stack_free",
+            EventKind::Call => "call",
+            EventKind::HeapObjectAllocStack => "heap_object_alloc_stack",
+            EventKind::SpanAllocStack => "span_alloc_stack",
+        }
+    }
+}
+
+/// The short form of an event's first two arguments: the first argument
+/// compressed into an ID (`addr` itself for [`AddressClass::Raw`]) and the
+/// second one as written (a stack size as its log2). `None` when the short
+/// form cannot carry them exactly: the event is then written in
+/// [`LONG_FORM`], with `addr` and `arg1` as they are. `align_shift` is the
+/// log2 alignment of the kind's address class.
+///
+/// The writer's one decision between the two forms (its fast and slow
+/// paths both call this; the C header's inline path makes the same one,
+/// and a test compares their bytes).
+#[inline(always)]
+pub const fn short_form(
+    kind: EventKind,
+    addr: u64,
+    arg1: u64,
+    min: u64,
+    align_shift: u32,
+) -> Option<(u64, u64)> {
+    let id = match kind.address_class() {
+        AddressClass::Raw => addr,
+        _ => match compress_address(addr, min, align_shift) {
+            Some(id) => id,
+            None => return None,
+        },
+    };
+    if !kind.size_as_log2() {
+        return Some((id, arg1));
+    }
+    match exact_log2(arg1) {
+        Some(order) => Some((id, order as u64)),
+        None => None,
+    }
+}
+
+/// Writes `v` as a LEB128 varint at `out[pos..]`, where `pos + 10 <=
+/// MAX_EVENT_LEN`, and returns the position after it. Bounded loop and
+/// indices, so the compiler proves every access in range.
+#[inline(always)]
+fn put_event_varint(out: &mut [u8; MAX_EVENT_LEN], pos: usize, mut v: u64) -> usize {
+    let Some(dst) = out.get_mut(pos..pos + MAX_VARINT_LEN) else {
+        return pos;
+    };
+    // One byte, the common case, first: no loop state to set up.
+    if v < 0x80 {
+        dst[0] = v as u8;
+        return pos + 1;
+    }
+    let mut i = 0;
+    while i < MAX_VARINT_LEN - 1 && v >= 0x80 {
+        dst[i] = (v as u8) | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    dst[i] = v as u8;
+    pos + i + 1
+}
+
+/// Encodes one event of a compact events batch (FORMAT.md section 3) into
+/// `out` and returns its length: the kind byte (`kind` with `flags`, which
+/// are [`LONG_FORM`] and [`ENTRY_TAG`] or neither), the time delta, the
+/// first argument, as many more as `kind` has, and the entry tag when
+/// `flags` has [`ENTRY_TAG`].
+///
+/// `args` is `[first, second, third, fourth, entry]` as written: the first
+/// is the zigzag ID delta ([`IdDeltas::encode`](crate::IdDeltas::encode)) in short form and the
+/// address in long form; the second a stack size's log2 in short form
+/// ([`short_form`]); the fourth the stack ID of kinds 11 and 12 (ignored,
+/// pass 0, for the other kinds).
+/// The only event encoder of the writer (the writer crate's emit.rs, fast and slow path);
+/// the C header's inline path writes the same bytes. Pure: no allocation,
+/// no panic.
+#[inline(always)]
+pub fn encode_event(
+    out: &mut [u8; MAX_EVENT_LEN],
+    kind: EventKind,
+    flags: u8,
+    time_delta: u64,
+    args: [u64; 5],
+) -> usize {
+    let [first, second, third, fourth, entry] = args;
+    let flags = flags & (LONG_FORM | ENTRY_TAG);
+    out[0] = kind as u8 | flags;
+    let mut pos = put_event_varint(out, 1, time_delta);
+    pos = put_event_varint(out, pos, first);
+    if kind.arg_count() >= 2 {
+        pos = put_event_varint(out, pos, second);
+    }
+    if kind.arg_count() >= 3 {
+        pos = put_event_varint(out, pos, third);
+    }
+    if kind.arg_count() >= 4 {
+        pos = put_event_varint(out, pos, fourth);
+    }
+    if flags & ENTRY_TAG != 0 {
+        pos = put_event_varint(out, pos, entry);
+    }
+    pos
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::varint::{get_uvarint, zigzag};
+
+    #[test]
+    fn encode_event_writes_the_format() {
+        let mut out = [0u8; MAX_EVENT_LEN];
+        // Heap alloc, short form: kind, delta 300, zigzag id delta, size, type.
+        let n = encode_event(
+            &mut out,
+            EventKind::HeapObjectAlloc,
+            0,
+            300,
+            [zigzag(-2), 48, 7, 0, 0],
+        );
+        assert_eq!(&out[..n], &[5, 0xac, 0x02, 3, 48, 7]);
+        // The same with a stack: kind 11, the stack ID after the type.
+        let n = encode_event(
+            &mut out,
+            EventKind::HeapObjectAllocStack,
+            ENTRY_TAG,
+            300,
+            [zigzag(-2), 48, 7, 200, 1],
+        );
+        assert_eq!(
+            &out[..n],
+            &[11 | ENTRY_TAG, 0xac, 0x02, 3, 48, 7, 0xc8, 0x01, 1]
+        );
+        // A free carries one argument; the entry tag adds a varint.
+        let n = encode_event(
+            &mut out,
+            EventKind::HeapObjectFree,
+            ENTRY_TAG,
+            0,
+            [9, 1, 2, 3, 4],
+        );
+        assert_eq!(&out[..n], &[6 | ENTRY_TAG, 0, 9, 4]);
+        // Long form stack alloc: the size in bytes.
+        let n = encode_event(
+            &mut out,
+            EventKind::StackAlloc,
+            LONG_FORM,
+            1,
+            [0x5000, 3000, 0, 0, 0],
+        );
+        assert_eq!(&out[..n], &[8 | LONG_FORM, 1, 0x80, 0xa0, 0x01, 0xb8, 0x17]);
+        // The longest event fits and decodes back.
+        let n = encode_event(
+            &mut out,
+            EventKind::SpanAllocStack,
+            LONG_FORM | ENTRY_TAG,
+            u64::MAX,
+            [u64::MAX; 5],
+        );
+        assert_eq!(n, MAX_EVENT_LEN);
+        assert_eq!(MAX_EVENT_LEN, 61);
+        let mut pos = 1;
+        for _ in 0..6 {
+            assert_eq!(get_uvarint(&out, &mut pos), Ok(u64::MAX));
+        }
+        // Every kind: the argument count of the format.
+        for kind in EVENT_KINDS {
+            let n = encode_event(&mut out, kind, 0, 1, [1, 1, 1, 1, 1]);
+            assert_eq!(n, 2 + kind.arg_count(), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn short_form_is_exact_or_none() {
+        let min = 0x10000;
+        assert_eq!(
+            short_form(EventKind::HeapObjectAlloc, 0x10040, 48, min, 4),
+            Some((4, 48))
+        );
+        assert_eq!(
+            short_form(EventKind::HeapObjectAlloc, 0x10041, 48, min, 4),
+            None
+        );
+        assert_eq!(
+            short_form(EventKind::HeapObjectFree, 0x100, 0, min, 4),
+            None
+        );
+        assert_eq!(
+            short_form(EventKind::StackAlloc, 0x12000, 8192, min, 12),
+            Some((2, 13))
+        );
+        assert_eq!(
+            short_form(EventKind::StackAlloc, 0x12000, 3000, min, 12),
+            None
+        );
+        assert_eq!(
+            short_form(EventKind::StackExists, 0x12000, 0, min, 12),
+            None
+        );
+        assert_eq!(
+            short_form(EventKind::StackFree, 0x12000, 3000, min, 12),
+            Some((2, 3000))
+        );
+        assert_eq!(short_form(EventKind::Call, 0, 0, min, 0), Some((0, 0)));
+    }
+
+    #[test]
+    fn event_kinds_round_trip() {
+        for (i, k) in EVENT_KINDS.iter().enumerate() {
+            assert_eq!(EventKind::from_u8(i as u8 + 1), Some(*k));
+        }
+        assert_eq!(EventKind::from_u8(0), None);
+        assert_eq!(EventKind::from_u8(10), Some(EventKind::Call));
+        assert_eq!(
+            EventKind::from_u8(11),
+            Some(EventKind::HeapObjectAllocStack)
+        );
+        assert_eq!(EventKind::from_u8(12), Some(EventKind::SpanAllocStack));
+        assert_eq!(EventKind::from_u8(13), None);
+        for k in EVENT_KINDS {
+            let base = k.without_stack();
+            assert_eq!(k.has_stack(), base != k, "{k:?}");
+            assert_eq!(base.address_class(), k.address_class(), "{k:?}");
+            let extra = usize::from(k.has_stack());
+            assert_eq!(k.arg_count(), base.arg_count() + extra, "{k:?}");
+        }
+    }
+}
