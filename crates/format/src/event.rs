@@ -386,4 +386,39 @@ mod tests {
             assert_eq!(k.arg_count(), base.arg_count() + extra, "{k:?}");
         }
     }
+
+    /// Each kind's properties as the per-kind `match` functions gave them
+    /// before the spec table replaced them: (kind, name, argument count,
+    /// address class, size as log2, stack, kind without its stack).
+    #[test]
+    fn every_kind_has_its_properties() {
+        use AddressClass::{HeapObject, Raw, Span, Stack};
+        use EventKind::*;
+        #[rustfmt::skip]
+        let expected = [
+            (SpanExists, "span_exists", 3, Span, false, false, SpanExists),
+            (SpanAlloc, "span_alloc", 3, Span, false, false, SpanAlloc),
+            (SpanFree, "span_free", 1, Span, false, false, SpanFree),
+            (HeapObjectExists, "heap_object_exists", 3, HeapObject, false, false, HeapObjectExists),
+            (HeapObjectAlloc, "heap_object_alloc", 3, HeapObject, false, false, HeapObjectAlloc),
+            (HeapObjectFree, "heap_object_free", 1, HeapObject, false, false, HeapObjectFree),
+            (StackExists, "stack_exists", 2, Stack, true, false, StackExists),
+            (StackAlloc, "stack_alloc", 2, Stack, true, false, StackAlloc),
+            (StackFree, "stack_free", 1, Stack, false, false, StackFree),
+            (Call, "call", 1, Raw, false, false, Call),
+            (HeapObjectAllocStack, "heap_object_alloc_stack", 4, HeapObject, false, true, HeapObjectAlloc),
+            (SpanAllocStack, "span_alloc_stack", 4, Span, false, true, SpanAlloc),
+        ];
+        assert_eq!(expected.len(), EVENT_KINDS.len());
+        for (i, (kind, name, args, class, log2, stack, base)) in expected.into_iter().enumerate() {
+            assert_eq!(EVENT_KINDS[i], kind);
+            assert_eq!(kind as usize, i + 1, "{kind:?}");
+            assert_eq!(kind.name(), name, "{kind:?}");
+            assert_eq!(kind.arg_count(), args, "{kind:?}");
+            assert_eq!(kind.address_class(), class, "{kind:?}");
+            assert_eq!(kind.size_as_log2(), log2, "{kind:?}");
+            assert_eq!(kind.has_stack(), stack, "{kind:?}");
+            assert_eq!(kind.without_stack(), base, "{kind:?}");
+        }
+    }
 }
