@@ -65,21 +65,164 @@ pub enum EventKind {
     SpanAllocStack = 12,
 }
 
-/// All event kinds, in kind-byte order.
-pub const EVENT_KINDS: [EventKind; 12] = [
-    EventKind::SpanExists,
+/// One row of the event spec: everything the format says about one event
+/// kind. [`EVENT_SPECS`] holds a row per kind; [`EventKind`]'s property
+/// methods read it, so adding a kind or an argument is one row here (plus
+/// the writer's call and the reader's meaning of the new argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    /// The kind the row describes; row `i` is kind `i + 1`.
+    pub kind: EventKind,
+    /// The snake_case name used by the CLI and its JSON output.
+    pub name: &'static str,
+    /// The varint arguments after the timestamp delta, by name, in order.
+    pub args: &'static [&'static str],
+    /// What the first argument identifies, and so which alignment its ID
+    /// is compressed with.
+    pub class: AddressClass,
+    /// The second argument is a thread-stack size, written in short form
+    /// as its log2.
+    pub size_as_log2: bool,
+    /// The last argument is a call-stack ID (at least 1).
+    pub stack: bool,
+    /// The kind this one adds a call-stack ID to; the kind itself when it
+    /// has none.
+    pub without_stack: EventKind,
+}
+
+impl EventSpec {
+    /// A row for a kind without a call stack.
+    const fn plain(
+        kind: EventKind,
+        name: &'static str,
+        args: &'static [&'static str],
+        class: AddressClass,
+    ) -> EventSpec {
+        EventSpec {
+            kind,
+            name,
+            args,
+            class,
+            size_as_log2: false,
+            stack: false,
+            without_stack: kind,
+        }
+    }
+
+    /// The row of a kind whose second argument is a thread-stack size.
+    const fn sized(self) -> EventSpec {
+        EventSpec {
+            size_as_log2: true,
+            ..self
+        }
+    }
+
+    /// The row of `kind`: `self`'s kind with a call-stack ID appended.
+    const fn with_stack(
+        self,
+        kind: EventKind,
+        name: &'static str,
+        args: &'static [&'static str],
+    ) -> EventSpec {
+        EventSpec {
+            kind,
+            name,
+            args,
+            stack: true,
+            without_stack: self.kind,
+            ..self
+        }
+    }
+}
+
+const SPAN_ALLOC: EventSpec = EventSpec::plain(
     EventKind::SpanAlloc,
-    EventKind::SpanFree,
-    EventKind::HeapObjectExists,
+    "span_alloc",
+    &["span id", "npages", "kind_class"],
+    AddressClass::Span,
+);
+const HEAP_OBJECT_ALLOC: EventSpec = EventSpec::plain(
     EventKind::HeapObjectAlloc,
-    EventKind::HeapObjectFree,
-    EventKind::StackExists,
-    EventKind::StackAlloc,
-    EventKind::StackFree,
-    EventKind::Call,
-    EventKind::HeapObjectAllocStack,
-    EventKind::SpanAllocStack,
-];
+    "heap_object_alloc",
+    &["object id", "size", "type id"],
+    AddressClass::HeapObject,
+);
+
+/// The event spec, in kind-byte order: row `k - 1` describes kind `k`.
+/// The per-kind properties ([`EventKind::arg_count`] and the others) are
+/// const lookups into it, folded at compile time where the kind is known
+/// (the writer's event path, whose kind is a const parameter).
+pub const EVENT_SPECS: [EventSpec; 12] = {
+    use AddressClass::{HeapObject, Raw, Span, Stack};
+    use EventKind as K;
+    let rows = [
+        EventSpec::plain(K::SpanExists, "span_exists", SPAN_ALLOC.args, Span),
+        SPAN_ALLOC,
+        EventSpec::plain(K::SpanFree, "span_free", &["span id"], Span),
+        EventSpec::plain(
+            K::HeapObjectExists,
+            "heap_object_exists",
+            HEAP_OBJECT_ALLOC.args,
+            HeapObject,
+        ),
+        HEAP_OBJECT_ALLOC,
+        EventSpec::plain(
+            K::HeapObjectFree,
+            "heap_object_free",
+            &["object id"],
+            HeapObject,
+        ),
+        EventSpec::plain(
+            K::StackExists,
+            "stack_exists",
+            &["stack id", "order"],
+            Stack,
+        )
+        .sized(),
+        EventSpec::plain(K::StackAlloc, "stack_alloc", &["stack id", "order"], Stack).sized(),
+        EventSpec::plain(K::StackFree, "stack_free", &["stack id"], Stack),
+        EventSpec::plain(K::Call, "call", &["reserved 0"], Raw),
+        HEAP_OBJECT_ALLOC.with_stack(
+            K::HeapObjectAllocStack,
+            "heap_object_alloc_stack",
+            &["object id", "size", "type id", "stack id"],
+        ),
+        SPAN_ALLOC.with_stack(
+            K::SpanAllocStack,
+            "span_alloc_stack",
+            &["span id", "npages", "kind_class", "stack id"],
+        ),
+    ];
+    // Checked at compile time: row i is kind i + 1; a kind with a call
+    // stack has its base's arguments plus one; at most four arguments
+    // (MAX_EVENT_LEN); a size is the second argument.
+    let mut i = 0;
+    while i < rows.len() {
+        let row = rows[i];
+        assert!(row.kind as usize == i + 1);
+        assert!(!row.args.is_empty() && row.args.len() <= 4);
+        assert!(!row.size_as_log2 || row.args.len() >= 2);
+        let base = rows[row.without_stack as usize - 1];
+        if row.stack {
+            assert!(!base.stack && base.args.len() + 1 == row.args.len());
+        } else {
+            assert!(row.without_stack as u8 == row.kind as u8);
+        }
+        i += 1;
+    }
+    rows
+};
+
+/// All event kinds, in kind-byte order: the spec's kinds.
+pub const EVENT_KINDS: [EventKind; 12] = {
+    let mut kinds = [EventKind::Call; 12];
+    let mut i = 0;
+    while i < kinds.len() {
+        kinds[i] = EVENT_SPECS[i].kind;
+        i += 1;
+    }
+    kinds
+};
 
 impl EventKind {
     /// The event kind for the low bits of a kind byte, or `None`.
@@ -90,77 +233,49 @@ impl EventKind {
         Some(EVENT_KINDS[b as usize - 1])
     }
 
+    /// The kind's row of [`EVENT_SPECS`].
+    #[inline(always)]
+    pub const fn spec(self) -> EventSpec {
+        EVENT_SPECS[self as usize - 1]
+    }
+
     /// Number of varint arguments after the timestamp delta.
+    #[inline(always)]
     pub const fn arg_count(self) -> usize {
-        match self {
-            EventKind::SpanFree
-            | EventKind::HeapObjectFree
-            | EventKind::StackFree
-            | EventKind::Call => 1,
-            EventKind::StackExists | EventKind::StackAlloc => 2,
-            EventKind::HeapObjectAllocStack | EventKind::SpanAllocStack => 4,
-            _ => 3,
-        }
+        self.spec().args.len()
     }
 
-    /// Whether the event's last argument is a stack ID (kinds 11 and 12).
+    /// Whether the event's last argument is a call-stack ID (kinds 11 and
+    /// 12).
+    #[inline(always)]
     pub const fn has_stack(self) -> bool {
-        matches!(
-            self,
-            EventKind::HeapObjectAllocStack | EventKind::SpanAllocStack
-        )
+        self.spec().stack
     }
 
-    /// The kind without a stack that this kind adds a stack ID to (kind 5
-    /// for 11, 2 for 12); the kind itself for every other.
+    /// The kind without a call stack that this kind adds a call-stack ID to
+    /// (kind 5 for 11, 2 for 12); the kind itself for every other.
+    #[inline(always)]
     pub const fn without_stack(self) -> EventKind {
-        match self {
-            EventKind::HeapObjectAllocStack => EventKind::HeapObjectAlloc,
-            EventKind::SpanAllocStack => EventKind::SpanAlloc,
-            other => other,
-        }
+        self.spec().without_stack
     }
 
-    /// Whether the event's second argument is a stack size, written in
-    /// short form as its log2 (stack alloc and exists).
+    /// Whether the event's second argument is a thread-stack size, written
+    /// in short form as its log2 (stack alloc and exists).
+    #[inline(always)]
     pub const fn size_as_log2(self) -> bool {
-        matches!(self, EventKind::StackExists | EventKind::StackAlloc)
+        self.spec().size_as_log2
     }
 
     /// Which alignment the event's first argument is compressed with.
+    #[inline(always)]
     pub const fn address_class(self) -> AddressClass {
-        match self {
-            EventKind::SpanExists
-            | EventKind::SpanAlloc
-            | EventKind::SpanFree
-            | EventKind::SpanAllocStack => AddressClass::Span,
-            EventKind::HeapObjectExists
-            | EventKind::HeapObjectAlloc
-            | EventKind::HeapObjectFree
-            | EventKind::HeapObjectAllocStack => AddressClass::HeapObject,
-            EventKind::StackExists | EventKind::StackAlloc | EventKind::StackFree => {
-                AddressClass::Stack
-            }
-            EventKind::Call => AddressClass::Raw,
-        }
+        self.spec().class
     }
 
     /// The snake_case name used by the CLI and its JSON output.
+    #[inline(always)]
     pub const fn name(self) -> &'static str {
-        match self {
-            EventKind::SpanExists => "span_exists",
-            EventKind::SpanAlloc => "span_alloc",
-            EventKind::SpanFree => "span_free",
-            EventKind::HeapObjectExists => "heap_object_exists",
-            EventKind::HeapObjectAlloc => "heap_object_alloc",
-            EventKind::HeapObjectFree => "heap_object_free",
-            EventKind::StackExists => "stack_exists",
-            EventKind::StackAlloc => "stack_alloc",
-            EventKind::StackFree => "stack_free",
-            EventKind::Call => "call",
-            EventKind::HeapObjectAllocStack => "heap_object_alloc_stack",
-            EventKind::SpanAllocStack => "span_alloc_stack",
-        }
+        self.spec().name
     }
 }
 
@@ -410,6 +525,13 @@ mod tests {
             (SpanAllocStack, "span_alloc_stack", 4, Span, false, true, SpanAlloc),
         ];
         assert_eq!(expected.len(), EVENT_KINDS.len());
+        // A new variant fails to compile here until it has a row above
+        // (and so in EVENT_SPECS, which the loop below compares).
+        let _exhaustive = |k: EventKind| match k {
+            SpanExists | SpanAlloc | SpanFree | HeapObjectExists | HeapObjectAlloc
+            | HeapObjectFree | StackExists | StackAlloc | StackFree | Call
+            | HeapObjectAllocStack | SpanAllocStack => (),
+        };
         for (i, (kind, name, args, class, log2, stack, base)) in expected.into_iter().enumerate() {
             assert_eq!(EVENT_KINDS[i], kind);
             assert_eq!(kind as usize, i + 1, "{kind:?}");
@@ -419,6 +541,7 @@ mod tests {
             assert_eq!(kind.size_as_log2(), log2, "{kind:?}");
             assert_eq!(kind.has_stack(), stack, "{kind:?}");
             assert_eq!(kind.without_stack(), base, "{kind:?}");
+            assert_eq!(EVENT_SPECS[i].kind, kind);
         }
     }
 }

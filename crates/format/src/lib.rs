@@ -54,8 +54,8 @@ pub use checksum::{batch_checksum, has_trailers, TRAILER_LEN};
 pub use command_line::{command_line_args, MAX_COMMAND_LINE, PROCESS_TRUNCATED};
 pub use entry::{EntryPoint, ENTRY_POINTS};
 pub use event::{
-    encode_event, short_form, EventKind, ENTRY_TAG, EVENT_KINDS, EVENT_KIND_MASK, LONG_FORM,
-    MAX_EVENT_LEN, MAX_STACK_ORDER,
+    encode_event, short_form, EventKind, EventSpec, ENTRY_TAG, EVENT_KINDS, EVENT_KIND_MASK,
+    EVENT_SPECS, LONG_FORM, MAX_EVENT_LEN, MAX_STACK_ORDER,
 };
 pub use header::{
     FileHeader, HeaderError, FILE_HEADER_LEN, MAGIC, READABLE_VERSIONS, VERSION, VERSION_1,
