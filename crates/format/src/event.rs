@@ -2,7 +2,7 @@
 //! form, and the one encoder of an event (FORMAT.md section 3).
 
 use crate::address::{compress_address, exact_log2, AddressClass};
-use crate::varint::MAX_VARINT_LEN;
+use crate::varint::{get_uvarint, uvarint_len, VarintError, MAX_VARINT_LEN};
 
 /// Most bytes one event takes: kind, timestamp delta, four arguments (a
 /// stack event's stack ID is the fourth) and an entry-point tag: 61.
@@ -378,10 +378,211 @@ pub fn encode_event(
     pos
 }
 
+/// One event as [`encode_event`] takes it and [`decode_event`] gives it
+/// back: the fields of FORMAT.md section 3, arguments still as written
+/// (IDs as deltas or addresses, a thread-stack size as its log2 in short
+/// form).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventFields {
+    /// The event kind.
+    pub kind: EventKind,
+    /// The kind byte's [`LONG_FORM`] and [`ENTRY_TAG`] bits.
+    pub flags: u8,
+    /// The timestamp delta.
+    pub time_delta: u64,
+    /// `[first, second, third, fourth, entry]`: the kind's arguments
+    /// ([`EventKind::arg_count`] of them), then the entry tag when `flags`
+    /// has [`ENTRY_TAG`]; every other slot is 0.
+    pub args: [u64; 5],
+}
+
+impl EventFields {
+    /// Whether the event is in [`LONG_FORM`].
+    #[inline(always)]
+    pub const fn long_form(&self) -> bool {
+        self.flags & LONG_FORM != 0
+    }
+
+    /// Whether the event carries an entry tag ([`ENTRY_TAG`]).
+    #[inline(always)]
+    pub const fn tagged(&self) -> bool {
+        self.flags & ENTRY_TAG != 0
+    }
+
+    /// The entry tag, 0 when untagged.
+    #[inline(always)]
+    pub const fn entry(&self) -> u64 {
+        self.args[4]
+    }
+
+    /// Writes the event with [`encode_event`] and returns its length.
+    #[inline(always)]
+    pub fn encode(&self, out: &mut [u8; MAX_EVENT_LEN]) -> usize {
+        encode_event(out, self.kind, self.flags, self.time_delta, self.args)
+    }
+
+    /// The length [`encode_event`] gives the event: every varint in its
+    /// shortest form. An event [`decode_event`] read from more bytes held a
+    /// varint that was not.
+    pub const fn encoded_len(&self) -> usize {
+        let mut len = 1 + uvarint_len(self.time_delta);
+        let mut i = 0;
+        while i < self.kind.arg_count() {
+            len += uvarint_len(self.args[i]);
+            i += 1;
+        }
+        if self.tagged() {
+            len += uvarint_len(self.args[4]);
+        }
+        len
+    }
+}
+
+/// Why [`decode_event`] refused an event. Positions are indices into the
+/// buffer it was given; [`core::fmt::Display`] says what is wrong, naming
+/// the kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventError {
+    /// No byte at the position: the payload ended.
+    End,
+    /// The kind byte's low bits name no kind.
+    UnknownKind { kind_byte: u8 },
+    /// A call event (kind 10) untagged or in long form.
+    CallForm { kind_byte: u8 },
+    /// The event runs past the end of the buffer.
+    Truncated { kind: EventKind },
+    /// Varint `arg` (0 the timestamp delta, 1 the first argument, ...,
+    /// `arg_count + 1` the entry tag), at position `at`, overflows 64 bits.
+    Overflow {
+        kind: EventKind,
+        arg: usize,
+        at: usize,
+    },
+    /// An entry tag that names no [`EntryPoint`](crate::EntryPoint).
+    UnknownEntry { kind: EventKind, entry: u64 },
+    /// A kind with a call stack whose stack ID is 0.
+    StackIdZero { kind: EventKind },
+    /// A short-form thread-stack event whose size order is above
+    /// [`MAX_STACK_ORDER`].
+    StackOrder { kind: EventKind, order: u64 },
+}
+
+impl core::fmt::Display for EventError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            EventError::End => write!(f, "event expected but the payload ended"),
+            EventError::UnknownKind { kind_byte } => {
+                write!(f, "unknown event kind {}", kind_byte & EVENT_KIND_MASK)
+            }
+            EventError::CallForm { kind_byte } => write!(
+                f,
+                "call event kind byte 0x{kind_byte:02x}: a call is always entry-tagged and never long form"
+            ),
+            EventError::Truncated { kind } => {
+                write!(f, "{} event runs past the end of the payload", kind.name())
+            }
+            EventError::Overflow { kind, arg: 0, .. } => write!(
+                f,
+                "the timestamp delta of a {} event overflows 64 bits",
+                kind.name()
+            ),
+            EventError::Overflow { kind, arg, .. } => write!(
+                f,
+                "argument {arg} of a {} event overflows 64 bits",
+                kind.name()
+            ),
+            EventError::UnknownEntry { kind, entry } => {
+                write!(f, "unknown entry point {entry} on a {} event", kind.name())
+            }
+            EventError::StackIdZero { kind } => write!(
+                f,
+                "{} event with stack ID 0 (an allocation without a stack is written as kind {})",
+                kind.name(),
+                kind.without_stack() as u8
+            ),
+            EventError::StackOrder { kind, order } => write!(
+                f,
+                "{} event with stack order {order} (at most {MAX_STACK_ORDER})",
+                kind.name()
+            ),
+        }
+    }
+}
+
+/// Decodes the event at `buf[*pos..]`, the inverse of [`encode_event`]:
+/// moves `*pos` past it, or leaves `*pos` alone and says why the event is
+/// refused (FORMAT.md section 3: an unknown kind or entry tag, a call event
+/// untagged or in long form, a call-stack ID 0, a short-form thread-stack
+/// order above [`MAX_STACK_ORDER`], a truncated or overflowing varint).
+/// Accepts varints longer than their shortest form; compare
+/// [`EventFields::encoded_len`] to refuse them.
+///
+/// The one decoder of event bodies: the reader's checked decoder and the
+/// compression model call it; the reader's fast decoders are tested
+/// against it. Pure: no allocation, no panic.
+pub fn decode_event(buf: &[u8], pos: &mut usize) -> Result<EventFields, EventError> {
+    let start = *pos;
+    let Some(&kind_byte) = buf.get(start) else {
+        return Err(EventError::End);
+    };
+    let Some(kind) = EventKind::from_u8(kind_byte & EVENT_KIND_MASK) else {
+        return Err(EventError::UnknownKind { kind_byte });
+    };
+    let flags = kind_byte & (LONG_FORM | ENTRY_TAG);
+    if matches!(kind, EventKind::Call) && flags != ENTRY_TAG {
+        return Err(EventError::CallForm { kind_byte });
+    }
+    let mut at = start + 1;
+    let mut next = |arg: usize| {
+        let varint_at = at;
+        get_uvarint(buf, &mut at).map_err(|e| match e {
+            VarintError::Truncated => EventError::Truncated { kind },
+            VarintError::Overflow => EventError::Overflow {
+                kind,
+                arg,
+                at: varint_at,
+            },
+        })
+    };
+    let time_delta = next(0)?;
+    let mut args = [0u64; 5];
+    let count = kind.arg_count();
+    let mut i = 0;
+    while i < count {
+        args[i] = next(i + 1)?;
+        i += 1;
+    }
+    if flags & ENTRY_TAG != 0 {
+        args[4] = next(count + 1)?;
+        if crate::entry::EntryPoint::from_tag(args[4]).is_none() {
+            return Err(EventError::UnknownEntry {
+                kind,
+                entry: args[4],
+            });
+        }
+    }
+    if kind.has_stack() && args[3] == 0 {
+        return Err(EventError::StackIdZero { kind });
+    }
+    if kind.size_as_log2() && flags & LONG_FORM == 0 && args[1] > MAX_STACK_ORDER {
+        return Err(EventError::StackOrder {
+            kind,
+            order: args[1],
+        });
+    }
+    *pos = at;
+    Ok(EventFields {
+        kind,
+        flags,
+        time_delta,
+        args,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::varint::{get_uvarint, zigzag};
+    use crate::varint::zigzag;
 
     #[test]
     fn encode_event_writes_the_format() {
@@ -543,5 +744,88 @@ mod tests {
             assert_eq!(kind.without_stack(), base, "{kind:?}");
             assert_eq!(EVENT_SPECS[i].kind, kind);
         }
+    }
+
+    /// Values at the varints' length boundaries and the checks' limits.
+    const ODD: [u64; 9] = [0, 1, 63, 64, 127, 128, 13, 1 << 35, u64::MAX];
+
+    /// `decode_event` inverts `encode_event` for every kind, both forms,
+    /// tagged or not, and odd argument values; it refuses exactly what the
+    /// format refuses, and reads nothing past the event.
+    #[test]
+    fn decode_event_inverts_encode_event() {
+        let mut out = [0u8; MAX_EVENT_LEN];
+        let (mut accepted, mut refused) = (0, 0);
+        for kind in EVENT_KINDS {
+            for flags in [0, LONG_FORM, ENTRY_TAG, LONG_FORM | ENTRY_TAG] {
+                for (j, &v) in ODD.iter().enumerate() {
+                    let w = ODD[(j + 3) % ODD.len()];
+                    let entry = [1, 13, 14, 0][j % 4];
+                    let mut args = [v, w, v ^ 1, w, 0];
+                    for a in &mut args[kind.arg_count()..4] {
+                        *a = 0;
+                    }
+                    if flags & ENTRY_TAG != 0 {
+                        args[4] = entry;
+                    }
+                    let n = encode_event(&mut out, kind, flags, v, args);
+                    let mut buf = out[..n].to_vec();
+                    buf.push(0xff); // not read
+                    let mut pos = 0;
+                    let got = decode_event(&buf, &mut pos);
+                    let refuse = (kind == EventKind::Call && flags != ENTRY_TAG)
+                        || (flags & ENTRY_TAG != 0 && !(1..=13).contains(&entry))
+                        || (kind.has_stack() && args[3] == 0)
+                        || (kind.size_as_log2() && flags & LONG_FORM == 0 && w > MAX_STACK_ORDER);
+                    if refuse {
+                        assert!(got.is_err(), "{kind:?} {flags:#x} {args:?}");
+                        assert_eq!(pos, 0);
+                        refused += 1;
+                        continue;
+                    }
+                    let want = EventFields {
+                        kind,
+                        flags,
+                        time_delta: v,
+                        args,
+                    };
+                    assert_eq!(got, Ok(want), "{kind:?} {flags:#x} {args:?}");
+                    assert_eq!(pos, n);
+                    assert_eq!(want.encoded_len(), n);
+                    accepted += 1;
+                    // Cut anywhere: truncated, never a panic.
+                    for cut in 1..n {
+                        let mut pos = 0;
+                        assert_eq!(
+                            decode_event(&buf[..cut], &mut pos),
+                            Err(EventError::Truncated { kind })
+                        );
+                    }
+                }
+            }
+        }
+        assert!(accepted > 100 && refused > 50, "{accepted} {refused}");
+        let mut pos = 0;
+        assert_eq!(decode_event(&[], &mut pos), Err(EventError::End));
+        assert_eq!(
+            decode_event(&[13, 0, 0], &mut pos),
+            Err(EventError::UnknownKind { kind_byte: 13 })
+        );
+        // A varint longer than its shortest form is read, and shows in
+        // the length.
+        let e = decode_event(&[6, 0x80, 0x00, 9], &mut pos).unwrap();
+        assert_eq!((e.args[0], pos, e.encoded_len()), (9, 4, 3));
+        let mut pos = 0;
+        let overflow = [
+            3, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2,
+        ];
+        assert_eq!(
+            decode_event(&overflow, &mut pos),
+            Err(EventError::Overflow {
+                kind: EventKind::SpanFree,
+                arg: 1,
+                at: 2
+            })
+        );
     }
 }

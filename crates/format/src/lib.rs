@@ -25,7 +25,7 @@
 //! # Modules, lowest first
 //! Each names (`crate::`) only modules before it in this list, so the
 //! module graph has no cycle: [`varint`], [`checksum`], [`header`],
-//! [`batch`], [`command_line`], [`address`], [`event`], [`entry`],
+//! [`batch`], [`command_line`], [`address`], [`entry`], [`event`],
 //! [`pages`], [`stacks`], [`compression_model`]. Everything public is also
 //! re-exported here, at the paths the other crates use.
 #![no_std]
@@ -54,8 +54,9 @@ pub use checksum::{batch_checksum, has_trailers, TRAILER_LEN};
 pub use command_line::{command_line_args, MAX_COMMAND_LINE, PROCESS_TRUNCATED};
 pub use entry::{EntryPoint, ENTRY_POINTS};
 pub use event::{
-    encode_event, short_form, EventKind, EventSpec, ENTRY_TAG, EVENT_KINDS, EVENT_KIND_MASK,
-    EVENT_SPECS, LONG_FORM, MAX_EVENT_LEN, MAX_STACK_ORDER,
+    decode_event, encode_event, short_form, EventError, EventFields, EventKind, EventSpec,
+    ENTRY_TAG, EVENT_KINDS, EVENT_KIND_MASK, EVENT_SPECS, LONG_FORM, MAX_EVENT_LEN,
+    MAX_STACK_ORDER,
 };
 pub use header::{
     FileHeader, HeaderError, FILE_HEADER_LEN, MAGIC, READABLE_VERSIONS, VERSION, VERSION_1,
