@@ -57,7 +57,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::batch::{BatchKind, BATCH_PREFIX_LEN, MAX_BATCH_PAYLOAD};
-use crate::event::{EventKind, ENTRY_TAG, EVENT_KIND_MASK, LONG_FORM, MAX_EVENT_LEN};
+use crate::event::{
+    decode_event, encode_event, EventKind, ENTRY_TAG, EVENT_KIND_MASK, LONG_FORM, MAX_EVENT_LEN,
+};
 use crate::varint::{get_uvarint, put_uvarint, unzigzag, zigzag, MAX_VARINT_LEN};
 
 /// log2 of the number of allocations the ring remembers.
@@ -446,28 +448,6 @@ impl ColumnWriter<'_> {
             self.pos = put_uvarint(self.bytes, self.pos, v);
         }
     }
-
-    /// Copies the varint at `input[*pos..]`, which must be in its shortest
-    /// form.
-    #[inline(always)]
-    fn copy_varint(&mut self, input: &[u8], pos: &mut usize) -> Result<(), NotExact> {
-        let start = *pos;
-        loop {
-            let b = *input.get(*pos).ok_or(NotExact)?;
-            *pos += 1;
-            self.byte(b);
-            if b < 0x80 {
-                let n = *pos - start;
-                if n > 1 && (b == 0 || (n == MAX_VARINT_LEN && b > 1)) {
-                    return Err(NotExact);
-                }
-                return Ok(());
-            }
-            if *pos - start == MAX_VARINT_LEN {
-                return Err(NotExact);
-            }
-        }
-    }
 }
 
 /// Batches an encoder was told to copy verbatim although they are compact
@@ -636,18 +616,25 @@ impl Encoder {
         }
         let mut events = 0u64;
         let mut previous_heap_id = 0u64;
-        while let Some(&kind_byte) = payload.get(pos) {
-            pos += 1;
+        while pos < payload.len() {
+            // The format's decoder; exact means every varint in its
+            // shortest form (invariant 3).
+            let start = pos;
+            let event = decode_event(payload, &mut pos).map_err(|_| NotExact)?;
+            if event.encoded_len() != pos - start {
+                return Err(NotExact);
+            }
             events += 1;
+            let kind = event.kind as u8;
+            let kind_byte = kind | event.flags;
             kinds.byte(kind_byte);
-            let kind = kind_byte & EVENT_KIND_MASK;
-            let long = kind_byte & LONG_FORM != 0;
-            times.copy_varint(payload, &mut pos)?;
+            times.varint(event.time_delta);
             // Kind 11 (a heap alloc with a stack) is modeled as kind 5; its
-            // stack ID, the last argument, goes to the args column.
-            let remaining = match kind {
-                4..=6 | 11 if !long => {
-                    let first = read_canonical_varint(payload, &mut pos)?;
+            // stack ID, the last argument, goes to the args column. The
+            // arguments from `rest` on go to the args column too.
+            let rest = match kind {
+                4..=6 | 11 if !event.long_form() => {
+                    let first = event.args[0];
                     let id = previous_heap_id.wrapping_add(unzigzag(first) as u64);
                     previous_heap_id = id;
                     let prediction = if kind == 6 {
@@ -658,7 +645,7 @@ impl Encoder {
                         model.freed_any(id);
                         prediction
                     } else {
-                        let size = read_canonical_varint(payload, &mut pos)?;
+                        let size = event.args[1];
                         sizes.varint(size);
                         model.encode_alloc(id, size)
                     };
@@ -669,31 +656,24 @@ impl Encoder {
                             escapes.varint(raw);
                         }
                     }
-                    match kind {
-                        6 => 0,
-                        11 => 2,
-                        _ => 1,
+                    if kind == 6 {
+                        1
+                    } else {
+                        2
                     }
                 }
                 4 | 5 | 11 => {
-                    args.copy_varint(payload, &mut pos)?;
-                    sizes.copy_varint(payload, &mut pos)?;
-                    if kind == 11 {
-                        2
-                    } else {
-                        1
-                    }
+                    args.varint(event.args[0]);
+                    sizes.varint(event.args[1]);
+                    2
                 }
-                _ => match EventKind::from_u8(kind) {
-                    Some(k) => k.arg_count(),
-                    None => return Err(NotExact),
-                },
+                _ => 0,
             };
-            for _ in 0..remaining {
-                args.copy_varint(payload, &mut pos)?;
+            for &arg in event.args.get(rest..event.kind.arg_count()).unwrap_or(&[]) {
+                args.varint(arg);
             }
-            if kind_byte & ENTRY_TAG != 0 {
-                let tag = read_canonical_varint(payload, &mut pos)?;
+            if event.tagged() {
+                let tag = event.entry();
                 let last = &mut model.last_tag[usize::from(kind_byte & !ENTRY_TAG)];
                 tags.varint(tag ^ *last);
                 *last = tag;
@@ -909,21 +889,19 @@ impl Decoder {
                 let step = (limit - pos as u64).clamp(MAX_EVENT_LEN as u64, 1 << 16);
                 out.resize(pos + step as usize, 0);
             }
-            let event = out.as_mut_slice();
             let kind_byte = kinds.byte("the kinds column ends before the event count")?;
-            if let Some(b) = event.get_mut(pos) {
-                *b = kind_byte;
-            }
-            let kind = kind_byte & EVENT_KIND_MASK;
-            let Some(count) = EventKind::from_u8(kind).map(EventKind::arg_count) else {
+            let Some(kind) = EventKind::from_u8(kind_byte & EVENT_KIND_MASK) else {
                 return Err(kinds.error("unknown event kind"));
             };
-            let long = kind_byte & LONG_FORM != 0;
-            pos = put_uvarint(event, pos + 1, times.varint("a time delta is truncated")?);
-            match kind {
-                4..=6 | 11 if !long => {
+            let flags = kind_byte & (LONG_FORM | ENTRY_TAG);
+            let time_delta = times.varint("a time delta is truncated")?;
+            // The arguments as the encoder split them among the columns;
+            // those from `rest` on come from the args column.
+            let mut fields = [0u64; 5];
+            let rest = match kind as u8 {
+                4..=6 | 11 if flags & LONG_FORM == 0 => {
                     let code = ids.varint("an ID code is truncated")?;
-                    let (id, size) = if kind == 6 {
+                    let (id, size) = if kind == EventKind::HeapObjectFree {
                         let id = if code == 0 {
                             previous_heap_id.wrapping_add(unzigzag(
                                 escapes.varint("an escape is truncated")?,
@@ -947,31 +925,41 @@ impl Decoder {
                             .ok_or_else(|| ids.error("an allocation's code names no freed ID"))?;
                         (id, Some(size))
                     };
-                    pos = put_uvarint(event, pos, zigzag(id.wrapping_sub(previous_heap_id) as i64));
+                    fields[0] = zigzag(id.wrapping_sub(previous_heap_id) as i64);
                     previous_heap_id = id;
-                    if let Some(size) = size {
-                        pos = put_uvarint(event, pos, size);
+                    match size {
+                        Some(size) => {
+                            fields[1] = size;
+                            2
+                        }
+                        None => 1,
                     }
                 }
                 4 | 5 | 11 => {
-                    pos = put_uvarint(event, pos, args.varint("an argument is truncated")?);
-                    pos = put_uvarint(event, pos, sizes.varint("a size is truncated")?);
+                    fields[0] = args.varint("an argument is truncated")?;
+                    fields[1] = sizes.varint("a size is truncated")?;
+                    2
                 }
-                _ => pos = put_uvarint(event, pos, args.varint("an argument is truncated")?),
-            }
-            let remaining = match kind {
-                4 | 5 | 11 => count - 2,
-                _ => count - 1,
+                _ => 0,
             };
-            for _ in 0..remaining {
-                pos = put_uvarint(event, pos, args.varint("an argument is truncated")?);
+            for field in fields.get_mut(rest..kind.arg_count()).unwrap_or(&mut []) {
+                *field = args.varint("an argument is truncated")?;
             }
-            if kind_byte & ENTRY_TAG != 0 {
+            if flags & ENTRY_TAG != 0 {
                 let last = &mut model.last_tag[usize::from(kind_byte & !ENTRY_TAG)];
                 let tag = tags.varint("an entry tag is truncated")? ^ *last;
                 *last = tag;
-                pos = put_uvarint(event, pos, tag);
+                fields[4] = tag;
             }
+            // The format's encoder, straight into `out` (room for one
+            // event is there).
+            let Some(room) = out
+                .get_mut(pos..pos + MAX_EVENT_LEN)
+                .and_then(|r| <&mut [u8; MAX_EVENT_LEN]>::try_from(r).ok())
+            else {
+                return Err(batches.error("an events batch runs past raw_len"));
+            };
+            pos += encode_event(room, kind, flags, time_delta, fields);
         }
         out.truncate(pos);
         let payload_len = out.len() - batch_start - BATCH_PREFIX_LEN;
