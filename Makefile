@@ -11,6 +11,7 @@ LIB_A     := $(RELEASE)/liballoctrace.a
 HEADER    := include/alloctrace.h
 # The format's numbers for the inline path, generated from crates/format.
 FORMAT_HEADER := include/alloctrace_format.h
+INLINE_HEADER := include/alloctrace_inline.h
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 # The library's ABI version, its SONAME's number (build.rs, docs/ABI.md).
 SOVERSION := $(shell sed -n 's/^const SOVERSION: &str = "\(.*\)";/\1/p' build.rs)
@@ -52,17 +53,19 @@ preload:
 	$(CARGO) build --release -p alloctrace-preload
 
 # The headers are generated and committed: alloctrace.h from src/capi.rs
-# (cbindgen), alloctrace_format.h from the format crate.
+# (cbindgen), alloctrace_format.h from the format crate, and the per-kind
+# wrappers of the otherwise hand-written alloctrace_inline.h from the format
+# crate's event spec.
 header:
-	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(HEADER) $(FORMAT_HEADER)
+	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(HEADER) $(FORMAT_HEADER) $(INLINE_HEADER)
 
 check-header:
 	@mkdir -p $(BUILD)
-	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(BUILD)/alloctrace.h $(BUILD)/alloctrace_format.h
-	@for h in $(HEADER) $(FORMAT_HEADER); do \
+	$(CARGO) run --quiet --release -p alloctrace-header-gen -- $(BUILD)/alloctrace.h $(BUILD)/alloctrace_format.h $(BUILD)/alloctrace_inline.h
+	@for h in $(HEADER) $(FORMAT_HEADER) $(INLINE_HEADER); do \
 	  if ! diff -u $$h $(BUILD)/$$(basename $$h); then \
 	    echo "error: $$h is stale: run 'make header' and commit it"; exit 1; fi; done
-	@echo "header: $(HEADER) and $(FORMAT_HEADER) are up to date"
+	@echo "header: $(HEADER), $(FORMAT_HEADER) and $(INLINE_HEADER) are up to date"
 
 test: check-header lint lib cli rust-test loom miri c-test readme-example preload-test install-test bench-test
 

@@ -16,7 +16,7 @@
 //! a registered frame defined, a stack ID an event uses defined) is the
 //! reader's.
 
-use crate::{get_uvarint, put_uvarint, uvarint_len, VarintError};
+use crate::varint::{get_uvarint, put_uvarint, uvarint_len, VarintError};
 
 /// Most bytes of a module's GNU build ID.
 pub const MAX_BUILD_ID_LEN: usize = 64;
@@ -499,7 +499,10 @@ mod tests {
                 0x02, 0x01, 0x92, 0xC6, 0x80, 0x04, 0x03, 0x02, 0x03, 0x04, 0x00, 0x01
             ]
         );
-        assert_eq!(crate::batch_checksum(&[&batch[..pos]]), 0x8930_ca28);
+        assert_eq!(
+            crate::checksum::batch_checksum(&[&batch[..pos]]),
+            0x8930_ca28
+        );
         let frame = FrameEntry {
             id: 1,
             line: 7,
@@ -516,15 +519,18 @@ mod tests {
                 0x2E, 0x6C, 0x75, 0x61
             ]
         );
-        assert_eq!(crate::batch_checksum(&[&frames[..end]]), 0x681a_b3c9);
+        assert_eq!(
+            crate::checksum::batch_checksum(&[&frames[..end]]),
+            0x681a_b3c9
+        );
         // The allocation with stack 3.
-        let mut out = [0u8; crate::MAX_EVENT_LEN];
-        let n = crate::encode_event(
+        let mut out = [0u8; crate::event::MAX_EVENT_LEN];
+        let n = crate::event::encode_event(
             &mut out,
-            crate::EventKind::HeapObjectAllocStack,
+            crate::event::EventKind::HeapObjectAllocStack,
             0,
             5,
-            [crate::zigzag(1), 48, 0, 3, 0],
+            [crate::varint::zigzag(1), 48, 0, 3, 0],
         );
         assert_eq!(&out[..n], &[0x0B, 0x05, 0x02, 0x30, 0x00, 0x03]);
     }

@@ -7,8 +7,8 @@ use std::fmt;
 use alloctrace_format::pages::{self, Layout, Word};
 use alloctrace_format::stacks::EntryError;
 use alloctrace_format::{
-    exact_log2, get_uvarint, BatchKind, EventKind, VarintError, ENTRY_TAG, EVENT_KIND_MASK,
-    LONG_FORM, MAX_COMMAND_LINE, MAX_STACK_ORDER, PROCESS_TRUNCATED,
+    decode_event, exact_log2, get_uvarint, BatchKind, EventError, EventKind, VarintError,
+    ENTRY_TAG, EVENT_KIND_MASK, LONG_FORM, MAX_COMMAND_LINE, MAX_STACK_ORDER, PROCESS_TRUNCATED,
 };
 
 use crate::event::{GenerationEnd, GenerationInfo, ProcessInfo, TypeInfo};
@@ -91,17 +91,6 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// Reads a varint, leaving the message to the caller.
-    pub fn try_varint(&mut self) -> Result<u64, VarintError> {
-        get_uvarint(self.buf, &mut self.pos)
-    }
-
-    pub fn byte(&mut self) -> Option<u8> {
-        let b = *self.buf.get(self.pos)?;
-        self.pos += 1;
-        Some(b)
-    }
-
     /// Parses one entry of a call-stack batch with the format crate's
     /// parser, moving past it; its error names the bad field's offset.
     pub fn entry<T>(
@@ -162,93 +151,32 @@ pub(crate) struct RawEvent {
     pub entry: u64,
 }
 
-/// Reads one event at the cursor. The caller checks there is at least one
-/// byte left.
+/// Reads one event at the cursor with the format crate's decoder
+/// ([`decode_event`]); its error names the bad item's file offset (the
+/// event's, or an overflowing varint's).
 pub(crate) fn event(c: &mut Cursor<'_>) -> Result<RawEvent, ReadError> {
     let start = c.pos();
-    let Some(kind_byte) = c.byte() else {
-        return Err(c.error_at(start, "event expected but the payload ended"));
-    };
-    let code = kind_byte & EVENT_KIND_MASK;
-    let Some(kind) = EventKind::from_u8(code) else {
-        return Err(c.error_at(start, format_args!("unknown event kind {code}")));
-    };
-    let long_form = kind_byte & LONG_FORM != 0;
-    let tagged = kind_byte & ENTRY_TAG != 0;
-    if kind == EventKind::Call && (long_form || !tagged) {
-        return Err(c.error_at(
-            start,
-            format_args!("call event kind byte 0x{kind_byte:02x}: a call is always entry-tagged and never long form"),
-        ));
-    }
-    // Hot path: no message is formatted unless something is wrong.
-    let next = |c: &mut Cursor<'_>, arg: usize| {
-        let pos = c.pos();
-        c.try_varint().map_err(|e| match e {
-            VarintError::Truncated => c.error_at(
-                start,
-                format_args!("{} event runs past the end of the payload", kind.name()),
-            ),
-            VarintError::Overflow if arg == 0 => c.error_at(
-                pos,
-                format_args!(
-                    "the timestamp delta of a {} event overflows 64 bits",
-                    kind.name()
-                ),
-            ),
-            VarintError::Overflow => c.error_at(
-                pos,
-                format_args!(
-                    "argument {arg} of a {} event overflows 64 bits",
-                    kind.name()
-                ),
-            ),
-        })
-    };
-    let delta = next(c, 0)?;
-    let mut args = [0u64; 4];
-    for (i, arg) in args.iter_mut().enumerate().take(kind.arg_count()) {
-        *arg = next(c, i + 1)?;
-    }
-    let mut entry = 0;
-    if tagged {
-        entry = next(c, kind.arg_count() + 1)?;
-        if alloctrace_format::EntryPoint::from_tag(entry).is_none() {
-            return Err(c.error_at(
-                start,
-                format_args!("unknown entry point {entry} on a {} event", kind.name()),
-            ));
+    let mut pos = start;
+    match decode_event(c.buf, &mut pos) {
+        Ok(e) => {
+            c.pos = pos;
+            let [a0, a1, a2, a3, entry] = e.args;
+            Ok(RawEvent {
+                kind: e.kind,
+                long_form: e.long_form(),
+                delta: e.time_delta,
+                args: [a0, a1, a2, a3],
+                entry,
+            })
+        }
+        Err(e) => {
+            let at = match e {
+                EventError::Overflow { at, .. } => at,
+                _ => start,
+            };
+            Err(c.error_at(at, e))
         }
     }
-    if kind.has_stack() && args[3] == 0 {
-        return Err(c.error_at(
-            start,
-            format_args!(
-                "{} event with stack ID 0 (an allocation without a stack is written as kind {})",
-                kind.name(),
-                kind.without_stack() as u8
-            ),
-        ));
-    }
-    let short_stack_size =
-        matches!(kind, EventKind::StackExists | EventKind::StackAlloc) && !long_form;
-    if short_stack_size && args[1] > MAX_STACK_ORDER {
-        return Err(c.error_at(
-            start,
-            format_args!(
-                "{} event with stack order {} (at most {MAX_STACK_ORDER})",
-                kind.name(),
-                args[1]
-            ),
-        ));
-    }
-    Ok(RawEvent {
-        kind,
-        long_form,
-        delta,
-        args,
-        entry,
-    })
 }
 
 /// A varint as `get_uvarint` reads it, with the one-byte case inline.
@@ -334,8 +262,7 @@ const KIND_BYTES: [Option<KindByte>; 256] = {
                     tagged,
                     args: kind.arg_count() as u8,
                     stack: kind.has_stack(),
-                    stack_order: matches!(kind, EventKind::StackExists | EventKind::StackAlloc)
-                        && !long_form,
+                    stack_order: kind.size_as_log2() && !long_form,
                 });
             }
         }
@@ -1014,5 +941,53 @@ mod tests {
                 && refused as usize > crate::test_util::rounds(10_000),
             "{accepted} accepted, {refused} refused"
         );
+    }
+
+    /// `event_fast` and `event_at` against the general decoder (`event`,
+    /// the format crate's `decode_event`) on every kind byte (every kind,
+    /// with and without a call stack, in both forms, tagged or not, and
+    /// the bytes that name no kind) with argument values at the varints'
+    /// length boundaries and the checks' limits: the same verdict, the
+    /// same event, the same end.
+    #[test]
+    fn fast_decoders_equal_the_general_one_on_every_kind() {
+        let ctx = BatchContext {
+            kind: BatchKind::Events,
+            offset: 0,
+        };
+        let odd = [0u64, 1, 63, 64, 127, 128, 13, 14, 1 << 35, u64::MAX];
+        let (mut accepted, mut refused) = (0u32, 0u32);
+        for kind_byte in 0..=255u8 {
+            for (j, &v) in odd.iter().enumerate() {
+                let w = odd[(j + 3) % odd.len()];
+                // Kind byte, time delta, four arguments and an entry tag
+                // (a reader takes as many as the kind byte says).
+                let mut bytes = vec![kind_byte];
+                for x in [v, v, w, v ^ 1, w, odd[(j + 5) % odd.len()]] {
+                    let mut b = [0u8; 10];
+                    let n = alloctrace_format::put_uvarint(&mut b, 0, x);
+                    bytes.extend_from_slice(&b[..n]);
+                }
+                for len in [bytes.len(), bytes.len() - 1, 3] {
+                    let buf = &bytes[..len];
+                    let mut c = Cursor::new(buf, 0, ctx);
+                    let general = event(&mut c).ok().map(|e| (e, c.pos()));
+                    let mut end = 0;
+                    let fast = event_fast(buf, &mut end).map(|e| (e, end));
+                    assert_eq!(fast, general, "{buf:02x?}");
+                    let mut padded = buf.to_vec();
+                    padded.resize(buf.len() + WINDOW, 0);
+                    let mut c = Cursor::new(&padded, 0, ctx);
+                    let general_padded = event(&mut c).ok().map(|e| (e, c.pos()));
+                    assert_eq!(event_at(&padded, 0), general_padded, "{buf:02x?} padded");
+                    if general.is_some() {
+                        accepted += 1;
+                    } else {
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        assert!(accepted > 300 && refused > 1000, "{accepted} {refused}");
     }
 }

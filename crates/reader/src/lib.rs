@@ -149,6 +149,8 @@ mod generation;
 mod open;
 mod source;
 mod stacks;
+/// Builds traces for tests (the `testing` feature; not a stable API).
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;
 mod unpack;

@@ -2,13 +2,14 @@
 //! and the CLI that must not depend on the writer library. Also builds
 //! deliberately broken traces: every method takes raw values unchecked.
 //!
-//! Not part of the stable API.
+//! Behind the `testing` feature (this crate's tests, the CLI's and the
+//! fuzz target's enable it); not part of the stable API.
 
 use alloctrace_format::stacks::{CallStackNode, FrameEntry, FrameWord, ModuleEntry};
 use alloctrace_format::{
-    batch_checksum, compress_address, exact_log2, pages, put_uvarint, BatchKind, EventKind,
-    FileHeader, BATCH_PREFIX_LEN, FILE_HEADER_LEN, LONG_FORM, MAX_VARINT_LEN, VERSION, VERSION_1,
-    VERSION_2,
+    batch_checksum, compress_address, encode_event, exact_log2, pages, put_uvarint, AddressClass,
+    BatchKind, EventKind, FileHeader, BATCH_PREFIX_LEN, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM,
+    MAX_EVENT_LEN, MAX_VARINT_LEN, VERSION, VERSION_1, VERSION_2,
 };
 
 use crate::{EventData, GenerationInfo, TypeInfo};
@@ -355,12 +356,10 @@ impl EventsBody {
         addr: u64,
         data: &EventData,
     ) -> &mut Self {
-        let align = match kind_of(data) {
-            EventKind::SpanExists | EventKind::SpanAlloc | EventKind::SpanFree => info.page_size,
-            EventKind::HeapObjectExists
-            | EventKind::HeapObjectAlloc
-            | EventKind::HeapObjectFree => info.min_heap_align,
-            _ => info.min_stack_align,
+        let align = match kind_of(data).address_class() {
+            AddressClass::Span => info.page_size,
+            AddressClass::HeapObject => info.min_heap_align,
+            AddressClass::Stack | AddressClass::Raw => info.min_stack_align,
         };
         let id =
             exact_log2(align).and_then(|shift| compress_address(addr, info.min_heap_addr, shift));
@@ -431,29 +430,34 @@ impl EventsBody {
         stack_size: u64,
         data: &EventData,
     ) -> &mut Self {
-        let kind = kind_of(data) as u8 | if long { LONG_FORM } else { 0 };
-        match *data {
+        let kind = kind_of(data);
+        let mut flags = if long { LONG_FORM } else { 0 };
+        let (second, third, entry) = match *data {
             EventData::SpanExists { npages, kind_class }
-            | EventData::SpanAlloc { npages, kind_class } => {
-                self.raw_event(kind, ticks, &[first, npages, kind_class])
-            }
+            | EventData::SpanAlloc { npages, kind_class } => (npages, kind_class, 0),
             EventData::HeapObjectExists { size, type_id }
-            | EventData::HeapObjectAlloc { size, type_id } => {
-                self.raw_event(kind, ticks, &[first, size, type_id])
-            }
-            EventData::StackExists { .. } | EventData::StackAlloc { .. } => {
-                self.raw_event(kind, ticks, &[first, stack_size])
-            }
-            EventData::SpanFree | EventData::HeapObjectFree | EventData::StackFree => {
-                self.raw_event(kind, ticks, &[first])
-            }
+            | EventData::HeapObjectAlloc { size, type_id } => (size, type_id, 0),
+            EventData::StackExists { .. } | EventData::StackAlloc { .. } => (stack_size, 0, 0),
             // A call is always tagged; the builder tags it as a malloc.
-            EventData::Call => self.raw_event(kind | alloctrace_format::ENTRY_TAG, ticks, &[0, 1]),
-            // kind_of refused them above.
-            EventData::PageAlloc { .. }
-            | EventData::PageFree { .. }
-            | EventData::PageScav { .. } => self,
-        }
+            EventData::Call => {
+                flags |= ENTRY_TAG;
+                (0, 0, 1)
+            }
+            _ => (0, 0, 0),
+        };
+        // The format's encoder, as the writer's.
+        let mut out = [0u8; MAX_EVENT_LEN];
+        let delta = ticks.wrapping_sub(self.last_ticks);
+        let n = encode_event(
+            &mut out,
+            kind,
+            flags,
+            delta,
+            [first, second, third, 0, entry],
+        );
+        self.bytes.extend_from_slice(&out[..n]);
+        self.last_ticks = ticks;
+        self
     }
 }
 
