@@ -122,12 +122,12 @@ static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uin
  * ALLOCTRACE_CLASS_*_; `nargs` arguments after the address; `stack_size`
  * when a1 is a stack size written as its log2: the ALLOCTRACE_*_ numbers
  * of the kind in alloctrace_format.h) in w's current batch, exactly as the
- * library's write_event_fast does (crates/writer/src/emit.rs, with the
+ * library's write_event_fast does (crates/writer/src/event/emit.rs, with the
  * format crate's short_form and encode_event). Returns 1 when recorded or
  * tracing is off, 0 when the caller must take the out-of-line path. Changes
  * nothing before it knows it can finish.
  *
- * The seqlock section is the library's (crates/writer/src/session.rs, invariant 1): seq is
+ * The seqlock section is the library's (crates/writer/src/session/mod.rs, invariant 1): seq is
  * made odd, a compiler fence (inline mode is on only where the advancer
  * uses membarrier), the generation is loaded, the batch of its parity is
  * written, and seq is made even with release.
