@@ -9,11 +9,13 @@
 #![deny(unsafe_code)]
 
 mod analyze;
+mod answers;
 mod check;
 mod dump;
 mod export;
 mod failure;
 mod generate;
+mod html;
 mod input;
 mod os;
 mod output;
@@ -21,8 +23,6 @@ mod pages;
 mod print;
 mod progress;
 mod record;
-mod report;
-mod reports;
 mod stacks;
 mod stats;
 mod symbolize;
@@ -95,15 +95,15 @@ enum Command {
     /// Runs a program under the LD_PRELOAD shim and traces it (exit status passed through).
     Record(record::Args),
     /// Writes one self-contained HTML page: live memory over time, the peak and what was live at it, leaks, temporaries, sizes, lifetimes, threads, types.
-    Report(report::Args),
+    Report(html::Args),
     /// The allocation sites (by stack, function, type, size or thread), largest first.
-    Top(reports::top::Args),
+    Top(answers::top::Args),
     /// Memory still live at the end, grouped by stack, largest first.
-    Leaks(reports::leaks::Args),
+    Leaks(answers::leaks::Args),
     /// The allocation sites as an interactive flame graph SVG, or folded stacks.
-    Flamegraph(reports::flamegraph::Args),
+    Flamegraph(answers::flamegraph::Args),
     /// The sites whose allocations, peak or leaks changed between two traces.
-    Diff(reports::diff::Args),
+    Diff(answers::diff::Args),
     /// Resolves the native frames of each trace's call stacks into FILE.symbols beside it (functions, files, lines), for reports on another machine.
     Symbolize(symbolize::Args),
     /// Writes the traces in another tool's format: pprof, Chrome trace JSON or Parquet tables.
@@ -163,11 +163,11 @@ fn main() -> ExitCode {
             run_each(files, |input, label| check::run(input, *json, label))
         }
         Command::Record(args) => record::run(args),
-        Command::Report(args) => report::run(args),
-        Command::Top(args) => reports::top::run(args),
-        Command::Leaks(args) => reports::leaks::run(args),
-        Command::Flamegraph(args) => reports::flamegraph::run(args),
-        Command::Diff(args) => reports::diff::run(args),
+        Command::Report(args) => html::run(args),
+        Command::Top(args) => answers::top::run(args),
+        Command::Leaks(args) => answers::leaks::run(args),
+        Command::Flamegraph(args) => answers::flamegraph::run(args),
+        Command::Diff(args) => answers::diff::run(args),
         Command::Symbolize(args) => symbolize::run(args),
         Command::Export(args) => export::run(args),
     };

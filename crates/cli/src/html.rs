@@ -18,7 +18,7 @@
 //! numbers, and the flamegraph (inferno) escapes its own text.
 
 mod charts;
-mod page;
+mod document;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -88,7 +88,7 @@ fn write_report(
     let Both(profile, Both(timeline, summary)) = visitor;
     let mut resolver = args.symbols.resolver(inputs);
     let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
-    let html = page::render(&mut page::Model {
+    let html = document::render(&mut document::Model {
         files: &names,
         pass: &pass,
         profile: &profile,

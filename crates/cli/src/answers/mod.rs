@@ -1,6 +1,6 @@
-//! The site reports: `top`, `leaks`, `flamegraph` and `diff`, each a
-//! [`Profile`] of one pass over the traces given, its stacks symbolized
-//! for output.
+//! The answers about allocation sites: `top`, `leaks`, `flamegraph` and
+//! `diff`, each a [`Profile`] of one pass over the traces given, its
+//! stacks symbolized for output. (The HTML report is html.rs.)
 
 pub mod diff;
 pub mod flamegraph;
