@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use alloctrace_analysis::{Pass, Resolver, Visitor};
 use alloctrace_symbolize::{sidecar_path, Options, Symbolizer};
 
+use crate::failure::Failure;
+use crate::input::{expand_inputs, open, Input};
+use crate::print::{prefix, truncation_warning};
 use crate::progress::Progress;
-use crate::{expand_inputs, open, prefix, truncation_warning, Failure, Input};
 
 /// The symbolizer's options, the same for every analysis command.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -32,8 +34,8 @@ impl SymbolArgs {
             if let Err(err) = resolver.symbolizer.load_symbols(&symbols) {
                 eprintln!(
                     "warning: {} is not used: {}; symbolizing from the modules' files",
-                    crate::printable(&symbols.display().to_string()),
-                    crate::printable(&err)
+                    crate::print::printable(&symbols.display().to_string()),
+                    crate::print::printable(&err)
                 );
             }
         }

@@ -5,8 +5,10 @@
 
 use serde_json::json;
 
+use crate::failure::Failure;
+use crate::input::Input;
+use crate::print::{prefix, print_stdout};
 use crate::stats::{self, Stats};
-use crate::{prefix, print_stdout, Failure, Input};
 
 struct Verdict {
     status: &'static str,
@@ -67,7 +69,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
         if let (Some(name), Some(map)) = (label, obj.as_object_mut()) {
             map.insert("file".into(), serde_json::Value::from(name));
         }
-        print_stdout(&format!("{}\n", crate::json_text(&obj)))?;
+        print_stdout(&format!("{}\n", crate::print::json_text(&obj)))?;
     } else if verdict.code == 0 {
         print_stdout(&format!("{}{}\n", prefix(label), verdict.message))?;
     } else {

@@ -5,8 +5,10 @@ use std::io::{self, BufWriter, IsTerminal, Write};
 
 use alloctrace_reader::{Event, EventData, Record, TypeInfo};
 
+use crate::failure::Failure;
+use crate::input::{open, Input};
+use crate::print::{output_error, prefix, printable, truncation_warning};
 use crate::progress::Progress;
-use crate::{open, output_error, prefix, printable, truncation_warning, Failure, Input};
 
 /// Dumps one trace; a labelled one (one of several) gets a `==> NAME <==`
 /// line before its text, or a `"file"` key first in each JSON object.
@@ -22,7 +24,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(256 * 1024, stdout.lock());
     let file_key = match label {
-        Some(name) if json => format!("\"file\":{},", crate::json_text(&name.into())),
+        Some(name) if json => format!("\"file\":{},", crate::print::json_text(&name.into())),
         _ => String::new(),
     };
     if let (Some(name), false) = (label, json) {

@@ -7,16 +7,15 @@
 
 use std::path::Path;
 
-use clap::CommandFactory;
 use clap_complete::Shell;
 
-use crate::{Cli, Failure};
+use crate::failure::Failure;
 
-pub fn run(dir: &Path) -> Result<(), Failure> {
+/// `cmd`: the clap definition of `alloctrace` (main.rs's `Cli`).
+pub fn run(dir: &Path, cmd: clap::Command) -> Result<(), Failure> {
     let io = |what: &str, e: std::io::Error| {
         Failure::Io(format!("cannot write {what} under {}: {e}", dir.display()))
     };
-    let cmd = Cli::command();
     let man = dir.join("man1");
     std::fs::create_dir_all(&man).map_err(|e| io("the man pages", e))?;
     clap_mangen::generate_to(cmd.clone(), &man).map_err(|e| io("the man pages", e))?;

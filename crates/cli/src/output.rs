@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use alloctrace_symbolize::sidecar_path;
 
-use crate::{Failure, Input};
+use crate::failure::Failure;
+use crate::input::Input;
 
 /// One file a command reads, as the user will recognise it.
 struct Read {

@@ -9,8 +9,10 @@ use alloctrace_format::exact_log2;
 use alloctrace_reader::{Event, EventData, GenerationInfo, Record};
 use serde_json::{json, Value};
 
+use crate::failure::Failure;
+use crate::input::{open, Input};
+use crate::print::{prefix, print_stdout, truncation_warning};
 use crate::progress::Progress;
-use crate::{open, prefix, print_stdout, truncation_warning, Failure, Input};
 
 /// Pages in use as disjoint, non-adjacent runs of page numbers: start to
 /// end (exclusive). u128 so that a run near the top of the address space
@@ -265,7 +267,7 @@ impl PageStats {
         let mut s = format!(
             "{:<30}{} ({file_bytes} bytes)\n",
             "file",
-            crate::printable(name)
+            crate::print::printable(name)
         );
         let mut row = |name: &str, value: &dyn std::fmt::Display, note: &str| {
             let _ = writeln!(s, "{name:<30}{value:>14}{note}");
@@ -357,7 +359,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
         if let (Some(name), Some(map)) = (label, v.as_object_mut()) {
             map.insert("file".into(), serde_json::Value::from(name));
         }
-        format!("{}\n", crate::json_text(&v))
+        format!("{}\n", crate::print::json_text(&v))
     } else {
         let mut text = stats.to_text(&input.name(), size.max(reader.bytes_read()), truncated_at);
         if label.is_some() {

@@ -40,8 +40,8 @@ use std::process::Command;
 
 use alloctrace_options::{env, Clock, Compression, Families, Stacks};
 
+use crate::failure::Failure;
 use crate::units::{self, Decimals};
-use crate::Failure;
 
 /// The shim's file name.
 pub const SHIM: &str = "liballoctrace_preload.so";
@@ -353,9 +353,9 @@ fn alive(pid: &str) -> bool {
 fn summary(trace: &Trace, read: bool) -> String {
     let head = format!(
         "  {} (pid {}, {})",
-        crate::printable(&trace.path.display().to_string()),
+        crate::print::printable(&trace.path.display().to_string()),
         trace.pid,
-        crate::printable(&trace.program)
+        crate::print::printable(&trace.program)
     );
     let running = trace.end.is_none() && alive(&trace.pid);
     if running {
@@ -389,7 +389,7 @@ fn summary(trace: &Trace, read: bool) -> String {
             ),
         };
     }
-    let stats = match crate::stats::collect(&crate::Input::file(&trace.path)) {
+    let stats = match crate::stats::collect(&crate::input::Input::file(&trace.path)) {
         Ok(stats) => stats,
         Err(Failure::Malformed(err)) => return format!("{head}\n    malformed: {err}"),
         Err(Failure::Io(msg)) => return format!("{head}\n    cannot read it: {msg}"),
@@ -456,7 +456,7 @@ fn shell_word(path: &Path) -> String {
     if plain {
         text.into_owned()
     } else {
-        crate::printable(&format!("'{}'", text.replace('\'', r"'\''"))).into_owned()
+        crate::print::printable(&format!("'{}'", text.replace('\'', r"'\''"))).into_owned()
     }
 }
 
@@ -511,7 +511,7 @@ fn grouped(index: &Index, run_dir: Option<&Path>, cwd: &Path, budget: &mut u64) 
     }
     let mut programs: Vec<(String, u64, u64)> = by_program
         .into_iter()
-        .map(|(p, (n, bytes))| (crate::printable(p).into_owned(), n, bytes))
+        .map(|(p, (n, bytes))| (crate::print::printable(p).into_owned(), n, bytes))
         .collect();
     programs.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
     let mut rows: Vec<[String; 3]> = vec![[
@@ -609,9 +609,9 @@ fn report(
             for trace in &index.traces {
                 out.push_str(&format!(
                     "  {} (pid {}, {})\n",
-                    crate::printable(&trace.path.display().to_string()),
+                    crate::print::printable(&trace.path.display().to_string()),
                     trace.pid,
-                    crate::printable(&trace.program)
+                    crate::print::printable(&trace.program)
                 ));
             }
         } else if index.traces.len() <= REPORT_EVERY_TRACE_UP_TO {
@@ -852,7 +852,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Err(e) => {
             let _ = std::fs::remove_file(&index_path);
             cleanup_dir(&run_dir);
-            crate::print_stderr(&format!("error: cannot run {name}: {e}\n"));
+            crate::print::print_stderr(&format!("error: cannot run {name}: {e}\n"));
             // As env(1) and the shells: 127 not found, 126 not runnable.
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
@@ -885,7 +885,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     };
     // Never a panic (as eprint! on a closed pipe or a full disk): the
     // status is CMD's whatever happens to the report.
-    crate::print_stderr(&report(
+    crate::print::print_stderr(&report(
         &found,
         &name,
         &status_text,

@@ -9,7 +9,9 @@ use std::io::{self, BufWriter, Write};
 use alloctrace_reader::{Frame, Module, Stacks, Step};
 use serde_json::{json, Value};
 
-use crate::{open, output_error, prefix, printable, truncation_warning, Failure, Input};
+use crate::failure::Failure;
+use crate::input::{open, Input};
+use crate::print::{output_error, prefix, printable, truncation_warning};
 
 /// Lists one trace's stacks; a labelled one gets a `==> NAME <==` line, or
 /// a `"file"` key in each JSON object.
@@ -155,7 +157,7 @@ fn write_json(
         if let (Some(name), Some(map)) = (label, v.as_object_mut()) {
             map.insert("file".into(), Value::from(name));
         }
-        writeln!(out, "{}", crate::json_text(&v))
+        writeln!(out, "{}", crate::print::json_text(&v))
     };
     for m in stacks.modules() {
         line(json!({ "gen": generation, "module": module_json(m) }))?;

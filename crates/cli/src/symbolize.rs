@@ -12,8 +12,10 @@ use alloctrace_format::stacks::FrameWord;
 use alloctrace_reader::{Stacks, Step};
 use alloctrace_symbolize::{sidecar_path, ModuleKey, Options, Quality, Sidecar, Symbolizer};
 
+use crate::failure::Failure;
+use crate::input::{open, run_each, Input};
 use crate::output::refuse_traces;
-use crate::{open, prefix, run_each, truncation_warning, Failure, Input};
+use crate::print::{prefix, truncation_warning};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -74,7 +76,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         let result = one(&mut symbolizer, input, label);
         let warnings = symbolizer.warnings();
         for w in &warnings[warned..] {
-            eprintln!("warning: {}", crate::printable(w));
+            eprintln!("warning: {}", crate::print::printable(w));
         }
         warned = warnings.len();
         result
@@ -216,5 +218,5 @@ fn one(symbolizer: &mut Symbolizer, input: &Input, label: Option<&str>) -> Resul
             out.display()
         )
     };
-    crate::print_stdout(&format!("{}\n", crate::printable(&summary)))
+    crate::print::print_stdout(&format!("{}\n", crate::print::printable(&summary)))
 }

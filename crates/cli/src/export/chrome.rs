@@ -233,7 +233,7 @@ pub fn write(events: &[Value], out: &mut dyn Write) -> std::io::Result<()> {
     });
     // As every --json output: safe on a terminal (`-o -`), DEL and C1
     // escaped too; bounded in size (the module's header), so one string.
-    out.write_all(crate::json_text(&doc).as_bytes())?;
+    out.write_all(crate::print::json_text(&doc).as_bytes())?;
     out.write_all(b"\n")?;
     out.flush()
 }

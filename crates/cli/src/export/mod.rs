@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use alloctrace_analysis::{Both, Breakdowns, Profile, Summary, Timeline};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
+use crate::failure::Failure;
 use crate::output::{files_in, refuse_inputs};
-use crate::{output_error, Failure};
+use crate::print::output_error;
 
 /// What `export` writes.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,7 +35,7 @@ use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::ColumnPath;
 use rustc_hash::FxHashMap;
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// Every file the export writes in its directory (`export` refuses a
 /// directory where one of them is an input).

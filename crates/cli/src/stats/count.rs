@@ -13,7 +13,7 @@ use hashbrown::hash_table::{Entry, HashTable};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use super::Stats;
-use crate::Reader;
+use crate::input::Reader;
 
 /// Live map of one address space (heap objects, spans or stacks): address
 /// to the size recorded at allocation. FxHash: one lookup per event, and

@@ -19,8 +19,10 @@ use alloctrace_format::{EntryPoint, ENTRY_POINTS};
 use alloctrace_reader::ProcessInfo;
 use serde_json::Value;
 
+use crate::failure::Failure;
+use crate::input::Input;
 use crate::pages::PageStats;
-use crate::{prefix, print_stdout, truncation_warning, Failure, Input};
+use crate::print::{prefix, print_stdout, truncation_warning};
 
 use count::{Maps, TypeCount, KINDS};
 pub use pipeline::collect;
@@ -193,7 +195,7 @@ pub fn run(input: &Input, json: bool, all: bool, label: Option<&str>) -> Result<
         if let (Some(name), Some(map)) = (label, v.as_object_mut()) {
             map.insert("file".into(), Value::from(name));
         }
-        format!("{}\n", crate::json_text(&v))
+        format!("{}\n", crate::print::json_text(&v))
     } else {
         let mut text = stats.to_text(&input.name(), all);
         if label.is_some() {

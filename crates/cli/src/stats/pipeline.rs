@@ -10,8 +10,9 @@ use alloctrace_reader::{Clock, Step};
 
 use super::count::{Op, Reading, Tally};
 use super::Stats;
+use crate::failure::Failure;
+use crate::input::{open, Input};
 use crate::progress::Progress;
-use crate::{open, Failure, Input};
 
 /// Events of one generation, handed to the counting thread in order, and
 /// handed back to be filled again.

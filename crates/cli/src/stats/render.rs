@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::count::kind_names;
 use super::Stats;
-use crate::printable;
+use crate::print::printable;
 use crate::units::{bytes, count, duration, Decimals};
 
 /// Rows of threads and of types the table shows without `--all`.

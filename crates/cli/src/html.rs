@@ -18,7 +18,7 @@
 //! numbers, and the flamegraph (inferno) escapes its own text.
 
 mod charts;
-mod page;
+mod document;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -26,8 +26,8 @@ use std::path::PathBuf;
 use alloctrace_analysis::{Both, Breakdowns, Profile, Summary, Timeline};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
+use crate::failure::Failure;
 use crate::output::refuse_inputs;
-use crate::Failure;
 
 /// Frames shown per stack in a table.
 pub const MAX_FRAMES: usize = 48;
@@ -73,7 +73,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 
 fn write_report(
     args: &Args,
-    inputs: &[crate::Input],
+    inputs: &[crate::input::Input],
     out: &mut std::fs::File,
 ) -> Result<(), Failure> {
     let cannot =
@@ -88,7 +88,7 @@ fn write_report(
     let Both(profile, Both(timeline, summary)) = visitor;
     let mut resolver = args.symbols.resolver(inputs);
     let names: Vec<String> = inputs.iter().map(|i| i.name()).collect();
-    let html = page::render(&mut page::Model {
+    let html = document::render(&mut document::Model {
         files: &names,
         pass: &pass,
         profile: &profile,
@@ -98,7 +98,7 @@ fn write_report(
         resolver: &mut resolver,
     });
     for warning in resolver.symbolizer.warnings() {
-        eprintln!("warning: {}", crate::printable(&warning));
+        eprintln!("warning: {}", crate::print::printable(&warning));
     }
     out.write_all(html.as_bytes()).map_err(cannot)?;
     out.flush().map_err(cannot)

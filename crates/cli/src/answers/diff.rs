@@ -16,8 +16,9 @@ use serde_json::{json, Value};
 
 use super::{counts_json, frame_text, stack_json, Output, Profiled, NO_STACK};
 use crate::analyze::SymbolArgs;
+use crate::failure::Failure;
+use crate::print::print_stdout;
 use crate::units::{self, Decimals};
-use crate::{print_stdout, Failure};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -242,8 +243,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         let _ = write!(
             out.text,
             "{{\"after\":{},\"before\":{},\"sites\":[",
-            crate::json_text(&counts(&total_after)),
-            crate::json_text(&counts(&total_before))
+            crate::print::json_text(&counts(&total_after)),
+            crate::print::json_text(&counts(&total_before))
         );
         for (i, c) in changes.iter().enumerate() {
             if i > 0 {
@@ -254,7 +255,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 "before": counts(&c.before),
                 "after": counts(&c.after),
             });
-            out.text.push_str(&crate::json_text(&site));
+            out.text.push_str(&crate::print::json_text(&site));
             out.flush_some()?;
         }
         out.text.push_str("]}\n");

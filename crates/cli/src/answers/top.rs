@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 
 use super::{counts_json, frame_text, stack_json, Output, Profiled};
 use crate::analyze::SymbolArgs;
+use crate::failure::Failure;
+use crate::print::print_stdout;
 use crate::units::{self, Decimals};
-use crate::{print_stdout, Failure};
 
 /// What a row of `top` stands for.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,7 +181,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 Key::Number(n) => obj.insert("key".into(), json!(n)),
             };
             counts_json(site, &mut obj);
-            out.text.push_str(&crate::json_text(&Value::Object(obj)));
+            out.text
+                .push_str(&crate::print::json_text(&Value::Object(obj)));
             out.flush_some()?;
         }
         out.text.push_str("]}\n");
@@ -198,7 +200,7 @@ fn table(p: &mut Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
     let peak = p.profile.peak();
     let mut out = String::new();
     let traces = match p.names.len() {
-        1 => crate::printable(&p.names[0]).into_owned(),
+        1 => crate::print::printable(&p.names[0]).into_owned(),
         n => format!("{n} traces"),
     };
     let _ = writeln!(
@@ -282,7 +284,7 @@ fn table(p: &mut Profiled, args: &Args, rows: &[(Key, Site)]) -> String {
                     );
                 }
             }
-            Key::Text(t) => line(&mut out, row, &crate::printable(t)),
+            Key::Text(t) => line(&mut out, row, &crate::print::printable(t)),
             Key::Number(n) => {
                 let key = match args.by {
                     By::Size => format!("{n} B"),

@@ -71,6 +71,40 @@ fn svg_img(svg: &str, alt: &str, id: &str) -> String {
     )
 }
 
+/// One section of the page: its anchor, its link in the navigation, and
+/// what writes its body (all between `<section id=...>` and
+/// `</section>`). [`SECTIONS`] drives both the navigation and the page.
+struct Section(
+    /// The anchor (`<section id=...>`).
+    &'static str,
+    /// The link's text.
+    &'static str,
+    /// Writes the body.
+    fn(&mut String, &mut Model, &Shared),
+);
+
+/// What several sections show, computed once.
+struct Shared {
+    /// Every trace's live memory over time, merged.
+    merged: Series,
+    /// The allocation sites, by stack.
+    sites: Vec<(StackId, Site)>,
+}
+
+/// The page's sections, in order. A Symbols section follows them when
+/// the symbolizer has warnings (it has no link).
+const SECTIONS: [Section; 9] = [
+    Section("r-run", "Run", run_section),
+    Section("r-timeline", "Live memory", timeline_section),
+    Section("r-peak", "Peak", peak_section),
+    Section("r-leaks", "Leaks", leaks_section),
+    Section("r-temporary", "Temporary", temporary_section),
+    Section("r-sizes", "Sizes", sizes_section),
+    Section("r-lifetimes", "Lifetimes", lifetimes_section),
+    Section("r-threads", "Threads", threads_section),
+    Section("r-types", "Types", types_section),
+];
+
 pub fn render(m: &mut Model) -> String {
     let mut h = String::with_capacity(256 * 1024);
     let title = if m.files.len() == 1 {
@@ -89,29 +123,26 @@ pub fn render(m: &mut Model) -> String {
     );
     let _ = write!(
         h,
-        "<header><h1>alloctrace report</h1><p class=\"files\">{}</p>\n<nav>\
-         <a href=\"#r-run\">Run</a><a href=\"#r-timeline\">Live memory</a>\
-         <a href=\"#r-peak\">Peak</a><a href=\"#r-leaks\">Leaks</a>\
-         <a href=\"#r-temporary\">Temporary</a><a href=\"#r-sizes\">Sizes</a>\
-         <a href=\"#r-lifetimes\">Lifetimes</a><a href=\"#r-threads\">Threads</a>\
-         <a href=\"#r-types\">Types</a></nav></header>\n<main>\n",
+        "<header><h1>alloctrace report</h1><p class=\"files\">{}</p>\n<nav>",
         m.files
             .iter()
             .map(|f| format!("<code>{}</code>", esc(&clip(f))))
             .collect::<Vec<_>>()
             .join(" ")
     );
-    run_section(&mut h, m);
-    let merged = m.timeline.merged();
-    timeline_section(&mut h, m, &merged);
-    let sites: Vec<(StackId, Site)> = m.profile.sites().map(|(id, s)| (id, *s)).collect();
-    peak_section(&mut h, m, &sites);
-    leaks_section(&mut h, m, &sites);
-    temporary_section(&mut h, m, &sites);
-    sizes_section(&mut h, m);
-    lifetimes_section(&mut h, m);
-    threads_section(&mut h, m);
-    types_section(&mut h, m);
+    for Section(id, nav, _) in &SECTIONS {
+        let _ = write!(h, "<a href=\"#{id}\">{nav}</a>");
+    }
+    h.push_str("</nav></header>\n<main>\n");
+    let shared = Shared {
+        merged: m.timeline.merged(),
+        sites: m.profile.sites().map(|(id, s)| (id, *s)).collect(),
+    };
+    for Section(id, _, body) in &SECTIONS {
+        let _ = write!(h, "<section id=\"{id}\">");
+        body(&mut h, m, &shared);
+        h.push_str("</section>\n");
+    }
     let warnings = m.resolver.symbolizer.warnings();
     if !warnings.is_empty() {
         h.push_str("<section id=\"r-symbols\"><h2>Symbols</h2>\n");
@@ -129,11 +160,11 @@ pub fn render(m: &mut Model) -> String {
     h
 }
 
-fn run_section(h: &mut String, m: &Model) {
+fn run_section(h: &mut String, m: &mut Model, _: &Shared) {
     let stats = &m.pass.stats;
     let total = m.profile.total();
     let peak = m.profile.peak();
-    h.push_str("<section id=\"r-run\"><h2>Run</h2>\n");
+    h.push_str("<h2>Run</h2>\n");
     h.push_str(
         "<table class=\"facts\"><thead><tr><th>Trace</th><th>PID</th><th>Command</th>\
          <th>Started (UTC)</th><th>Duration</th><th>Generations</th></tr></thead><tbody>\n",
@@ -228,7 +259,6 @@ fn run_section(h: &mut String, m: &Model) {
     for w in warnings {
         let _ = writeln!(h, "<p class=\"warning\">{w}</p>");
     }
-    h.push_str("</section>\n");
 }
 
 /// The command line as a shell would take it back (arguments quoted
@@ -237,10 +267,11 @@ fn shell_line(args: &[String]) -> String {
     shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
 }
 
-fn timeline_section(h: &mut String, m: &Model, s: &Series) {
-    h.push_str("<section id=\"r-timeline\"><h2>Live memory over time</h2>\n");
+fn timeline_section(h: &mut String, m: &mut Model, shared: &Shared) {
+    let s = &shared.merged;
+    h.push_str("<h2>Live memory over time</h2>\n");
     let Some(origin) = s.origin_ns else {
-        h.push_str("<p class=\"none\">No allocations in the trace.</p></section>\n");
+        h.push_str("<p class=\"none\">No allocations in the trace.</p>");
         return;
     };
     // The x axis counts from the first trace's start (event times count
@@ -376,7 +407,6 @@ fn timeline_section(h: &mut String, m: &Model, s: &Series) {
             String::new()
         }
     );
-    h.push_str("</section>\n");
 }
 
 /// The frames of a stack, innermost first ("[no stack]" for 0).
@@ -533,11 +563,12 @@ fn flame_svg(lines: &[String]) -> Option<String> {
     Some(svg[start..].to_string())
 }
 
-fn peak_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
+fn peak_section(h: &mut String, m: &mut Model, shared: &Shared) {
+    let sites = &shared.sites[..];
     let peak = m.profile.peak();
     let _ = writeln!(
         h,
-        "<section id=\"r-peak\"><h2>Peak: {} live{}</h2>\n<p>Heap objects {}, spans (mmap) {}, \
+        "<h2>Peak: {} live{}</h2>\n<p>Heap objects {}, spans (mmap) {}, \
          {} live allocations{}. What was live at that moment, by call stack:</p>",
         units::bytes(peak.total_bytes, Decimals::OneBelow100),
         if m.profile.peaks().len() == 1 && peak.total_bytes != 0 {
@@ -606,7 +637,6 @@ fn peak_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
             chosen.len(),
         );
     }
-    h.push_str("</section>\n");
 }
 
 /// "N more not shown" under a table cut at `shown` rows.
@@ -620,11 +650,12 @@ fn more(h: &mut String, all: usize, shown: usize) {
     }
 }
 
-fn leaks_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
+fn leaks_section(h: &mut String, m: &mut Model, shared: &Shared) {
+    let sites = &shared.sites[..];
     let total = m.profile.total();
     let _ = writeln!(
         h,
-        "<section id=\"r-leaks\"><h2>Leaks: {} in {} objects</h2>\n<p>Memory allocated in the \
+        "<h2>Leaks: {} in {} objects</h2>\n<p>Memory allocated in the \
          trace and still live when it ended, by call stack, largest first.</p>",
         units::bytes(total.leaked_bytes, Decimals::OneBelow100),
         units::thousands(total.leaked_objects)
@@ -664,14 +695,14 @@ fn leaks_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
             chosen.len(),
         );
     }
-    h.push_str("</section>\n");
 }
 
-fn temporary_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
+fn temporary_section(h: &mut String, m: &mut Model, shared: &Shared) {
+    let sites = &shared.sites[..];
     let total = m.profile.total();
     let _ = writeln!(
         h,
-        "<section id=\"r-temporary\"><h2>Temporary allocations: {} of {}</h2>\n<p>Allocations freed \
+        "<h2>Temporary allocations: {} of {}</h2>\n<p>Allocations freed \
          right after they were made, with no other allocation or free between (as heaptrack \
          counts them), by call stack.</p>",
         units::thousands(total.temporary),
@@ -712,7 +743,6 @@ fn temporary_section(h: &mut String, m: &mut Model, sites: &[(StackId, Site)]) {
             chosen.len(),
         );
     }
-    h.push_str("</section>\n");
 }
 
 fn histogram_table(
@@ -735,8 +765,8 @@ fn histogram_table(
     h.push_str("</tbody></table>\n");
 }
 
-fn sizes_section(h: &mut String, m: &Model) {
-    h.push_str("<section id=\"r-sizes\"><h2>Allocation sizes</h2>\n");
+fn sizes_section(h: &mut String, m: &mut Model, _: &Shared) {
+    h.push_str("<h2>Allocation sizes</h2>\n");
     let heap = &m.summary.sizes[Memory::Heap as usize];
     let span = &m.summary.sizes[Memory::Span as usize];
     let stack = &m.summary.sizes[Memory::Stack as usize];
@@ -750,7 +780,7 @@ fn sizes_section(h: &mut String, m: &Model) {
         },
     );
     let Some((lo, hi)) = used else {
-        h.push_str("<p class=\"none\">No allocations.</p></section>\n");
+        h.push_str("<p class=\"none\">No allocations.</p>");
         return;
     };
     if let Some(r) = heap.used() {
@@ -803,7 +833,6 @@ fn sizes_section(h: &mut String, m: &Model) {
         columns.extend_from_slice(&["Stacks", "Stack bytes"]);
     }
     histogram_table(h, "r-sizes-table", "Size", rows, &columns);
-    h.push_str("</section>\n");
 }
 
 /// The sizes of bucket `k`: "0 B", "1 B", "2 – 3 B", "1 KiB – 2 KiB".
@@ -824,12 +853,12 @@ fn size_range(k: usize) -> String {
     }
 }
 
-fn lifetimes_section(h: &mut String, m: &Model) {
-    h.push_str("<section id=\"r-lifetimes\"><h2>Lifetimes</h2>\n");
+fn lifetimes_section(h: &mut String, m: &mut Model, _: &Shared) {
+    h.push_str("<h2>Lifetimes</h2>\n");
     let l: &Histogram = &m.summary.lifetimes;
     let total = m.profile.total();
     let Some(r) = l.used() else {
-        h.push_str("<p class=\"none\">Nothing was freed.</p></section>\n");
+        h.push_str("<p class=\"none\">Nothing was freed.</p>");
         return;
     };
     let labels: Vec<String> = r
@@ -884,7 +913,6 @@ fn lifetimes_section(h: &mut String, m: &Model) {
         rows,
         &["Freed allocations", "Bytes"],
     );
-    h.push_str("</section>\n");
 }
 
 fn breakdown_table(h: &mut String, id: &str, key: &str, rows: &[(String, Site)], peak_total: u64) {
@@ -923,8 +951,8 @@ fn breakdown_table(h: &mut String, id: &str, key: &str, rows: &[(String, Site)],
     h.push_str("</tbody></table>\n");
 }
 
-fn threads_section(h: &mut String, m: &Model) {
-    h.push_str("<section id=\"r-threads\"><h2>Threads</h2>\n<p>By the thread that made the allocation, most bytes allocated first.</p>\n");
+fn threads_section(h: &mut String, m: &mut Model, _: &Shared) {
+    h.push_str("<h2>Threads</h2>\n<p>By the thread that made the allocation, most bytes allocated first.</p>\n");
     let mut threads = m.profile.by_thread().unwrap_or_default();
     threads.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
     let all = threads.len();
@@ -945,11 +973,10 @@ fn threads_section(h: &mut String, m: &Model) {
         );
         more(h, all, rows.len());
     }
-    h.push_str("</section>\n");
 }
 
-fn types_section(h: &mut String, m: &Model) {
-    h.push_str("<section id=\"r-types\"><h2>Types</h2>\n");
+fn types_section(h: &mut String, m: &mut Model, _: &Shared) {
+    h.push_str("<h2>Types</h2>\n");
     let mut types = m.profile.by_type().unwrap_or_default();
     if types
         .iter()
@@ -957,7 +984,7 @@ fn types_section(h: &mut String, m: &Model) {
     {
         h.push_str(
             "<p class=\"none\">No typed allocations: types come from programs that register them \
-             through the C API (<code>trace_type_register</code>).</p></section>\n",
+             through the C API (<code>trace_type_register</code>).</p>",
         );
         return;
     }
@@ -973,7 +1000,6 @@ fn types_section(h: &mut String, m: &Model) {
         m.profile.peak().total_bytes,
     );
     more(h, all, types.len());
-    h.push_str("</section>\n");
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! The site reports: `top`, `leaks`, `flamegraph` and `diff`, each a
-//! [`Profile`] of one pass over the traces given, its stacks symbolized
-//! for output.
+//! The answers about allocation sites: `top`, `leaks`, `flamegraph` and
+//! `diff`, each a [`Profile`] of one pass over the traces given, its
+//! stacks symbolized for output. (The HTML report is html.rs.)
 
 pub mod diff;
 pub mod flamegraph;
@@ -14,7 +14,8 @@ use alloctrace_analysis::{Breakdowns, Pass, Profile, Resolver, Site, SourceFrame
 use serde_json::{json, Value};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
-use crate::{printable, Failure};
+use crate::failure::Failure;
+use crate::print::printable;
 
 /// A pass over `files` with a [`Profile`] of its sites.
 pub struct Profiled {
@@ -81,7 +82,7 @@ impl Output {
     /// Writes the text so far when it has grown past 64 KiB.
     pub fn flush_some(&mut self) -> Result<(), Failure> {
         if self.text.len() >= 1 << 16 {
-            crate::print_stdout(&self.text)?;
+            crate::print::print_stdout(&self.text)?;
             self.text.clear();
         }
         Ok(())

@@ -10,8 +10,9 @@ use serde_json::json;
 use super::suppressions::Suppressions;
 use super::{frame_text, stack_json, Output, Profiled, NO_STACK};
 use crate::analyze::SymbolArgs;
+use crate::failure::Failure;
+use crate::print::print_stdout;
 use crate::units::{self, Decimals};
-use crate::{print_stdout, Failure};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -88,7 +89,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             }
             let leak =
                 json!({"stack": stack_json(&p.frames(id)), "objects": objects, "bytes": bytes});
-            out.text.push_str(&crate::json_text(&leak));
+            out.text.push_str(&crate::print::json_text(&leak));
             out.flush_some()?;
         }
         let _ = writeln!(out.text, "],\"objects\":{objects}}}");

@@ -12,8 +12,9 @@ use rustc_hash::FxHashMap;
 
 use super::{Profiled, NO_STACK};
 use crate::analyze::{inputs, SymbolArgs};
+use crate::failure::Failure;
 use crate::output::refuse_inputs;
-use crate::{output_error, printable, Failure};
+use crate::print::{output_error, printable};
 
 /// What the width of a frame measures.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
