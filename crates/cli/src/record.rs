@@ -3,8 +3,8 @@
 //! through, and then says on stderr where each trace went, with a short
 //! summary per trace. See docs/CLI.md.
 //!
-//! The shim is configured through environment variables (README.md,
-//! "Tracing any program: LD_PRELOAD"); this command checks every option
+//! The shim is configured through environment variables
+//! (docs/PRELOAD.md, "Configuration"); this command checks every option
 //! with the grammar the shim uses (the alloctrace-options crate) before
 //! anything runs, and sets the variables. Every process of the run appends
 //! lines to an index file that this command creates (ALLOCTRACE_INDEX; the
@@ -97,13 +97,13 @@ pub struct Args {
     /// Event clock.
     #[arg(long, value_name = "KIND", value_enum, default_value_t = Clock::Precise)]
     clock: Clock,
-    /// Batch compression (zstd: about 3 to 20 times smaller traces; see README.md, "Tracing any program").
+    /// Batch compression (zstd: traces several times smaller; see docs/PRELOAD.md, "Compression").
     #[arg(long, value_name = "KIND", value_enum, default_value_t = Compression::Zstd)]
     compression: Compression,
     /// Call stacks of allocations: full (default) unwinds every frame by
     /// the DWARF unwind tables (.eh_frame), right on code built without
     /// frame pointers; none records no stacks. (fast was removed.) See
-    /// README.md, "Call stacks", for what each costs.
+    /// docs/PRELOAD.md, "Call stacks", for what each costs.
     #[arg(long, value_name = "MODE", default_value = Stacks::DEFAULT.name(), value_parser = parse_stacks)]
     stacks: Stacks,
     /// Most frames kept per call stack, 1 to 256; deeper stacks keep their

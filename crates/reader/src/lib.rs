@@ -1,5 +1,5 @@
 //! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1 to
-//! 4).
+//! 5: `alloctrace_format::READABLE_VERSIONS`).
 //!
 //! ## Reading protocol
 //! A trace reads as one sequence of records: for each generation, a

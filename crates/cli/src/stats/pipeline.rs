@@ -24,14 +24,15 @@ struct Chunk {
 }
 
 /// Events per chunk: each chunk costs the threads a hand-over (a wake-up
-/// of the counting thread, when it waits: 1024 cost 10% more time on a
-/// 2-thread trace), and memory: 40 bytes an event, [`CHUNKS`] chunks.
+/// of the counting thread, when it waits: half as many per chunk cost
+/// measurably more time; bench/README.md), and memory: 40 bytes an event,
+/// [`CHUNKS`] chunks.
 const CHUNK: usize = 2048;
 
 /// Full chunks waiting for the counting thread, at most. None: a chunk is
 /// handed straight to the counting thread, which is faster than the
-/// reading one and waits for it (a queue made no difference in time and
-/// cost a chunk of memory).
+/// reading one and waits for it (a queue gained no time and cost a chunk
+/// of memory).
 const QUEUE: usize = 0;
 
 /// Chunks in all: one being filled, the waiting ones, one being counted.

@@ -161,8 +161,8 @@ fn compress_next(waiting: usize) -> bool {
 }
 
 /// The zstd level of modeled batches. The model leaves zstd little to
-/// find beyond what its fastest levels find: on the benchmark workload
-/// level 1 is within 2% of level 3's size at several times its speed.
+/// find beyond what its fastest levels find: level 1 comes close to level
+/// 3's size at several times its speed (bench/README.md has the figures).
 const MODELED_LEVEL: i32 = 1;
 
 /// The writer thread's compression state: batches waiting to be

@@ -37,8 +37,8 @@
 //!   carved side by side from chunks of 64 (`Chunk`), each copied from a
 //!   template when handed out: 14,720 bytes a thread, where a box each
 //!   took the 16 KiB class of the shim's private heap and its
-//!   construction on the stack faulted in about 14 KiB of every thread's
-//!   stack. Taking one may allocate (a chunk), which a capture must
+//!   construction on the stack faulted in most of its size on every
+//!   thread's stack. Taking one may allocate (a chunk), which a capture must
 //!   never do: the shim takes it at thread start ([`prepare_thread`],
 //!   from its trampoline, outside malloc); threads the shim did not start
 //!   take one from a pool that session start fills and the writer

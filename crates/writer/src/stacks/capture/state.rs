@@ -111,8 +111,8 @@ impl CaptureState {
 
     /// Writes an empty state to `p`: a copy of [`EMPTY_STATE`], so that
     /// none of it is built on the stack first (`Box::new` of a new state
-    /// had a 19 KiB frame, which faulted in about 14 KiB of every thread's
-    /// stack at its start, more than its state in the private heap added;
+    /// had a frame larger than the state, which faulted in most of it on
+    /// every thread's stack at its start, more than its state in the private heap added;
     /// written field by field, `WalkMemo::new()` and `DwarfCache::new()`
     /// still went through the stack).
     ///
