@@ -103,9 +103,14 @@ pub use fp::{capture_fp, walk_fp_chain, TRUNCATED_BIT};
 pub use memo::{MemoWalk, WalkMemo, MEMO_DEPTH};
 pub use modules::{LoadSegment, ModuleInfo, Modules};
 pub use step::set_walk_end;
+/// [`capture_dwarf`], memoized: the same `out[..len]` and `truncated` as
+/// `capture_dwarf(skip, ...)` called at this point, plus `shared` (see
+/// [`MemoWalk`]). It is [`capture_here`], under the name that pairs it
+/// with `capture_dwarf`.
+pub use walker::capture_here as capture_dwarf_memo;
 pub use walker::{
-    capture_dwarf, capture_dwarf_memo, capture_from, capture_from_compact, capture_from_framehop,
-    capture_from_lazy, capture_here, StartRegs,
+    capture_dwarf, capture_from, capture_from_compact, capture_from_framehop, capture_from_lazy,
+    capture_here, StartRegs,
 };
 
 /// The default depth limit (frames per capture), as heaptrack's.

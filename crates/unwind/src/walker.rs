@@ -235,8 +235,7 @@ pub fn capture_here(
     }
 }
 
-/// The body of [`capture_here`] and [`capture_dwarf_memo`](crate::capture_dwarf_memo),
-/// from the registers `(ip, sp, bp)` read in the public function's frame.
+/// The body of [`capture_here`], from the registers `(ip, sp, bp)` read in the public function's frame.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 pub(crate) fn here(
@@ -377,36 +376,6 @@ pub fn capture_dwarf(
         Walk {
             len: 0,
             truncated: true,
-        }
-    }
-}
-
-/// [`capture_dwarf`](crate::capture_dwarf), memoized: the same `out[..len]`
-/// and `truncated` as `capture_dwarf(skip, ...)` called at this point (its
-/// `out[0]` is the return address into this function's caller), plus
-/// `shared` (see [`MemoWalk`]). The same walk as
-/// [`capture_here`](crate::capture_here).
-#[inline(never)]
-pub fn capture_dwarf_memo(
-    skip: usize,
-    bounds: &StackBounds,
-    unwinder: &DwarfUnwinder,
-    cache: &mut DwarfCache,
-    memo: &mut WalkMemo,
-    out: &mut [u64],
-) -> MemoWalk {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    {
-        let regs = crate::dwarf::registers_here!();
-        here(regs, skip, bounds, unwinder, cache, memo, out)
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    {
-        let _ = (skip, bounds, unwinder, cache, memo, out);
-        MemoWalk {
-            len: 0,
-            truncated: true,
-            shared: 0,
         }
     }
 }

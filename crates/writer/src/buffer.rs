@@ -643,8 +643,7 @@ impl Drop for BufferPool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    /// The smallest buffer a session accepts (session/mod.rs).
-    const MIN_BUFFER_SIZE: usize = 4096;
+    use crate::limits::MIN_BUFFER_SIZE;
     use alloctrace_format::MAX_BATCH_HEADER_LEN as MAX_HEADER_LEN;
 
     /// Held by unit tests that map buffers: the failure hook is global.

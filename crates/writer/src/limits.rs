@@ -1,6 +1,7 @@
-//! The thread table's dimensions: a leaf, since the buffer pool sizes by
-//! them (buffer.rs `MAX_SMALL_BUFFERS`) and the thread table (thread.rs)
-//! holds buffers.
+//! The thread table's dimensions and the smallest buffer: a leaf, since
+//! the buffer pool sizes by them (buffer.rs `MAX_SMALL_BUFFERS`), the
+//! thread table (thread.rs) holds buffers, and the session checks its
+//! configuration against them.
 
 /// Most threads that can hold a slot at once. A thread that finds none has
 /// its events counted as lost (never silently dropped).
@@ -16,3 +17,6 @@ pub(crate) const MAX_THREADS: usize = 16384;
 
 /// Number of per-thread streams (thread.rs `Stream`).
 pub(crate) const STREAMS: usize = 2;
+
+/// The smallest buffer size a session accepts.
+pub const MIN_BUFFER_SIZE: usize = 4096;

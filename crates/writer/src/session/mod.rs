@@ -351,8 +351,8 @@ pub const DEFAULT_GENERATION_BYTES: u64 = 16 << 20;
 
 /// Default bytes per batch buffer.
 pub const DEFAULT_BUFFER_SIZE: usize = 64 << 10;
-/// Smallest and largest buffer size accepted.
-pub const MIN_BUFFER_SIZE: usize = 4096;
+pub use crate::limits::MIN_BUFFER_SIZE;
+/// The largest buffer size a session accepts.
 pub const MAX_BUFFER_SIZE: usize = alloctrace_format::MAX_BATCH_PAYLOAD as usize;
 
 impl Default for Config {
