@@ -1,5 +1,7 @@
 //! The analysis behind alloctrace's reports and exports.
 //!
+//! - [`feed`]: the hand-over of a trace's events, in order and in
+//!   chunks, from the reading thread to a worker thread.
 //! - [`stacks`]: call stacks interned across generations and traces.
 //! - [`pass`]: one pass over a trace, every allocation paired with its
 //!   free, handed to a [`Visitor`].
@@ -14,6 +16,7 @@
 //! Reports (`top`, `leaks`, `flamegraph`, `report`, `diff`) and exports
 //! (pprof, Chrome trace, Parquet) are visitors over one pass.
 
+pub mod feed;
 pub mod pass;
 pub mod profile;
 pub mod resolve;
@@ -24,6 +27,7 @@ pub mod timeline;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use feed::{Feed, Shape, Work};
 pub use pass::{Alloc, Both, Free, GenerationView, Live, Memory, Pass, PassStats, Visitor};
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};

@@ -20,7 +20,7 @@ use std::io::Read;
 
 use alloctrace_format::EntryPoint;
 use std::collections::BTreeMap;
-use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::Arc;
 
 use alloctrace_reader::{
     EventData, GenerationEnd, GenerationInfo, ReadError, Stacks, Step, TraceReader, TypeInfo,
@@ -28,6 +28,7 @@ use alloctrace_reader::{
 use hashbrown::HashMap;
 use rustc_hash::FxBuildHasher;
 
+use crate::feed::{Feed, Shape, Work};
 use crate::stacks::{GenerationStacks, StackId, StackTable};
 
 /// Which table of live memory an allocation belongs to.
@@ -230,11 +231,11 @@ pub struct Pass {
     traces: usize,
 }
 
-/// Events per chunk handed from the reading thread to the pairing one.
-const CHUNK: usize = 4096;
-
-/// Full chunks on their way to the pairing thread, at most.
-const QUEUE: usize = 4;
+/// How the reading thread hands events to the pairing one.
+const SHAPE: Shape = Shape {
+    chunk: 4096,
+    queue: 4,
+};
 
 /// An event as the pairing thread needs it (the reader's `Event` less
 /// what no visitor reads).
@@ -261,11 +262,9 @@ enum What {
     Other,
 }
 
-/// What the reading thread hands to the pairing thread, in trace order.
-enum Message {
-    Events(Vec<Op>),
-    Generation(Box<(GenerationView, Stacks)>),
-}
+/// The header of the pairing thread's chunks: the generation their events
+/// are of (`None` before the first).
+type Generation = Option<Arc<(GenerationView, Stacks)>>;
 
 impl Pass {
     pub fn new() -> Pass {
@@ -277,8 +276,8 @@ impl Pass {
     ///
     /// Two threads: the calling one reads and decodes the trace, a second
     /// one pairs allocations with frees and runs the visitor, on the
-    /// events in trace order (chunks of [`CHUNK`] events, at most
-    /// [`QUEUE`] waiting). The result is that of one thread doing both.
+    /// events in trace order (a [`Feed`] of [`SHAPE`]). The result is that
+    /// of one thread doing both.
     pub fn run<R: Read, V: Visitor + Send>(
         &mut self,
         reader: &mut TraceReader<R>,
@@ -288,47 +287,40 @@ impl Pass {
         let index = self.traces;
         self.traces += 1;
         visitor.trace_start(index);
-        let stacks = &mut self.stacks;
-        let stats = &mut self.stats;
+        let pairing = Pairing {
+            live: Live::default(),
+            generation: None,
+            gen_stacks: GenerationStacks::default(),
+            page_size: 0,
+            table: &mut self.stacks,
+            stats: &mut self.stats,
+            visitor: &mut *visitor,
+        };
         let (result, live) = std::thread::scope(|scope| {
-            let (to_pairing, from_reading) = sync_channel::<Message>(QUEUE);
-            let (to_reading, returned) = channel::<Vec<Op>>();
-            let pairing = std::thread::Builder::new()
-                .name("alloctrace-pass".into())
-                .spawn_scoped(scope, move || {
-                    pair(from_reading, to_reading, stacks, stats, visitor)
-                })
+            let mut feed = Feed::start(scope, "alloctrace-pass", SHAPE, None, pairing)
                 .expect("spawning the pass's pairing thread");
-            let result = read(reader, &to_pairing, &returned, &mut progress);
-            // The pairing thread ends when the channel does.
-            drop(to_pairing);
-            let live = match pairing.join() {
-                Ok(live) => live,
+            let result = read(reader, &mut feed, &mut progress);
+            let pairing = match feed.finish() {
+                Ok(pairing) => pairing,
                 Err(panic) => std::panic::resume_unwind(panic),
             };
-            (result, live)
+            (result, pairing.live)
         });
+        visitor.trace_end(&live);
         result?;
         self.stats.truncated.push(reader.truncated());
         Ok(live)
     }
 }
 
-/// The reading thread: decodes the trace into chunks for the pairing one.
-fn read<R: Read>(
+/// The reading thread: decodes the trace into the feed of the pairing one.
+fn read<'scope, R: Read, W: Work<Op, Generation> + 'scope>(
     reader: &mut TraceReader<R>,
-    to_pairing: &SyncSender<Message>,
-    returned: &Receiver<Vec<Op>>,
+    feed: &mut Feed<'scope, Op, Generation, W>,
     progress: &mut impl FnMut(u64),
 ) -> Result<(), ReadError> {
-    let fresh = |returned: &Receiver<Vec<Op>>| {
-        returned
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(CHUNK))
-    };
-    let mut chunk = fresh(returned);
     loop {
-        let step = reader.next_step(CHUNK - chunk.len(), |event| {
+        let step = reader.next_step(SHAPE.chunk, |event| {
             let (what, size, type_id) = match event.data {
                 EventData::HeapObjectAlloc { size, type_id } => {
                     (What::Alloc(Memory::Heap), size, type_id)
@@ -345,7 +337,7 @@ fn read<R: Read>(
                 EventData::StackFree => (What::Free(Memory::Stack), 0, 0),
                 _ => (What::Other, 0, 0),
             };
-            chunk.push(Op {
+            feed.push(Op {
                 time_ns: event.time_ns,
                 thread: event.thread,
                 addr: event.addr,
@@ -356,27 +348,13 @@ fn read<R: Read>(
                 what,
             });
         })?;
-        let full = chunk.len() >= CHUNK;
-        let send_chunk = |chunk: &mut Vec<Op>| {
-            if chunk.is_empty() {
-                return true;
-            }
-            let next = fresh(returned);
-            to_pairing
-                .send(Message::Events(std::mem::replace(chunk, next)))
-                .is_ok()
-        };
+        // The pairing thread is gone (it panicked; `finish` says so).
+        if feed.is_gone() {
+            return Ok(());
+        }
         match step {
-            Step::Events(_) => {
-                if full && !send_chunk(&mut chunk) {
-                    return Ok(());
-                }
-                progress(reader.bytes_read());
-            }
+            Step::Events(_) => progress(reader.bytes_read()),
             Step::GenerationStart { .. } => {
-                if !send_chunk(&mut chunk) {
-                    return Ok(());
-                }
                 let view = GenerationView {
                     info: reader.info().copied(),
                     types: reader.types().clone(),
@@ -384,13 +362,11 @@ fn read<R: Read>(
                     command_line: reader.command_line().map(<[String]>::to_vec),
                     time_origin_ns: reader.time_origin_ns(),
                 };
-                let message = Message::Generation(Box::new((view, reader.stacks().clone())));
-                if to_pairing.send(message).is_err() {
-                    return Ok(());
-                }
+                feed.open(Some(Arc::new((view, reader.stacks().clone()))));
+                // Sent even before any event: every generation is seen.
+                feed.flush();
             }
             Step::End => {
-                send_chunk(&mut chunk);
                 progress(reader.bytes_read());
                 return Ok(());
             }
@@ -398,40 +374,64 @@ fn read<R: Read>(
     }
 }
 
-/// The pairing thread: every event in order, allocations paired with
-/// their frees, handed to the visitor.
-fn pair<V: Visitor>(
-    from_reading: Receiver<Message>,
-    to_reading: Sender<Vec<Op>>,
-    table: &mut StackTable,
-    stats: &mut PassStats,
-    visitor: &mut V,
-) -> Live {
-    let mut live = Live::default();
-    let mut gen_stacks = GenerationStacks::default();
-    let mut page_size = 0u64;
-    for message in from_reading {
-        let mut ops = match message {
-            Message::Generation(generation) => {
-                let (view, stacks) = *generation;
-                stats.generations += 1;
-                page_size = view.info.map_or(0, |i| i.page_size);
-                if let Some(end) = view.end {
-                    stats.lost_events += end.lost_events;
-                    stats.lost_stacks += end.lost_stacks;
-                }
-                gen_stacks = table.add_generation(&stacks);
-                visitor.generation(&view, table);
-                continue;
+/// The pairing thread's state: every event in order, allocations paired
+/// with their frees, handed to the visitor.
+struct Pairing<'a, V> {
+    live: Live,
+    /// The generation being paired.
+    generation: Generation,
+    gen_stacks: GenerationStacks,
+    page_size: u64,
+    table: &'a mut StackTable,
+    stats: &'a mut PassStats,
+    visitor: &'a mut V,
+}
+
+impl<V: Visitor + Send> Work<Op, Generation> for Pairing<'_, V> {
+    fn chunk(&mut self, header: &Generation, ops: &[Op]) {
+        if let Some(generation) = header {
+            let new = match &self.generation {
+                Some(current) => !Arc::ptr_eq(current, generation),
+                None => true,
+            };
+            if new {
+                self.generation = Some(Arc::clone(generation));
+                self.start_generation(&generation.0, &generation.1);
             }
-            Message::Events(ops) => ops,
-        };
+        }
+        self.pair(ops);
+    }
+}
+
+impl<V: Visitor> Pairing<'_, V> {
+    fn start_generation(&mut self, view: &GenerationView, stacks: &Stacks) {
+        let stats = &mut *self.stats;
+        stats.generations += 1;
+        self.page_size = view.info.map_or(0, |i| i.page_size);
+        if let Some(end) = view.end {
+            stats.lost_events += end.lost_events;
+            stats.lost_stacks += end.lost_stacks;
+        }
+        self.gen_stacks = self.table.add_generation(stacks);
+        self.visitor.generation(view, self.table);
+    }
+
+    fn pair(&mut self, ops: &[Op]) {
+        let Pairing {
+            live,
+            gen_stacks,
+            page_size,
+            stats,
+            visitor,
+            ..
+        } = self;
+        let page_size = *page_size;
         stats.events += ops.len() as u64;
         if let (Some(first), Some(last)) = (ops.first(), ops.last()) {
             stats.first_time_ns.get_or_insert(first.time_ns);
             stats.last_time_ns = last.time_ns;
         }
-        for op in &ops {
+        for op in ops {
             let (memory, existed) = match op.what {
                 What::Alloc(memory) => (memory, false),
                 What::Exists(memory) => (memory, true),
@@ -490,10 +490,5 @@ fn pair<V: Visitor>(
             }
             visitor.alloc(&alloc);
         }
-        ops.clear();
-        // The reading thread may have finished: then the chunk is dropped.
-        let _ = to_reading.send(ops);
     }
-    visitor.trace_end(&live);
-    live
 }
