@@ -96,6 +96,10 @@ pub trait Visitor {
     /// A generation's events follow; `generation` describes it (info,
     /// types, generation end, command line), `stacks` holds its stacks.
     fn generation(&mut self, _generation: &GenerationView, _stacks: &StackTable) {}
+    /// Every event, in trace order, before what it does to live memory
+    /// (`alloc` or `free`) is handed out.
+    #[inline]
+    fn event(&mut self, _op: &Op) {}
     fn alloc(&mut self, alloc: &Alloc);
     /// `alloc` ends: the allocation as it was made.
     fn free(&mut self, alloc: &Alloc, free: &Free);
@@ -116,6 +120,12 @@ impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
     fn generation(&mut self, reader: &GenerationView, stacks: &StackTable) {
         self.0.generation(reader, stacks);
         self.1.generation(reader, stacks);
+    }
+
+    #[inline]
+    fn event(&mut self, op: &Op) {
+        self.0.event(op);
+        self.1.event(op);
     }
 
     #[inline]
@@ -141,6 +151,7 @@ impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
 /// same names.
 #[derive(Clone, Debug, Default)]
 pub struct GenerationView {
+    generation: u64,
     info: Option<GenerationInfo>,
     types: BTreeMap<u64, TypeInfo>,
     end: Option<GenerationEnd>,
@@ -149,6 +160,12 @@ pub struct GenerationView {
 }
 
 impl GenerationView {
+    /// The generation's number (the reader's `Event::generation` of its
+    /// events).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// The generation's info batch.
     pub fn info(&self) -> Option<&GenerationInfo> {
         self.info.as_ref()
@@ -237,20 +254,23 @@ const SHAPE: Shape = Shape {
     queue: 4,
 };
 
-/// An event as the pairing thread needs it (the reader's `Event` less
-/// what no visitor reads).
-#[derive(Clone, Copy)]
-struct Op {
-    time_ns: u64,
-    thread: u64,
-    addr: u64,
-    /// Bytes, or pages for a span.
-    size: u64,
-    type_id: u64,
-    /// The generation's stack ID.
-    stack_id: u64,
-    entry: Option<EntryPoint>,
-    what: What,
+/// An event as the pairing thread hands it to [`Visitor::event`]: the
+/// reader's `Event` less its ticks and generation (the visitor's last
+/// [`Visitor::generation`] is its generation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Op {
+    /// Nanoseconds on the trace's clock (the reader's `Event::time_ns`).
+    pub time_ns: u64,
+    pub thread: u64,
+    /// The reader's `Event::addr` (a page event's: the base of its run).
+    pub addr: u64,
+    /// The generation's stack ID (0: none).
+    pub stack_id: u64,
+    /// What the event says; a span's size in pages.
+    pub data: EventData,
+    pub entry: Option<EntryPoint>,
+    /// The writer used the long form (the reader's `Event::long_form`).
+    pub long_form: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -260,6 +280,26 @@ enum What {
     Free(Memory),
     /// Counted, nothing else (calls, page events).
     Other,
+}
+
+/// What `data` does to live memory: the [`What`], the size (bytes, or
+/// pages for a span) and the type ID.
+#[inline(always)]
+fn what(data: &EventData) -> (What, u64, u64) {
+    match *data {
+        EventData::HeapObjectAlloc { size, type_id } => (What::Alloc(Memory::Heap), size, type_id),
+        EventData::HeapObjectExists { size, type_id } => {
+            (What::Exists(Memory::Heap), size, type_id)
+        }
+        EventData::SpanAlloc { npages, .. } => (What::Alloc(Memory::Span), npages, 0),
+        EventData::SpanExists { npages, .. } => (What::Exists(Memory::Span), npages, 0),
+        EventData::StackAlloc { size } => (What::Alloc(Memory::Stack), size, 0),
+        EventData::StackExists { size } => (What::Exists(Memory::Stack), size, 0),
+        EventData::HeapObjectFree => (What::Free(Memory::Heap), 0, 0),
+        EventData::SpanFree => (What::Free(Memory::Span), 0, 0),
+        EventData::StackFree => (What::Free(Memory::Stack), 0, 0),
+        _ => (What::Other, 0, 0),
+    }
 }
 
 /// The header of the pairing thread's chunks: the generation their events
@@ -321,31 +361,14 @@ fn read<'scope, R: Read, W: Work<Op, Generation> + 'scope>(
 ) -> Result<(), ReadError> {
     loop {
         let step = reader.next_step(SHAPE.chunk, |event| {
-            let (what, size, type_id) = match event.data {
-                EventData::HeapObjectAlloc { size, type_id } => {
-                    (What::Alloc(Memory::Heap), size, type_id)
-                }
-                EventData::HeapObjectExists { size, type_id } => {
-                    (What::Exists(Memory::Heap), size, type_id)
-                }
-                EventData::SpanAlloc { npages, .. } => (What::Alloc(Memory::Span), npages, 0),
-                EventData::SpanExists { npages, .. } => (What::Exists(Memory::Span), npages, 0),
-                EventData::StackAlloc { size } => (What::Alloc(Memory::Stack), size, 0),
-                EventData::StackExists { size } => (What::Exists(Memory::Stack), size, 0),
-                EventData::HeapObjectFree => (What::Free(Memory::Heap), 0, 0),
-                EventData::SpanFree => (What::Free(Memory::Span), 0, 0),
-                EventData::StackFree => (What::Free(Memory::Stack), 0, 0),
-                _ => (What::Other, 0, 0),
-            };
             feed.push(Op {
                 time_ns: event.time_ns,
                 thread: event.thread,
                 addr: event.addr,
-                size,
-                type_id,
                 stack_id: event.stack_id,
+                data: event.data.clone(),
                 entry: event.entry,
-                what,
+                long_form: event.long_form,
             });
         })?;
         // The pairing thread is gone (it panicked; `finish` says so).
@@ -354,8 +377,9 @@ fn read<'scope, R: Read, W: Work<Op, Generation> + 'scope>(
         }
         match step {
             Step::Events(_) => progress(reader.bytes_read()),
-            Step::GenerationStart { .. } => {
+            Step::GenerationStart { generation } => {
                 let view = GenerationView {
+                    generation,
                     info: reader.info().copied(),
                     types: reader.types().clone(),
                     end: reader.generation_end().copied(),
@@ -432,7 +456,9 @@ impl<V: Visitor> Pairing<'_, V> {
             stats.last_time_ns = last.time_ns;
         }
         for op in ops {
-            let (memory, existed) = match op.what {
+            visitor.event(op);
+            let (what, size, type_id) = what(&op.data);
+            let (memory, existed) = match what {
                 What::Alloc(memory) => (memory, false),
                 What::Exists(memory) => (memory, true),
                 What::Free(memory) => {
@@ -454,9 +480,9 @@ impl<V: Visitor> Pairing<'_, V> {
                 What::Other => continue,
             };
             let size = if memory == Memory::Span {
-                op.size.saturating_mul(page_size)
+                size.saturating_mul(page_size)
             } else {
-                op.size
+                size
             };
             let stack = gen_stacks.get(op.stack_id);
             if stack == 0 && op.stack_id != 0 {
@@ -467,7 +493,7 @@ impl<V: Visitor> Pairing<'_, V> {
                 thread: op.thread,
                 addr: op.addr,
                 size,
-                type_id: op.type_id,
+                type_id,
                 stack,
                 memory,
                 entry: op.entry,

@@ -1,12 +1,16 @@
 //! `alloctrace pages`: the page tracer's events (FORMAT.md section 7)
-//! accounted as runs of pages in use, in memory proportional to the runs.
-//! `stats` and `check` use the same accounting for their page anomalies.
+//! accounted as runs of pages in use. `pages` reads the trace through
+//! analysis's `Pass`, of which [`PageStats`] is a visitor (memory: the
+//! runs, and the pass's live memory and call stacks); `stats` and `check`
+//! use the same accounting for their page anomalies, on their own
+//! reading thread.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use alloctrace_analysis::{Alloc, Free, GenerationView, Op, Pass, StackTable, Visitor};
 use alloctrace_format::exact_log2;
-use alloctrace_reader::{Event, EventData, GenerationInfo, Record};
+use alloctrace_reader::{Event, EventData, GenerationInfo};
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
@@ -143,6 +147,39 @@ pub struct PageStats {
     /// Page events with npages 0.
     pub zero_npages: u64,
     pub first_anomaly: Option<String>,
+    /// The generation being read (as a visitor of a pass).
+    generation: u64,
+}
+
+/// Where a page event is, for an anomaly's message.
+struct At {
+    addr: u64,
+    time_ns: u64,
+    generation: u64,
+    thread: u64,
+}
+
+/// `pages` reads the trace through a pass, which hands it every event.
+impl Visitor for PageStats {
+    fn generation(&mut self, generation: &GenerationView, _stacks: &StackTable) {
+        self.generation_start(generation.info());
+        self.generation = generation.generation();
+    }
+
+    #[inline]
+    fn event(&mut self, op: &Op) {
+        let at = At {
+            addr: op.addr,
+            time_ns: op.time_ns,
+            generation: self.generation,
+            thread: op.thread,
+        };
+        self.account(&op.data, &at);
+    }
+
+    fn alloc(&mut self, _alloc: &Alloc) {}
+
+    fn free(&mut self, _alloc: &Alloc, _free: &Free) {}
 }
 
 impl PageStats {
@@ -156,7 +193,18 @@ impl PageStats {
 
     /// Accounts a page event; other events are ignored.
     pub fn event(&mut self, e: &Event) {
-        let (npages, what) = match e.data {
+        let at = At {
+            addr: e.addr,
+            time_ns: e.time_ns,
+            generation: e.generation,
+            thread: e.thread,
+        };
+        self.account(&e.data, &at);
+    }
+
+    /// Accounts a page event, `data`, at `at`; other events are ignored.
+    fn account(&mut self, data: &EventData, at: &At) {
+        let (npages, what) = match *data {
             EventData::PageAlloc { npages } => {
                 self.alloc.add(npages);
                 self.largest_run = self.largest_run.max(npages);
@@ -174,38 +222,38 @@ impl PageStats {
         };
         if npages == 0 {
             self.zero_npages += 1;
-            self.anomaly(e, "npages is 0");
+            self.anomaly(data, at, "npages is 0");
             return;
         }
         // An address off the page grid counts from the page that holds it.
-        let start = u128::from(e.addr >> self.shift);
+        let start = u128::from(at.addr >> self.shift);
         let end = start + u128::from(npages);
         match what {
             PageOp::Alloc => {
                 if self.in_use.insert(start, end) > 0 {
                     self.alloc_in_use += 1;
-                    self.anomaly(e, "allocation of pages already in use");
+                    self.anomaly(data, at, "allocation of pages already in use");
                 }
                 self.peak = self.peak.max(self.in_use.pages());
             }
             PageOp::Free => {
                 if self.in_use.remove(start, end) < end - start {
                     self.free_not_allocated += 1;
-                    self.anomaly(e, "free of pages that are not allocated");
+                    self.anomaly(data, at, "free of pages that are not allocated");
                 }
             }
             PageOp::Scav => {
                 if self.in_use.in_use(start, end) > 0 {
                     self.scav_in_use += 1;
-                    self.anomaly(e, "scavenge of pages in use");
+                    self.anomaly(data, at, "scavenge of pages in use");
                 }
             }
         }
     }
 
-    fn anomaly(&mut self, e: &Event, what: &str) {
+    fn anomaly(&mut self, data: &EventData, at: &At, what: &str) {
         if self.first_anomaly.is_none() {
-            let npages = match e.data {
+            let npages = match *data {
                 EventData::PageAlloc { npages }
                 | EventData::PageFree { npages }
                 | EventData::PageScav { npages } => npages,
@@ -213,11 +261,11 @@ impl PageStats {
             };
             self.first_anomaly = Some(format!(
                 "{} at {:#x} npages={npages} ({} ns, generation {}, thread {}): {what}",
-                e.data.name(),
-                e.addr,
-                e.time_ns,
-                e.generation,
-                e.thread
+                data.name(),
+                at.addr,
+                at.time_ns,
+                at.generation,
+                at.thread
             ));
         }
     }
@@ -338,19 +386,7 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
     let size = input.size();
     let mut stats = PageStats::default();
     let mut progress = Progress::new(size);
-    let mut records = 0u64;
-    let result = loop {
-        match reader.next_record() {
-            Ok(Some(Record::GenerationStart { .. })) => stats.generation_start(reader.info()),
-            Ok(Some(Record::Event(e))) => stats.event(&e),
-            Ok(None) => break Ok(()),
-            Err(err) => break Err(err),
-        }
-        records += 1;
-        if records & 0xffff == 0 {
-            progress.update(reader.bytes_read());
-        }
-    };
+    let result = Pass::new().run(&mut reader, &mut stats, |bytes| progress.update(bytes));
     progress.finish();
     result?;
     let truncated_at = reader.truncated();
