@@ -28,7 +28,9 @@ pub mod timeline;
 pub(crate) mod testing;
 
 pub use feed::{Feed, Shape, Work};
-pub use pass::{Alloc, Both, Free, GenerationView, Live, Memory, Op, Pass, PassStats, Visitor};
+pub use pass::{
+    Alloc, Anomaly, Both, Free, GenerationView, Live, Memory, Op, Pass, PassStats, Visitor,
+};
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};
 pub use stacks::{Frame, GenerationStacks, RegisteredFrame, StackId, StackTable};

@@ -88,6 +88,29 @@ pub struct Free {
     pub implicit: bool,
 }
 
+/// An event that does not add up with live memory, as `alloctrace stats`
+/// and `check` count it (their `anomaly_kinds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Anomaly {
+    /// A free of an address not live in its kind of memory
+    /// ([`PassStats::unmatched_frees`]).
+    UnknownFree,
+    /// An allocation or an exists event at an address already live in its
+    /// kind of memory ([`PassStats::replaced`] and
+    /// [`PassStats::exists_live`]).
+    DoubleAlloc,
+}
+
+impl Anomaly {
+    /// What it is, in `stats`' and `check`'s words.
+    pub fn what(self) -> &'static str {
+        match self {
+            Anomaly::UnknownFree => "free of an address that is not live",
+            Anomaly::DoubleAlloc => "allocation of an address that is already live",
+        }
+    }
+}
+
 /// What the pass hands out. Every method but `alloc` and `free` has a
 /// default that does nothing.
 pub trait Visitor {
@@ -100,6 +123,12 @@ pub trait Visitor {
     /// (`alloc` or `free`) is handed out.
     #[inline]
     fn event(&mut self, _op: &Op) {}
+    /// `op` (handed to `event` just before) is an anomaly; then, for an
+    /// allocation replacing a live one, come the old one's implicit `free`
+    /// and the new one's `alloc`; an exists event at a live address is
+    /// skipped (the pass keeps the allocation it saw).
+    #[cold]
+    fn anomaly(&mut self, _op: &Op, _anomaly: Anomaly) {}
     fn alloc(&mut self, alloc: &Alloc);
     /// `alloc` ends: the allocation as it was made.
     fn free(&mut self, alloc: &Alloc, free: &Free);
@@ -126,6 +155,11 @@ impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
     fn event(&mut self, op: &Op) {
         self.0.event(op);
         self.1.event(op);
+    }
+
+    fn anomaly(&mut self, op: &Op, anomaly: Anomaly) {
+        self.0.anomaly(op, anomaly);
+        self.1.anomaly(op, anomaly);
     }
 
     #[inline]
@@ -226,6 +260,9 @@ pub struct PassStats {
     /// Allocations at an address already live (the free was missed): the
     /// old one is ended with an implicit free.
     pub replaced: u64,
+    /// Exists events at an address already live: skipped, the allocation
+    /// seen stays.
+    pub exists_live: u64,
     /// Allocation events whose stack ID resolved to no stack (a generation
     /// cut off before its stack batches).
     pub unresolved_stacks: u64,
@@ -473,7 +510,10 @@ impl<V: Visitor> Pairing<'_, V> {
                             };
                             visitor.free(&alloc, &free);
                         }
-                        None => stats.unmatched_frees += 1,
+                        None => {
+                            stats.unmatched_frees += 1;
+                            visitor.anomaly(op, Anomaly::UnknownFree);
+                        }
                     }
                     continue;
                 }
@@ -501,11 +541,14 @@ impl<V: Visitor> Pairing<'_, V> {
             };
             let table = &mut live.tables[memory as usize];
             if existed && table.contains_key(&op.addr) {
+                stats.exists_live += 1;
+                visitor.anomaly(op, Anomaly::DoubleAlloc);
                 continue;
             }
             stats.allocs += 1;
             if let Some(old) = table.insert(op.addr, alloc) {
                 stats.replaced += 1;
+                visitor.anomaly(op, Anomaly::DoubleAlloc);
                 let free = Free {
                     time_ns: op.time_ns,
                     thread: op.thread,
@@ -516,5 +559,100 @@ impl<V: Visitor> Pairing<'_, V> {
             }
             visitor.alloc(&alloc);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
+    use alloctrace_reader::{EventData, TraceReader};
+
+    use super::{Alloc, Anomaly, Free, Op, Pass, Visitor};
+
+    /// The events and anomalies handed out, by address and name.
+    #[derive(Default)]
+    struct Seen {
+        events: usize,
+        anomalies: Vec<(u64, &'static str, Anomaly)>,
+        allocs: Vec<(u64, u64)>,
+    }
+
+    impl Visitor for Seen {
+        fn event(&mut self, _op: &Op) {
+            self.events += 1;
+        }
+
+        fn anomaly(&mut self, op: &Op, anomaly: Anomaly) {
+            self.anomalies.push((op.addr, op.data.name(), anomaly));
+        }
+
+        fn alloc(&mut self, alloc: &Alloc) {
+            self.allocs.push((alloc.addr, alloc.size));
+        }
+
+        fn free(&mut self, _alloc: &Alloc, _free: &Free) {}
+    }
+
+    /// The pass reports the anomalies `stats` counts (cli's tests: the
+    /// same trace gives `"unknown_free": 2, "double_alloc": 1`), and an
+    /// exists event at a live address as a double allocation too, which it
+    /// skips.
+    #[test]
+    fn anomalies_are_reported() {
+        let g = info(1);
+        let heap = |size| EventData::HeapObjectAlloc { size, type_id: 0 };
+        let mut b = EventsBody::new(1000);
+        b.event(&g, 1001, 0x10010, &heap(100))
+            .event(&g, 1002, 0x10020, &heap(50))
+            .event(&g, 1003, 0x10010, &heap(10))
+            .event(&g, 1004, 0x10030, &EventData::HeapObjectFree)
+            .event(
+                &g,
+                1005,
+                0x20000,
+                &EventData::SpanAlloc {
+                    npages: 1,
+                    kind_class: 0,
+                },
+            )
+            .event(&g, 1006, 0x20000, &EventData::StackAlloc { size: 4096 })
+            .event(&g, 1007, 0x20000, &EventData::SpanFree)
+            .event(&g, 1008, 0x20000, &EventData::SpanFree)
+            .event(
+                &g,
+                1009,
+                0x10020,
+                &EventData::HeapObjectExists {
+                    size: 70,
+                    type_id: 0,
+                },
+            );
+        let mut t = TraceBuilder::new();
+        t.info(&g)
+            .events(1, 5, &b)
+            .generation_end(1, 2000, 5_001_000, 0)
+            .trace_end(1);
+        let bytes = t.finish();
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let mut seen = Seen::default();
+        let mut pass = Pass::new();
+        pass.run(&mut reader, &mut seen, |_| {}).unwrap();
+        assert_eq!(seen.events, 9);
+        assert_eq!(
+            seen.anomalies,
+            [
+                (0x10010, "heap_object_alloc", Anomaly::DoubleAlloc),
+                (0x10030, "heap_object_free", Anomaly::UnknownFree),
+                (0x20000, "span_free", Anomaly::UnknownFree),
+                (0x10020, "heap_object_exists", Anomaly::DoubleAlloc),
+            ]
+        );
+        // The exists event is skipped: the allocation seen stays.
+        assert!(!seen.allocs.contains(&(0x10020, 70)));
+        let stats = &pass.stats;
+        assert_eq!(
+            (stats.unmatched_frees, stats.replaced, stats.exists_live),
+            (2, 1, 1)
+        );
     }
 }
