@@ -5,7 +5,12 @@
 //! (its size, stack, time and thread), which the pass finds in its table of
 //! live memory. Three kinds of memory live apart, since a runtime's span
 //! and the first object in it share an address: heap objects, spans (pages
-//! and `mmap`s) and goroutine-style stacks.
+//! and `mmap`s) and goroutine-style stacks. Every event comes first as it
+//! is ([`Visitor::event`]: calls and page events too), and what does not
+//! add up with live memory as an [`Anomaly`] (`stats`' and `check`'s).
+//!
+//! The trace is read on the calling thread and paired on a second one,
+//! fed through a [`Feed`](crate::feed::Feed).
 //!
 //! Several traces (one per process of a program) may go through one
 //! [`Pass`]: stacks are interned across them (their frames are keyed by
