@@ -9,8 +9,7 @@
 //! consumed, to be filled again: a feed allocates [`Shape::chunks`]
 //! chunks at most, whatever the trace's length.
 //!
-//! [`Pass::run`](crate::Pass::run) and `alloctrace stats` both read
-//! through one.
+//! [`Pass::run`](crate::Pass::run) reads through one.
 
 use std::io;
 use std::sync::mpsc::{self, Receiver, SyncSender};

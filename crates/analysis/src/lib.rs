@@ -29,7 +29,8 @@ pub(crate) mod testing;
 
 pub use feed::{Feed, Shape, Work};
 pub use pass::{
-    Alloc, Anomaly, Both, Free, GenerationView, Live, Memory, Op, Pass, PassStats, Visitor,
+    Alloc, Anomaly, Both, Entry, Free, GenerationView, Live, Memory, Op, Pass, PassStats, Peaks,
+    Size, Visitor,
 };
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};

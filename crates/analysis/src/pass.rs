@@ -17,9 +17,26 @@
 //! module and module-relative address, so ASLR does not split them), while
 //! each trace's live memory is its own.
 //!
-//! Memory: the live table (one 48-byte [`Alloc`] per live allocation) and
-//! the stack table (per distinct call-stack node), whatever the trace's
-//! length.
+//! The live table is the one account of live memory: besides what is
+//! live, it keeps the live bytes per [`Memory`] and their [`Peaks`]
+//! (`stats` prints them; the reports' peak is taken on the same rule).
+//! What it keeps per allocation is the visitor's choice, an [`Entry`]:
+//! the whole [`Alloc`] (the reports), or its [`Size`] alone (`stats`,
+//! `check`, `pages`: no call stacks interned, 16 bytes a live allocation
+//! with its address).
+//!
+//! ## Anomalies
+//! - A free of an address not live in its kind of memory is
+//!   [`Anomaly::UnknownFree`], and changes nothing.
+//! - An allocation *or an exists event* at an address already live in its
+//!   kind of memory is [`Anomaly::DoubleAlloc`]: the live allocation ends
+//!   with an implicit [`Free`] and the new record replaces it, its size
+//!   included (the newer record is the better word on that memory; the
+//!   free of the old one was missed).
+//!
+//! Memory: the live table (per live allocation, an [`Entry`] and its
+//! address) and the stack table (per distinct call-stack node; empty for
+//! [`Size`]), whatever the trace's length.
 
 use std::io::Read;
 
@@ -28,7 +45,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use alloctrace_reader::{
-    EventData, GenerationEnd, GenerationInfo, ReadError, Stacks, Step, TraceReader, TypeInfo,
+    EventData, GenerationEnd, GenerationInfo, ProcessInfo, ReadError, Stacks, Step, TraceReader,
+    TypeInfo,
 };
 use hashbrown::HashMap;
 use rustc_hash::FxBuildHasher;
@@ -93,16 +111,62 @@ pub struct Free {
     pub implicit: bool,
 }
 
+/// What the live table keeps per allocation, and hands to
+/// [`Visitor::alloc`], [`Visitor::free`] and [`Visitor::trace_end`].
+pub trait Entry: Copy + Send {
+    /// Whether the pass interns the generations' call stacks (for
+    /// [`Alloc::stack`]); without, [`Pass::stacks`] stays empty.
+    const STACKS: bool;
+    /// The entry of `alloc` (built from the event, then dropped).
+    fn of(alloc: &Alloc) -> Self;
+    /// Bytes (what the live bytes count).
+    fn size(&self) -> u64;
+}
+
+impl Entry for Alloc {
+    const STACKS: bool = true;
+
+    #[inline(always)]
+    fn of(alloc: &Alloc) -> Self {
+        *alloc
+    }
+
+    #[inline(always)]
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// The lean entry: an allocation's bytes alone, for visitors that need
+/// no call stack, time or thread of a live allocation (`stats`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl Entry for Size {
+    const STACKS: bool = false;
+
+    #[inline(always)]
+    fn of(alloc: &Alloc) -> Self {
+        Size(alloc.size)
+    }
+
+    #[inline(always)]
+    fn size(&self) -> u64 {
+        self.0
+    }
+}
+
 /// An event that does not add up with live memory, as `alloctrace stats`
-/// and `check` count it (their `anomaly_kinds`).
+/// and `check` count it (their `anomaly_kinds`; see the module's
+/// "Anomalies").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Anomaly {
     /// A free of an address not live in its kind of memory
     /// ([`PassStats::unmatched_frees`]).
     UnknownFree,
     /// An allocation or an exists event at an address already live in its
-    /// kind of memory ([`PassStats::replaced`] and
-    /// [`PassStats::exists_live`]).
+    /// kind of memory ([`PassStats::replaced`]): the live one ends with an
+    /// implicit free, the new one replaces it.
     DoubleAlloc,
 }
 
@@ -116,9 +180,10 @@ impl Anomaly {
     }
 }
 
-/// What the pass hands out. Every method but `alloc` and `free` has a
+/// What the pass hands out; `E` is what the live table keeps per
+/// allocation ([`Entry`]). Every method but `alloc` and `free` has a
 /// default that does nothing.
-pub trait Visitor {
+pub trait Visitor<E: Entry = Alloc> {
     /// A trace starts (`index` counts the traces of the pass from 0).
     fn trace_start(&mut self, _index: usize) {}
     /// A generation's events follow; `generation` describes it (info,
@@ -129,23 +194,24 @@ pub trait Visitor {
     #[inline]
     fn event(&mut self, _op: &Op) {}
     /// `op` (handed to `event` just before) is an anomaly; then, for an
-    /// allocation replacing a live one, come the old one's implicit `free`
-    /// and the new one's `alloc`; an exists event at a live address is
-    /// skipped (the pass keeps the allocation it saw).
+    /// allocation or exists event replacing a live allocation, come the
+    /// old one's implicit `free` and the new one's `alloc`.
     #[cold]
     fn anomaly(&mut self, _op: &Op, _anomaly: Anomaly) {}
-    fn alloc(&mut self, alloc: &Alloc);
+    /// An allocation (or an exists event) is live; the live table holds
+    /// its bytes already.
+    fn alloc(&mut self, alloc: &E);
     /// `alloc` ends: the allocation as it was made.
-    fn free(&mut self, alloc: &Alloc, free: &Free);
+    fn free(&mut self, alloc: &E, free: &Free);
     /// The trace ended; `live` holds what was never freed.
-    fn trace_end(&mut self, _live: &Live) {}
+    fn trace_end(&mut self, _live: &Live<E>) {}
 }
 
 /// Two visitors of one pass: each gets every call, the first first.
 /// Nest them for more (`Both(a, Both(b, c))`).
 pub struct Both<A, B>(pub A, pub B);
 
-impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
+impl<E: Entry, A: Visitor<E>, B: Visitor<E>> Visitor<E> for Both<A, B> {
     fn trace_start(&mut self, index: usize) {
         self.0.trace_start(index);
         self.1.trace_start(index);
@@ -168,18 +234,18 @@ impl<A: Visitor, B: Visitor> Visitor for Both<A, B> {
     }
 
     #[inline]
-    fn alloc(&mut self, alloc: &Alloc) {
+    fn alloc(&mut self, alloc: &E) {
         self.0.alloc(alloc);
         self.1.alloc(alloc);
     }
 
     #[inline]
-    fn free(&mut self, alloc: &Alloc, free: &Free) {
+    fn free(&mut self, alloc: &E, free: &Free) {
         self.0.free(alloc, free);
         self.1.free(alloc, free);
     }
 
-    fn trace_end(&mut self, live: &Live) {
+    fn trace_end(&mut self, live: &Live<E>) {
         self.0.trace_end(live);
         self.1.trace_end(live);
     }
@@ -195,6 +261,7 @@ pub struct GenerationView {
     types: BTreeMap<u64, TypeInfo>,
     end: Option<GenerationEnd>,
     command_line: Option<Vec<String>>,
+    process: Option<ProcessInfo>,
     time_origin_ns: Option<u64>,
 }
 
@@ -225,21 +292,53 @@ impl GenerationView {
         self.command_line.as_deref()
     }
 
+    /// The first process batch read so far (format version 4).
+    pub fn process(&self) -> Option<&ProcessInfo> {
+        self.process.as_ref()
+    }
+
     /// The trace's time origin in ns (what event times count from).
     pub fn time_origin_ns(&self) -> Option<u64> {
         self.time_origin_ns
     }
 }
 
-/// Live memory: address to allocation, per [`Memory`].
-#[derive(Default)]
-pub struct Live {
-    tables: [HashMap<u64, Alloc, FxBuildHasher>; 3],
+/// Live memory: address to allocation ([`Entry`]), per [`Memory`]; the
+/// live bytes and their peaks.
+pub struct Live<E = Alloc> {
+    tables: [HashMap<u64, E, FxBuildHasher>; 3],
+    /// Live bytes per [`Memory`]. u128 so that odd sizes (long-form events
+    /// may carry any value) cannot overflow.
+    bytes: [u128; 3],
+    peaks: Peaks,
 }
 
-impl Live {
+impl<E> Default for Live<E> {
+    fn default() -> Self {
+        Live {
+            tables: Default::default(),
+            bytes: [0; 3],
+            peaks: Peaks::default(),
+        }
+    }
+}
+
+/// The most live memory of a trace at any moment: each number's own
+/// moment, but `total_bytes` of heap objects and spans at one moment (not
+/// the sum of their peaks). Taken after each allocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peaks {
+    pub heap_bytes: u128,
+    pub heap_objects: u64,
+    pub span_bytes: u128,
+    pub spans: u64,
+    /// Heap-object plus span bytes.
+    pub total_bytes: u128,
+}
+
+impl<E: Entry> Live<E> {
     /// Every live allocation (in no particular order).
-    pub fn iter(&self) -> impl Iterator<Item = &Alloc> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = &E> + '_ {
         self.tables.iter().flat_map(|t| t.values())
     }
 
@@ -250,6 +349,57 @@ impl Live {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Live allocations of `memory`.
+    pub fn count(&self, memory: Memory) -> usize {
+        self.tables[memory as usize].len()
+    }
+
+    /// Live bytes of `memory`.
+    pub fn bytes(&self, memory: Memory) -> u128 {
+        self.bytes[memory as usize]
+    }
+
+    pub fn peaks(&self) -> &Peaks {
+        &self.peaks
+    }
+
+    /// `entry` at `addr` is live; returns the live allocation it
+    /// replaces, if any.
+    #[inline(always)]
+    fn insert(&mut self, memory: Memory, addr: u64, entry: E) -> Option<E> {
+        let m = memory as usize;
+        let old = self.tables[m].insert(addr, entry);
+        let gone = old.map_or(0, |old| u128::from(old.size()));
+        self.bytes[m] = self.bytes[m].saturating_sub(gone) + u128::from(entry.size());
+        if memory != Memory::Stack {
+            self.new_peak(memory);
+        }
+        old
+    }
+
+    #[inline(always)]
+    fn new_peak(&mut self, memory: Memory) {
+        let p = &mut self.peaks;
+        let [heap, span, _] = self.bytes;
+        if memory == Memory::Heap {
+            p.heap_bytes = p.heap_bytes.max(heap);
+            p.heap_objects = p.heap_objects.max(self.tables[0].len() as u64);
+        } else {
+            p.span_bytes = p.span_bytes.max(span);
+            p.spans = p.spans.max(self.tables[1].len() as u64);
+        }
+        p.total_bytes = p.total_bytes.max(heap + span);
+    }
+
+    /// The allocation at `addr` ends, if one is live.
+    #[inline(always)]
+    fn remove(&mut self, memory: Memory, addr: u64) -> Option<E> {
+        let m = memory as usize;
+        let old = self.tables[m].remove(&addr)?;
+        self.bytes[m] = self.bytes[m].saturating_sub(u128::from(old.size()));
+        Some(old)
+    }
 }
 
 /// Counts over every trace of the pass.
@@ -257,17 +407,15 @@ impl Live {
 pub struct PassStats {
     /// Events read (page events included).
     pub events: u64,
+    /// Allocations and exists events.
     pub allocs: u64,
     pub frees: u64,
     /// Frees of memory the trace never saw allocated (it was allocated
     /// before tracing started, or its alloc event was lost).
     pub unmatched_frees: u64,
-    /// Allocations at an address already live (the free was missed): the
-    /// old one is ended with an implicit free.
+    /// Allocations and exists events at an address already live (the
+    /// free was missed): the old one is ended with an implicit free.
     pub replaced: u64,
-    /// Exists events at an address already live: skipped, the allocation
-    /// seen stays.
-    pub exists_live: u64,
     /// Allocation events whose stack ID resolved to no stack (a generation
     /// cut off before its stack batches).
     pub unresolved_stacks: u64,
@@ -360,12 +508,14 @@ impl Pass {
     /// one pairs allocations with frees and runs the visitor, on the
     /// events in trace order (a [`Feed`] of [`SHAPE`]). The result is that
     /// of one thread doing both.
-    pub fn run<R: Read, V: Visitor + Send>(
+    ///
+    /// The live table keeps an `E` per allocation (see [`Entry`]).
+    pub fn run<R: Read, E: Entry, V: Visitor<E> + Send>(
         &mut self,
         reader: &mut TraceReader<R>,
         visitor: &mut V,
         mut progress: impl FnMut(u64),
-    ) -> Result<Live, ReadError> {
+    ) -> Result<Live<E>, ReadError> {
         let index = self.traces;
         self.traces += 1;
         visitor.trace_start(index);
@@ -381,7 +531,7 @@ impl Pass {
         let (result, live) = std::thread::scope(|scope| {
             let mut feed = Feed::start(scope, "alloctrace-pass", SHAPE, None, pairing)
                 .expect("spawning the pass's pairing thread");
-            let result = read(reader, &mut feed, &mut progress);
+            let result = read(reader, &mut feed, E::STACKS, &mut progress);
             let pairing = match feed.finish() {
                 Ok(pairing) => pairing,
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -395,10 +545,12 @@ impl Pass {
     }
 }
 
-/// The reading thread: decodes the trace into the feed of the pairing one.
+/// The reading thread: decodes the trace into the feed of the pairing one
+/// (`stacks`: with each generation's call stacks).
 fn read<'scope, R: Read, W: Work<Op, Generation> + 'scope>(
     reader: &mut TraceReader<R>,
     feed: &mut Feed<'scope, Op, Generation, W>,
+    stacks: bool,
     progress: &mut impl FnMut(u64),
 ) -> Result<(), ReadError> {
     loop {
@@ -426,9 +578,14 @@ fn read<'scope, R: Read, W: Work<Op, Generation> + 'scope>(
                     types: reader.types().clone(),
                     end: reader.generation_end().copied(),
                     command_line: reader.command_line().map(<[String]>::to_vec),
+                    process: reader.process().cloned(),
                     time_origin_ns: reader.time_origin_ns(),
                 };
-                feed.open(Some(Arc::new((view, reader.stacks().clone()))));
+                let stacks = match stacks {
+                    true => reader.stacks().clone(),
+                    false => Stacks::default(),
+                };
+                feed.open(Some(Arc::new((view, stacks))));
                 // Sent even before any event: every generation is seen.
                 feed.flush();
             }
@@ -442,8 +599,8 @@ fn read<'scope, R: Read, W: Work<Op, Generation> + 'scope>(
 
 /// The pairing thread's state: every event in order, allocations paired
 /// with their frees, handed to the visitor.
-struct Pairing<'a, V> {
-    live: Live,
+struct Pairing<'a, E, V> {
+    live: Live<E>,
     /// The generation being paired.
     generation: Generation,
     gen_stacks: GenerationStacks,
@@ -453,7 +610,7 @@ struct Pairing<'a, V> {
     visitor: &'a mut V,
 }
 
-impl<V: Visitor + Send> Work<Op, Generation> for Pairing<'_, V> {
+impl<E: Entry, V: Visitor<E> + Send> Work<Op, Generation> for Pairing<'_, E, V> {
     fn chunk(&mut self, header: &Generation, ops: &[Op]) {
         if let Some(generation) = header {
             let new = match &self.generation {
@@ -469,7 +626,7 @@ impl<V: Visitor + Send> Work<Op, Generation> for Pairing<'_, V> {
     }
 }
 
-impl<V: Visitor> Pairing<'_, V> {
+impl<E: Entry, V: Visitor<E>> Pairing<'_, E, V> {
     fn start_generation(&mut self, view: &GenerationView, stacks: &Stacks) {
         let stats = &mut *self.stats;
         stats.generations += 1;
@@ -478,7 +635,9 @@ impl<V: Visitor> Pairing<'_, V> {
             stats.lost_events += end.lost_events;
             stats.lost_stacks += end.lost_stacks;
         }
-        self.gen_stacks = self.table.add_generation(stacks);
+        if E::STACKS {
+            self.gen_stacks = self.table.add_generation(stacks);
+        }
         self.visitor.generation(view, self.table);
     }
 
@@ -504,7 +663,7 @@ impl<V: Visitor> Pairing<'_, V> {
                 What::Alloc(memory) => (memory, false),
                 What::Exists(memory) => (memory, true),
                 What::Free(memory) => {
-                    match live.tables[memory as usize].remove(&op.addr) {
+                    match live.remove(memory, op.addr) {
                         Some(alloc) => {
                             stats.frees += 1;
                             let free = Free {
@@ -529,11 +688,16 @@ impl<V: Visitor> Pairing<'_, V> {
             } else {
                 size
             };
-            let stack = gen_stacks.get(op.stack_id);
-            if stack == 0 && op.stack_id != 0 {
-                stats.unresolved_stacks += 1;
-            }
-            let alloc = Alloc {
+            let stack = if E::STACKS {
+                let stack = gen_stacks.get(op.stack_id);
+                if stack == 0 && op.stack_id != 0 {
+                    stats.unresolved_stacks += 1;
+                }
+                stack
+            } else {
+                0
+            };
+            let alloc = E::of(&Alloc {
                 time_ns: op.time_ns,
                 thread: op.thread,
                 addr: op.addr,
@@ -543,15 +707,10 @@ impl<V: Visitor> Pairing<'_, V> {
                 memory,
                 entry: op.entry,
                 existed,
-            };
-            let table = &mut live.tables[memory as usize];
-            if existed && table.contains_key(&op.addr) {
-                stats.exists_live += 1;
-                visitor.anomaly(op, Anomaly::DoubleAlloc);
-                continue;
-            }
+            });
             stats.allocs += 1;
-            if let Some(old) = table.insert(op.addr, alloc) {
+            // An exists event too: see the module's "Anomalies".
+            if let Some(old) = live.insert(memory, op.addr, alloc) {
                 stats.replaced += 1;
                 visitor.anomaly(op, Anomaly::DoubleAlloc);
                 let free = Free {
@@ -572,7 +731,7 @@ mod tests {
     use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
     use alloctrace_reader::{EventData, TraceReader};
 
-    use super::{Alloc, Anomaly, Free, Op, Pass, Visitor};
+    use super::{Alloc, Anomaly, Entry, Free, Live, Memory, Op, Pass, Size, Visitor};
 
     /// The events and anomalies handed out, by address and name.
     #[derive(Default)]
@@ -600,10 +759,9 @@ mod tests {
 
     /// The pass reports the anomalies `stats` counts (cli's tests: the
     /// same trace gives `"unknown_free": 2, "double_alloc": 1`), and an
-    /// exists event at a live address as a double allocation too, which it
-    /// skips.
-    #[test]
-    fn anomalies_are_reported() {
+    /// exists event at a live address as a double allocation too, which
+    /// replaces the live allocation.
+    fn anomaly_trace() -> Vec<u8> {
         let g = info(1);
         let heap = |size| EventData::HeapObjectAlloc { size, type_id: 0 };
         let mut b = EventsBody::new(1000);
@@ -637,7 +795,12 @@ mod tests {
             .events(1, 5, &b)
             .generation_end(1, 2000, 5_001_000, 0)
             .trace_end(1);
-        let bytes = t.finish();
+        t.finish()
+    }
+
+    #[test]
+    fn anomalies_are_reported() {
+        let bytes = anomaly_trace();
         let mut reader = TraceReader::new(&bytes[..]).unwrap();
         let mut seen = Seen::default();
         let mut pass = Pass::new();
@@ -652,12 +815,57 @@ mod tests {
                 (0x10020, "heap_object_exists", Anomaly::DoubleAlloc),
             ]
         );
-        // The exists event is skipped: the allocation seen stays.
-        assert!(!seen.allocs.contains(&(0x10020, 70)));
+        // The exists event replaces the allocation of 50 bytes.
+        assert!(seen.allocs.contains(&(0x10020, 70)));
         let stats = &pass.stats;
+        assert_eq!((stats.unmatched_frees, stats.replaced), (2, 2));
+    }
+
+    /// Counts the visitor's calls, whatever the entry.
+    #[derive(Default)]
+    struct Calls(usize);
+
+    impl<E: Entry> Visitor<E> for Calls {
+        fn alloc(&mut self, _alloc: &E) {
+            self.0 += 1;
+        }
+
+        fn free(&mut self, _alloc: &E, _free: &Free) {
+            self.0 += 1;
+        }
+    }
+
+    /// The live table's bytes and peaks are the same whether it keeps
+    /// whole allocations or their sizes, and follow the replacements; the
+    /// lean pass interns no stacks.
+    #[test]
+    fn lean_and_full_entries_account_alike() {
+        let bytes = anomaly_trace();
+        fn run<E: Entry>(bytes: &[u8], pass: &mut Pass) -> (Live<E>, usize) {
+            let mut reader = TraceReader::new(bytes).unwrap();
+            let mut calls = Calls::default();
+            (pass.run(&mut reader, &mut calls, |_| {}).unwrap(), calls.0)
+        }
+        let mut full_pass = Pass::new();
+        let (full, full_calls) = run::<Alloc>(&bytes, &mut full_pass);
+        let mut lean_pass = Pass::new();
+        let (lean, lean_calls) = run::<Size>(&bytes, &mut lean_pass);
+        assert_eq!(full_calls, lean_calls);
+        assert_eq!(full_pass.stats, lean_pass.stats);
+        assert_eq!(full.peaks(), lean.peaks());
+        for memory in Memory::ALL {
+            assert_eq!(full.count(memory), lean.count(memory), "{memory:?}");
+            assert_eq!(full.bytes(memory), lean.bytes(memory), "{memory:?}");
+        }
+        // Heap: 100 and 50 live, then 10 for the 100 and 70 for the 50.
+        assert_eq!(lean.bytes(Memory::Heap), 80);
+        assert_eq!(lean.count(Memory::Heap), 2);
+        assert_eq!(lean.peaks().heap_bytes, 150);
+        assert_eq!(lean.peaks().heap_objects, 2);
         assert_eq!(
-            (stats.unmatched_frees, stats.replaced, stats.exists_live),
-            (2, 1, 1)
+            (lean.count(Memory::Span), lean.count(Memory::Stack)),
+            (0, 1)
         );
+        assert!(lean_pass.stacks.is_empty());
     }
 }

@@ -1,16 +1,15 @@
 //! `alloctrace pages`: the page tracer's events (FORMAT.md section 7)
-//! accounted as runs of pages in use. `pages` reads the trace through
-//! analysis's `Pass`, of which [`PageStats`] is a visitor (memory: the
-//! runs, and the pass's live memory and call stacks); `stats` and `check`
-//! use the same accounting for their page anomalies, on their own
-//! reading thread.
+//! accounted as runs of pages in use. [`PageStats`] is a visitor of
+//! analysis's `Pass` (memory: the runs, and the pass's lean live table);
+//! `stats` and `check` count their page anomalies with it, in their own
+//! visitor of the pass.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use alloctrace_analysis::{Alloc, Free, GenerationView, Op, Pass, StackTable, Visitor};
+use alloctrace_analysis::{Entry, Free, GenerationView, Op, Pass, Size, StackTable, Visitor};
 use alloctrace_format::exact_log2;
-use alloctrace_reader::{Event, EventData, GenerationInfo};
+use alloctrace_reader::{EventData, GenerationInfo};
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
@@ -159,8 +158,8 @@ struct At {
     thread: u64,
 }
 
-/// `pages` reads the trace through a pass, which hands it every event.
-impl Visitor for PageStats {
+/// The pass hands it every event; it needs nothing of the live table.
+impl<E: Entry> Visitor<E> for PageStats {
     fn generation(&mut self, generation: &GenerationView, _stacks: &StackTable) {
         self.generation_start(generation.info());
         self.generation = generation.generation();
@@ -177,29 +176,18 @@ impl Visitor for PageStats {
         self.account(&op.data, &at);
     }
 
-    fn alloc(&mut self, _alloc: &Alloc) {}
+    fn alloc(&mut self, _alloc: &E) {}
 
-    fn free(&mut self, _alloc: &Alloc, _free: &Free) {}
+    fn free(&mut self, _alloc: &E, _free: &Free) {}
 }
 
 impl PageStats {
-    pub fn generation_start(&mut self, info: Option<&GenerationInfo>) {
+    fn generation_start(&mut self, info: Option<&GenerationInfo>) {
         if let Some(info) = info {
             // A power of two: the reader checked the info batch.
             self.page_size = Some(info.page_size);
             self.shift = exact_log2(info.page_size).unwrap_or(0);
         }
-    }
-
-    /// Accounts a page event; other events are ignored.
-    pub fn event(&mut self, e: &Event) {
-        let at = At {
-            addr: e.addr,
-            time_ns: e.time_ns,
-            generation: e.generation,
-            thread: e.thread,
-        };
-        self.account(&e.data, &at);
     }
 
     /// Accounts a page event, `data`, at `at`; other events are ignored.
@@ -386,7 +374,8 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
     let size = input.size();
     let mut stats = PageStats::default();
     let mut progress = Progress::new(size);
-    let result = Pass::new().run(&mut reader, &mut stats, |bytes| progress.update(bytes));
+    let result =
+        Pass::new().run::<_, Size, _>(&mut reader, &mut stats, |bytes| progress.update(bytes));
     progress.finish();
     result?;
     let truncated_at = reader.truncated();

@@ -2,30 +2,30 @@
 //! in memory proportional to the live objects (and the runs of pages in
 //! use, for page-tracer events).
 //!
-//! - count.rs: the per-event accounting (the counts and the live maps).
-//! - pipeline.rs: the two threads: the reading thread decodes the trace
-//!   and hands the events, in order and in chunks, to a counting thread,
-//!   which keeps the counts and the live maps. The results are those of
-//!   counting every event in order on one thread.
+//! The trace is read by analysis's [`Pass`], the one account of live
+//! memory (the reports' too): what is live, its peaks and the anomalies
+//! are the pass's, its live table kept lean ([`Size`]: no call stacks).
+//!
+//! - count.rs: the pass's visitor, which counts every event.
 //! - render.rs: the text table and the JSON object.
 
 mod count;
-mod pipeline;
 mod render;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use alloctrace_analysis::{Live, Memory, Pass, Size};
 use alloctrace_format::{EntryPoint, ENTRY_POINTS};
 use alloctrace_reader::ProcessInfo;
 use serde_json::Value;
 
 use crate::failure::Failure;
-use crate::input::Input;
+use crate::input::{open, Input};
 use crate::pages::PageStats;
 use crate::print::{prefix, print_stdout, truncation_warning};
+use crate::progress::Progress;
 
-use count::{Maps, TypeCount, KINDS};
-pub use pipeline::collect;
+use count::{Tally, TypeCount, KINDS};
 
 /// What `stats` finds in a trace (see docs/CLI.md for each number).
 #[derive(Default)]
@@ -51,7 +51,10 @@ pub struct Stats {
     /// Allocations recorded without their stack (generation-end batches,
     /// format version 3).
     pub lost_stacks: u64,
-    maps: Maps,
+    /// What the pass left live, with the peaks.
+    live: Live<Size>,
+    unknown_free: u64,
+    double_alloc: u64,
     pub long_form_events: u64,
     /// Heap object events naming a type ID absent from their generation's
     /// type table.
@@ -91,17 +94,18 @@ impl Stats {
     }
 
     pub fn anomalies(&self) -> u64 {
-        self.maps.unknown_free + self.maps.double_alloc
+        self.unknown_free + self.double_alloc
     }
 
     /// Frees of an address that is not live.
     pub fn unknown_free(&self) -> u64 {
-        self.maps.unknown_free
+        self.unknown_free
     }
 
-    /// Allocations of an address that is already live.
+    /// Allocations (and exists events) of an address that is already
+    /// live.
     pub fn double_alloc(&self) -> u64 {
-        self.maps.double_alloc
+        self.double_alloc
     }
 
     /// Page-tracer anomalies (see `alloctrace pages`), counted apart from
@@ -116,39 +120,49 @@ impl Stats {
     }
 
     pub fn live_objects(&self) -> u64 {
-        self.maps.heap.len() as u64
+        self.live.count(Memory::Heap) as u64
     }
 
     pub fn live_bytes(&self) -> u64 {
-        u64::try_from(self.maps.live_bytes).unwrap_or(u64::MAX)
+        saturate(self.live.bytes(Memory::Heap))
     }
 
     pub fn peak_live_bytes(&self) -> u64 {
-        u64::try_from(self.maps.peak_live_bytes).unwrap_or(u64::MAX)
+        saturate(self.live.peaks().heap_bytes)
     }
 
     /// The most heap objects live at once.
     pub fn peak_live_objects(&self) -> u64 {
-        self.maps.peak_live_objects
+        self.live.peaks().heap_objects
+    }
+
+    /// Spans live at the end.
+    pub fn live_spans(&self) -> u64 {
+        self.live.count(Memory::Span) as u64
     }
 
     /// Bytes of the spans live at the end (pages times the page size).
     pub fn live_span_bytes(&self) -> u64 {
-        u64::try_from(self.maps.span_bytes).unwrap_or(u64::MAX)
+        saturate(self.live.bytes(Memory::Span))
     }
 
     pub fn peak_live_span_bytes(&self) -> u64 {
-        u64::try_from(self.maps.peak_span_bytes).unwrap_or(u64::MAX)
+        saturate(self.live.peaks().span_bytes)
     }
 
     /// The most spans live at once.
     pub fn peak_live_spans(&self) -> u64 {
-        self.maps.peak_spans
+        self.live.peaks().spans
     }
 
     /// The peak of heap plus span bytes, live at one moment.
     pub fn peak_live_total_bytes(&self) -> u64 {
-        u64::try_from(self.maps.peak_total_bytes).unwrap_or(u64::MAX)
+        saturate(self.live.peaks().total_bytes)
+    }
+
+    /// Goroutine-style stacks live at the end.
+    pub fn live_stacks(&self) -> u64 {
+        self.live.count(Memory::Stack) as u64
     }
 
     /// Per type allocated (and, with `defined`, per type a type table
@@ -183,6 +197,34 @@ impl Stats {
     pub fn entry_point(&self, entry: EntryPoint) -> u64 {
         self.entry_points[entry as usize - 1]
     }
+}
+
+/// Printed saturated to u64.
+fn saturate(n: u128) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// Reads the whole trace into a [`Stats`]. Fails on a malformed trace or an
+/// I/O error.
+pub fn collect(input: &Input) -> Result<Stats, Failure> {
+    let mut reader = open(input)?;
+    let size = input.size();
+    let mut tally = Tally::new(Stats::new(size));
+    let mut progress = Progress::new(size);
+    let result = Pass::new().run(&mut reader, &mut tally, |bytes| progress.update(bytes));
+    progress.finish();
+    let live = result?;
+    let mut stats = tally.finish();
+    stats.live = live;
+    stats.total_events = stats.counts.iter().sum();
+    stats.generations = reader.generations();
+    stats.lost_events = reader.lost_events();
+    stats.lost_stacks = reader.lost_stacks();
+    stats.truncated_at = reader.truncated();
+    if stats.bytes == 0 {
+        stats.bytes = reader.bytes_read();
+    }
+    Ok(stats)
 }
 
 /// Prints one trace's stats; a labelled one (one of several) gets a

@@ -60,16 +60,16 @@ impl Stats {
             "live_bytes": self.live_bytes(),
             "peak_live_bytes": self.peak_live_bytes(),
             "peak_live_objects": self.peak_live_objects(),
-            "live_spans": self.maps.spans.len(),
+            "live_spans": self.live_spans(),
             "live_span_bytes": self.live_span_bytes(),
             "peak_live_spans": self.peak_live_spans(),
             "peak_live_span_bytes": self.peak_live_span_bytes(),
             "peak_live_total_bytes": self.peak_live_total_bytes(),
-            "live_stacks": self.maps.stacks.len(),
+            "live_stacks": self.live_stacks(),
             "lost_events": self.lost_events,
             "lost_stacks": self.lost_stacks,
             "anomalies": self.anomalies(),
-            "anomaly_kinds": { "unknown_free": self.maps.unknown_free, "double_alloc": self.maps.double_alloc },
+            "anomaly_kinds": { "unknown_free": self.unknown_free, "double_alloc": self.double_alloc },
             "long_form_events": self.long_form_events,
             "duration_ns": self.duration_ns,
             "bytes": self.bytes,
@@ -188,7 +188,7 @@ impl Stats {
             &bytes(self.peak_live_bytes(), Decimals::Fixed(2)),
             "",
         );
-        row("live spans", &count(self.maps.spans.len() as u64), "");
+        row("live spans", &count(self.live_spans()), "");
         row(
             "live span bytes",
             &bytes(self.live_span_bytes(), Decimals::Fixed(2)),
@@ -205,7 +205,7 @@ impl Stats {
             &bytes(self.peak_live_total_bytes(), Decimals::Fixed(2)),
             "  (heap + spans at one moment)",
         );
-        row("live stacks", &count(self.maps.stacks.len() as u64), "");
+        row("live stacks", &count(self.live_stacks()), "");
         if self.long_form_events > 0 || all {
             row("long-form events", &count(self.long_form_events), "");
         }
@@ -227,11 +227,11 @@ impl Stats {
             row("lost stacks", &count(self.lost_stacks), "");
         }
         row("anomalies", &count(self.anomalies()), "");
-        if self.maps.unknown_free > 0 || all {
-            row("  unknown frees", &count(self.maps.unknown_free), "");
+        if self.unknown_free > 0 || all {
+            row("  unknown frees", &count(self.unknown_free), "");
         }
-        if self.maps.double_alloc > 0 || all {
-            row("  double allocs", &count(self.maps.double_alloc), "");
+        if self.double_alloc > 0 || all {
+            row("  double allocs", &count(self.double_alloc), "");
         }
         row(
             "page anomalies",
