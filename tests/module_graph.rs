@@ -44,6 +44,7 @@ const LAYERS: &[(&str, &[Layer])] = &[
             (
                 "machinery",
                 &[
+                    "address_set",
                     "buffer",
                     "clock",
                     "handshake",

@@ -225,7 +225,7 @@ mod stacks;
 #[cfg(test)]
 mod real {
     //! What the pure modules need of real.rs in unit tests.
-    pub use libc::{mmap as sys_mmap, munmap as sys_munmap};
+    pub use libc::mmap as sys_mmap;
     /// # Safety
     /// As mremap(2).
     pub unsafe fn sys_mremap(

@@ -49,7 +49,6 @@ use crate::next_symbol::{lookup, next, resolving, Next};
 pub use crate::libc_symbols::libc_own;
 pub use crate::real_mappings::{
     next_mmap, next_mmap64, next_mremap, next_munmap, resolve_mappings, sys_mmap, sys_mremap,
-    sys_munmap,
 };
 
 mod libc_malloc {

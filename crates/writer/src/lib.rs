@@ -25,7 +25,8 @@
 //!   each batch (`tables`), so a cut trace keeps its stacks;
 //! - the machinery, at the top level: `buffer`, `thread` (the slots),
 //!   `handshake` (the seqlock and the heavy barrier), `sync`, `clock`,
-//!   `shared`, [`tls`], `type_table`, `reserved` (the tables' memory), and
+//!   `shared`, [`tls`], `type_table`, `reserved` (the tables' memory),
+//!   [`AddressSet`] (a lock-free set of addresses), and
 //!   the leaves `lost` (the lost counters) and `limits`.
 //!
 //! The wire format is specified in docs/FORMAT.md and coded in the
@@ -35,6 +36,8 @@
 mod handshake;
 mod sync;
 
+#[cfg(not(loom))]
+mod address_set;
 #[cfg(not(loom))]
 mod buffer;
 #[cfg(not(loom))]
@@ -62,6 +65,8 @@ mod type_table;
 #[cfg(not(loom))]
 mod writer;
 
+#[cfg(not(loom))]
+pub use address_set::AddressSet;
 #[cfg(not(loom))]
 pub use event::calls as events;
 #[cfg(not(loom))]

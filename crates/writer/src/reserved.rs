@@ -83,7 +83,7 @@ impl<const LEN: usize> Region<LEN> {
 /// kernel refuses. A raw system call, as the buffers' (buffer.rs): an
 /// interposer of mmap (the LD_PRELOAD shim) must not see the tracer's own
 /// memory, which may be mapped inside the program's malloc. errno is kept.
-fn map_reserved(len: usize) -> *mut u8 {
+pub(crate) fn map_reserved(len: usize) -> *mut u8 {
     #[cfg(miri)]
     // SAFETY: an anonymous private mapping with no hint has no
     // preconditions. Miri interprets libc's mmap, not the raw syscall, and
@@ -181,5 +181,25 @@ impl<const LEN: usize> Arena<LEN> {
             },
             _ => &[],
         }
+    }
+}
+
+/// Unmaps `len` bytes at `p`, mapped by [`map_reserved`], with a raw
+/// system call (as `map_reserved`); errno is kept. The caller guarantees
+/// nothing uses the memory any more.
+pub(crate) fn unmap(p: *mut u8, len: usize) {
+    #[cfg(miri)]
+    // SAFETY: the caller's contract: a mapping of ours, unused.
+    unsafe {
+        libc::munmap(p.cast(), len);
+    }
+    #[cfg(not(miri))]
+    {
+        // SAFETY: __errno_location always returns this thread's errno.
+        let errno = unsafe { *libc::__errno_location() };
+        // SAFETY: the caller's contract: a mapping of ours, unused.
+        unsafe { libc::syscall(libc::SYS_munmap, p.cast::<libc::c_void>(), len) };
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
     }
 }
