@@ -1,0 +1,134 @@
+//! Sampling by bytes: which allocations a sampling session records (issue
+//! 22), by one countdown per thread.
+//!
+//! Every byte allocated is a trial with probability 1 / mean, as Go's
+//! `MemProfileRate`, tcmalloc and heapprofd sample
+//! (../shared/research/production.md): a thread counts down an
+//! exponentially distributed number of bytes, and the allocation that
+//! takes the count to zero or below is sampled. The probability that an
+//! allocation of `size` bytes is sampled is then 1 - exp(-size / mean),
+//! whatever came before it (the draws are memoryless): the weight a reader
+//! divides by. The frees a sampling session records are those of the
+//! sampled addresses, which it keeps in an [`AddressSet`](crate::AddressSet).
+
+/// One thread's countdown to its next sampled allocation.
+#[derive(Debug)]
+pub(crate) struct Sampler {
+    /// Bytes left before the next sample; 0 before the first draw.
+    left: i64,
+    /// The thread's random state (xorshift64*; never 0 once seeded).
+    rng: u64,
+}
+
+impl Sampler {
+    /// A countdown not yet drawn: the first call draws it from `seed`.
+    pub(crate) const fn new() -> Sampler {
+        Sampler { left: 0, rng: 0 }
+    }
+
+    /// Whether the allocation of `size` bytes is sampled, with `mean`
+    /// bytes between samples on average (not 0). Common case: a
+    /// subtraction and a branch.
+    // Runs inside malloc: no allocation, no lock, no panic.
+    #[inline(always)]
+    pub(crate) fn take(&mut self, size: u64, mean: u64, seed: u64) -> bool {
+        self.left = self.left.wrapping_sub(size.min(i64::MAX as u64 / 2) as i64);
+        if self.left > 0 {
+            return false;
+        }
+        self.crossed(size, mean, seed)
+    }
+
+    /// The countdown reached zero (or was never drawn).
+    #[cold]
+    #[inline(never)]
+    fn crossed(&mut self, size: u64, mean: u64, seed: u64) -> bool {
+        if self.rng == 0 {
+            // The first allocation of the thread: draw the countdown as if
+            // it had started before it, then count this allocation.
+            self.rng = seed | 1;
+            self.left = self
+                .draw(mean)
+                .wrapping_sub(size.min(i64::MAX as u64 / 2) as i64);
+            if self.left > 0 {
+                return false;
+            }
+        }
+        // Memoryless: the bytes to the next sample, counted from the end
+        // of this allocation, are a fresh draw.
+        self.left = self.draw(mean);
+        true
+    }
+
+    /// An exponentially distributed count of bytes with mean `mean`, at
+    /// least 1.
+    fn draw(&mut self, mean: u64) -> i64 {
+        // xorshift64*: 53 bits of it, a uniform u in [0, 1).
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        let bits = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
+        let u = bits as f64 * (1.0 / (1u64 << 53) as f64);
+        // -ln(1 - u) is exponential with mean 1 (1 - u is in (0, 1]).
+        let n = -(1.0 - u).ln() * mean as f64;
+        (n.min(i64::MAX as f64 / 4.0) as i64).max(1)
+    }
+}
+
+/// A per-thread seed from the session's `seed` and the thread's index
+/// (splitmix64: neighbouring indexes give unrelated seeds).
+pub(crate) fn thread_seed(seed: u64, thread: u64) -> u64 {
+    let mut z = seed.wrapping_add(thread.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampled_counts_follow_the_byte_rate() {
+        // 10^6 allocations of 64 bytes at a mean of 4 KiB: about 15,625
+        // samples, and each allocation's chance is 1 - exp(-64/4096).
+        let mean = 4096;
+        let mut s = Sampler::new();
+        let n = 1_000_000u64;
+        let taken = (0..n).filter(|_| s.take(64, mean, 42)).count() as f64;
+        let p = 1.0 - (-64.0f64 / mean as f64).exp();
+        let want = n as f64 * p;
+        let sd = (n as f64 * p * (1.0 - p)).sqrt();
+        assert!(
+            (taken - want).abs() < 5.0 * sd,
+            "taken {taken}, want {want} ± {sd}"
+        );
+        // The weighted estimate of the bytes is unbiased.
+        let est = taken * 64.0 / p;
+        assert!((est / (n * 64) as f64 - 1.0).abs() < 0.05, "estimate {est}");
+    }
+
+    #[test]
+    fn large_allocations_are_always_sampled_and_small_ones_rarely() {
+        let mut s = Sampler::new();
+        let big = (0..1000).filter(|_| s.take(64 << 20, 512 << 10, 7)).count();
+        assert_eq!(big, 1000);
+        let mut s = Sampler::new();
+        let small = (0..1000).filter(|_| s.take(8, 512 << 10, 7)).count();
+        assert!(small <= 2, "{small}");
+    }
+
+    #[test]
+    fn the_same_seed_samples_the_same_allocations() {
+        let run = |seed| {
+            let mut s = Sampler::new();
+            (0..100_000u64)
+                .filter(|&i| s.take(16 + i % 200, 8192, seed))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(thread_seed(5, 0)), run(thread_seed(5, 0)));
+        assert_ne!(run(thread_seed(5, 0)), run(thread_seed(5, 1)));
+    }
+}
