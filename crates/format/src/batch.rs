@@ -32,14 +32,17 @@ pub enum BatchKind {
     /// Events [event...] written by one thread in one generation.
     Events = 1,
     /// Info [min_heap_addr, page_size, min_heap_align, min_stack_align,
-    /// start_ticks, start_mono_ns, start_wall_ns, ticks_per_sec, pid] for
-    /// interpreting one generation.
+    /// start_ticks, start_mono_ns, start_wall_ns, ticks_per_sec, pid,
+    /// sample_bytes] for interpreting one generation (`sample_bytes` is new
+    /// in version 6; a body without it reads as 0, every allocation).
     Info = 2,
     /// Types [{id, size, ptr_bytes, name_len, name bytes}...].
     Types = 3,
-    /// GenerationEnd [end_ticks, end_mono_ns, lost_events, lost_stacks]:
+    /// GenerationEnd [end_ticks, end_mono_ns, lost_events, lost_stacks,
+    /// total_allocs, total_alloc_bytes, total_frees, sample_overflow]:
     /// the generation is complete; no batch of it follows. (`lost_stacks`
-    /// is new in version 3; a body without it reads as 0.)
+    /// is new in version 3, the last four in version 6: a body without
+    /// them reads as 0.)
     GenerationEnd = 4,
     /// TraceEnd []: the trace was stopped cleanly; nothing follows.
     TraceEnd = 5,

@@ -6,13 +6,18 @@ use crate::checksum::{batch_checksum, has_trailers};
 /// The first eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"ALCTRACE";
 
-/// The format version this crate writes: 5, version 4 with the stack
-/// tables listed as the generation goes (FORMAT.md sections 9 and 10):
-/// call-stack nodes in any ID order, a module listed again with its
-/// unload tick. A change that earlier readers would call malformed (a new
+/// The format version this crate writes: 6, version 5 with the sampling
+/// fields (FORMAT.md section 9): `sample_bytes` at the end of the info
+/// body, the exact totals and the sampled set's overflow at the end of the
+/// generation-end body. A change that earlier readers would call malformed (a new
 /// batch kind, a rule relaxed) bumps the version, so they refuse the file
 /// by its version ("unsupported format version"), not as a damaged file.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
+
+/// The version with the stack tables listed as the generation goes
+/// (call-stack nodes in any ID order, a module listed again with its
+/// unload tick) and without the sampling fields: still read.
+pub const VERSION_5: u16 = 5;
 
 /// The version with the process batch and stack tables listed as a
 /// generation ends: still read.
@@ -28,7 +33,9 @@ pub const VERSION_2: u16 = 2;
 pub const VERSION_3: u16 = 3;
 
 /// The versions readers accept, oldest first.
-pub const READABLE_VERSIONS: [u16; 5] = [VERSION_1, VERSION_2, VERSION_3, VERSION_4, VERSION];
+pub const READABLE_VERSIONS: [u16; 6] = [
+    VERSION_1, VERSION_2, VERSION_3, VERSION_4, VERSION_5, VERSION,
+];
 
 /// Size of the file header in bytes: magic, version u16 LE, flags u16 LE,
 /// then a u32: zero in version 1, the header's CRC32C from version 2 on.
@@ -115,12 +122,17 @@ mod tests {
         let mut bad = bytes;
         bad[0] = b'X';
         assert_eq!(FileHeader::decode(&bad), Err(HeaderError::BadMagic));
-        let mut v6 = bytes;
-        v6[8] = 6;
+        let mut v7 = bytes;
+        v7[8] = 7;
         assert_eq!(
-            FileHeader::decode(&v6),
-            Err(HeaderError::UnsupportedVersion(6))
+            FileHeader::decode(&v7),
+            Err(HeaderError::UnsupportedVersion(7))
         );
+        let v5 = FileHeader {
+            version: VERSION_5,
+            flags: 0,
+        };
+        assert_eq!(FileHeader::decode(&v5.encode()), Ok(v5));
         let v4 = FileHeader {
             version: VERSION_4,
             flags: 0,

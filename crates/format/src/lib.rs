@@ -60,7 +60,7 @@ pub use event::{
 };
 pub use header::{
     FileHeader, HeaderError, FILE_HEADER_LEN, MAGIC, READABLE_VERSIONS, VERSION, VERSION_1,
-    VERSION_2, VERSION_3, VERSION_4,
+    VERSION_2, VERSION_3, VERSION_4, VERSION_5,
 };
 pub use varint::{
     get_uvarint, put_uvarint, unzigzag, uvarint_len, zigzag, VarintError, MAX_VARINT_LEN,

@@ -11,7 +11,7 @@ use alloctrace_format::{
     ENTRY_TAG, EVENT_KIND_MASK, LONG_FORM, MAX_COMMAND_LINE, MAX_STACK_ORDER, PROCESS_TRUNCATED,
 };
 
-use crate::event::{GenerationEnd, GenerationInfo, ProcessInfo, TypeInfo};
+use crate::event::{GenerationEnd, GenerationInfo, ProcessInfo, Totals, TypeInfo};
 use crate::ReadError;
 
 /// Names the batch an error was found in: "events batch starting at offset 1200".
@@ -442,6 +442,13 @@ pub(crate) fn info(c: &mut Cursor<'_>, generation: u64) -> Result<GenerationInfo
         return Err(c.error_at(tps_pos, "ticks_per_sec is 0"));
     }
     let pid = c.varint("pid")?;
+    // Version 6 appends sample_bytes; a body without it records every
+    // allocation.
+    let sample_bytes = if c.remaining() > 0 {
+        c.varint("sample_bytes")?
+    } else {
+        0
+    };
     // Later versions may append fields: the rest of the body is ignored.
     Ok(GenerationInfo {
         generation,
@@ -454,6 +461,7 @@ pub(crate) fn info(c: &mut Cursor<'_>, generation: u64) -> Result<GenerationInfo
         start_wall_ns,
         ticks_per_sec,
         pid,
+        sample_bytes,
     })
 }
 
@@ -568,6 +576,19 @@ pub(crate) fn generation_end(
     } else {
         0
     };
+    // Version 6 appends the sampling session's totals; a body without
+    // them (and a session recording everything) counts 0.
+    let mut totals = Totals::default();
+    for (field, name) in [
+        (&mut totals.allocs, "total_allocs"),
+        (&mut totals.alloc_bytes, "total_alloc_bytes"),
+        (&mut totals.frees, "total_frees"),
+        (&mut totals.sample_overflow, "sample_overflow"),
+    ] {
+        if c.remaining() > 0 {
+            *field = c.varint(name)?;
+        }
+    }
     // Later versions may append fields: the rest of the body is ignored.
     Ok(GenerationEnd {
         generation,
@@ -575,6 +596,7 @@ pub(crate) fn generation_end(
         end_mono_ns,
         lost_events,
         lost_stacks,
+        totals,
     })
 }
 

@@ -37,6 +37,38 @@ pub struct GenerationInfo {
     pub ticks_per_sec: u64,
     /// Process ID of the traced process.
     pub pid: u64,
+    /// The sampling mode's mean bytes between sampled allocations
+    /// (format version 6): only sampled heap-object allocations, and the
+    /// frees of those, are in the trace, and a reader estimates the rest
+    /// (an allocation of `size` bytes stands for
+    /// `1 / (1 - exp(-size / sample_bytes))` of them). 0: every allocation
+    /// is recorded (and in traces before version 6).
+    pub sample_bytes: u64,
+}
+
+impl GenerationInfo {
+    /// The number of allocations one recorded heap-object allocation of
+    /// `size` bytes stands for: 1 outside sampling mode, else Go pprof's
+    /// unsampling weight `1 / (1 - exp(-size / sample_bytes))` (an
+    /// allocation of `size` bytes was sampled with probability
+    /// `1 - exp(-size / sample_bytes)`). A size of 0 weighs as 1 byte.
+    pub fn sample_weight(&self, size: u64) -> f64 {
+        sample_weight(size, self.sample_bytes)
+    }
+}
+
+/// [`GenerationInfo::sample_weight`] for a mean of `sample_bytes` (0: not
+/// sampled, weight 1).
+pub fn sample_weight(size: u64, sample_bytes: u64) -> f64 {
+    if sample_bytes == 0 {
+        return 1.0;
+    }
+    let p = -(-(size.max(1) as f64) / sample_bytes as f64).exp_m1();
+    if p > 0.0 {
+        1.0 / p
+    } else {
+        1.0
+    }
 }
 
 /// A generation's process batch (format version 4, FORMAT.md section 2):
@@ -67,6 +99,37 @@ pub struct GenerationEnd {
     /// allocation is in the trace; its stack is missing). 0 in traces of
     /// versions 1 and 2.
     pub lost_stacks: u64,
+    /// The exact totals of a sampling session (format version 6; 0 when
+    /// every allocation is recorded): every heap-object allocation the
+    /// traced threads made in the generation, sampled or not, its bytes,
+    /// and every free.
+    pub totals: Totals,
+}
+
+/// Exact counts of a sampling session, which records only some
+/// allocations (generation-end batch, format version 6). All 0 in a trace
+/// that records every allocation, and before version 6.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Heap-object allocations, sampled or not.
+    pub allocs: u64,
+    /// Their bytes.
+    pub alloc_bytes: u64,
+    /// Heap-object frees (of non-null addresses), of sampled objects or not.
+    pub frees: u64,
+    /// Sampled allocations the tracer's set of sampled addresses had no
+    /// room for: recorded, but their frees are not, so they read as live.
+    pub sample_overflow: u64,
+}
+
+impl Totals {
+    /// The sum of two counts, saturating.
+    pub fn add(&mut self, other: &Totals) {
+        self.allocs = self.allocs.saturating_add(other.allocs);
+        self.alloc_bytes = self.alloc_bytes.saturating_add(other.alloc_bytes);
+        self.frees = self.frees.saturating_add(other.frees);
+        self.sample_overflow = self.sample_overflow.saturating_add(other.sample_overflow);
+    }
 }
 
 /// One allocation event, with its address restored and its time in ns.

@@ -1,5 +1,5 @@
 //! Streaming reader for alloctrace traces (docs/FORMAT.md, versions 1 to
-//! 5: `alloctrace_format::READABLE_VERSIONS`).
+//! 6: `alloctrace_format::READABLE_VERSIONS`).
 //!
 //! ## Reading protocol
 //! A trace reads as one sequence of records: for each generation, a
@@ -166,8 +166,8 @@ use source::{Batch, BatchSource};
 
 pub use error::ReadError;
 pub use event::{
-    Event, EventData, GenerationEnd, GenerationInfo, ProcessInfo, Record, Step, TypeInfo,
-    PAGE_EVENT_NAMES,
+    sample_weight, Event, EventData, GenerationEnd, GenerationInfo, ProcessInfo, Record, Step,
+    Totals, TypeInfo, PAGE_EVENT_NAMES,
 };
 pub use generation::Clock;
 pub use stacks::{Frame, Module, RegisteredFrame, Stacks};
@@ -191,6 +191,8 @@ pub struct TraceReader<R: Read> {
     generations: u64,
     lost_events: u64,
     lost_stacks: u64,
+    totals: Totals,
+    sample_bytes: u64,
     /// The first error, returned again by every later call.
     failed: Option<ReadError>,
     /// What `types()` returns before the first generation.
@@ -210,6 +212,8 @@ impl<R: Read> TraceReader<R> {
             generations: 0,
             lost_events: 0,
             lost_stacks: 0,
+            totals: Totals::default(),
+            sample_bytes: 0,
             failed: None,
             no_types: BTreeMap::new(),
             no_stacks: Stacks::default(),
@@ -326,6 +330,19 @@ impl<R: Read> TraceReader<R> {
         self.lost_stacks
     }
 
+    /// Sum of the generations' exact totals (format version 6) over the
+    /// generations handed out so far: all 0 unless the trace samples.
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// The sampling mean of the generations handed out so far (the last
+    /// non-zero `sample_bytes` of their info batches): 0 when every
+    /// allocation is recorded.
+    pub fn sample_bytes(&self) -> u64 {
+        self.sample_bytes
+    }
+
     /// Call stacks, registered frames and modules of the generation of the
     /// last returned event (empty before the first generation, and for a
     /// trace without stacks). An event's [`Event::stack_id`] names one of
@@ -431,6 +448,12 @@ impl<R: Read> TraceReader<R> {
             self.lost_stacks = self
                 .lost_stacks
                 .saturating_add(gen.end.map_or(0, |e| e.lost_stacks));
+            if let Some(end) = &gen.end {
+                self.totals.add(&end.totals);
+            }
+            if info.sample_bytes != 0 {
+                self.sample_bytes = info.sample_bytes;
+            }
             self.current = Some(Emitter::new(gen, info, origin)?);
             return Ok(Some(number));
         }

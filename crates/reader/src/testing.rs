@@ -36,10 +36,11 @@ pub fn info(generation: u64) -> GenerationInfo {
         start_wall_ns: 1_700_000_000_000_000_000,
         ticks_per_sec: 1_000_000_000,
         pid: 4242,
+        sample_bytes: 0,
     }
 }
 
-/// A trace under construction: version 5 (a checksum trailer after every
+/// A trace under construction: version 6 (a checksum trailer after every
 /// batch; call stacks; the process batch; stack tables as the generation
 /// goes) from [`TraceBuilder::new`], version 4 from [`TraceBuilder::v4`],
 /// version 3 from [`TraceBuilder::v3`], version 2 from
@@ -56,7 +57,7 @@ impl Default for TraceBuilder {
 }
 
 impl TraceBuilder {
-    /// A trace of the current version (5) with its file header.
+    /// A trace of the current version (6) with its file header.
     pub fn new() -> TraceBuilder {
         TraceBuilder::with_version(VERSION)
     }
@@ -83,7 +84,9 @@ impl TraceBuilder {
         TraceBuilder::with_version(VERSION_1)
     }
 
-    fn with_version(version: u16) -> TraceBuilder {
+    /// A trace of any version from 2 on (its header; trailers after each
+    /// batch).
+    pub fn with_version(version: u16) -> TraceBuilder {
         let header = FileHeader { version, flags: 0 }.encode();
         TraceBuilder {
             bytes: header.to_vec(),
@@ -159,6 +162,11 @@ impl TraceBuilder {
         ] {
             varint(&mut body, v);
         }
+        // Version 6's field, written only when sampling (so the bytes of
+        // the other tests' traces stay as they were).
+        if info.sample_bytes != 0 {
+            varint(&mut body, info.sample_bytes);
+        }
         self.batch(
             BatchKind::Info as u8,
             info.generation,
@@ -233,6 +241,37 @@ impl TraceBuilder {
     ) -> &mut Self {
         let mut body = Vec::new();
         for v in [end_ticks, end_mono_ns, lost_events, lost_stacks] {
+            varint(&mut body, v);
+        }
+        self.batch(
+            BatchKind::GenerationEnd as u8,
+            generation,
+            0,
+            end_ticks,
+            &body,
+        )
+    }
+
+    /// A version-6 generation-end batch: `lost_stacks`, then a sampling
+    /// session's totals.
+    pub fn generation_end_v6(
+        &mut self,
+        generation: u64,
+        end_ticks: u64,
+        end_mono_ns: u64,
+        totals: &crate::Totals,
+    ) -> &mut Self {
+        let mut body = Vec::new();
+        for v in [
+            end_ticks,
+            end_mono_ns,
+            0,
+            0,
+            totals.allocs,
+            totals.alloc_bytes,
+            totals.frees,
+            totals.sample_overflow,
+        ] {
             varint(&mut body, v);
         }
         self.batch(

@@ -66,13 +66,13 @@ fn file_header_errors() {
     assert!(e.to_string().contains("not an alloctrace trace"), "{e}");
     let e = TraceReader::new(&b"ALCTRA"[..]).err().unwrap();
     assert!(e.to_string().contains("ends after 6 bytes"), "{e}");
-    let mut v6 = TraceBuilder::new().finish();
-    v6[8] = 6;
-    let e = TraceReader::new(v6.as_slice()).err().unwrap();
+    let mut v7 = TraceBuilder::new().finish();
+    v7[8] = 7;
+    let e = TraceReader::new(v7.as_slice()).err().unwrap();
     assert_eq!(e.offset(), 8);
     assert_eq!(
         e.to_string(),
-        "malformed trace at byte offset 8: unsupported format version 6: this reader reads versions 1, 2, 3, 4 and 5 (a newer alloctrace wrote this trace?)"
+        "malformed trace at byte offset 8: unsupported format version 7: this reader reads versions 1, 2, 3, 4, 5 and 6 (a newer alloctrace wrote this trace?)"
     );
     // Version 1: flags are ignored; the reserved bytes must be zero, so
     // that a bit flip turning version 3 (or 4... 5) into 1 is caught.
@@ -96,7 +96,7 @@ fn file_header_errors() {
     flipped[8] ^= 4;
     assert!(
         TraceReader::new(flipped.as_slice()).is_err(),
-        "version 5 flipped to 1"
+        "version 6 flipped to 2"
     );
     // Version 2: the header's checksum covers them.
     let mut flagged = TraceBuilder::new().finish();

@@ -377,11 +377,11 @@ fn a_version_2_trace_reads_as_before() {
     let v3 = checksummed_as(&sample_trace_v1(), 3);
     assert_eq!(&v2[8..10], &[2, 0]);
     assert_eq!(&v3[8..10], &[3, 0]);
-    let v5 = sample_trace();
-    assert_eq!(&v5[8..10], &[5, 0]);
+    let v6 = sample_trace();
+    assert_eq!(&v6[8..10], &[6, 0]);
     assert_eq!(
         read_with_frames(&v3).unwrap(),
-        read_with_frames(&v5).unwrap()
+        read_with_frames(&v6).unwrap()
     );
     let (a, b) = (
         read_with_frames(&v2).unwrap(),
