@@ -214,6 +214,28 @@ typedef struct trace_config {
    * for the default, 64. (Added after the first version, like `clock`.)
    */
   uint32_t stack_depth;
+  /**
+   * Sampling mode: the mean bytes between sampled heap-object
+   * allocations (524288, 512 KiB, is the production setting), default 0:
+   * every allocation is recorded. In sampling mode `trace_heap_object_alloc`,
+   * `trace_heap_object_alloc_stack` and `trace_heap_object_exists`
+   * record only the allocations a per-thread countdown of bytes samples
+   * (exponentially distributed, so an allocation of `s` bytes is sampled
+   * with probability `1 - exp(-s / sample_bytes)`), with their call
+   * stack when `stacks` is on; `trace_heap_object_free` records only the
+   * frees of sampled addresses. Every allocation, its bytes and every
+   * free are still counted, exactly, in each generation's end. The
+   * reading commands show estimates. (Added after the first version,
+   * like `clock`.)
+   */
+  uint64_t sample_bytes;
+  /**
+   * For tests: the seed of the sampling countdowns, so that a
+   * deterministic program samples the same allocations every run;
+   * default 0, a seed from the clock. (Added after the first version,
+   * like `clock`.)
+   */
+  uint64_t sample_seed;
 } trace_config;
 
 #ifdef __cplusplus
@@ -224,7 +246,8 @@ extern "C" {
  * Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
  * `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
  * `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock, no
- * compression, no stack capture, `stack_depth` 0 (64).
+ * compression, no stack capture, `stack_depth` 0 (64), no sampling
+ * (`sample_bytes` 0, `sample_seed` 0).
  *
  * NULL does nothing. Any thread, at any time; it does not allocate.
  *
@@ -403,8 +426,9 @@ void trace_heap_object_exists(uintptr_t addr, uint64_t size, uint64_t type_id);
 
 /**
  * Records that a heap object of `size` bytes was allocated at `addr`.
- * `type_id` from `trace_type_register`, or 0. Any thread, also inside
- * malloc.
+ * `type_id` from `trace_type_register`, or 0. In sampling mode
+ * (`trace_config.sample_bytes`) counted, and recorded only when sampled.
+ * Any thread, also inside malloc.
  */
 void trace_heap_object_alloc(uintptr_t addr, uint64_t size, uint64_t type_id);
 
@@ -430,8 +454,9 @@ void trace_span_alloc_stack(uintptr_t base,
                             uint64_t stack_id);
 
 /**
- * Records that the heap object at `addr` is about to be freed. Any thread,
- * also inside malloc.
+ * Records that the heap object at `addr` is about to be freed. In
+ * sampling mode counted, and recorded only when its allocation was. Any
+ * thread, also inside malloc.
  */
 void trace_heap_object_free(uintptr_t addr);
 

@@ -161,6 +161,24 @@ pub struct trace_config {
     /// The depth limit of captured stacks in native frames, 1 to 256; 0
     /// for the default, 64. (Added after the first version, like `clock`.)
     pub stack_depth: u32,
+    /// Sampling mode: the mean bytes between sampled heap-object
+    /// allocations (524288, 512 KiB, is the production setting), default 0:
+    /// every allocation is recorded. In sampling mode `trace_heap_object_alloc`,
+    /// `trace_heap_object_alloc_stack` and `trace_heap_object_exists`
+    /// record only the allocations a per-thread countdown of bytes samples
+    /// (exponentially distributed, so an allocation of `s` bytes is sampled
+    /// with probability `1 - exp(-s / sample_bytes)`), with their call
+    /// stack when `stacks` is on; `trace_heap_object_free` records only the
+    /// frees of sampled addresses. Every allocation, its bytes and every
+    /// free are still counted, exactly, in each generation's end. The
+    /// reading commands show estimates. (Added after the first version,
+    /// like `clock`.)
+    pub sample_bytes: u64,
+    /// For tests: the seed of the sampling countdowns, so that a
+    /// deterministic program samples the same allocations every run;
+    /// default 0, a seed from the clock. (Added after the first version,
+    /// like `clock`.)
+    pub sample_seed: u64,
 }
 
 /// `struct_size` of the first version of trace_config, which ended at
@@ -303,7 +321,8 @@ macro_rules! ffi_guard_or {
 /// Fills `*cfg` with defaults: `struct_size` set, `path` NULL, `fd` -1,
 /// `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
 /// `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock, no
-/// compression, no stack capture, `stack_depth` 0 (64).
+/// compression, no stack capture, `stack_depth` 0 (64), no sampling
+/// (`sample_bytes` 0, `sample_seed` 0).
 ///
 /// NULL does nothing. Any thread, at any time; it does not allocate.
 ///
@@ -332,6 +351,8 @@ pub unsafe extern "C" fn trace_config_init(cfg: *mut trace_config) {
             compression: trace_compression::TRACE_COMPRESSION_NONE as c_int,
             stacks: trace_stacks::TRACE_STACKS_NONE as c_int,
             stack_depth: 0,
+            sample_bytes: 0,
+            sample_seed: 0,
         });
     }
 }
@@ -438,9 +459,22 @@ pub unsafe extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         } else {
             0
         };
+        let covers_u64 = |offset: usize| size >= offset + core::mem::size_of::<u64>();
+        let sample_bytes = if covers_u64(core::mem::offset_of!(trace_config, sample_bytes)) {
+            cfg.sample_bytes
+        } else {
+            0
+        };
+        let sample_seed = if covers_u64(core::mem::offset_of!(trace_config, sample_seed)) {
+            cfg.sample_seed
+        } else {
+            0
+        };
         let config = Config {
             clock,
             compress,
+            sample_bytes,
+            sample_seed,
             stacks,
             plain_calls_capture: true,
             stack_depth: if stack_depth == 0 {
@@ -745,16 +779,21 @@ pub extern "C" fn trace_heap_object_exists(addr: usize, size: u64, type_id: u64)
 }
 
 /// Records that a heap object of `size` bytes was allocated at `addr`.
-/// `type_id` from `trace_type_register`, or 0. Any thread, also inside
-/// malloc.
+/// `type_id` from `trace_type_register`, or 0. In sampling mode
+/// (`trace_config.sample_bytes`) counted, and recorded only when sampled.
+/// Any thread, also inside malloc.
 #[no_mangle]
 pub extern "C" fn trace_heap_object_alloc(addr: usize, size: u64, type_id: u64) {
-    if capture::mode() != StackMode::None {
-        let stack = capture::capture_stack_or_lost(1);
-        events::heap_object_alloc_stack(addr, size, type_id, stack);
+    // In sampling mode, an allocation not sampled costs no capture.
+    if !events::sample_alloc(addr, size) {
         return;
     }
-    events::heap_object_alloc(addr, size, type_id);
+    if capture::mode() != StackMode::None {
+        let stack = capture::capture_stack_or_lost(1);
+        events::sampled::heap_object_alloc_stack(addr, size, type_id, stack);
+        return;
+    }
+    events::sampled::heap_object_alloc(addr, size, type_id);
 }
 
 /// `trace_heap_object_alloc` with the call stack that allocated: `stack_id`
@@ -784,8 +823,9 @@ pub extern "C" fn trace_span_alloc_stack(
     events::span_alloc_stack(base, npages, kind_class, stack_id);
 }
 
-/// Records that the heap object at `addr` is about to be freed. Any thread,
-/// also inside malloc.
+/// Records that the heap object at `addr` is about to be freed. In
+/// sampling mode counted, and recorded only when its allocation was. Any
+/// thread, also inside malloc.
 #[no_mangle]
 pub extern "C" fn trace_heap_object_free(addr: usize) {
     events::heap_object_free(addr);

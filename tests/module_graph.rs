@@ -51,6 +51,7 @@ const LAYERS: &[(&str, &[Layer])] = &[
                     "limits",
                     "lost",
                     "reserved",
+                    "sampling",
                     "shared",
                     "sync",
                     "thread",

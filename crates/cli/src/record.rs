@@ -110,6 +110,14 @@ pub struct Args {
     /// innermost frames and are marked truncated.
     #[arg(long, value_name = "N", default_value_t = alloctrace_options::DEFAULT_STACK_DEPTH, value_parser = |v: &str| alloctrace_options::parse_stack_depth(v.as_bytes()))]
     stack_depth: usize,
+    /// Sampling mode, for leaving it on in production: record only the
+    /// allocations a per-thread countdown of about N bytes samples (with
+    /// their full call stacks) and the frees of those; exact totals are
+    /// still counted. N is bytes with an optional KiB or MiB suffix
+    /// (512KiB is the production setting); default off (every allocation).
+    /// The reading commands then show estimates. See docs/CLI.md.
+    #[arg(long, value_name = "N", value_parser = |v: &str| alloctrace_options::parse_sample_bytes(v.as_bytes()))]
+    sample_bytes: Option<u64>,
     /// Replace FILE if it exists (only the first process's trace; others
     /// never overwrite).
     #[arg(long)]
@@ -817,6 +825,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         .env(env::STACK_DEPTH, args.stack_depth.to_string());
     if let Some(size) = args.buffer_size {
         command.env(env::BUFFER_SIZE, size.to_string());
+    }
+    if let Some(n) = args.sample_bytes.filter(|&n| n > 0) {
+        command.env(env::SAMPLE_BYTES, n.to_string());
     }
     if let Some(families) = args.record {
         command.env(env::RECORD, families.value());

@@ -38,8 +38,12 @@ pub mod env {
     pub const STACKS: &str = "ALLOCTRACE_STACKS";
     /// The call stacks' depth limit in frames, 1 to 256.
     pub const STACK_DEPTH: &str = "ALLOCTRACE_STACK_DEPTH";
+    /// Sampling mode: the mean bytes between sampled allocations
+    /// ([`parse_sample_bytes`](crate::parse_sample_bytes)); unset or 0:
+    /// every allocation.
+    pub const SAMPLE_BYTES: &str = "ALLOCTRACE_SAMPLE_BYTES";
     /// Every variable above, for a caller that must clear them all.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 14] = [
         OUTPUT,
         BUFFER_SIZE,
         RECORD,
@@ -53,7 +57,12 @@ pub mod env {
         ROOT_PID,
         STACKS,
         STACK_DEPTH,
+        SAMPLE_BYTES,
     ];
+    /// A testing aid, not an option of `record` (so not in [`ALL`]): the
+    /// seed of the sampling countdowns, a number; a fixed seed samples the
+    /// same allocations of a deterministic program every run.
+    pub const SAMPLE_SEED: &str = "ALLOCTRACE_SAMPLE_SEED";
     /// `1`: a testing aid, not an option of `record` (so not in [`ALL`]):
     /// every stack walk of the shim is checked against two reference walks,
     /// and the counts go to stderr when the session ends.
@@ -164,6 +173,36 @@ pub fn parse_buffer_size(v: &[u8]) -> Result<usize, &'static str> {
         Some(n) if (MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&n) => Ok(n),
         _ => Err("not a buffer size: use bytes from 4096 to 16777216, with an optional k (KiB) or m (MiB) suffix"),
     }
+}
+
+/// The largest sampling mean accepted: 1 TiB.
+pub const MAX_SAMPLE_BYTES: u64 = 1 << 40;
+
+/// A sampling mean (`record --sample-bytes`, `ALLOCTRACE_SAMPLE_BYTES`):
+/// bytes, with an optional suffix `KiB` or `MiB` (also `k`/`K`/`KB`,
+/// `m`/`M`/`MB`, `GiB`/`g`/`G`/`GB`, all powers of 1024), up to 1 TiB; 0
+/// turns sampling off.
+pub fn parse_sample_bytes(v: &[u8]) -> Result<u64, &'static str> {
+    const WHY: &str = "not a sampling size: use bytes, with an optional KiB or MiB suffix (512KiB is the production setting), up to 1 TiB, or 0 to record every allocation";
+    let s = std::str::from_utf8(v).map_err(|_| WHY)?.trim();
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(digits_end);
+    let shift = match unit.trim_start() {
+        "" | "B" | "b" => 0,
+        "k" | "K" | "KB" | "kB" | "KiB" | "kiB" | "kib" | "KIB" => 10,
+        "m" | "M" | "MB" | "MiB" | "mib" | "MIB" => 20,
+        "g" | "G" | "GB" | "GiB" | "gib" | "GIB" => 30,
+        _ => return Err(WHY),
+    };
+    if digits.is_empty() {
+        return Err(WHY);
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|&n| n <= MAX_SAMPLE_BYTES)
+        .ok_or(WHY)
 }
 
 /// Which families of calls to record.
@@ -387,6 +426,30 @@ pub fn file_name(path: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sample_bytes() {
+        for (v, want) in [
+            ("512KiB", 512 << 10),
+            ("512k", 512 << 10),
+            ("512 KiB", 512 << 10),
+            ("524288", 524_288),
+            ("1MiB", 1 << 20),
+            ("2M", 2 << 20),
+            ("0", 0),
+            ("1TiB", 0),
+        ] {
+            if v == "1TiB" {
+                assert!(super::parse_sample_bytes(v.as_bytes()).is_err());
+                continue;
+            }
+            assert_eq!(super::parse_sample_bytes(v.as_bytes()), Ok(want), "{v}");
+        }
+        for v in ["", "KiB", "-1", "1.5MiB", "512kb2", "12x", "2048GiB"] {
+            let e = super::parse_sample_bytes(v.as_bytes()).unwrap_err();
+            assert!(e.contains("512KiB"), "{v}: {e}");
+        }
+    }
+
     use super::*;
 
     #[test]

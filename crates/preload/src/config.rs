@@ -14,6 +14,8 @@
 //! | `ALLOCTRACE_ONLY` | unset | comma-separated program names: only processes started as one of them (or whose executable has that file name) are traced; the others run untraced, their children are still followed |
 //! | `ALLOCTRACE_FOLLOW` | `1` | `0`: trace only the first process and the programs it execs (same pid), not its children |
 //! | `ALLOCTRACE_ROOT_PID` | unset | with FOLLOW=0, set by the first process's shim to its pid (leave it unset) |
+//! | `ALLOCTRACE_SAMPLE_BYTES` | `0` | sampling mode: the mean bytes between sampled allocations (`512KiB`; bytes with an optional KiB or MiB suffix); 0 records every allocation |
+//! | `ALLOCTRACE_SAMPLE_SEED` | unset | a testing aid: the sampling countdowns' seed (a number), so a deterministic program samples the same allocations every run |
 //! | `ALLOCTRACE_CHECK_STACKS` | `0` | `1`: a testing aid: every stack walk is checked against two reference walks (alloctrace-writer's capture check mode), with a `check-stacks:` summary on stderr when the session ends |
 //!
 //! The grammar of every value is the alloctrace-options crate's, which
@@ -24,7 +26,7 @@ use std::os::unix::ffi::OsStrExt;
 
 pub use alloctrace_options::env::{
     BUFFER_SIZE, CHECK_STACKS, CLOCK, COMPRESSION, DISABLE, FOLLOW, INDEX, ONLY, OUTPUT, OVERWRITE,
-    RECORD, ROOT_PID, STACKS, STACK_DEPTH,
+    RECORD, ROOT_PID, SAMPLE_BYTES, SAMPLE_SEED, STACKS, STACK_DEPTH,
 };
 // session.rs names them through this module (not built in unit tests).
 #[cfg_attr(test, allow(unused_imports))]
@@ -43,7 +45,7 @@ const _: () =
 
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
-pub const CARRIED: [&str; 14] = [
+pub const CARRIED: [&str; 16] = [
     "LD_PRELOAD",
     OUTPUT,
     BUFFER_SIZE,
@@ -58,6 +60,8 @@ pub const CARRIED: [&str; 14] = [
     STACKS,
     STACK_DEPTH,
     CHECK_STACKS,
+    SAMPLE_BYTES,
+    SAMPLE_SEED,
 ];
 
 /// What the environment asks for.
@@ -79,6 +83,10 @@ pub struct Settings {
     pub stack_depth: usize,
     /// Check every stack walk against the reference walks (a testing aid).
     pub check_stacks: bool,
+    /// Sampling mode's mean bytes between sampled allocations; 0: off.
+    pub sample_bytes: u64,
+    /// The sampling countdowns' seed; 0: from the clock.
+    pub sample_seed: u64,
     pub overwrite: bool,
     pub index: Option<CString>,
     /// Trace only programs of these names (empty: all).
@@ -149,6 +157,13 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
     let check_stacks = field!(CHECK_STACKS, false, |v: &Vec<u8>| {
         alloctrace_options::parse_flag(v).map_err(|_| "use 1 (check every stack walk) or 0")
     });
+    let sample_bytes = field!(SAMPLE_BYTES, 0, |v: &Vec<u8>| {
+        alloctrace_options::parse_sample_bytes(v)
+    });
+    let sample_seed = field!(SAMPLE_SEED, 0, |v: &Vec<u8>| std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .ok_or("not a seed: use a number (a testing aid)"));
     let overwrite = field!(OVERWRITE, false, |v: &Vec<u8>| {
         alloctrace_options::parse_flag(v).map_err(|_| "use 1 (replace an existing trace file) or 0")
     });
@@ -185,6 +200,8 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         call_stacks,
         stack_depth,
         check_stacks,
+        sample_bytes,
+        sample_seed,
         overwrite,
         index,
         only,
@@ -265,6 +282,10 @@ mod tests {
         assert!(!ok(&[]).check_stacks);
         assert!(ok(&[(CHECK_STACKS, "1")]).check_stacks);
         assert!(!ok(&[(CHECK_STACKS, "0")]).check_stacks);
+        assert_eq!(ok(&[]).sample_bytes, 0);
+        assert_eq!(ok(&[(SAMPLE_BYTES, "512KiB")]).sample_bytes, 512 << 10);
+        assert_eq!(ok(&[(SAMPLE_BYTES, "4096")]).sample_bytes, 4096);
+        assert_eq!(ok(&[(SAMPLE_SEED, "42")]).sample_seed, 42);
     }
 
     #[test]
@@ -306,6 +327,11 @@ mod tests {
                 "ALLOCTRACE_STACK_DEPTH=\"0\": not a depth",
             ),
             (vec![(STACK_DEPTH, "1000")], "ALLOCTRACE_STACK_DEPTH"),
+            (
+                vec![(SAMPLE_BYTES, "lots")],
+                "ALLOCTRACE_SAMPLE_BYTES=\"lots\": not a sampling size",
+            ),
+            (vec![(SAMPLE_SEED, "x")], "ALLOCTRACE_SAMPLE_SEED"),
             (
                 vec![(CHECK_STACKS, "yes")],
                 "ALLOCTRACE_CHECK_STACKS=\"yes\": use 1",

@@ -22,6 +22,14 @@
 //! object's free is recorded only if the object is in the live set; the
 //! free of an inherited object is a T call.
 //!
+//! In sampling mode (`ALLOCTRACE_SAMPLE_BYTES`, the writer's
+//! `events::sample_alloc`) an allocation is recorded, with its call stack,
+//! only when the thread's countdown samples it, decided before the stack
+//! is walked; a free only when its address was sampled (`sample_free`,
+//! before the real free); a realloc is a free and an allocation, each
+//! decided so. No call events are written then: the exact counts of
+//! allocations, bytes and frees go in each generation's end instead.
+//!
 //! The arguments go to the next allocator unchanged and its answer (result,
 //! errno, posix_memalign's code) comes back unchanged: the shim checks
 //! nothing the allocator checks, so the program behaves as without it.
@@ -149,18 +157,32 @@ macro_rules! entry {
 }
 
 /// Records an allocation's outcome: alloc of `p` (with call stack `stack`,
-/// 0 for none), or a call when it failed.
+/// 0 for none) when sampled, or a call when it failed.
 #[inline(always)]
 fn allocated(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
-    record_or_lost(entry, || record_alloc(entry, p, size, stack));
+    record_or_lost(entry, || {
+        if p.is_null() || events::sample_alloc(p as usize, size as u64) {
+            record_alloc(entry, p, size, stack)
+        }
+    });
+}
+
+/// A call that changed no memory (`free(NULL)`, a failed allocation): a T
+/// call event, but in sampling mode, which records only sampled objects.
+#[inline(always)]
+fn call_event(entry: EntryPoint) {
+    if !events::sampling() {
+        tagged::call(entry);
+    }
 }
 
 /// [`allocated`]'s events, out of line with its arguments in registers
-/// (a closure's would be built in memory on every call).
+/// (a closure's would be built in memory on every call). A non-null `p`
+/// was sampled (`events::sample_alloc`).
 #[inline(never)]
 fn record_alloc(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
     if p.is_null() {
-        tagged::call(entry);
+        call_event(entry);
     } else {
         if filtering() {
             liveset::insert(p as usize);
@@ -182,6 +204,11 @@ fn trace_alloc(entry: EntryPoint, p: *mut c_void, size: usize, start: StartRegs)
     if recording() {
         boundary::event(|| {
             record_or_lost(entry, || {
+                // Sampling mode: an allocation not sampled is only counted,
+                // before any stack is walked.
+                if !p.is_null() && !events::sample_alloc(p as usize, size as u64) {
+                    return;
+                }
                 let stack = call_stack(p, start);
                 record_alloc(entry, p, size, stack);
             })
@@ -193,11 +220,15 @@ fn trace_alloc(entry: EntryPoint, p: *mut c_void, size: usize, start: StartRegs)
     }
 }
 
-/// Records `entry` freeing `p` (before the real free).
+/// Records `entry` freeing `p` (before the real free): in sampling mode
+/// only when `p` was sampled.
 #[inline(always)]
 fn freed(entry: EntryPoint, p: *mut c_void) {
+    if !p.is_null() && !events::sample_free(p as usize) {
+        return;
+    }
     if p.is_null() || (filtering() && !liveset::remove(p as usize)) {
-        tagged::call(entry);
+        call_event(entry);
     } else {
         tagged::heap_object_free(entry, p as usize);
     }
@@ -355,8 +386,10 @@ unsafe fn reallocate(
         let r = call(p);
         boundary::event(|| {
             boundary::test_point(entry as u8);
-            let stack = call_stack(r, start);
-            record_alloc(entry, r, size, stack);
+            if r.is_null() || events::sample_alloc(r as usize, size as u64) {
+                let stack = call_stack(r, start);
+                record_alloc(entry, r, size, stack);
+            }
         });
         return r;
     }
@@ -371,10 +404,13 @@ unsafe fn reallocate(
             // Another allocator's realloc(p, 0) may return a new block.
             boundary::event(|| {
                 reentrancy::event(|| {
+                    if !events::sample_alloc(r as usize, 0) {
+                        return;
+                    }
                     if filtering() {
                         liveset::insert(r as usize);
                     }
-                    events::heap_object_alloc(r as usize, 0, 0);
+                    events::sampled::heap_object_alloc(r as usize, 0, 0);
                 })
             });
         }
@@ -383,31 +419,33 @@ unsafe fn reallocate(
     let mut tracked = true;
     boundary::event(|| {
         boundary::test_point(entry as u8);
-        tracked = !filtering() || liveset::remove(p as usize);
+        tracked = events::sample_free(p as usize) && (!filtering() || liveset::remove(p as usize));
         if tracked {
-            events::heap_object_free(p as usize);
+            events::sampled::heap_object_free(p as usize);
         }
     });
     let r = call(p);
     boundary::event(|| {
-        let stack = if reentrancy::get() < reentrancy::OWN {
-            call_stack(r, start)
-        } else {
-            0
-        };
+        let recorded = reentrancy::get() < reentrancy::OWN
+            && !r.is_null()
+            && events::sample_alloc(r as usize, size as u64);
+        let stack = if recorded { call_stack(r, start) } else { 0 };
         reentrancy::event(|| {
             if r.is_null() {
-                // p is still allocated: live again in the trace.
+                // p is still allocated: live again in the trace (in
+                // sampling mode, when drawn again).
                 if tracked {
                     // SAFETY: p is a live block of the next allocator's.
                     let usable = unsafe { real::malloc_usable_size(p) };
-                    if filtering() {
-                        liveset::insert(p as usize);
+                    if events::sample_alloc(p as usize, usable as u64) {
+                        if filtering() {
+                            liveset::insert(p as usize);
+                        }
+                        events::sampled::heap_object_alloc(p as usize, usable as u64, 0);
                     }
-                    events::heap_object_alloc(p as usize, usable as u64, 0);
                 }
-                tagged::call(entry);
-            } else {
+                call_event(entry);
+            } else if recorded {
                 if filtering() {
                     liveset::insert(r as usize);
                 }

@@ -319,6 +319,8 @@ fn start_session(kind: Kind) -> bool {
             alloctrace_options::Stacks::Full => StackMode::Full,
         },
         stack_depth: s.stack_depth,
+        sample_bytes: s.sample_bytes,
+        sample_seed: s.sample_seed,
         ..Config::default()
     };
     alloctrace_writer::capture::set_check_stacks(s.check_stacks);

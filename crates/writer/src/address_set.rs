@@ -32,7 +32,7 @@
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use crate::reserved::{map_reserved, unmap};
+use crate::reserved::{discard, map_reserved, unmap};
 
 /// A slot never used.
 const EMPTY: u64 = 0;
@@ -90,6 +90,23 @@ impl<const SLOTS: usize, const PROBES: usize, const COUNTERS: usize>
                 unmap(old_filter.cast(), COUNTERS * 4);
             }
         }
+        true
+    }
+
+    /// Empties the set in place when it is mapped (its pages go back to
+    /// the kernel and read as EMPTY), else maps one; false when the kernel
+    /// refused. For a new session, when no thread inserts: a remove racing
+    /// it finds the address or not.
+    pub fn clear(&self) -> bool {
+        let table = self.table.load(Ordering::Acquire);
+        if table.is_null() {
+            return self.reset(false);
+        }
+        let filter = self.filter.load(Ordering::Acquire);
+        if !filter.is_null() {
+            discard(filter.cast(), COUNTERS * 4);
+        }
+        discard(table.cast(), SLOTS * 8);
         true
     }
 
@@ -243,6 +260,20 @@ mod tests {
         assert!(set.reset(true));
         assert!(!set.remove(16));
         assert!(!set.insert(0) && !set.insert(1) && !set.remove(0) && !set.remove(1));
+    }
+
+    #[test]
+    fn clear_empties_the_set() {
+        let set = Filtered::new();
+        assert!(set.clear(), "an unmapped set is mapped");
+        for k in 1..100u64 {
+            assert!(set.insert(k * 16));
+        }
+        assert!(set.clear());
+        for k in 1..100u64 {
+            assert!(!set.remove(k * 16), "{k}");
+        }
+        assert!(set.insert(16) && set.remove(16));
     }
 
     #[test]

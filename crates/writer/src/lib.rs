@@ -26,7 +26,8 @@
 //! - the machinery, at the top level: `buffer`, `thread` (the slots),
 //!   `handshake` (the seqlock and the heavy barrier), `sync`, `clock`,
 //!   `shared`, [`tls`], `type_table`, `reserved` (the tables' memory),
-//!   [`AddressSet`] (a lock-free set of addresses), and
+//!   [`AddressSet`] (a lock-free set of addresses), `sampling` (sampling
+//!   mode's countdowns, exact counts and set of sampled addresses), and
 //!   the leaves `lost` (the lost counters) and `limits`.
 //!
 //! The wire format is specified in docs/FORMAT.md and coded in the
@@ -50,6 +51,8 @@ mod limits;
 mod lost;
 #[cfg(not(loom))]
 mod reserved;
+#[cfg(not(loom))]
+mod sampling;
 #[cfg(not(loom))]
 mod session;
 #[cfg(not(loom))]
@@ -99,6 +102,11 @@ pub use handshake::{heavy_barrier, SeqLock};
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub use handshake::{asymmetric_fences, inject_membarrier_failures, MEMBARRIER_ATTEMPTS};
+
+/// Test hook of the sampled set (tests/sampling.rs).
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub use sampling::inject_overflow as inject_sample_set_overflow;
 
 /// Test hook of the buffer pool (tests/map_failure.rs).
 #[cfg(not(loom))]

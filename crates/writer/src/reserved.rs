@@ -203,3 +203,32 @@ pub(crate) fn unmap(p: *mut u8, len: usize) {
         unsafe { *libc::__errno_location() = errno };
     }
 }
+
+/// Gives the pages of `len` bytes at `p`, mapped by [`map_reserved`], back
+/// to the kernel: they read as zero again, and cost nothing until touched.
+/// Another thread may read or write them meanwhile (its accesses see the
+/// old bytes or zeros). A raw system call (as `map_reserved`); errno is kept.
+pub(crate) fn discard(p: *mut u8, len: usize) {
+    #[cfg(miri)]
+    // SAFETY: the caller's contract: a mapping of ours.
+    unsafe {
+        libc::madvise(p.cast(), len, libc::MADV_DONTNEED);
+    }
+    #[cfg(not(miri))]
+    {
+        // SAFETY: __errno_location always returns this thread's errno.
+        let errno = unsafe { *libc::__errno_location() };
+        // SAFETY: the caller's contract: a private anonymous mapping of
+        // ours, which MADV_DONTNEED refills with zeros.
+        unsafe {
+            libc::syscall(
+                libc::SYS_madvise,
+                p.cast::<libc::c_void>(),
+                len,
+                libc::MADV_DONTNEED,
+            )
+        };
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+    }
+}

@@ -254,6 +254,14 @@ pub(crate) fn used_slots() -> &'static [ThreadSlot] {
     &SLOTS[..n]
 }
 
+/// The index of `slot` in the thread table, for tables kept beside it
+/// (sampling.rs). Below MAX_THREADS: every slot is one of the table's.
+#[inline(always)]
+pub(crate) fn index_of(slot: &ThreadSlot) -> usize {
+    (slot as *const ThreadSlot as usize).wrapping_sub(SLOTS.as_ptr() as usize)
+        / core::mem::size_of::<ThreadSlot>()
+}
+
 /// Marks the calling thread as the tracer's own: its events are ignored.
 pub(crate) fn mark_internal() {
     INTERNAL.with(|f| f.set(true));

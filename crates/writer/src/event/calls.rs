@@ -9,6 +9,7 @@ use alloctrace_format::stacks::FrameWord;
 use alloctrace_format::EventKind;
 
 use crate::event::emit::{emit, emit_tagged, emit_with_stack};
+use crate::event::sample;
 
 pub use alloctrace_format::EntryPoint;
 
@@ -45,35 +46,103 @@ pub fn span_free(base: usize) {
 }
 
 /// A heap object of `size` bytes existed at `addr` when tracing started.
+/// In sampling mode, recorded when sampled (as an allocation, not counted
+/// in the totals).
 #[inline]
 pub fn heap_object_exists(addr: usize, size: u64, type_id: u64) {
-    emit::<{ EventKind::HeapObjectExists as u8 }>(addr as u64, size, type_id);
+    if sample::sample_exists(addr as u64, size) {
+        emit::<{ EventKind::HeapObjectExists as u8 }>(addr as u64, size, type_id);
+    }
 }
 
-/// A heap object of `size` bytes was allocated at `addr`.
+/// A heap object of `size` bytes was allocated at `addr`. In sampling
+/// mode, counted, and recorded when sampled ([`sample_alloc`]).
 #[inline]
 pub fn heap_object_alloc(addr: usize, size: u64, type_id: u64) {
-    emit::<{ EventKind::HeapObjectAlloc as u8 }>(addr as u64, size, type_id);
+    if sample::sample_alloc(addr as u64, size) {
+        sampled::heap_object_alloc(addr, size, type_id);
+    }
 }
 
 /// A heap object of `size` bytes was allocated at `addr` by the call stack
 /// `stack_id` ([`stack_register`]). Stack 0 records it without a stack; an
 /// ID that names no stack too, counted in the generation's `lost_stacks`.
+/// In sampling mode, as [`heap_object_alloc`].
 #[inline]
 pub fn heap_object_alloc_stack(addr: usize, size: u64, type_id: u64, stack_id: u64) {
-    emit_with_stack::<{ EventKind::HeapObjectAllocStack as u8 }, false>(
-        addr as u64,
-        size,
-        type_id,
-        stack_id,
-        0,
-    );
+    if sample::sample_alloc(addr as u64, size) {
+        sampled::heap_object_alloc_stack(addr, size, type_id, stack_id);
+    }
 }
 
-/// The heap object at `addr` is about to be freed.
+/// The heap object at `addr` is about to be freed. In sampling mode,
+/// counted, and recorded when its allocation was ([`sample_free`]).
 #[inline]
 pub fn heap_object_free(addr: usize) {
-    emit::<{ EventKind::HeapObjectFree as u8 }>(addr as u64, 0, 0);
+    if sample::sample_free(addr as u64) {
+        sampled::heap_object_free(addr);
+    }
+}
+
+/// Sampling mode (`Config::sample_bytes`): whether the heap-object
+/// allocation of `size` bytes at `addr` is to be recorded. Always true
+/// outside sampling mode (one load and a branch). In sampling mode the
+/// allocation is counted in the exact totals and drawn by the thread's
+/// countdown; when sampled, `addr` enters the set of sampled addresses
+/// (which [`sample_free`] consults), and the caller records it with its
+/// call stack through [`sampled`] or [`tagged`]. For a caller that must
+/// decide before it captures a stack (the LD_PRELOAD shim, the C API's
+/// capturing calls); [`heap_object_alloc`] calls it itself. Never
+/// allocates nor locks.
+#[inline]
+pub fn sample_alloc(addr: usize, size: u64) -> bool {
+    sample::sample_alloc(addr as u64, size)
+}
+
+/// Sampling mode: whether the free of the heap object at `addr` is to be
+/// recorded, that is whether its allocation was (it then leaves the set of
+/// sampled addresses, so call it once per free, before the memory goes
+/// back to the allocator). Always true outside sampling mode. Counts the
+/// free in the exact totals. Never allocates nor locks.
+#[inline]
+pub fn sample_free(addr: usize) -> bool {
+    sample::sample_free(addr as u64)
+}
+
+/// Whether the running session samples (`Config::sample_bytes` > 0).
+#[inline]
+pub fn sampling() -> bool {
+    crate::sampling::SAMPLE_BYTES.load(core::sync::atomic::Ordering::Relaxed) != 0
+}
+
+/// The heap-object events without the sampling decision, for a caller
+/// that made it with [`sample_alloc`] and [`sample_free`].
+pub mod sampled {
+    use super::*;
+
+    /// [`super::heap_object_alloc`], recorded.
+    #[inline]
+    pub fn heap_object_alloc(addr: usize, size: u64, type_id: u64) {
+        emit::<{ EventKind::HeapObjectAlloc as u8 }>(addr as u64, size, type_id);
+    }
+
+    /// [`super::heap_object_alloc_stack`], recorded.
+    #[inline]
+    pub fn heap_object_alloc_stack(addr: usize, size: u64, type_id: u64, stack_id: u64) {
+        emit_with_stack::<{ EventKind::HeapObjectAllocStack as u8 }, false>(
+            addr as u64,
+            size,
+            type_id,
+            stack_id,
+            0,
+        );
+    }
+
+    /// [`super::heap_object_free`], recorded.
+    #[inline]
+    pub fn heap_object_free(addr: usize) {
+        emit::<{ EventKind::HeapObjectFree as u8 }>(addr as u64, 0, 0);
+    }
 }
 
 /// A stack of `size` bytes at `base` existed when tracing started.
@@ -231,7 +300,9 @@ pub fn page_scav(base: usize, npages: usize) {
 /// an interposer such as the LD_PRELOAD shim. Tag exactly one event per
 /// call (FORMAT.md section 3), so that counting tags counts calls: for a
 /// realloc that moves, the free of the old block is untagged and the alloc
-/// of the new one is tagged.
+/// of the new one is tagged. They record whatever the sampling mode: in
+/// sampling mode the interposer decides first ([`sample_alloc`],
+/// [`sample_free`]) and records only what is sampled.
 pub mod tagged {
     use super::*;
 

@@ -6,5 +6,4 @@
 
 pub mod calls;
 pub(crate) mod emit;
-#[allow(dead_code)] // wired into the event path by the sampling mode (issue 22)
 pub(crate) mod sample;

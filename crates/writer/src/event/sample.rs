@@ -10,6 +10,17 @@
 //! whatever came before it (the draws are memoryless): the weight a reader
 //! divides by. The frees a sampling session records are those of the
 //! sampled addresses, which it keeps in an [`AddressSet`](crate::AddressSet).
+//!
+//! The event path's part ([`sample_alloc`], [`sample_free`]): a thread's
+//! countdown and exact counts live in sampling.rs's table beside its slot;
+//! an unsampled allocation costs the slot's TLS load, the two counts and
+//! the countdown's subtraction (loads and stores, no locked instruction);
+//! an unsampled free its count and one load of the set's filter.
+
+use core::sync::atomic::Ordering;
+
+use crate::sampling::{self, ThreadCounts, OVERFLOW, REFUSE_INSERTS, SAMPLED, SAMPLE_BYTES};
+use crate::thread::{self, ThreadSlot};
 
 /// One thread's countdown to its next sampled allocation.
 #[derive(Debug)]
@@ -22,6 +33,7 @@ pub(crate) struct Sampler {
 
 impl Sampler {
     /// A countdown not yet drawn: the first call draws it from `seed`.
+    #[cfg(test)]
     pub(crate) const fn new() -> Sampler {
         Sampler { left: 0, rng: 0 }
     }
@@ -29,8 +41,9 @@ impl Sampler {
     /// Whether the allocation of `size` bytes is sampled, with `mean`
     /// bytes between samples on average (not 0). Common case: a
     /// subtraction and a branch.
-    // Runs inside malloc: no allocation, no lock, no panic.
-    #[inline(always)]
+    // The event path runs the same steps on sampling.rs's table
+    // (`countdown`, then `crossed`).
+    #[cfg(test)]
     pub(crate) fn take(&mut self, size: u64, mean: u64, seed: u64) -> bool {
         self.left = self.left.wrapping_sub(size.min(i64::MAX as u64 / 2) as i64);
         if self.left > 0 {
@@ -39,7 +52,8 @@ impl Sampler {
         self.crossed(size, mean, seed)
     }
 
-    /// The countdown reached zero (or was never drawn).
+    /// The countdown reached zero (or was never drawn): `take`'s slow
+    /// part, after its subtraction.
     #[cold]
     #[inline(never)]
     fn crossed(&mut self, size: u64, mean: u64, seed: u64) -> bool {
@@ -75,6 +89,111 @@ impl Sampler {
         let n = -(1.0 - u).ln() * mean as f64;
         (n.min(i64::MAX as f64 / 4.0) as i64).max(1)
     }
+}
+
+/// The largest size a countdown subtracts (so it never wraps).
+const MAX_STEP: u64 = i64::MAX as u64 / 2;
+
+/// Whether the heap-object allocation of `size` bytes at `addr` is
+/// recorded: always outside sampling mode; in sampling mode, counted in
+/// the thread's exact totals and recorded when the thread's countdown
+/// crosses zero, its address then put in the sampled set (a full set
+/// counts an overflow; the allocation is recorded all the same).
+// Runs inside malloc: no allocation, no lock, no panic; no system call but
+// the thread's first (its slot's claim).
+#[inline(always)]
+pub(crate) fn sample_alloc(addr: u64, size: u64) -> bool {
+    let mean = SAMPLE_BYTES.load(Ordering::Relaxed);
+    if mean == 0 {
+        return true;
+    }
+    countdown(addr, size, mean, true)
+}
+
+/// [`sample_alloc`] for an object that existed when tracing started: the
+/// same draw, not counted as an allocation.
+#[inline(always)]
+pub(crate) fn sample_exists(addr: u64, size: u64) -> bool {
+    let mean = SAMPLE_BYTES.load(Ordering::Relaxed);
+    if mean == 0 {
+        return true;
+    }
+    countdown(addr, size, mean, false)
+}
+
+/// Whether the free of the heap object at `addr` is recorded: always
+/// outside sampling mode; in sampling mode, counted, and recorded when
+/// `addr` was sampled (taken out of the set).
+// Runs inside free: no allocation, no lock, no panic.
+#[inline(always)]
+pub(crate) fn sample_free(addr: u64) -> bool {
+    if SAMPLE_BYTES.load(Ordering::Relaxed) == 0 {
+        return true;
+    }
+    if let Some(c) = thread::current_or_claim().and_then(sampling::counts_of) {
+        sampling::bump(&c.frees, 1);
+    }
+    SAMPLED.remove(addr)
+}
+
+#[inline(always)]
+fn countdown(addr: u64, size: u64, mean: u64, count: bool) -> bool {
+    let Some(slot) = thread::current_or_claim() else {
+        return false;
+    };
+    let Some(c) = sampling::counts_of(slot) else {
+        return false;
+    };
+    if count {
+        sampling::bump(&c.allocs, 1);
+        sampling::bump(&c.bytes, size);
+    }
+    let left = c
+        .left
+        .load(Ordering::Relaxed)
+        .wrapping_sub(size.min(MAX_STEP) as i64);
+    c.left.store(left, Ordering::Relaxed);
+    if left > 0 {
+        return false;
+    }
+    sampled(slot, c, addr, size, mean)
+}
+
+/// The countdown crossed zero: draws the next one and puts `addr` in the
+/// sampled set.
+#[cold]
+#[inline(never)]
+fn sampled(slot: &ThreadSlot, c: &ThreadCounts, addr: u64, size: u64, mean: u64) -> bool {
+    let id = slot.id.load(Ordering::Relaxed);
+    let mut rng = c.rng.load(Ordering::Relaxed);
+    if c.seeded_for.load(Ordering::Relaxed) != id {
+        // A new owner of the slot, or a new session: its own draws.
+        rng = 0;
+        c.seeded_for.store(id, Ordering::Relaxed);
+    }
+    let mut s = Sampler {
+        left: c.left.load(Ordering::Relaxed),
+        rng,
+    };
+    let seed = thread_seed(sampling::SAMPLE_SEED.load(Ordering::Relaxed), id);
+    let taken = s.crossed(size, mean, seed);
+    c.left.store(s.left, Ordering::Relaxed);
+    c.rng.store(s.rng, Ordering::Relaxed);
+    if !taken {
+        return false;
+    }
+    // Tracing not on yet (a start between sampling's set-up and its first
+    // generation) or any more: the allocation will not be recorded, so its
+    // address must not enter the set (its free would be recorded alone).
+    if !crate::event::emit::enabled() {
+        return false;
+    }
+    let refuse = REFUSE_INSERTS.load(Ordering::Relaxed) > 0
+        && REFUSE_INSERTS.fetch_sub(1, Ordering::Relaxed) > 0;
+    if refuse || !SAMPLED.insert(addr) {
+        OVERFLOW.fetch_add(1, Ordering::Relaxed);
+    }
+    true
 }
 
 /// A per-thread seed from the session's `seed` and the thread's index

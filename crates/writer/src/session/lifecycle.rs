@@ -79,6 +79,15 @@ pub fn start_with(
         install_fork_handlers();
         let asymmetric = crate::handshake::enable_asymmetric_fences();
 
+        // Sampling's set and countdowns, before any thread can record.
+        let seed = match config.sample_seed {
+            // SAFETY: getpid has no preconditions.
+            0 => clock::ticks() ^ (unsafe { libc::getpid() } as u64).rotate_left(32),
+            seed => seed,
+        };
+        if !crate::sampling::start_session(config.sample_bytes, seed) {
+            return Err(Error::OutOfMemory);
+        }
         let max_buffers = (config.max_buffer_memory / config.buffer_size).max(64);
         let session = Arc::new(Session {
             pool: BufferPool::new(config.buffer_size, max_buffers),
@@ -93,6 +102,7 @@ pub fn start_with(
                 ticks_per_sec: clock::ticks_per_sec(),
                 // SAFETY: getpid has no preconditions.
                 pid: unsafe { libc::getpid() } as u64,
+                sample_bytes: config.sample_bytes,
             },
             command_line: crate::session::process::CommandLine::read(),
         });
@@ -131,8 +141,10 @@ pub fn start_with(
         // compiler fence on its side of the handshake.
         let capturing =
             config.plain_calls_capture && config.stacks != crate::stacks::capture::StackMode::None;
+        // Sampling decides in the library, for every heap-object event.
+        let sampling = config.sample_bytes != 0;
         let mode = match (asymmetric && cfg!(target_arch = "x86_64"), coarse) {
-            _ if capturing => inline_mode::OUT_OF_LINE,
+            _ if capturing || sampling => inline_mode::OUT_OF_LINE,
             (false, _) => inline_mode::OUT_OF_LINE,
             (true, false) => inline_mode::PRECISE,
             (true, true) => inline_mode::COARSE,
@@ -292,6 +304,7 @@ fn stop_as(at_exit: bool) -> Result<(), Error> {
             session.writer.raw_end.store(true, Ordering::Release);
         }
         end_generation(&session, last, 0);
+        crate::sampling::stop_session();
         crate::stacks::capture::tear_down();
         let mut end = MetaWriter::new(&session, BatchKind::TraceEnd, last);
         end.finish();

@@ -55,6 +55,10 @@ pub(crate) fn finish_generation(session: &Session, old: u64, lost: u64, padded: 
         batch.varint(lost);
     }
     batch.varint(lost_stacks);
+    // Version 6: a sampling session's exact totals (0 otherwise).
+    for v in crate::sampling::take_generation_totals() {
+        batch.varint(v);
+    }
     batch.finish();
     count_generation_end(lost);
 }
@@ -167,6 +171,7 @@ pub(crate) fn write_info(session: &Session, generation: u64) {
         clock::wall_ns(),
         info.ticks_per_sec,
         info.pid,
+        info.sample_bytes,
     ] {
         batch.varint(v);
     }

@@ -250,6 +250,8 @@ pub(crate) struct SessionInfo {
     pub(crate) min_stack_align: u64,
     pub(crate) ticks_per_sec: u64,
     pub(crate) pid: u64,
+    /// The sampling mean, 0 when every allocation is recorded.
+    pub(crate) sample_bytes: u64,
 }
 
 impl Session {
@@ -344,6 +346,16 @@ pub struct Config {
     /// the header's inline event path then hands every event to the
     /// library (inline mode out of line), whose calls capture.
     pub plain_calls_capture: bool,
+    /// Sampling mode (issue 22): the mean bytes between sampled heap-object
+    /// allocations, 0 (the default) to record every one. Only sampled
+    /// allocations, and the frees of those, are recorded; the exact totals
+    /// go in each generation-end batch (docs/FORMAT.md, version 6). The
+    /// header's inline event path then hands every event to the library.
+    pub sample_bytes: u64,
+    /// The seed of the sampling countdowns: a fixed seed samples the same
+    /// allocations of a deterministic program (for tests); 0 (the default)
+    /// takes one from the clock and the process ID.
+    pub sample_seed: u64,
 }
 
 /// Default size at which the advancer thread ends a generation.
@@ -370,6 +382,8 @@ impl Default for Config {
             stacks: crate::stacks::capture::StackMode::None,
             stack_depth: crate::stacks::capture::DEFAULT_DEPTH,
             plain_calls_capture: false,
+            sample_bytes: 0,
+            sample_seed: 0,
         }
     }
 }
