@@ -12,6 +12,8 @@
 //! - [`timeline`]: the live memory over time, downsampled.
 //! - [`summary`]: allocations by size and lifetime; each run's pid,
 //!   start and duration.
+//! - [`sampling`]: what a sampled trace's allocations stand for (every
+//!   visitor above weighs them).
 //!
 //! Reports (`top`, `leaks`, `flamegraph`, `report`, `diff`) and exports
 //! (pprof, Chrome trace, Parquet) are visitors over one pass.
@@ -20,6 +22,7 @@ pub mod feed;
 pub mod pass;
 pub mod profile;
 pub mod resolve;
+pub mod sampling;
 pub mod stacks;
 pub mod summary;
 pub mod timeline;
@@ -34,6 +37,7 @@ pub use pass::{
 };
 pub use profile::{Breakdowns, Peak, Profile, Site};
 pub use resolve::{Resolver, SourceFrame};
+pub use sampling::{estimate, Estimate, Sampling};
 pub use stacks::{Frame, GenerationStacks, RegisteredFrame, StackId, StackTable};
 pub use summary::{log2_bucket, log2_bucket_min, Histogram, RunFacts, Summary};
 pub use timeline::{Bucket, Levels, Range, Series, Timeline};

@@ -29,6 +29,9 @@
 //!   the traces; each trace has its own peak, and a site's `peak_bytes` is
 //!   the sum over the traces of its live bytes at its trace's peak
 //!   ([`Profile::peaks`] lists each trace's, [`Profile::peak`] sums them).
+//! - A sampled trace (format version 6): every count and byte is an
+//!   estimate, each recorded heap-object allocation weighing what it stands
+//!   for ([`crate::sampling`]); [`Profile::sampling`] says so.
 //!
 //! ## Cost
 //! The peak composition is found in the one pass, in O(1) amortized per
@@ -41,6 +44,7 @@ use crate::pass::GenerationView;
 use rustc_hash::FxHashMap;
 
 use crate::pass::{Alloc, Free, Live, Memory, Visitor};
+use crate::sampling::{estimate, Estimate, Sampling};
 use crate::stacks::{StackId, StackTable};
 
 /// What one site (a stack, thread, type or size) did.
@@ -142,27 +146,27 @@ impl Tally {
     }
 
     #[inline]
-    fn alloc(&mut self, index: u32, alloc: &Alloc) {
+    fn alloc(&mut self, index: u32, alloc: &Alloc, est: Estimate) {
         let e = self.entry(index);
         if !alloc.existed {
-            e.site.allocations += 1;
-            e.site.bytes += alloc.size;
+            e.site.allocations += est.count;
+            e.site.bytes += est.bytes;
         }
         if counts_at_peak(alloc) {
-            e.live_bytes += alloc.size;
-            e.live_objects += 1;
+            e.live_bytes += est.bytes;
+            e.live_objects += est.count;
         }
     }
 
     #[inline]
-    fn free(&mut self, index: u32, alloc: &Alloc, temporary: bool) {
+    fn free(&mut self, index: u32, alloc: &Alloc, temporary: bool, est: Estimate) {
         let e = self.entry(index);
         if counts_at_peak(alloc) {
-            e.live_bytes = e.live_bytes.saturating_sub(alloc.size);
-            e.live_objects = e.live_objects.saturating_sub(1);
+            e.live_bytes = e.live_bytes.saturating_sub(est.bytes);
+            e.live_objects = e.live_objects.saturating_sub(est.count);
         }
         if temporary {
-            e.site.temporary += 1;
+            e.site.temporary += est.count;
         }
     }
 
@@ -178,14 +182,14 @@ impl Tally {
         self.touched.clear();
     }
 
-    fn leak(&mut self, index: u32, alloc: &Alloc) {
+    fn leak(&mut self, index: u32, est: Estimate) {
         let i = index as usize;
         if i >= self.entries.len() {
             self.entries.resize(i + 1, Entry::default());
         }
         let e = &mut self.entries[i];
-        e.site.leaked_objects += 1;
-        e.site.leaked_bytes += alloc.size;
+        e.site.leaked_objects += est.count;
+        e.site.leaked_bytes += est.bytes;
     }
 
     /// The trace ended: its peak snapshot goes into the sites, and the
@@ -305,6 +309,9 @@ pub struct Profile {
     /// The last allocation of the current trace, (memory, address), while
     /// no other allocation or free followed it.
     last_alloc: Option<(Memory, u64)>,
+    /// The current generation's `sample_bytes` (0: not sampled).
+    sample_bytes: u64,
+    sampling: Sampling,
 }
 
 /// The key of allocations without a type (`--by type`).
@@ -378,6 +385,12 @@ impl Profile {
         self.total
     }
 
+    /// Whether the traces were sampled, so that every number is an
+    /// estimate.
+    pub fn sampling(&self) -> Sampling {
+        self.sampling
+    }
+
     #[inline]
     fn type_index(&mut self, type_id: u64) -> u32 {
         if let Some((id, i)) = self.last_type {
@@ -448,6 +461,8 @@ impl Visitor for Profile {
             self.sites.entries.resize(stacks.len(), Entry::default());
         }
         self.last_type = None;
+        self.sample_bytes = reader.info().map_or(0, |i| i.sample_bytes);
+        self.sampling.note(self.sample_bytes);
         if let Some(types) = self.types.as_mut() {
             for (&id, info) in reader.types() {
                 let i = types.keys.get(&info.name);
@@ -458,26 +473,27 @@ impl Visitor for Profile {
 
     #[inline]
     fn alloc(&mut self, alloc: &Alloc) {
-        self.sites.alloc(alloc.stack, alloc);
+        let est = estimate(alloc, self.sample_bytes);
+        self.sites.alloc(alloc.stack, alloc, est);
         if let Some(b) = self.threads.as_mut() {
             let i = b.keys.get_number(alloc.thread);
-            b.tally.alloc(i, alloc);
+            b.tally.alloc(i, alloc, est);
         }
         if let Some(b) = self.sizes.as_mut() {
             let i = b.keys.get_number(alloc.size);
-            b.tally.alloc(i, alloc);
+            b.tally.alloc(i, alloc, est);
         }
         if self.types.is_some() {
             let i = self.type_index(alloc.type_id);
-            self.types.as_mut().unwrap().tally.alloc(i, alloc);
+            self.types.as_mut().unwrap().tally.alloc(i, alloc, est);
         }
         if !alloc.existed {
-            self.total.allocations += 1;
-            self.total.bytes += alloc.size;
+            self.total.allocations += est.count;
+            self.total.bytes += est.bytes;
         }
-        self.live_bytes[alloc.memory as usize] += alloc.size;
+        self.live_bytes[alloc.memory as usize] += est.bytes;
         if counts_at_peak(alloc) {
-            self.live_objects += 1;
+            self.live_objects += est.count;
         }
         self.last_alloc = Some((alloc.memory, alloc.addr));
         if self.peak_total() > self.peak.total_bytes {
@@ -491,26 +507,31 @@ impl Visitor for Profile {
             !free.implicit && !alloc.existed && self.last_alloc == Some((alloc.memory, alloc.addr));
         // Any free ends the chance of the last allocation being temporary.
         self.last_alloc = None;
+        let est = estimate(alloc, self.sample_bytes);
         if temporary {
-            self.total.temporary += 1;
+            self.total.temporary += est.count;
         }
-        self.sites.free(alloc.stack, alloc, temporary);
+        self.sites.free(alloc.stack, alloc, temporary, est);
         if let Some(b) = self.threads.as_mut() {
             let i = b.keys.get_number(alloc.thread);
-            b.tally.free(i, alloc, temporary);
+            b.tally.free(i, alloc, temporary, est);
         }
         if let Some(b) = self.sizes.as_mut() {
             let i = b.keys.get_number(alloc.size);
-            b.tally.free(i, alloc, temporary);
+            b.tally.free(i, alloc, temporary, est);
         }
         if self.types.is_some() {
             let i = self.type_index(alloc.type_id);
-            self.types.as_mut().unwrap().tally.free(i, alloc, temporary);
+            self.types
+                .as_mut()
+                .unwrap()
+                .tally
+                .free(i, alloc, temporary, est);
         }
         let m = alloc.memory as usize;
-        self.live_bytes[m] = self.live_bytes[m].saturating_sub(alloc.size);
+        self.live_bytes[m] = self.live_bytes[m].saturating_sub(est.bytes);
         if counts_at_peak(alloc) {
-            self.live_objects = self.live_objects.saturating_sub(1);
+            self.live_objects = self.live_objects.saturating_sub(est.count);
         }
     }
 
@@ -523,20 +544,21 @@ impl Profile {
     /// The trace ended with `live` never freed.
     fn end_trace<'a>(&mut self, live: impl Iterator<Item = &'a Alloc>) {
         for alloc in live.filter(|a| !a.existed) {
-            self.sites.leak(alloc.stack, alloc);
-            self.total.leaked_objects += 1;
-            self.total.leaked_bytes += alloc.size;
+            let est = estimate(alloc, self.sample_bytes);
+            self.sites.leak(alloc.stack, est);
+            self.total.leaked_objects += est.count;
+            self.total.leaked_bytes += est.bytes;
             if let Some(b) = self.threads.as_mut() {
                 let i = b.keys.get_number(alloc.thread);
-                b.tally.leak(i, alloc);
+                b.tally.leak(i, est);
             }
             if let Some(b) = self.sizes.as_mut() {
                 let i = b.keys.get_number(alloc.size);
-                b.tally.leak(i, alloc);
+                b.tally.leak(i, est);
             }
             if self.types.is_some() {
                 let i = self.type_index(alloc.type_id);
-                self.types.as_mut().unwrap().tally.leak(i, alloc);
+                self.types.as_mut().unwrap().tally.leak(i, est);
             }
         }
         self.sites.end_trace();

@@ -47,9 +47,9 @@ impl Default for Histogram {
 
 impl Histogram {
     #[inline]
-    fn add(&mut self, value: u64, bytes: u64) {
+    fn add(&mut self, value: u64, count: u64, bytes: u64) {
         let k = log2_bucket(value);
-        self.counts[k] += 1;
+        self.counts[k] += count;
         self.bytes[k] = self.bytes[k].saturating_add(bytes);
     }
 
@@ -95,6 +95,8 @@ pub struct Summary {
     pub runs: Vec<RunFacts>,
     /// The current trace's last allocation or free.
     last_ns: u64,
+    /// The current generation's `sample_bytes` (0: not sampled).
+    sample_bytes: u64,
 }
 
 impl Summary {
@@ -124,6 +126,7 @@ impl Visitor for Summary {
         if run.command.is_none() {
             run.command = reader.command_line().map(<[String]>::to_vec);
         }
+        self.sample_bytes = reader.info().map_or(0, |i| i.sample_bytes);
         if let Some(info) = reader.info() {
             if run.generations == 1 || run.pid == 0 {
                 run.pid = info.pid;
@@ -135,7 +138,9 @@ impl Visitor for Summary {
 
     #[inline]
     fn alloc(&mut self, alloc: &Alloc) {
-        self.sizes[alloc.memory as usize].add(alloc.size, alloc.size);
+        // A sampled trace: estimated counts and bytes (crate::sampling).
+        let est = crate::sampling::estimate(alloc, self.sample_bytes);
+        self.sizes[alloc.memory as usize].add(alloc.size, est.count, est.bytes);
         self.last_ns = self.last_ns.max(alloc.time_ns);
     }
 
@@ -143,7 +148,8 @@ impl Visitor for Summary {
     fn free(&mut self, alloc: &Alloc, free: &Free) {
         if !alloc.existed {
             let lifetime = free.time_ns.saturating_sub(alloc.time_ns);
-            self.lifetimes.add(lifetime, alloc.size);
+            let est = crate::sampling::estimate(alloc, self.sample_bytes);
+            self.lifetimes.add(lifetime, est.count, est.bytes);
         }
         self.last_ns = self.last_ns.max(free.time_ns);
     }

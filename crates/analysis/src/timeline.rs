@@ -310,29 +310,31 @@ impl Series {
         b.objects.fall(levels.objects);
     }
 
+    /// An allocation of `size` bytes standing for `count` (1 but in a
+    /// sampled trace).
     #[inline]
-    fn alloc(&mut self, at: u64, memory: Memory, size: u64) {
+    fn alloc(&mut self, at: u64, memory: Memory, size: u64, count: u64) {
         let i = self.bucket(at);
         let levels = &mut self.levels;
         let bytes = levels.bytes_mut(memory);
         *bytes = bytes.saturating_add(size);
-        levels.objects += u64::from(memory != Memory::Stack);
+        levels.objects += count * u64::from(memory != Memory::Stack);
         let b = &mut self.buckets[i];
-        b.allocs += 1;
+        b.allocs += count;
         b.alloc_bytes = b.alloc_bytes.saturating_add(size);
         self.record_rise(i, memory);
     }
 
     #[inline]
-    fn free(&mut self, at: u64, memory: Memory, size: u64) {
+    fn free(&mut self, at: u64, memory: Memory, size: u64, count: u64) {
         let i = self.bucket(at);
         let levels = &mut self.levels;
         let bytes = levels.bytes_mut(memory);
         *bytes = bytes.saturating_sub(size);
         levels.objects = levels
             .objects
-            .saturating_sub(u64::from(memory != Memory::Stack));
-        self.buckets[i].frees += 1;
+            .saturating_sub(count * u64::from(memory != Memory::Stack));
+        self.buckets[i].frees += count;
         self.record_fall(i, memory);
     }
 }
@@ -343,6 +345,9 @@ pub struct Timeline {
     series: Vec<Series>,
     /// The current trace's `time_origin_ns`.
     origin_ns: u64,
+    /// The current generation's `sample_bytes` (0: not sampled).
+    sample_bytes: u64,
+    sampling: crate::sampling::Sampling,
 }
 
 impl Default for Timeline {
@@ -352,6 +357,19 @@ impl Default for Timeline {
 }
 
 impl Timeline {
+    /// Weighs the next events as a generation sampled every
+    /// `sample_bytes` (0: not sampled) does: for a timeline fed by another
+    /// visitor, which sees no generation.
+    pub fn set_sample_bytes(&mut self, sample_bytes: u64) {
+        self.sample_bytes = sample_bytes;
+        self.sampling.note(sample_bytes);
+    }
+
+    /// Whether the traces were sampled: the levels are estimates.
+    pub fn sampling(&self) -> crate::sampling::Sampling {
+        self.sampling
+    }
+
     /// A timeline of at most `max_buckets` buckets per series (rounded up
     /// to an even number, at least 2).
     pub fn new(max_buckets: usize) -> Timeline {
@@ -359,6 +377,8 @@ impl Timeline {
             max_buckets: max_buckets.max(2).next_multiple_of(2),
             series: Vec::new(),
             origin_ns: 0,
+            sample_bytes: 0,
+            sampling: crate::sampling::Sampling::default(),
         }
     }
 
@@ -451,18 +471,22 @@ impl Visitor for Timeline {
 
     fn generation(&mut self, reader: &GenerationView, _stacks: &StackTable) {
         self.origin_ns = reader.time_origin_ns().unwrap_or(0);
+        self.set_sample_bytes(reader.info().map_or(0, |i| i.sample_bytes));
     }
 
     #[inline]
     fn alloc(&mut self, alloc: &Alloc) {
         let at = self.origin_ns.saturating_add(alloc.time_ns);
-        self.current().alloc(at, alloc.memory, alloc.size);
+        // A sampled trace: estimated counts and bytes (crate::sampling).
+        let est = crate::sampling::estimate(alloc, self.sample_bytes);
+        self.current().alloc(at, alloc.memory, est.bytes, est.count);
     }
 
     #[inline]
     fn free(&mut self, alloc: &Alloc, free: &Free) {
         let at = self.origin_ns.saturating_add(free.time_ns);
-        self.current().free(at, alloc.memory, alloc.size);
+        let est = crate::sampling::estimate(alloc, self.sample_bytes);
+        self.current().free(at, alloc.memory, est.bytes, est.count);
     }
 }
 

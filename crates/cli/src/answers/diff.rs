@@ -230,6 +230,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             .then_with(|| chains.cmp(a.chain, b.chain))
     });
     let (total_before, total_after) = (before.profile.total(), after.profile.total());
+    // Either side sampled: its numbers are estimates.
+    let mut sampling = before.profile.sampling();
+    sampling.note(after.profile.sampling().sample_bytes);
     let mut sides = [before, after];
     let mut out = Output::default();
     let counts = |s: &Site| {
@@ -238,13 +241,14 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Value::Object(obj)
     };
     if args.json {
-        // {"after", "before", "sites"}: the keys in serde_json's order,
-        // the sites written one at a time.
+        // {"after", "before", "sampled", "sites"}: the keys in serde_json's
+        // order, the sites written one at a time.
         let _ = write!(
             out.text,
-            "{{\"after\":{},\"before\":{},\"sites\":[",
+            "{{\"after\":{},\"before\":{},\"sampled\":{},\"sites\":[",
             crate::print::json_text(&counts(&total_after)),
-            crate::print::json_text(&counts(&total_before))
+            crate::print::json_text(&counts(&total_before)),
+            crate::print::json_text(&super::sampled_json(sampling))
         );
         for (i, c) in changes.iter().enumerate() {
             if i > 0 {
@@ -260,6 +264,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         }
         out.text.push_str("]}\n");
     } else {
+        if let Some(line) = super::sampled_line(sampling) {
+            out.text.push_str(&line);
+        }
         table(
             args,
             &changes,

@@ -111,7 +111,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             Failure::Io(format!("cannot write the output: {e}"))
         }
     };
+    let sampling = p.profile.sampling();
     if args.collapsed {
+        // Folded stacks have no room for a note: it goes to stderr.
+        if let Some(line) = super::sampled_line(sampling) {
+            eprint!("{line}");
+        }
         for (stack, value) in &folded {
             writeln!(out, "{stack} {value}").map_err(write_error)?;
         }
@@ -122,6 +127,13 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         };
         let mut options = flamegraph::Options::default();
         options.title = args.metric.title().to_string();
+        if sampling.estimated() {
+            options.title = format!(
+                "{} (estimated: sampled every {} on average)",
+                options.title,
+                crate::units::bytes(sampling.sample_bytes, crate::units::Decimals::Three)
+            );
+        }
         options.subtitle = Some(traces);
         options.count_name = args.metric.count_name().to_string();
         options.colors = Palette::Basic(BasicPalette::Mem);

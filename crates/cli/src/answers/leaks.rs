@@ -92,8 +92,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             out.text.push_str(&crate::print::json_text(&leak));
             out.flush_some()?;
         }
-        let _ = writeln!(out.text, "],\"objects\":{objects}}}");
+        let sampled = crate::print::json_text(&super::sampled_json(p.profile.sampling()));
+        let _ = writeln!(out.text, "],\"objects\":{objects},\"sampled\":{sampled}}}");
     } else {
+        if let Some(line) = super::sampled_line(p.profile.sampling()) {
+            out.text.push_str(&line);
+        }
         for &(id, objects, bytes) in &shown {
             let _ = writeln!(
                 out.text,

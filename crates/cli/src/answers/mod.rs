@@ -10,7 +10,9 @@ pub mod top;
 
 use std::path::PathBuf;
 
-use alloctrace_analysis::{Breakdowns, Pass, Profile, Resolver, Site, SourceFrame, StackId};
+use alloctrace_analysis::{
+    Breakdowns, Pass, Profile, Resolver, Sampling, Site, SourceFrame, StackId,
+};
 use serde_json::{json, Value};
 
 use crate::analyze::{inputs, run_pass, SymbolArgs};
@@ -86,6 +88,28 @@ impl Output {
             self.text.clear();
         }
         Ok(())
+    }
+}
+
+/// The line a sampled trace's text answers open with, saying that their
+/// counts and bytes are estimates; `None` for a trace that recorded
+/// every allocation.
+pub fn sampled_line(sampling: Sampling) -> Option<String> {
+    sampling.estimated().then(|| {
+        format!(
+            "Estimates: the trace sampled one allocation per {} allocated on average (--sample-bytes); counts and bytes are estimated from the samples (see docs/CLI.md, \"Sampled traces\").\n",
+            crate::units::bytes(sampling.sample_bytes, crate::units::Decimals::Three)
+        )
+    })
+}
+
+/// The JSON answers' `"sampled"` value: `{"sample_bytes": N, "estimated":
+/// true}` for a sampled trace, null otherwise.
+pub fn sampled_json(sampling: Sampling) -> Value {
+    if sampling.estimated() {
+        json!({"sample_bytes": sampling.sample_bytes, "estimated": true})
+    } else {
+        Value::Null
     }
 }
 

@@ -168,8 +168,14 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     p.print_warnings();
     let mut out = Output::default();
     if args.json {
-        // {"sites": [...]}, the sites written one at a time.
-        out.text.push_str("{\"sites\":[");
+        // {"sampled": ..., "sites": [...]}, the sites written one at a
+        // time.
+        out.text.push_str("{\"sampled\":");
+        out.text
+            .push_str(&crate::print::json_text(&super::sampled_json(
+                p.profile.sampling(),
+            )));
+        out.text.push_str(",\"sites\":[");
         for (i, (key, site)) in rows.iter().enumerate() {
             if i > 0 {
                 out.text.push(',');
@@ -187,7 +193,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         }
         out.text.push_str("]}\n");
     } else {
-        out.text = table(&mut p, args, &rows);
+        out.text = super::sampled_line(p.profile.sampling()).unwrap_or_default();
+        out.text.push_str(&table(&mut p, args, &rows));
     }
     print_stdout(&out.text)
 }

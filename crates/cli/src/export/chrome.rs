@@ -44,6 +44,8 @@ pub struct TypeTimelines {
     names: FxHashMap<u64, String>,
     /// The current trace's time origin (monotonic ns).
     origin_ns: u64,
+    /// The current generation's `sample_bytes` (0: not sampled).
+    sample_bytes: u64,
 }
 
 impl TypeTimelines {
@@ -70,7 +72,9 @@ impl TypeTimelines {
                 trace.len() - 1
             }
         };
-        Some(&mut trace[i].timeline)
+        let timeline = &mut trace[i].timeline;
+        timeline.set_sample_bytes(self.sample_bytes);
+        Some(timeline)
     }
 }
 
@@ -84,6 +88,7 @@ impl Visitor for TypeTimelines {
 
     fn generation(&mut self, reader: &GenerationView, _stacks: &StackTable) {
         self.origin_ns = reader.time_origin_ns().unwrap_or(0);
+        self.sample_bytes = reader.info().map_or(0, |i| i.sample_bytes);
         for (id, t) in reader.types() {
             self.names.entry(*id).or_insert_with(|| t.name.clone());
         }
@@ -224,12 +229,17 @@ fn live_memory(out: &mut Vec<Value>, s: &Series, pid: u64, ts: &impl Fn(u64) -> 
     }
 }
 
-/// Writes `{"traceEvents": [...]}` to `out`.
-pub fn write(events: &[Value], out: &mut dyn Write) -> std::io::Result<()> {
+/// Writes `{"traceEvents": [...]}` to `out`; `sampled` is the answers'
+/// `"sampled"` value (null, or what says the counters are estimates).
+pub fn write(events: &[Value], sampled: Value, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut other = json!({"generator": format!("alloctrace {}", env!("CARGO_PKG_VERSION"))});
+    if !sampled.is_null() {
+        other["sampled"] = sampled;
+    }
     let doc = json!({
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"generator": format!("alloctrace {}", env!("CARGO_PKG_VERSION"))},
+        "otherData": other,
     });
     // As every --json output: safe on a terminal (`-o -`), DEL and C1
     // escaped too; bounded in size (the module's header), so one string.

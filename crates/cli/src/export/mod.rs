@@ -118,6 +118,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             let names = inputs.iter().map(|i| i.name()).collect();
             let mut export = parquet::ParquetExport::create(&args.output, names)?;
             let pass = run_pass(&inputs, &mut export)?;
+            if export.sampling().estimated() {
+                eprintln!(
+                    "Estimates: the traces were sampled (--sample-bytes); each heap row of allocations.parquet stands for 1 / (1 - exp(-size / sample_bytes)) allocations, sample_bytes in traces.parquet (see docs/EXPORT.md)."
+                );
+            }
             let mut resolver = args.symbols.resolver(&inputs);
             export.finish(&pass.stacks, &mut resolver)
         }
@@ -135,6 +140,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                     .unwrap_or(0),
             };
             let mut resolver = args.symbols.resolver(&inputs);
+            if let Some(line) = crate::answers::sampled_line(profile.sampling()) {
+                eprint!("{line}");
+            }
             let proto = pprof::build(&profile, &pass.stacks, &mut resolver, &times);
             write_output(&args.output, |out| pprof::write(&proto, out))
         }
@@ -154,7 +162,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 })
                 .collect();
             let events = chrome::events(&timeline, &types, &processes);
-            write_output(&args.output, |out| chrome::write(&events, out))
+            let sampled = crate::answers::sampled_json(timeline.sampling());
+            if let Some(line) = crate::answers::sampled_line(timeline.sampling()) {
+                eprint!("{line}");
+            }
+            write_output(&args.output, |out| chrome::write(&events, sampled, out))
         }
     }
 }

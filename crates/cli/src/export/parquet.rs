@@ -118,6 +118,7 @@ message traces {
   REQUIRED BINARY file (STRING);
   REQUIRED INT64 process;
   OPTIONAL INT64 start_unix_ns;
+  REQUIRED INT64 sample_bytes;
 }";
 
 fn parquet_error(path: &Path, err: ParquetError) -> Failure {
@@ -362,6 +363,9 @@ struct TraceRow {
     file: String,
     pid: u64,
     start_unix_ns: Option<u64>,
+    /// A sampled trace's mean (0: every allocation recorded): each heap
+    /// row then stands for 1 / (1 - exp(-size / sample_bytes)) of them.
+    sample_bytes: u64,
 }
 
 /// One allocation lifetime, as the pass hands it over: a row of
@@ -817,9 +821,22 @@ impl ParquetExport {
             t.str(1, string(&trace.file));
             t.i64(2, trace.pid as i64);
             t.opt_i64(3, trace.start_unix_ns.map(|n| n as i64));
+            t.i64(4, trace.sample_bytes as i64);
             t.end_row();
         }
         t.close()
+    }
+}
+
+impl ParquetExport {
+    /// The largest sampling mean of the traces read (0: none sampled):
+    /// then traces.parquet's `sample_bytes` says how to weigh the rows.
+    pub fn sampling(&self) -> alloctrace_analysis::Sampling {
+        let mut sampling = alloctrace_analysis::Sampling::default();
+        for t in &self.traces {
+            sampling.note(t.sample_bytes);
+        }
+        sampling
     }
 }
 
@@ -831,6 +848,7 @@ impl Visitor for ParquetExport {
             file: self.names.get(index).cloned().unwrap_or_default(),
             pid: 0,
             start_unix_ns: None,
+            sample_bytes: 0,
         });
     }
 
@@ -843,6 +861,7 @@ impl Visitor for ParquetExport {
                 if row.start_unix_ns.is_none() {
                     row.start_unix_ns = Some(info.start_wall_ns);
                 }
+                row.sample_bytes = row.sample_bytes.max(info.sample_bytes);
             }
         }
         for (id, t) in reader.types() {

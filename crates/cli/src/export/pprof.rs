@@ -218,6 +218,24 @@ pub fn build(
         default_sample_type: strings.get("inuse_space"),
         ..ProfileProto::default()
     };
+    // A sampled trace: the values are estimates (Go's heap profiles give
+    // their sampling rate as the period, values already unsampled); a
+    // comment and a label on each sample say so.
+    let sampling = profile.sampling();
+    let estimated_label = sampling.estimated().then(|| Label {
+        key: strings.get("sample_bytes"),
+        str: 0,
+        num: sampling.sample_bytes as i64,
+        num_unit: strings.get("bytes"),
+    });
+    if sampling.estimated() {
+        out.period = sampling.sample_bytes as i64;
+        let note = format!(
+            "estimated: alloctrace sampled one allocation per {} bytes allocated on average (--sample-bytes); every value is an estimate",
+            sampling.sample_bytes
+        );
+        out.comment.push(strings.get(&note));
+    }
     // A mapping per module, spanning the offsets its frames use.
     let modules = stacks.modules();
     let mut limits = vec![0u64; modules.len()];
@@ -276,7 +294,7 @@ pub fn build(
         out.sample.push(Sample {
             location_id: ids,
             value: values(site),
-            label: Vec::new(),
+            label: estimated_label.iter().cloned().collect(),
         });
     }
     for (i, m) in modules.iter().enumerate() {

@@ -134,6 +134,13 @@ pub fn render(m: &mut Model) -> String {
         let _ = write!(h, "<a href=\"#{id}\">{nav}</a>");
     }
     h.push_str("</nav></header>\n<main>\n");
+    if let Some(line) = crate::answers::sampled_line(m.profile.sampling()) {
+        let _ = writeln!(
+            h,
+            "<p class=\"warning\" id=\"r-sampled\">{}</p>",
+            esc(line.trim_end())
+        );
+    }
     let shared = Shared {
         merged: m.timeline.merged(),
         sites: m.profile.sites().map(|(id, s)| (id, *s)).collect(),

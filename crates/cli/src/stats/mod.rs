@@ -51,6 +51,11 @@ pub struct Stats {
     /// Allocations recorded without their stack (generation-end batches,
     /// format version 3).
     pub lost_stacks: u64,
+    /// A sampled trace's mean bytes between samples (format version 6;
+    /// 0: every allocation recorded).
+    pub sample_bytes: u64,
+    /// A sampled trace's exact counts (generation-end batches, version 6).
+    pub totals: alloctrace_reader::Totals,
     /// What the pass left live, with the peaks.
     live: Live<Size>,
     unknown_free: u64,
@@ -220,6 +225,8 @@ pub fn collect(input: &Input) -> Result<Stats, Failure> {
     stats.generations = reader.generations();
     stats.lost_events = reader.lost_events();
     stats.lost_stacks = reader.lost_stacks();
+    stats.sample_bytes = reader.sample_bytes();
+    stats.totals = reader.totals();
     stats.truncated_at = reader.truncated();
     if stats.bytes == 0 {
         stats.bytes = reader.bytes_read();

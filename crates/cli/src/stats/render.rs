@@ -85,6 +85,20 @@ impl Stats {
             "command": command.map(|c| &c.command_line),
             "command_truncated": command.is_some_and(|c| c.truncated),
         });
+        if let (true, Some(map)) = (self.sample_bytes > 0, v.as_object_mut()) {
+            // A sampled trace: the events are the samples; the exact
+            // totals are the writer's counts.
+            map.insert(
+                "sampled".into(),
+                json!({
+                    "sample_bytes": self.sample_bytes,
+                    "total_allocs": self.totals.allocs,
+                    "total_alloc_bytes": self.totals.alloc_bytes,
+                    "total_frees": self.totals.frees,
+                    "sample_set_overflow": self.totals.sample_overflow,
+                }),
+            );
+        }
         if let (true, Some(map)) = (self.has_entry_points(), v.as_object_mut()) {
             let entries: serde_json::Map<String, Value> = ENTRY_POINTS
                 .iter()
@@ -221,6 +235,25 @@ impl Stats {
                     row(&format!("  {}", e.name()), &count(n), "");
                 }
             }
+        }
+        if self.sample_bytes > 0 {
+            row(
+                "sampled every",
+                &bytes(self.sample_bytes, Decimals::Fixed(2)),
+                "  (--sample-bytes: the events above are samples)",
+            );
+            row("  allocations (exact)", &count(self.totals.allocs), "");
+            row(
+                "  bytes allocated (exact)",
+                &bytes(self.totals.alloc_bytes, Decimals::Fixed(2)),
+                "",
+            );
+            row("  frees (exact)", &count(self.totals.frees), "");
+            row(
+                "  sampled set overflow",
+                &count(self.totals.sample_overflow),
+                "  (recorded, their frees not)",
+            );
         }
         row("lost events", &count(self.lost_events), "");
         if self.lost_stacks > 0 || all {
