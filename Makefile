@@ -19,7 +19,7 @@ SOVERSION := $(shell sed -n 's/^const SOVERSION: &str = "\(.*\)";/\1/p' build.rs
 CWARN     := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Werror
 CFLAGS    ?= -O1 -g
 ASAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-LINK      := -L$(RELEASE) -lalloctrace -Wl,-rpath,$(abspath $(RELEASE)) -lpthread
+LINK      := -L$(RELEASE) -lalloctrace -Wl,-rpath,$(abspath $(RELEASE)) -lpthread -lm
 
 C_TESTS   := $(sort $(wildcard c_tests/test_*.c))
 C_COMMON  := $(wildcard c_tests/common.c)

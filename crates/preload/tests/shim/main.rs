@@ -19,4 +19,5 @@ mod panic;
 mod programs;
 mod real_programs;
 mod record;
+mod sampling;
 mod signals;
