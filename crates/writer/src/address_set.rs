@@ -5,10 +5,11 @@
 //! The table is open-addressed (linear probing, tombstones) in a mapping
 //! made with a raw system call, reserved (MAP_NORESERVE) for `SLOTS`
 //! addresses and touched only where used. With `COUNTERS` > 0 a filter of
-//! counters stands in front of it, indexed by another hash of the
-//! address: a remove of an address whose counter is 0 (the common free of
-//! an object that is not in the set) is one load, however many tombstones
-//! the table holds.
+//! counters stands in front of it, indexed by the address's low bits
+//! with its page number folded in (neighbouring blocks, neighbouring
+//! counters: the frees of a working set touch few cache lines): a remove
+//! of an address whose counter is 0 (the common free of an object that is
+//! not in the set) is one load, however many tombstones the table holds.
 //!
 //! ## Invariants
 //!
@@ -114,8 +115,12 @@ impl<const SLOTS: usize, const PROBES: usize, const COUNTERS: usize>
         ((addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOTS.trailing_zeros())) as usize
     }
 
+    /// The counter of `addr`: neighbouring blocks (16 bytes apart, as
+    /// malloc aligns them) get neighbouring counters, so the frees of a
+    /// program's working set touch few cache lines of the filter; the
+    /// page number folded in spreads page-aligned blocks over it.
     fn counter_of(addr: u64) -> usize {
-        (addr.wrapping_mul(0xff51_afd7_ed55_8ccd) >> (64 - COUNTERS.trailing_zeros())) as usize
+        ((addr >> 4) ^ (addr >> 12)) as usize & (COUNTERS - 1)
     }
 
     /// The table's slot `i` (modulo SLOTS).

@@ -54,9 +54,11 @@ pub(crate) static SAMPLE_SEED: AtomicU64 = AtomicU64::new(0);
 pub(crate) const SET_SLOTS: usize = 1 << 22;
 /// Longest probe of an insert before the set refuses it (counted).
 pub(crate) const SET_PROBES: usize = 64;
-/// The filter in front of the set: 1 Mi counters (4 MiB reserved), so the
-/// free of an object that was not sampled is one load.
-pub(crate) const SET_COUNTERS: usize = 1 << 20;
+/// The filter in front of the set, so that the free of an object that was
+/// not sampled is one load: 64 Ki counters, 256 KiB, small enough to stay
+/// in the caches that the frees go through (a free whose counter is not
+/// 0, about one in 64 Ki / live sampled objects, probes the table).
+pub(crate) const SET_COUNTERS: usize = 1 << 16;
 
 /// The addresses of the live sampled objects.
 pub(crate) static SAMPLED: AddressSet<SET_SLOTS, SET_PROBES, SET_COUNTERS> = AddressSet::new();
