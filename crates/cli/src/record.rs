@@ -412,6 +412,15 @@ fn summary(trace: &Trace, read: bool) -> String {
         plural(stats.live_objects(), "heap object", "heap objects"),
         human_bytes(stats.live_bytes()),
     );
+    if stats.sample_bytes > 0 {
+        // The figures above count the samples; the exact totals beside.
+        text.push_str(&format!(
+            "; sampled every {} (--sample-bytes: the figures above are the samples' own, `alloctrace top` estimates), of {} allocated in {} exactly",
+            human_bytes(stats.sample_bytes),
+            human_bytes(stats.totals.alloc_bytes),
+            plural(stats.totals.allocs, "allocation", "allocations"),
+        ));
+    }
     if stats.lost_events > 0 {
         text.push_str(&format!(
             "; {} lost",

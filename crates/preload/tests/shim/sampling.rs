@@ -124,6 +124,9 @@ fn record_takes_sample_bytes() {
         ],
     );
     assert_eq!(rc, 0, "{}", case.err_head());
+    // The report says the trace holds samples.
+    let report = case.read("err");
+    assert!(report.contains("sampled every 512"), "{report}");
     let s = stats(&out);
     assert_eq!(s.num("sample_bytes"), 512 << 10);
     assert_eq!(s.num("unknown_free"), 0);
