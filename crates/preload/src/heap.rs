@@ -202,13 +202,19 @@ fn record_alloc(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
 #[inline(always)]
 fn trace_alloc(entry: EntryPoint, p: *mut c_void, size: usize, start: StartRegs) {
     if recording() {
+        // Sampling mode: an allocation not sampled is only counted, before
+        // the boundary and any stack walk (sample_alloc never panics; the
+        // thread's state is checked first, as record_or_lost would). A
+        // session recording everything pays one load and a branch here.
+        if !p.is_null()
+            && events::sampling()
+            && reentrancy::get() < reentrancy::OWN
+            && !events::sample_alloc(p as usize, size as u64)
+        {
+            return;
+        }
         boundary::event(|| {
             record_or_lost(entry, || {
-                // Sampling mode: an allocation not sampled is only counted,
-                // before any stack is walked.
-                if !p.is_null() && !events::sample_alloc(p as usize, size as u64) {
-                    return;
-                }
                 let stack = call_stack(p, start);
                 record_alloc(entry, p, size, stack);
             })
@@ -334,12 +340,22 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         // (an interposer after the shim counts only the program's calls).
         return;
     }
-    boundary::event(|| {
-        account(
-            || record_or_lost(EntryPoint::Free, || freed(EntryPoint::Free, p)),
-            || early::free(p as usize),
-        )
-    });
+    // Sampling mode: the free of an object certainly not sampled is only
+    // counted, before the boundary (free_unsampled never panics). A
+    // session recording everything pays one load and a branch here.
+    let unsampled = !p.is_null()
+        && events::sampling()
+        && recording()
+        && reentrancy::get() < reentrancy::OWN
+        && events::free_unsampled(p as usize);
+    if !unsampled {
+        boundary::event(|| {
+            account(
+                || record_or_lost(EntryPoint::Free, || freed(EntryPoint::Free, p)),
+                || early::free(p as usize),
+            )
+        });
+    }
     // SAFETY: forwarded.
     unsafe { real::free(p) }
 }

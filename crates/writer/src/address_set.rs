@@ -200,6 +200,15 @@ impl<const SLOTS: usize, const PROBES: usize, const COUNTERS: usize>
         self.remove_probing(table, counter, addr)
     }
 
+    /// Whether `addr` is certainly not in the set: its counter is 0 (one
+    /// load). False without a filter, or when it may be there.
+    // Runs inside free: no allocation, no lock, no panic, no system call.
+    #[inline]
+    pub fn surely_absent(&self, addr: u64) -> bool {
+        self.counter(addr)
+            .is_some_and(|c| c.load(Ordering::Relaxed) == 0)
+    }
+
     #[inline(never)]
     fn remove_probing(
         &self,

@@ -109,6 +109,16 @@ pub fn sample_free(addr: usize) -> bool {
     sample::sample_free(addr as u64)
 }
 
+/// Sampling mode: true when the free of the heap object at `addr` needs
+/// no event, its address certainly not sampled (one load), and then
+/// counts the free; false when not sampling or when it may be sampled,
+/// where the caller goes on to [`sample_free`] (which counts it then). For
+/// an interposer's fast path. Never allocates nor locks.
+#[inline]
+pub fn free_unsampled(addr: usize) -> bool {
+    sample::free_unsampled(addr as u64)
+}
+
 /// Whether the running session samples (`Config::sample_bytes` > 0).
 #[inline]
 pub fn sampling() -> bool {

@@ -136,6 +136,22 @@ pub(crate) fn sample_free(addr: u64) -> bool {
     SAMPLED.remove(addr)
 }
 
+/// Sampling mode's fast free: true when the free of `addr` needs no
+/// event, its address certainly not sampled (one load of the set's
+/// filter), and then counts it; false otherwise (not sampling, or `addr`
+/// may be sampled: [`sample_free`] decides and counts).
+// Runs inside free: no allocation, no lock, no panic.
+#[inline(always)]
+pub(crate) fn free_unsampled(addr: u64) -> bool {
+    if SAMPLE_BYTES.load(Ordering::Relaxed) == 0 || !SAMPLED.surely_absent(addr) {
+        return false;
+    }
+    if let Some(c) = thread::current_or_claim().and_then(sampling::counts_of) {
+        sampling::bump(&c.frees, 1);
+    }
+    true
+}
+
 #[inline(always)]
 fn countdown(addr: u64, size: u64, mean: u64, count: bool) -> bool {
     let Some(slot) = thread::current_or_claim() else {
