@@ -132,3 +132,26 @@ fn record_takes_sample_bytes() {
     assert_eq!(s.num("unknown_free"), 0);
     assert!(s.num("total_allocs") > 20_000, "{}", s.num("total_allocs"));
 }
+
+#[test]
+fn every_entry_point_and_fork_under_sampling_leave_no_unknown_free() {
+    // Every entry point (realloc's moves and failures among them) and a
+    // fork, sampled finely: every trace checks, not one free unknown.
+    let case = Case::new("sample_entry_points");
+    let vars = [
+        ("ALLOCTRACE_SAMPLE_BYTES", "256"),
+        ("ALLOCTRACE_SAMPLE_SEED", "3"),
+    ];
+    let rc = case.traced(&vars, &[&prog("prog_entry_points")]);
+    assert_eq!(rc, 0, "{}", case.err_head());
+    let bad = case.check_all();
+    assert!(bad.is_empty(), "check: {bad:?}");
+    for trace in case.traces() {
+        let s = stats(&trace);
+        assert_eq!(s.num("unknown_free"), 0, "{trace}");
+        assert_eq!(s.num("sample_bytes"), 256, "{trace}");
+    }
+    let s = stats(&case.trace());
+    assert!(s.num("heap_object_alloc") > 0);
+    assert!(s.num("total_allocs") > s.num("heap_object_alloc"));
+}
