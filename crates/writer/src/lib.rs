@@ -74,7 +74,9 @@ pub use event::emit::enabled;
 #[cfg(not(loom))]
 pub use session::crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
-pub use session::lifecycle::{advance, start, start_with, stop, stop_at_exit};
+pub use session::lifecycle::{
+    advance, flight_recorder_write, flight_stats, start, start_with, stop, stop_at_exit,
+};
 #[cfg(not(loom))]
 pub use session::meta::{written_totals, WrittenTotals};
 #[cfg(not(loom))]
@@ -82,6 +84,8 @@ pub use session::{
     session_stats, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE, DEFAULT_GENERATION_BYTES,
     MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
 };
+#[cfg(not(loom))]
+pub use writer::flight::{FlightStats, MAX_FLIGHT_RECORDER_BYTES, MIN_FLIGHT_RECORDER_BYTES};
 #[cfg(not(loom))]
 pub use writer::late::late_event;
 #[cfg(not(loom))]

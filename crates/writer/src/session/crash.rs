@@ -315,6 +315,11 @@ fn end_locked(session: &Session) -> bool {
     MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
     deadline::set(0);
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
+    if let Some(flight) = &session.writer.flight {
+        // Flight-recorder mode: the writer thread writes the ring, this
+        // last generation included, to the output before it returns.
+        flight.dump_at_stop.store(true, Ordering::Release);
+    }
     session.writer.stop();
     while !session.writer.thread.is_done() {
         if now_ns() >= drain_until {
