@@ -56,6 +56,10 @@
 //!
 //! ## Corner cases
 //!
+//! - Flight-recorder mode (writer/flight.rs): when step 2 ends the
+//!   session, the writer thread writes the ring, the last generation
+//!   included, to the output before it returns (within [`DRAIN_WAIT`]);
+//!   in step 3 nothing is dumped (the session is not ended).
 //! - Several threads hit at once: the first one flushes, the others wait
 //!   for it (bounded) and do nothing themselves.
 //! - The tracer's own threads (writer, advancer) block every signal, so only

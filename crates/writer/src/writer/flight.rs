@@ -163,6 +163,10 @@ impl FlightRecorder {
         if p == -1 {
             return None;
         }
+        // A forked child forgets its parent's session (session/mod.rs,
+        // corner cases) and never touches its ring: it need not inherit it.
+        // SAFETY: advice on a mapping of our own; failure changes nothing.
+        unsafe { libc::madvise(p as *mut libc::c_void, cap, libc::MADV_DONTFORK) };
         Some(FlightRecorder {
             ring: Mutex::new(Ring {
                 base: core::ptr::with_exposed_provenance_mut::<u8>(p as usize),

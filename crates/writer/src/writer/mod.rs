@@ -12,6 +12,12 @@
 //! grow only past their first size, and a module-table refresh allocates,
 //! on this thread, outside every event); it blocks every signal (thread.rs
 //! `spawn_internal`).
+//!
+//! In flight-recorder mode (flight.rs) the batches go to the session's
+//! ring instead of the output, and the output gets only dumps, which this
+//! thread writes itself: once the RSS crosses the threshold (read here,
+//! at most every 20 ms, never on the event path) and the generation it
+//! fired in has ended, and at a fatal signal's stop.
 
 pub(crate) mod flight;
 pub(crate) mod late;
