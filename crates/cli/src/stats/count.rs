@@ -170,7 +170,7 @@ pub(crate) struct TypeCount {
 }
 
 const WHAT_DOUBLE_ALLOC: &str = "allocation of an address that is already live";
-const WHAT_UNKNOWN_FREE: &str = "free of an address that is not live";
+pub(super) const WHAT_UNKNOWN_FREE: &str = "free of an address that is not live";
 
 /// What the counting thread counts: every event but the page events, in
 /// trace order. Most of the work of an event is here (the live maps

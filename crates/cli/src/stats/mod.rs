@@ -65,6 +65,11 @@ pub struct Stats {
     pub entry_points: [u64; ENTRY_POINTS.len()],
     /// Page-tracer events accounted as runs of pages in use.
     pub pages: PageStats,
+    /// The trace is a flight recorder's dump (FORMAT.md section 1).
+    pub flight_window: bool,
+    /// In a flight-recorder window: frees of memory allocated before the
+    /// window (not anomalies there).
+    pub frees_before_window: u64,
 }
 
 /// Which process a trace is of: its first generation's info batch, and

@@ -209,6 +209,19 @@ pub fn collect(input: &Input) -> Result<Stats, Failure> {
     stats.lost_events = reader.lost_events();
     stats.lost_stacks = reader.lost_stacks();
     stats.truncated_at = reader.truncated();
+    if reader.flight_window() {
+        // A window of the run: memory allocated before it may be freed in
+        // it, which is no anomaly.
+        stats.flight_window = true;
+        stats.frees_before_window = std::mem::take(&mut stats.maps.unknown_free);
+        if stats
+            .first_anomaly
+            .as_ref()
+            .is_some_and(|a| a.ends_with(super::count::WHAT_UNKNOWN_FREE))
+        {
+            stats.first_anomaly = None;
+        }
+    }
     if stats.bytes == 0 {
         stats.bytes = reader.bytes_read();
     }
