@@ -110,6 +110,17 @@ pub struct Args {
     /// innermost frames and are marked truncated.
     #[arg(long, value_name = "N", default_value_t = alloctrace_options::DEFAULT_STACK_DEPTH, value_parser = |v: &str| alloctrace_options::parse_stack_depth(v.as_bytes()))]
     stack_depth: usize,
+    /// Flight-recorder mode: keep only the last generations in a ring of
+    /// SIZE bytes in memory (1MiB to 1TiB; KiB, MiB, GiB suffixes) and
+    /// write the trace only on a trigger: a fatal signal, --dump-on-rss.
+    /// Nothing is written at a normal exit. See docs/PRELOAD.md, "Flight
+    /// recorder".
+    #[arg(long, value_name = "SIZE", value_parser = |v: &str| alloctrace_options::parse_flight_recorder(v.as_bytes()))]
+    flight_recorder: Option<u64>,
+    /// With --flight-recorder: write the ring to the trace file once, the
+    /// first time the process's resident memory reaches SIZE (e.g. 2GiB).
+    #[arg(long, value_name = "SIZE", requires = "flight_recorder", value_parser = |v: &str| alloctrace_options::parse_dump_on_rss(v.as_bytes()))]
+    dump_on_rss: Option<u64>,
     /// Replace FILE if it exists (only the first process's trace; others
     /// never overwrite).
     #[arg(long)]
@@ -363,6 +374,14 @@ fn summary(trace: &Trace, read: bool) -> String {
             "{head}\n    still running: a process of the run that outlived the command; its trace is complete once it exits."
         );
     }
+    if std::fs::metadata(&trace.path).is_ok_and(|m| m.len() == 0) {
+        // Only the flight recorder leaves its file empty: it writes on a
+        // trigger alone.
+        return format!(
+            "{head}
+    empty: nothing was written (with --flight-recorder a trace is written only on a trigger: a fatal signal, --dump-on-rss)."
+        );
+    }
     if let Some(end) = trace.end.as_ref().filter(|e| e.status != "ok") {
         return format!(
             "{head}\n    {}: the trace is cut there (`alloctrace check` says where).",
@@ -396,11 +415,21 @@ fn summary(trace: &Trace, read: bool) -> String {
         Err(Failure::Verdict(_)) => return head,
     };
     let mut text = format!(
-        "{head}\n    {} in {} from {}; peak live heap {}; at exit {} ({}) still live",
+        "{head}\n    {}{} in {} from {}; peak live heap {}; {} {} ({}) still live",
+        if stats.flight_window {
+            "a flight-recorder window (the last generations of the run): "
+        } else {
+            ""
+        },
         plural(stats.total_events, "event", "events"),
         plural(stats.generations, "generation", "generations"),
         plural(stats.threads(), "thread", "threads"),
         human_bytes(stats.peak_live_bytes()),
+        if stats.flight_window {
+            "at its end"
+        } else {
+            "at exit"
+        },
         plural(stats.live_objects(), "heap object", "heap objects"),
         human_bytes(stats.live_bytes()),
     );
@@ -817,6 +846,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         .env(env::STACK_DEPTH, args.stack_depth.to_string());
     if let Some(size) = args.buffer_size {
         command.env(env::BUFFER_SIZE, size.to_string());
+    }
+    if let Some(size) = args.flight_recorder {
+        command.env(env::FLIGHT_RECORDER, size.to_string());
+    }
+    if let Some(size) = args.dump_on_rss {
+        command.env(env::DUMP_ON_RSS, size.to_string());
     }
     if let Some(families) = args.record {
         command.env(env::RECORD, families.value());

@@ -118,3 +118,32 @@ fn stats_and_leaks_read_a_window() {
     assert!(out.contains("64"), "{out}");
 }
 
+#[test]
+fn record_refuses_bad_flight_recorder_options_before_running() {
+    let marker = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("flight-ran-{}", std::process::id()));
+    let touch = format!("touch {}", marker.display());
+    for (args, needle) in [
+        (
+            &["--flight-recorder", "30s"][..],
+            "a duration is not supported yet",
+        ),
+        (&["--flight-recorder", "100"][..], "not a ring size"),
+        (
+            &["--flight-recorder", "64MiB", "--dump-on-rss", "x"][..],
+            "not a size",
+        ),
+        (&["--dump-on-rss", "1GiB"][..], "--flight-recorder"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+            .arg("record")
+            .args(args)
+            .args(["--", "sh", "-c", &touch])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!marker.exists(), "{args:?}: the command ran");
+    }
+}

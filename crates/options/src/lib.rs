@@ -38,8 +38,13 @@ pub mod env {
     pub const STACKS: &str = "ALLOCTRACE_STACKS";
     /// The call stacks' depth limit in frames, 1 to 256.
     pub const STACK_DEPTH: &str = "ALLOCTRACE_STACK_DEPTH";
+    /// Flight-recorder mode: the ring's size in bytes (KiB, MiB, GiB
+    /// suffixes); nothing is written until a dump.
+    pub const FLIGHT_RECORDER: &str = "ALLOCTRACE_FLIGHT_RECORDER";
+    /// With the flight recorder: dump once when the RSS reaches this size.
+    pub const DUMP_ON_RSS: &str = "ALLOCTRACE_DUMP_ON_RSS";
     /// Every variable above, for a caller that must clear them all.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 15] = [
         OUTPUT,
         BUFFER_SIZE,
         RECORD,
@@ -53,6 +58,8 @@ pub mod env {
         ROOT_PID,
         STACKS,
         STACK_DEPTH,
+        FLIGHT_RECORDER,
+        DUMP_ON_RSS,
     ];
     /// `1`: a testing aid, not an option of `record` (so not in [`ALL`]):
     /// every stack walk of the shim is checked against two reference walks,
@@ -333,6 +340,62 @@ pub fn parse_stack_depth(v: &[u8]) -> Result<usize, &'static str> {
         .ok_or("not a depth: use a number of frames from 1 to 256")
 }
 
+/// The smallest flight-recorder ring (the writer's
+/// `MIN_FLIGHT_RECORDER_BYTES`).
+pub const MIN_FLIGHT_RECORDER: u64 = 1 << 20;
+/// The largest flight-recorder ring (the writer's
+/// `MAX_FLIGHT_RECORDER_BYTES`).
+pub const MAX_FLIGHT_RECORDER: u64 = 1 << 40;
+
+/// A size in bytes: digits, then optionally a unit, any case: `B`; `k`,
+/// `KB`, `KiB` (1024); `m`, `MB`, `MiB` (2^20); `g`, `GB`, `GiB` (2^30);
+/// `t`, `TB`, `TiB` (2^40). Every unit is a power of 1024.
+pub fn parse_bytes(v: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(v).ok()?.trim();
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(digits_end);
+    if digits.is_empty() {
+        return None;
+    }
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// Whether `v` looks like a duration (`30s`, `5min`, `2h`): the flight
+/// recorder takes a size only, for now, and says so.
+fn looks_like_duration(v: &[u8]) -> bool {
+    let s = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
+    let unit = s.trim_start_matches(|c: char| c.is_ascii_digit());
+    unit.len() < s.len() && matches!(unit, "s" | "sec" | "min" | "h" | "ms")
+}
+
+/// The flight recorder's ring: a size from 1 MiB to 1 TiB ([`parse_bytes`]).
+pub fn parse_flight_recorder(v: &[u8]) -> Result<u64, &'static str> {
+    if looks_like_duration(v) {
+        return Err("a duration is not supported yet: give the ring's size, e.g. 64MiB");
+    }
+    match parse_bytes(v) {
+        Some(n) if (MIN_FLIGHT_RECORDER..=MAX_FLIGHT_RECORDER).contains(&n) => Ok(n),
+        _ => Err("not a ring size: use bytes from 1MiB to 1TiB, with an optional KiB, MiB or GiB suffix (e.g. 64MiB)"),
+    }
+}
+
+/// The RSS threshold of `--dump-on-rss`: a size of at least 1 byte
+/// ([`parse_bytes`]).
+pub fn parse_dump_on_rss(v: &[u8]) -> Result<u64, &'static str> {
+    match parse_bytes(v) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err("not a size: use bytes with an optional KiB, MiB or GiB suffix (e.g. 2GiB)"),
+    }
+}
+
 /// A yes/no variable: `1` or `0` (or empty, for no).
 pub fn parse_flag(v: &[u8]) -> Result<bool, &'static str> {
     match v {
@@ -388,6 +451,34 @@ pub fn file_name(path: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_and_the_flight_recorder() {
+        assert_eq!(parse_bytes(b"4096"), Some(4096));
+        assert_eq!(parse_bytes(b"64MiB"), Some(64 << 20));
+        assert_eq!(parse_bytes(b"64m"), Some(64 << 20));
+        assert_eq!(parse_bytes(b"2GiB"), Some(2 << 30));
+        assert_eq!(parse_bytes(b"512kb"), Some(512 << 10));
+        assert_eq!(parse_bytes(b"1TiB"), Some(1 << 40));
+        for bad in [
+            &b""[..],
+            b"MiB",
+            b"12x",
+            b"-1",
+            b"1.5GiB",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_bytes(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse_flight_recorder(b"64MiB"), Ok(64 << 20));
+        assert!(parse_flight_recorder(b"512KiB").is_err());
+        assert!(parse_flight_recorder(b"2TiB").is_err());
+        assert!(parse_flight_recorder(b"30s")
+            .unwrap_err()
+            .contains("duration"));
+        assert_eq!(parse_dump_on_rss(b"2GiB"), Ok(2 << 30));
+        assert!(parse_dump_on_rss(b"0").is_err());
+    }
 
     #[test]
     fn stack_modes_and_depths() {
