@@ -18,8 +18,9 @@
 //!   `WriterHost`), `advancer`, `fork`, `crash`
 //!   ([`flush_for_fatal_signal`], saving the trace from the handler of a
 //!   signal that is about to kill the process) and its `deadline`;
-//! - `writer/`: the writer thread, its `output` and `late` (the end batch
-//!   that events after a stop at exit rewrite);
+//! - `writer/`: the writer thread, its `output`, `late` (the end batch
+//!   that events after a stop at exit rewrite) and `flight` (the flight
+//!   recorder's ring and its dumps);
 //! - `stacks/`: call stacks: [`capture`] and the tables that intern them
 //!   (`call_stack_table`, `frame_table`, `module_table`), listed before
 //!   each batch (`tables`), so a cut trace keeps its stacks;
