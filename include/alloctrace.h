@@ -236,6 +236,24 @@ typedef struct trace_config {
    * like `clock`.)
    */
   uint64_t sample_seed;
+  /**
+   * Flight-recorder mode when non-zero: the size in bytes, 1 MiB to
+   * 1 TiB, of the ring in which the writer keeps the last complete
+   * generations; nothing is written to `path`/`fd` until a dump
+   * (`trace_flight_recorder_write`, `dump_on_rss`, a fatal signal in the
+   * LD_PRELOAD shim). Default 0, off; `compression` is ignored in this
+   * mode (dumps are uncompressed). (Added after the first version, like
+   * `clock`.)
+   */
+  uint64_t flight_recorder;
+  /**
+   * With `flight_recorder`: the first time the process's resident set
+   * reaches this many bytes, the writer thread ends the generation and
+   * writes the ring to `path`/`fd` (once). Default 0, never; non-zero
+   * without `flight_recorder` makes `trace_start` return
+   * TRACE_ERR_BAD_CONFIG. (Added after the first version, like `clock`.)
+   */
+  uint64_t dump_on_rss;
 } trace_config;
 
 #ifdef __cplusplus
@@ -247,7 +265,8 @@ extern "C" {
  * `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
  * `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock, no
  * compression, no stack capture, `stack_depth` 0 (64), no sampling
- * (`sample_bytes` 0, `sample_seed` 0).
+ * (`sample_bytes` 0, `sample_seed` 0), no flight recorder
+ * (`flight_recorder` 0, `dump_on_rss` 0).
  *
  * NULL does nothing. Any thread, at any time; it does not allocate.
  *
@@ -286,6 +305,29 @@ enum trace_result trace_stop(void);
  * waits for threads that are inside an event call.
  */
 enum trace_result trace_advance(void);
+
+/**
+ * Flight-recorder mode: writes the last complete generations the ring
+ * holds, up to this call, as a trace of their own (a flight-recorder
+ * window, docs/FORMAT.md section 1) to `path`, created with mode 0600 (an
+ * existing file is truncated, a symlink refused), or, when `path` is
+ * NULL, to the descriptor `fd`, at its current offset (not closed). The
+ * current generation is ended first, as `trace_advance` would, so the
+ * dump holds every event recorded before the call. Tracing goes on.
+ *
+ * Returns TRACE_ERR_NULL_ARGUMENT when `path` is NULL and `fd` negative,
+ * TRACE_ERR_NOT_STARTED when tracing is off, TRACE_ERR_BAD_CONFIG when the
+ * session is not in flight-recorder mode (`trace_config.flight_recorder`
+ * 0), TRACE_ERR_IO when the file cannot be created or written (the
+ * detail says why), TRACE_ERR_BUSY from the snapshot callback. `path` is
+ * only read during the call. Any thread, several at once (they take turns);
+ * not from inside malloc: it waits for threads inside event calls and for
+ * the writer thread, and allocates.
+ *
+ * # Safety
+ * `path` is NULL or a NUL-terminated string.
+ */
+enum trace_result trace_flight_recorder_write(const char *path, int fd);
 
 /**
  * Flushes the calling thread's buffers now, as its exit would. Harmless

@@ -179,6 +179,20 @@ pub struct trace_config {
     /// default 0, a seed from the clock. (Added after the first version,
     /// like `clock`.)
     pub sample_seed: u64,
+    /// Flight-recorder mode when non-zero: the size in bytes, 1 MiB to
+    /// 1 TiB, of the ring in which the writer keeps the last complete
+    /// generations; nothing is written to `path`/`fd` until a dump
+    /// (`trace_flight_recorder_write`, `dump_on_rss`, a fatal signal in the
+    /// LD_PRELOAD shim). Default 0, off; `compression` is ignored in this
+    /// mode (dumps are uncompressed). (Added after the first version, like
+    /// `clock`.)
+    pub flight_recorder: u64,
+    /// With `flight_recorder`: the first time the process's resident set
+    /// reaches this many bytes, the writer thread ends the generation and
+    /// writes the ring to `path`/`fd` (once). Default 0, never; non-zero
+    /// without `flight_recorder` makes `trace_start` return
+    /// TRACE_ERR_BAD_CONFIG. (Added after the first version, like `clock`.)
+    pub dump_on_rss: u64,
 }
 
 /// `struct_size` of the first version of trace_config, which ended at
@@ -322,7 +336,8 @@ macro_rules! ffi_guard_or {
 /// `min_heap_addr` 0, `page_size` 4096, `min_heap_align` 8,
 /// `min_stack_align` 4096, `buffer_size` 0, no snapshot, precise clock, no
 /// compression, no stack capture, `stack_depth` 0 (64), no sampling
-/// (`sample_bytes` 0, `sample_seed` 0).
+/// (`sample_bytes` 0, `sample_seed` 0), no flight recorder
+/// (`flight_recorder` 0, `dump_on_rss` 0).
 ///
 /// NULL does nothing. Any thread, at any time; it does not allocate.
 ///
@@ -353,6 +368,8 @@ pub unsafe extern "C" fn trace_config_init(cfg: *mut trace_config) {
             stack_depth: 0,
             sample_bytes: 0,
             sample_seed: 0,
+            flight_recorder: 0,
+            dump_on_rss: 0,
         });
     }
 }
@@ -470,11 +487,23 @@ pub unsafe extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         } else {
             0
         };
+        let flight_recorder = if covers_u64(core::mem::offset_of!(trace_config, flight_recorder)) {
+            cfg.flight_recorder
+        } else {
+            0
+        };
+        let dump_on_rss = if covers_u64(core::mem::offset_of!(trace_config, dump_on_rss)) {
+            cfg.dump_on_rss
+        } else {
+            0
+        };
         let config = Config {
             clock,
             compress,
             sample_bytes,
             sample_seed,
+            flight_recorder,
+            dump_on_rss,
             stacks,
             plain_calls_capture: true,
             stack_depth: if stack_depth == 0 {
@@ -537,6 +566,56 @@ pub extern "C" fn trace_stop() -> trace_result {
 #[no_mangle]
 pub extern "C" fn trace_advance() -> trace_result {
     ffi_guard!(to_result(tracer::advance()))
+}
+
+/// Flight-recorder mode: writes the last complete generations the ring
+/// holds, up to this call, as a trace of their own (a flight-recorder
+/// window, docs/FORMAT.md section 1) to `path`, created with mode 0600 (an
+/// existing file is truncated, a symlink refused), or, when `path` is
+/// NULL, to the descriptor `fd`, at its current offset (not closed). The
+/// current generation is ended first, as `trace_advance` would, so the
+/// dump holds every event recorded before the call. Tracing goes on.
+///
+/// Returns TRACE_ERR_NULL_ARGUMENT when `path` is NULL and `fd` negative,
+/// TRACE_ERR_NOT_STARTED when tracing is off, TRACE_ERR_BAD_CONFIG when the
+/// session is not in flight-recorder mode (`trace_config.flight_recorder`
+/// 0), TRACE_ERR_IO when the file cannot be created or written (the
+/// detail says why), TRACE_ERR_BUSY from the snapshot callback. `path` is
+/// only read during the call. Any thread, several at once (they take turns);
+/// not from inside malloc: it waits for threads inside event calls and for
+/// the writer thread, and allocates.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn trace_flight_recorder_write(
+    path: *const c_char,
+    fd: c_int,
+) -> trace_result {
+    ffi_guard!({
+        if tracer::flight_stats().is_none() {
+            // Refused before any file is created.
+            return to_result(Err(if tracer::enabled() {
+                Error::BadConfig(
+                    "the session is not in flight-recorder mode (trace_config.flight_recorder is 0)",
+                )
+            } else {
+                Error::NotStarted
+            }));
+        }
+        let out = if !path.is_null() {
+            // SAFETY: a non-NULL path is a NUL-terminated string.
+            match Output::create(unsafe { CStr::from_ptr(path) }) {
+                Ok(out) => out,
+                Err(errno) => return to_result(Err(Error::Io(errno))),
+            }
+        } else if fd >= 0 {
+            Output::borrowed_fd(fd)
+        } else {
+            return trace_result::TRACE_ERR_NULL_ARGUMENT;
+        };
+        to_result(tracer::flight_recorder_write(&out).map(|_| ()))
+    })
 }
 
 /// Flushes the calling thread's buffers now, as its exit would. Harmless

@@ -75,6 +75,14 @@ pub fn run_pass<V: Visitor + Send>(inputs: &[Input], visitor: &mut V) -> Result<
         if let Some(offset) = reader.truncated() {
             eprintln!("{}{}", prefix(label), truncation_warning(offset));
         }
+        if reader.flight_window() {
+            eprintln!(
+                "{}note: a flight-recorder window: the last generations of the run, not all of it; \
+                 memory allocated before it and freed in it is not counted, and what is live at its end \
+                 was allocated in the window",
+                prefix(label)
+            );
+        }
     }
     Ok(pass)
 }

@@ -53,6 +53,8 @@ pub fn run(input: &Input, json: bool, label: Option<&str>) -> Result<(), Failure
                 "lost_events": s.lost_events,
                 "lost_stacks": s.lost_stacks,
                 "truncated_at": s.truncated_at,
+                "flight_window": s.flight_window,
+                "frees_before_window": s.frees_before_window,
             })
         });
         let mut obj = json!({
@@ -153,12 +155,18 @@ fn judge(s: &Stats) -> Verdict {
             offset: None,
         };
     }
-    let message = format!(
+    let mut message = format!(
         "ok: {} in {}, {}",
         plural(s.total_events, "event"),
         plural(s.generations, "generation"),
         plural(s.threads(), "thread")
     );
+    if s.flight_window {
+        message.push_str(&format!(
+            " (a flight-recorder window: the last generations of the run; {} of memory allocated before it)",
+            plural(s.frees_before_window, "free")
+        ));
+    }
     Verdict {
         status: "ok",
         code: 0,

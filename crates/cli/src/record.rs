@@ -118,6 +118,17 @@ pub struct Args {
     /// The reading commands then show estimates. See docs/CLI.md.
     #[arg(long, value_name = "N", value_parser = |v: &str| alloctrace_options::parse_sample_bytes(v.as_bytes()))]
     sample_bytes: Option<u64>,
+    /// Flight-recorder mode: keep only the last generations in a ring of
+    /// SIZE bytes in memory (1MiB to 1TiB; KiB, MiB, GiB suffixes) and
+    /// write the trace only on a trigger: a fatal signal, --dump-on-rss.
+    /// Nothing is written at a normal exit. See docs/PRELOAD.md, "Flight
+    /// recorder".
+    #[arg(long, value_name = "SIZE", value_parser = |v: &str| alloctrace_options::parse_flight_recorder(v.as_bytes()))]
+    flight_recorder: Option<u64>,
+    /// With --flight-recorder: write the ring to the trace file once, the
+    /// first time the process's resident memory reaches SIZE (e.g. 2GiB).
+    #[arg(long, value_name = "SIZE", requires = "flight_recorder", value_parser = |v: &str| alloctrace_options::parse_dump_on_rss(v.as_bytes()))]
+    dump_on_rss: Option<u64>,
     /// Replace FILE if it exists (only the first process's trace; others
     /// never overwrite).
     #[arg(long)]
@@ -371,6 +382,14 @@ fn summary(trace: &Trace, read: bool) -> String {
             "{head}\n    still running: a process of the run that outlived the command; its trace is complete once it exits."
         );
     }
+    if std::fs::metadata(&trace.path).is_ok_and(|m| m.len() == 0) {
+        // Only the flight recorder leaves its file empty: it writes on a
+        // trigger alone.
+        return format!(
+            "{head}
+    empty: nothing was written (with --flight-recorder a trace is written only on a trigger: a fatal signal, --dump-on-rss)."
+        );
+    }
     if let Some(end) = trace.end.as_ref().filter(|e| e.status != "ok") {
         return format!(
             "{head}\n    {}: the trace is cut there (`alloctrace check` says where).",
@@ -404,11 +423,21 @@ fn summary(trace: &Trace, read: bool) -> String {
         Err(Failure::Verdict(_)) => return head,
     };
     let mut text = format!(
-        "{head}\n    {} in {} from {}; peak live heap {}; at exit {} ({}) still live",
+        "{head}\n    {}{} in {} from {}; peak live heap {}; {} {} ({}) still live",
+        if stats.flight_window {
+            "a flight-recorder window (the last generations of the run): "
+        } else {
+            ""
+        },
         plural(stats.total_events, "event", "events"),
         plural(stats.generations, "generation", "generations"),
         plural(stats.threads(), "thread", "threads"),
         human_bytes(stats.peak_live_bytes()),
+        if stats.flight_window {
+            "at its end"
+        } else {
+            "at exit"
+        },
         plural(stats.live_objects(), "heap object", "heap objects"),
         human_bytes(stats.live_bytes()),
     );
@@ -837,6 +866,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     }
     if let Some(n) = args.sample_bytes.filter(|&n| n > 0) {
         command.env(env::SAMPLE_BYTES, n.to_string());
+    }
+    if let Some(size) = args.flight_recorder {
+        command.env(env::FLIGHT_RECORDER, size.to_string());
+    }
+    if let Some(size) = args.dump_on_rss {
+        command.env(env::DUMP_ON_RSS, size.to_string());
     }
     if let Some(families) = args.record {
         command.env(env::RECORD, families.value());

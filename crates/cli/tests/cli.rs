@@ -157,7 +157,10 @@ fn stats_json_is_exact() {
         "start_time": "2023-11-14T22:13:20.000Z",
         // A version-4 trace without a process batch.
         "command": null,
-        "command_truncated": false
+        "command_truncated": false,
+        // Not a flight recorder's dump.
+        "flight_window": false,
+        "frees_before_window": 0
     });
     assert_eq!(got, expected);
 }

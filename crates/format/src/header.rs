@@ -37,6 +37,14 @@ pub const READABLE_VERSIONS: [u16; 6] = [
     VERSION_1, VERSION_2, VERSION_3, VERSION_4, VERSION_5, VERSION,
 ];
 
+/// Header flag bit 0, **flight-recorder window**: the trace is a dump of
+/// a flight recorder's ring (FORMAT.md section 1): its generations are the
+/// last ones the tracer kept, not the whole run, so frees of objects
+/// allocated before its first generation are expected, and what is live at
+/// its end is what was allocated in the window and not freed. Readers that
+/// do not know the flag ignore it (every version's readers ignore flags).
+pub const FLAG_FLIGHT_WINDOW: u16 = 1;
+
 /// Size of the file header in bytes: magic, version u16 LE, flags u16 LE,
 /// then a u32: zero in version 1, the header's CRC32C from version 2 on.
 pub const FILE_HEADER_LEN: usize = 16;
@@ -46,7 +54,8 @@ pub const FILE_HEADER_LEN: usize = 16;
 pub struct FileHeader {
     /// Format version.
     pub version: u16,
-    /// Flags; none are defined, so writers write 0 and readers ignore them.
+    /// Flags: [`FLAG_FLIGHT_WINDOW`], or 0; readers ignore bits they do
+    /// not know.
     pub flags: u16,
 }
 
@@ -133,6 +142,11 @@ mod tests {
             flags: 0,
         };
         assert_eq!(FileHeader::decode(&v5.encode()), Ok(v5));
+        let window = FileHeader {
+            version: VERSION,
+            flags: FLAG_FLIGHT_WINDOW,
+        };
+        assert_eq!(FileHeader::decode(&window.encode()), Ok(window));
         let v4 = FileHeader {
             version: VERSION_4,
             flags: 0,

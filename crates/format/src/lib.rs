@@ -59,8 +59,8 @@ pub use event::{
     MAX_STACK_ORDER,
 };
 pub use header::{
-    FileHeader, HeaderError, FILE_HEADER_LEN, MAGIC, READABLE_VERSIONS, VERSION, VERSION_1,
-    VERSION_2, VERSION_3, VERSION_4, VERSION_5,
+    FileHeader, HeaderError, FILE_HEADER_LEN, FLAG_FLIGHT_WINDOW, MAGIC, READABLE_VERSIONS,
+    VERSION, VERSION_1, VERSION_2, VERSION_3, VERSION_4, VERSION_5,
 };
 pub use varint::{
     get_uvarint, put_uvarint, unzigzag, uvarint_len, zigzag, VarintError, MAX_VARINT_LEN,

@@ -42,8 +42,13 @@ pub mod env {
     /// ([`parse_sample_bytes`](crate::parse_sample_bytes)); unset or 0:
     /// every allocation.
     pub const SAMPLE_BYTES: &str = "ALLOCTRACE_SAMPLE_BYTES";
+    /// Flight-recorder mode: the ring's size in bytes (KiB, MiB, GiB
+    /// suffixes); nothing is written until a dump.
+    pub const FLIGHT_RECORDER: &str = "ALLOCTRACE_FLIGHT_RECORDER";
+    /// With the flight recorder: dump once when the RSS reaches this size.
+    pub const DUMP_ON_RSS: &str = "ALLOCTRACE_DUMP_ON_RSS";
     /// Every variable above, for a caller that must clear them all.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 16] = [
         OUTPUT,
         BUFFER_SIZE,
         RECORD,
@@ -58,6 +63,8 @@ pub mod env {
         STACKS,
         STACK_DEPTH,
         SAMPLE_BYTES,
+        FLIGHT_RECORDER,
+        DUMP_ON_RSS,
     ];
     /// A testing aid, not an option of `record` (so not in [`ALL`]): the
     /// seed of the sampling countdowns, a number; a fixed seed samples the
@@ -179,30 +186,10 @@ pub fn parse_buffer_size(v: &[u8]) -> Result<usize, &'static str> {
 pub const MAX_SAMPLE_BYTES: u64 = 1 << 40;
 
 /// A sampling mean (`record --sample-bytes`, `ALLOCTRACE_SAMPLE_BYTES`):
-/// bytes, with an optional suffix `KiB` or `MiB` (also `k`/`K`/`KB`,
-/// `m`/`M`/`MB`, `GiB`/`g`/`G`/`GB`, all powers of 1024), up to 1 TiB; 0
-/// turns sampling off.
+/// a size as [`parse_bytes`] reads it, up to 1 TiB; 0 turns sampling off.
 pub fn parse_sample_bytes(v: &[u8]) -> Result<u64, &'static str> {
     const WHY: &str = "not a sampling size: use bytes, with an optional KiB or MiB suffix (512KiB is the production setting), up to 1 TiB, or 0 to record every allocation";
-    let s = std::str::from_utf8(v).map_err(|_| WHY)?.trim();
-    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(digits_end);
-    let shift = match unit.trim_start() {
-        "" | "B" | "b" => 0,
-        "k" | "K" | "KB" | "kB" | "KiB" | "kiB" | "kib" | "KIB" => 10,
-        "m" | "M" | "MB" | "MiB" | "mib" | "MIB" => 20,
-        "g" | "G" | "GB" | "GiB" | "gib" | "GIB" => 30,
-        _ => return Err(WHY),
-    };
-    if digits.is_empty() {
-        return Err(WHY);
-    }
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
-        .filter(|&n| n <= MAX_SAMPLE_BYTES)
-        .ok_or(WHY)
+    parse_bytes(v).filter(|&n| n <= MAX_SAMPLE_BYTES).ok_or(WHY)
 }
 
 /// Which families of calls to record.
@@ -372,6 +359,62 @@ pub fn parse_stack_depth(v: &[u8]) -> Result<usize, &'static str> {
         .ok_or("not a depth: use a number of frames from 1 to 256")
 }
 
+/// The smallest flight-recorder ring (the writer's
+/// `MIN_FLIGHT_RECORDER_BYTES`).
+pub const MIN_FLIGHT_RECORDER: u64 = 1 << 20;
+/// The largest flight-recorder ring (the writer's
+/// `MAX_FLIGHT_RECORDER_BYTES`).
+pub const MAX_FLIGHT_RECORDER: u64 = 1 << 40;
+
+/// A size in bytes: digits, then optionally a unit, any case: `B`; `k`,
+/// `KB`, `KiB` (1024); `m`, `MB`, `MiB` (2^20); `g`, `GB`, `GiB` (2^30);
+/// `t`, `TB`, `TiB` (2^40). Every unit is a power of 1024.
+pub fn parse_bytes(v: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(v).ok()?.trim();
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(digits_end);
+    if digits.is_empty() {
+        return None;
+    }
+    let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// Whether `v` looks like a duration (`30s`, `5min`, `2h`): the flight
+/// recorder takes a size only, for now, and says so.
+fn looks_like_duration(v: &[u8]) -> bool {
+    let s = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
+    let unit = s.trim_start_matches(|c: char| c.is_ascii_digit());
+    unit.len() < s.len() && matches!(unit, "s" | "sec" | "min" | "h" | "ms")
+}
+
+/// The flight recorder's ring: a size from 1 MiB to 1 TiB ([`parse_bytes`]).
+pub fn parse_flight_recorder(v: &[u8]) -> Result<u64, &'static str> {
+    if looks_like_duration(v) {
+        return Err("a duration is not supported yet: give the ring's size, e.g. 64MiB");
+    }
+    match parse_bytes(v) {
+        Some(n) if (MIN_FLIGHT_RECORDER..=MAX_FLIGHT_RECORDER).contains(&n) => Ok(n),
+        _ => Err("not a ring size: use bytes from 1MiB to 1TiB, with an optional KiB, MiB or GiB suffix (e.g. 64MiB)"),
+    }
+}
+
+/// The RSS threshold of `--dump-on-rss`: a size of at least 1 byte
+/// ([`parse_bytes`]).
+pub fn parse_dump_on_rss(v: &[u8]) -> Result<u64, &'static str> {
+    match parse_bytes(v) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err("not a size: use bytes with an optional KiB, MiB or GiB suffix (e.g. 2GiB)"),
+    }
+}
+
 /// A yes/no variable: `1` or `0` (or empty, for no).
 pub fn parse_flag(v: &[u8]) -> Result<bool, &'static str> {
     match v {
@@ -436,21 +479,47 @@ mod tests {
             ("1MiB", 1 << 20),
             ("2M", 2 << 20),
             ("0", 0),
-            ("1TiB", 0),
+            ("1TiB", 1 << 40),
         ] {
-            if v == "1TiB" {
-                assert!(super::parse_sample_bytes(v.as_bytes()).is_err());
-                continue;
-            }
             assert_eq!(super::parse_sample_bytes(v.as_bytes()), Ok(want), "{v}");
         }
-        for v in ["", "KiB", "-1", "1.5MiB", "512kb2", "12x", "2048GiB"] {
+        for v in [
+            "", "KiB", "-1", "1.5MiB", "512kb2", "12x", "2048GiB", "2TiB",
+        ] {
             let e = super::parse_sample_bytes(v.as_bytes()).unwrap_err();
             assert!(e.contains("512KiB"), "{v}: {e}");
         }
     }
 
     use super::*;
+
+    #[test]
+    fn sizes_and_the_flight_recorder() {
+        assert_eq!(parse_bytes(b"4096"), Some(4096));
+        assert_eq!(parse_bytes(b"64MiB"), Some(64 << 20));
+        assert_eq!(parse_bytes(b"64m"), Some(64 << 20));
+        assert_eq!(parse_bytes(b"2GiB"), Some(2 << 30));
+        assert_eq!(parse_bytes(b"512kb"), Some(512 << 10));
+        assert_eq!(parse_bytes(b"1TiB"), Some(1 << 40));
+        for bad in [
+            &b""[..],
+            b"MiB",
+            b"12x",
+            b"-1",
+            b"1.5GiB",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_bytes(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse_flight_recorder(b"64MiB"), Ok(64 << 20));
+        assert!(parse_flight_recorder(b"512KiB").is_err());
+        assert!(parse_flight_recorder(b"2TiB").is_err());
+        assert!(parse_flight_recorder(b"30s")
+            .unwrap_err()
+            .contains("duration"));
+        assert_eq!(parse_dump_on_rss(b"2GiB"), Ok(2 << 30));
+        assert!(parse_dump_on_rss(b"0").is_err());
+    }
 
     #[test]
     fn stack_modes_and_depths() {

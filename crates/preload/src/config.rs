@@ -16,6 +16,8 @@
 //! | `ALLOCTRACE_ROOT_PID` | unset | with FOLLOW=0, set by the first process's shim to its pid (leave it unset) |
 //! | `ALLOCTRACE_SAMPLE_BYTES` | `0` | sampling mode: the mean bytes between sampled allocations (`512KiB`; bytes with an optional KiB or MiB suffix); 0 records every allocation |
 //! | `ALLOCTRACE_SAMPLE_SEED` | unset | a testing aid: the sampling countdowns' seed (a number), so a deterministic program samples the same allocations every run |
+//! | `ALLOCTRACE_FLIGHT_RECORDER` | unset | flight-recorder mode: the ring's size, 1MiB to 1TiB (`KiB`/`MiB`/`GiB` suffixes); the trace file gets a dump on a fatal signal or `ALLOCTRACE_DUMP_ON_RSS`, nothing at a normal exit |
+//! | `ALLOCTRACE_DUMP_ON_RSS` | unset | with the flight recorder: dump once when the process's RSS reaches this size |
 //! | `ALLOCTRACE_CHECK_STACKS` | `0` | `1`: a testing aid: every stack walk is checked against two reference walks (alloctrace-writer's capture check mode), with a `check-stacks:` summary on stderr when the session ends |
 //!
 //! The grammar of every value is the alloctrace-options crate's, which
@@ -25,8 +27,9 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 
 pub use alloctrace_options::env::{
-    BUFFER_SIZE, CHECK_STACKS, CLOCK, COMPRESSION, DISABLE, FOLLOW, INDEX, ONLY, OUTPUT, OVERWRITE,
-    RECORD, ROOT_PID, SAMPLE_BYTES, SAMPLE_SEED, STACKS, STACK_DEPTH,
+    BUFFER_SIZE, CHECK_STACKS, CLOCK, COMPRESSION, DISABLE, DUMP_ON_RSS, FLIGHT_RECORDER, FOLLOW,
+    INDEX, ONLY, OUTPUT, OVERWRITE, RECORD, ROOT_PID, SAMPLE_BYTES, SAMPLE_SEED, STACKS,
+    STACK_DEPTH,
 };
 // session.rs names them through this module (not built in unit tests).
 #[cfg_attr(test, allow(unused_imports))]
@@ -43,9 +46,16 @@ const _: () = assert!(alloctrace_options::MAX_STACK_DEPTH == alloctrace_writer::
 const _: () =
     assert!(alloctrace_options::DEFAULT_STACK_DEPTH == alloctrace_writer::capture::DEFAULT_DEPTH);
 
+const _: () = assert!(
+    alloctrace_options::MIN_FLIGHT_RECORDER == alloctrace_writer::MIN_FLIGHT_RECORDER_BYTES
+);
+const _: () = assert!(
+    alloctrace_options::MAX_FLIGHT_RECORDER == alloctrace_writer::MAX_FLIGHT_RECORDER_BYTES
+);
+
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
-pub const CARRIED: [&str; 16] = [
+pub const CARRIED: [&str; 18] = [
     "LD_PRELOAD",
     OUTPUT,
     BUFFER_SIZE,
@@ -62,6 +72,8 @@ pub const CARRIED: [&str; 16] = [
     CHECK_STACKS,
     SAMPLE_BYTES,
     SAMPLE_SEED,
+    FLIGHT_RECORDER,
+    DUMP_ON_RSS,
 ];
 
 /// What the environment asks for.
@@ -96,6 +108,10 @@ pub struct Settings {
     /// With `follow` off: the process whose images are traced (unset: this
     /// one, the first).
     pub root_pid: Option<i32>,
+    /// Flight-recorder mode: the ring's size in bytes, 0 for off.
+    pub flight_recorder: u64,
+    /// With the flight recorder: the RSS that triggers a dump, 0 for none.
+    pub dump_on_rss: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -186,6 +202,19 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         .filter(|&p| p > 0)
         .map(Some)
         .ok_or("not a process ID (the shim sets it; leave it unset)"));
+    let flight_recorder = field!(FLIGHT_RECORDER, 0, |v: &Vec<u8>| {
+        alloctrace_options::parse_flight_recorder(v)
+    });
+    let dump_on_rss = field!(DUMP_ON_RSS, 0, |v: &Vec<u8>| {
+        alloctrace_options::parse_dump_on_rss(v)
+    });
+    if dump_on_rss != 0 && flight_recorder == 0 {
+        return bad(
+            DUMP_ON_RSS,
+            &value(DUMP_ON_RSS).unwrap_or_default(),
+            "needs ALLOCTRACE_FLIGHT_RECORDER (the ring to dump)",
+        );
+    }
     let index = value(INDEX)
         .filter(|v| !v.is_empty())
         .and_then(|v| CString::new(v).ok());
@@ -207,6 +236,8 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         only,
         follow,
         root_pid,
+        flight_recorder,
+        dump_on_rss,
     })
 }
 
@@ -286,6 +317,9 @@ mod tests {
         assert_eq!(ok(&[(SAMPLE_BYTES, "512KiB")]).sample_bytes, 512 << 10);
         assert_eq!(ok(&[(SAMPLE_BYTES, "4096")]).sample_bytes, 4096);
         assert_eq!(ok(&[(SAMPLE_SEED, "42")]).sample_seed, 42);
+        assert_eq!(ok(&[]).flight_recorder, 0);
+        let s = ok(&[(FLIGHT_RECORDER, "64MiB"), (DUMP_ON_RSS, "2GiB")]);
+        assert_eq!((s.flight_recorder, s.dump_on_rss), (64 << 20, 2 << 30));
     }
 
     #[test]
@@ -335,6 +369,22 @@ mod tests {
             (
                 vec![(CHECK_STACKS, "yes")],
                 "ALLOCTRACE_CHECK_STACKS=\"yes\": use 1",
+            ),
+            (
+                vec![(FLIGHT_RECORDER, "100")],
+                "ALLOCTRACE_FLIGHT_RECORDER=\"100\": not a ring size",
+            ),
+            (
+                vec![(FLIGHT_RECORDER, "30s")],
+                "ALLOCTRACE_FLIGHT_RECORDER=\"30s\": a duration",
+            ),
+            (
+                vec![(FLIGHT_RECORDER, "64MiB"), (DUMP_ON_RSS, "x")],
+                "ALLOCTRACE_DUMP_ON_RSS=\"x\": not a size",
+            ),
+            (
+                vec![(DUMP_ON_RSS, "1GiB")],
+                "ALLOCTRACE_DUMP_ON_RSS=\"1GiB\": needs ALLOCTRACE_FLIGHT_RECORDER",
             ),
         ] {
             let msg = bad_message(&vars);

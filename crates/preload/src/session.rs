@@ -321,6 +321,11 @@ fn start_session(kind: Kind) -> bool {
         stack_depth: s.stack_depth,
         sample_bytes: s.sample_bytes,
         sample_seed: s.sample_seed,
+        // Flight-recorder mode: a dump reaches the trace file on a fatal
+        // signal (signals.rs flushes) or at the RSS threshold, nothing at
+        // a normal exit.
+        flight_recorder: s.flight_recorder,
+        dump_on_rss: s.dump_on_rss,
         ..Config::default()
     };
     alloctrace_writer::capture::set_check_stacks(s.check_stacks);

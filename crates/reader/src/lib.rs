@@ -313,6 +313,14 @@ impl<R: Read> TraceReader<R> {
         self.source.truncated()
     }
 
+    /// Whether the trace is a flight recorder's dump (the header's
+    /// `FLAG_FLIGHT_WINDOW`, FORMAT.md section 1): a window of the run, its
+    /// first generation not the run's first, so frees of objects allocated
+    /// before it are expected, not anomalies.
+    pub fn flight_window(&self) -> bool {
+        self.source.flags() & alloctrace_format::FLAG_FLIGHT_WINDOW != 0
+    }
+
     /// Number of generations whose events have been (or are being) handed
     /// out.
     pub fn generations(&self) -> u64 {

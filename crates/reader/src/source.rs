@@ -71,6 +71,8 @@ pub(crate) struct BatchSource<R: Read> {
     /// Whether every batch in the file is followed by a checksum trailer
     /// (version 2).
     trailers: bool,
+    /// The file header's flags (FORMAT.md section 1).
+    flags: u16,
     /// Payload of the batch handed out by `read_payload`; reused to avoid
     /// an allocation per batch.
     scratch: Vec<u8>,
@@ -119,8 +121,8 @@ impl<R: Read> BatchSource<R> {
                 ),
             ));
         }
-        let trailers = match FileHeader::decode(&header) {
-            Ok(h) => has_trailers(h.version),
+        let (trailers, flags) = match FileHeader::decode(&header) {
+            Ok(h) => (has_trailers(h.version), h.flags),
             Err(HeaderError::BadMagic) => {
                 return Err(ReadError::malformed(
                     0,
@@ -152,6 +154,7 @@ impl<R: Read> BatchSource<R> {
             input,
             offset: FILE_HEADER_LEN as u64,
             trailers,
+            flags,
             scratch: Vec::new(),
             inner: None,
             ahead: VecDeque::new(),
@@ -159,6 +162,11 @@ impl<R: Read> BatchSource<R> {
             done: false,
             truncated: None,
         })
+    }
+
+    /// The file header's flags.
+    pub fn flags(&self) -> u16 {
+        self.flags
     }
 
     /// Bytes consumed from the input so far.

@@ -18,8 +18,9 @@
 //!   `WriterHost`), `advancer`, `fork`, `crash`
 //!   ([`flush_for_fatal_signal`], saving the trace from the handler of a
 //!   signal that is about to kill the process) and its `deadline`;
-//! - `writer/`: the writer thread, its `output` and `late` (the end batch
-//!   that events after a stop at exit rewrite);
+//! - `writer/`: the writer thread, its `output`, `late` (the end batch
+//!   that events after a stop at exit rewrite) and `flight` (the flight
+//!   recorder's ring and its dumps);
 //! - `stacks/`: call stacks: [`capture`] and the tables that intern them
 //!   (`call_stack_table`, `frame_table`, `module_table`), listed before
 //!   each batch (`tables`), so a cut trace keeps its stacks;
@@ -82,7 +83,9 @@ pub use event::emit::enabled;
 #[cfg(not(loom))]
 pub use session::crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
-pub use session::lifecycle::{advance, start, start_with, stop, stop_at_exit};
+pub use session::lifecycle::{
+    advance, flight_recorder_write, flight_stats, start, start_with, stop, stop_at_exit,
+};
 #[cfg(not(loom))]
 pub use session::meta::{written_totals, WrittenTotals};
 #[cfg(not(loom))]
@@ -90,6 +93,8 @@ pub use session::{
     session_stats, Config, Error, SessionStats, DEFAULT_BUFFER_SIZE, DEFAULT_GENERATION_BYTES,
     MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
 };
+#[cfg(not(loom))]
+pub use writer::flight::{FlightStats, MAX_FLIGHT_RECORDER_BYTES, MIN_FLIGHT_RECORDER_BYTES};
 #[cfg(not(loom))]
 pub use writer::late::late_event;
 #[cfg(not(loom))]

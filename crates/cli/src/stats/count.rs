@@ -198,6 +198,12 @@ impl Visitor<Size> for Tally {
     #[inline(never)]
     fn anomaly(&mut self, op: &Op, anomaly: Anomaly) {
         match anomaly {
+            // A flight recorder's window: memory allocated before it may
+            // be freed in it, which is no anomaly.
+            Anomaly::UnknownFree if self.stats.flight_window => {
+                self.stats.frees_before_window += 1;
+                return;
+            }
             Anomaly::UnknownFree => self.unknown_free += 1,
             Anomaly::DoubleAlloc => self.double_alloc += 1,
         }

@@ -73,6 +73,11 @@ pub struct Stats {
     pub entry_points: [u64; ENTRY_POINTS.len()],
     /// Page-tracer events accounted as runs of pages in use.
     pub pages: PageStats,
+    /// The trace is a flight recorder's dump (FORMAT.md section 1).
+    pub flight_window: bool,
+    /// In a flight-recorder window: frees of memory allocated before the
+    /// window (not anomalies there).
+    pub frees_before_window: u64,
 }
 
 /// Which process a trace is of: its first generation's info batch, and
@@ -214,7 +219,9 @@ fn saturate(n: u128) -> u64 {
 pub fn collect(input: &Input) -> Result<Stats, Failure> {
     let mut reader = open(input)?;
     let size = input.size();
-    let mut tally = Tally::new(Stats::new(size));
+    let mut stats = Stats::new(size);
+    stats.flight_window = reader.flight_window();
+    let mut tally = Tally::new(stats);
     let mut progress = Progress::new(size);
     let result = Pass::new().run(&mut reader, &mut tally, |bytes| progress.update(bytes));
     progress.finish();

@@ -70,6 +70,8 @@ impl Stats {
             "lost_stacks": self.lost_stacks,
             "anomalies": self.anomalies(),
             "anomaly_kinds": { "unknown_free": self.unknown_free, "double_alloc": self.double_alloc },
+            "flight_window": self.flight_window,
+            "frees_before_window": self.frees_before_window,
             "long_form_events": self.long_form_events,
             "duration_ns": self.duration_ns,
             "bytes": self.bytes,
@@ -146,6 +148,18 @@ impl Stats {
             }
         }
         row("generations", &count(self.generations), "");
+        if self.flight_window {
+            row(
+                "flight-recorder window",
+                "yes",
+                ": the last generations of the run, not all of it",
+            );
+            row(
+                "  frees before it",
+                &count(self.frees_before_window),
+                " frees of memory allocated before the window (expected)",
+            );
+        }
         row("threads", &count(self.threads()), "");
         let mut threads: Vec<_> = self.per_thread.iter().collect();
         threads.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));

@@ -164,7 +164,7 @@ pub fn read(path: impl AsRef<Path>) -> String {
 }
 
 /// `stats --json` of a trace.
-pub struct Stats(Value);
+pub struct Stats(pub Value);
 
 /// The stats of `trace`; empty (every number -1) when they cannot be read.
 pub fn stats(trace: &str) -> Stats {

@@ -13,6 +13,7 @@
 
 mod chain;
 mod config;
+mod flight;
 mod harness;
 mod library;
 mod panic;

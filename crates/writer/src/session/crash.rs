@@ -56,6 +56,10 @@
 //!
 //! ## Corner cases
 //!
+//! - Flight-recorder mode (writer/flight.rs): when step 2 ends the
+//!   session, the writer thread writes the ring, the last generation
+//!   included, to the output before it returns (within [`DRAIN_WAIT`]);
+//!   in step 3 nothing is dumped (the session is not ended).
 //! - Several threads hit at once: the first one flushes, the others wait
 //!   for it (bounded) and do nothing themselves.
 //! - The tracer's own threads (writer, advancer) block every signal, so only
@@ -315,6 +319,11 @@ fn end_locked(session: &Session) -> bool {
     MetaWriter::new(session, BatchKind::TraceEnd, last).finish();
     deadline::set(0);
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
+    if let Some(flight) = &session.writer.flight {
+        // Flight-recorder mode: the writer thread writes the ring, this
+        // last generation included, to the output before it returns.
+        flight.dump_at_stop.store(true, Ordering::Release);
+    }
     session.writer.stop();
     while !session.writer.thread.is_done() {
         if now_ns() >= drain_until {

@@ -50,6 +50,13 @@ impl WriterHost for Session {
         crate::stacks::capture::refresh_if_stale();
     }
 
+    /// The flight recorder's RSS trigger: the advancer ends the generation
+    /// (the writer thread never waits for an advance).
+    fn want_advance(&self) {
+        self.advancer.wanted.store(true, Ordering::Release);
+        self.advancer.thread.wake();
+    }
+
     /// Modules unloaded before the next generation started are listed by
     /// no later one.
     fn generation_written(&self, generation: u64) {

@@ -21,6 +21,7 @@ use crate::session::{
 };
 use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, STREAMS};
+use crate::writer::flight::{FlightRecorder, FlightStats, GENERATIONS_PER_RING};
 use crate::writer::output::Output;
 use crate::writer::{self, Writer};
 
@@ -63,15 +64,34 @@ pub fn start_with(
             return Err(Error::AlreadyStarted);
         }
         let output = open_output()?;
-        output
-            .write_all(
-                &FileHeader {
-                    version: VERSION,
-                    flags: 0,
+        let flight = match config.flight_recorder {
+            0 => None,
+            size => Some(FlightRecorder::new(size, config.dump_on_rss).ok_or(Error::OutOfMemory)?),
+        };
+        if flight.is_none() {
+            // In flight-recorder mode each dump writes its own header.
+            output
+                .write_all(
+                    &FileHeader {
+                        version: VERSION,
+                        flags: 0,
+                    }
+                    .encode(),
+                )
+                .map_err(Error::Io)?;
+        }
+        // In flight-recorder mode generations end often enough that the
+        // ring holds several (flight.rs).
+        let generation_bytes = match config.flight_recorder {
+            0 => config.generation_bytes,
+            size => {
+                let most = size / GENERATIONS_PER_RING;
+                match config.generation_bytes {
+                    0 => most,
+                    g => g.min(most),
                 }
-                .encode(),
-            )
-            .map_err(Error::Io)?;
+            }
+        };
         debug_assert_eq!(FILE_HEADER_LEN, 16);
         thread::set_exit_flush(crate::session::flush_exiting_thread);
         thread::ensure_exit_key();
@@ -91,9 +111,12 @@ pub fn start_with(
         let max_buffers = (config.max_buffer_memory / config.buffer_size).max(64);
         let session = Arc::new(Session {
             pool: BufferPool::new(config.buffer_size, max_buffers),
-            writer: Writer::new(output, config.compress),
+            writer: match flight {
+                Some(flight) => Writer::flight_recorder(output, flight),
+                None => Writer::new(output, config.compress),
+            },
             advancer: AdvancerSignals::new(),
-            bytes: ByteCount::new(config.generation_bytes),
+            bytes: ByteCount::new(generation_bytes),
             info: SessionInfo {
                 min_heap_addr: config.min_heap_addr,
                 page_size: config.page_size,
@@ -112,7 +135,7 @@ pub fn start_with(
         let coarse = config.clock == clock::ClockKind::Coarse;
         clock::COARSE.store(coarse, Ordering::Relaxed);
         clock::publish();
-        let advancer = if config.generation_bytes > 0 || coarse {
+        let advancer = if generation_bytes > 0 || coarse {
             match advancer::spawn(&session, advance_own) {
                 Ok(a) => Some(a),
                 Err(_) => {
@@ -209,6 +232,55 @@ fn advance_session(only: Option<&Session>) -> Result<(), Error> {
         end_generation(session, old, new);
         Ok(())
     })
+}
+
+/// Flight-recorder mode: writes the last complete generations the ring
+/// holds to `out`, as a trace of its own (the flight-recorder window,
+/// FORMAT.md section 1). The current generation is ended first (as an
+/// advance), and the dump waits until the writer has put it in the ring,
+/// so the dump runs up to this call. Returns the first and last
+/// generations written. The writer thread waits while the dump holds the
+/// ring; producers wait only if the buffers run out meanwhile.
+///
+/// Errors: `NotStarted` without a session, `BadConfig` when the session is
+/// not in flight-recorder mode, `Busy` from the snapshot callback, `Io`
+/// when writing fails.
+pub fn flight_recorder_write(out: &Output) -> Result<(u64, u64), Error> {
+    let (session, ended) = with_control(|control| {
+        let session = control.session.clone().ok_or(Error::NotStarted)?;
+        if session.writer.flight.is_none() {
+            return Err(Error::BadConfig(
+                "the session is not in flight-recorder mode (flight_recorder is 0)",
+            ));
+        }
+        let old = SHARED.generation.load(Ordering::Relaxed);
+        let new = old + 1;
+        wait_for_parity(&session, new);
+        write_info(&session, new);
+        if clock::COARSE.load(Ordering::Relaxed) {
+            clock::publish();
+        }
+        end_generation(&session, old, new);
+        Ok((session, old))
+    })?;
+    while session.writer.ended.load(Ordering::Acquire) < ended && !session.writer.thread.is_done() {
+        session.writer.wake();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let flight = session.writer.flight.as_ref().ok_or(Error::NotStarted)?;
+    flight.dump(out).map_err(Error::Io)
+}
+
+/// The flight recorder's accounting, when the running session has one.
+pub fn flight_stats() -> Option<FlightStats> {
+    let control = CONTROL.lock().unwrap_or_else(|p| p.into_inner());
+    control
+        .session
+        .as_ref()?
+        .writer
+        .flight
+        .as_ref()
+        .map(|f| f.stats())
 }
 
 /// Waits until the writer thread has passed the end of generation

@@ -356,6 +356,14 @@ pub struct Config {
     /// allocations of a deterministic program (for tests); 0 (the default)
     /// takes one from the clock and the process ID.
     pub sample_seed: u64,
+    /// Flight-recorder mode when non-zero: the size in bytes of the ring
+    /// that keeps the last complete generations in memory
+    /// (writer/flight.rs), written out only by a dump. 0: off.
+    pub flight_recorder: u64,
+    /// With the flight recorder: the writer thread dumps the ring to the
+    /// output once, the first time the process's RSS reaches this many
+    /// bytes. 0: never.
+    pub dump_on_rss: u64,
 }
 
 /// Default size at which the advancer thread ends a generation.
@@ -384,6 +392,8 @@ impl Default for Config {
             plain_calls_capture: false,
             sample_bytes: 0,
             sample_seed: 0,
+            flight_recorder: 0,
+            dump_on_rss: 0,
         }
     }
 }
@@ -411,6 +421,20 @@ impl Config {
         if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {
             return Err(Error::BadConfig(
                 "buffer_size must be 0 (default) or 4096..16777216",
+            ));
+        }
+        if self.flight_recorder != 0
+            && !(crate::writer::flight::MIN_FLIGHT_RECORDER_BYTES
+                ..=crate::writer::flight::MAX_FLIGHT_RECORDER_BYTES)
+                .contains(&self.flight_recorder)
+        {
+            return Err(Error::BadConfig(
+                "flight_recorder must be 0 (off) or 1 MiB..1 TiB",
+            ));
+        }
+        if self.dump_on_rss != 0 && self.flight_recorder == 0 {
+            return Err(Error::BadConfig(
+                "dump_on_rss needs the flight recorder (flight_recorder)",
             ));
         }
         if !(1..=crate::stacks::capture::MAX_DEPTH).contains(&self.stack_depth) {

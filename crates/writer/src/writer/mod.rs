@@ -12,7 +12,14 @@
 //! grow only past their first size, and a module-table refresh allocates,
 //! on this thread, outside every event); it blocks every signal (thread.rs
 //! `spawn_internal`).
+//!
+//! In flight-recorder mode (flight.rs) the batches go to the session's
+//! ring instead of the output, and the output gets only dumps, which this
+//! thread writes itself: once the RSS crosses the threshold (read here,
+//! at most every 20 ms, never on the event path) and the generation it
+//! fired in has ended, and at a fatal signal's stop.
 
+pub(crate) mod flight;
 pub(crate) mod late;
 pub(crate) mod output;
 
@@ -23,6 +30,7 @@ use std::time::Duration;
 use crate::buffer::BufferPool;
 use crate::stacks::tables::Tables;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
+use crate::writer::flight::FlightRecorder;
 use crate::writer::late::EndBatch;
 use crate::writer::output::Output;
 
@@ -58,6 +66,10 @@ pub(crate) struct Writer {
     /// its offset. Written by the writer thread; read by the stop once the
     /// writer thread is done.
     pub(crate) end_batch: Mutex<Option<EndBatch>>,
+    /// In flight-recorder mode, the ring the writer thread keeps batches
+    /// in instead of writing them (flight.rs); `None`: batches go to the
+    /// output.
+    pub(crate) flight: Option<FlightRecorder>,
 }
 
 impl Writer {
@@ -72,6 +84,35 @@ impl Writer {
             thread: ThreadSignals::new(),
             raw_end: AtomicBool::new(false),
             end_batch: Mutex::new(None),
+            flight: None,
+        }
+    }
+
+    /// A writer in flight-recorder mode: batches go to `flight`, and the
+    /// output gets only dumps (no compression: a dump is written as the
+    /// ring holds it).
+    pub(crate) fn flight_recorder(output: Output, flight: FlightRecorder) -> Writer {
+        Writer {
+            flight: Some(flight),
+            ..Writer::new(output, false)
+        }
+    }
+
+    /// Writer thread: writes the flight recorder's ring to the output, as
+    /// the output's whole content (a later dump rewrites a regular file
+    /// from its start; on a pipe it follows the earlier one).
+    fn dump_to_output(&self) {
+        let Some(flight) = &self.flight else {
+            return;
+        };
+        if self.io_error.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        if flight.output_dumps.fetch_add(1, Ordering::Relaxed) > 0 {
+            self.output.rewind();
+        }
+        if let Err(e) = flight.dump(&self.output) {
+            self.io_error.store(e, Ordering::Relaxed);
         }
     }
 
@@ -119,6 +160,9 @@ pub(crate) trait WriterHost: Send + Sync + 'static {
     /// path (it may allocate or take the loader's lock; no producer waits
     /// for it).
     fn idle(&self) {}
+    /// Asks for the current generation to end soon (the advancer's work:
+    /// the writer thread must never wait for an advance).
+    fn want_advance(&self) {}
 }
 
 /// Starts the writer thread of a session and returns once it is ready
@@ -298,24 +342,41 @@ fn run_writer<H: WriterHost>(
     loop {
         let mut wrote = false;
         session.idle();
+        if writer.flight.is_some() {
+            check_rss(session);
+        }
         while let Some(buf) = pool.pop_full() {
             // SAFETY: popping the full queue hands this thread the buffer.
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
             let seen = tables.before(bytes, session.lists_modules(), |g| {
                 session.generation_span(g)
             });
-            put(&mut compression, &tables.out);
-            session.count_written(tables.out.len());
-            if seen.as_ref().is_some_and(|s| s.end) && writer.raw_end.load(Ordering::Acquire) {
-                write_end(writer, compression.as_mut(), bytes);
+            if let Some(flight) = &writer.flight {
+                // Flight-recorder mode: into the ring, nothing to the
+                // output until a trigger.
+                flight.append(&tables.out, bytes);
+                session.count_written(tables.out.len());
             } else {
-                put(&mut compression, bytes);
+                put(&mut compression, &tables.out);
+                session.count_written(tables.out.len());
+                if seen.as_ref().is_some_and(|s| s.end) && writer.raw_end.load(Ordering::Acquire) {
+                    write_end(writer, compression.as_mut(), bytes);
+                } else {
+                    put(&mut compression, bytes);
+                }
             }
             session.count_written(bytes.len());
             pool.recycle(buf);
             if let Some(seen) = seen.filter(|s| s.end) {
                 session.generation_written(seen.generation);
                 writer.ended.store(seen.generation, Ordering::Release);
+                if let Some(flight) = &writer.flight {
+                    let after = flight.dump_after.load(Ordering::Acquire);
+                    if after != 0 && seen.generation >= after {
+                        flight.dump_after.store(0, Ordering::Relaxed);
+                        writer.dump_to_output();
+                    }
+                }
             }
             wrote = true;
         }
@@ -326,6 +387,13 @@ fn run_writer<H: WriterHost>(
             }
         }
         if writer.stopping.load(Ordering::Acquire) && pool.full_is_empty() {
+            if writer
+                .flight
+                .as_ref()
+                .is_some_and(|f| f.dump_at_stop.load(Ordering::Acquire))
+            {
+                writer.dump_to_output();
+            }
             return;
         }
         if !wrote {
@@ -336,6 +404,66 @@ fn run_writer<H: WriterHost>(
             writer.sleeping.store(false, Ordering::Relaxed);
         }
     }
+}
+
+/// How often, at most, the writer thread reads the process's RSS for the
+/// flight recorder's threshold.
+const RSS_PERIOD_NS: u64 = 20_000_000;
+
+/// Flight-recorder mode, writer thread: reads the process's RSS (at most
+/// every [`RSS_PERIOD_NS`]) and, the first time it is at or above the
+/// threshold, asks for the current generation to end and for a dump to
+/// the output once it has (`dump_after`).
+fn check_rss<H: WriterHost>(session: &H) {
+    let Some(flight) = &session.writer().flight else {
+        return;
+    };
+    if flight.rss_threshold == 0 || flight.rss_fired.load(Ordering::Relaxed) {
+        return;
+    }
+    let now = crate::clock::mono_ns();
+    if now.saturating_sub(flight.rss_checked_ns.load(Ordering::Relaxed)) < RSS_PERIOD_NS {
+        return;
+    }
+    flight.rss_checked_ns.store(now, Ordering::Relaxed);
+    // Before the first generation (the writer starts first) there is
+    // nothing to dump yet: look again later.
+    let current = crate::shared::SHARED.generation.load(Ordering::Acquire);
+    if current != 0 && rss_bytes().is_some_and(|rss| rss >= flight.rss_threshold) {
+        flight.rss_fired.store(true, Ordering::Relaxed);
+        flight.dump_after.store(current, Ordering::Release);
+        session.want_advance();
+    }
+}
+
+/// The process's resident set in bytes, from /proc/self/statm (its second
+/// field, in pages). Writer thread only: a few syscalls, no allocation.
+fn rss_bytes() -> Option<u64> {
+    // SAFETY: a NUL-terminated path; the result is checked.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/statm".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 128];
+    // SAFETY: buf is writable for its length; fd is ours.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: fd is ours, closed once.
+    unsafe { libc::close(fd) };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    let pages: u64 = std::str::from_utf8(text)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages.saturating_mul(u64::try_from(page).ok()?))
 }
 
 /// Writes a generation-end batch of a session stopping at exit: after

@@ -350,6 +350,22 @@ impl Output {
         u64::try_from(pos).ok()
     }
 
+    /// Empties a regular file and moves back to its start, for a flight
+    /// recorder's later dump, which replaces the earlier one. On a pipe or
+    /// a socket nothing happens (the later dump follows). Writer thread.
+    pub(crate) fn rewind(&self) {
+        if self.check().is_err() {
+            return;
+        }
+        // SAFETY: lseek and ftruncate on a descriptor; errors are
+        // returned, not raised, and leave the file as it was.
+        unsafe {
+            if libc::lseek(self.fd, 0, libc::SEEK_SET) == 0 {
+                libc::ftruncate(self.fd, 0);
+            }
+        }
+    }
+
     /// A descriptor of the caller's own for the trace (close-on-exec, at a
     /// high number) and what it names (st_dev, st_ino), when the output's
     /// descriptor, in the calling thread's table, still names the trace.

@@ -1,0 +1,149 @@
+//! A flight recorder's dump (the header's window flag, in section 1 of
+//! FORMAT.md) reads cleanly: frees of memory allocated before the window
+//! are counted apart, not as anomalies, and every reader says it is a
+//! window; the same trace without the flag is inconsistent.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use alloctrace_format::{FileHeader, FILE_HEADER_LEN, FLAG_FLIGHT_WINDOW, VERSION};
+use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
+use alloctrace_reader::EventData;
+use serde_json::Value;
+
+/// Generations 7 and 8 of a run: a free of an object allocated before
+/// them, and an object allocated in the window and never freed.
+fn window(flags: u16) -> Vec<u8> {
+    let (g7, mut g8) = (info(7), info(8));
+    g8.start_ticks = 5000;
+    let mut b = EventsBody::new(1000);
+    b.event(&g7, 1001, 0x10010, &EventData::HeapObjectFree)
+        .event(
+            &g7,
+            1002,
+            0x10020,
+            &EventData::HeapObjectAlloc {
+                size: 64,
+                type_id: 0,
+            },
+        );
+    let mut c = EventsBody::new(5000);
+    c.event(&g8, 5001, 0x10030, &EventData::HeapObjectFree)
+        .event(
+            &g8,
+            5002,
+            0x10040,
+            &EventData::HeapObjectAlloc {
+                size: 16,
+                type_id: 0,
+            },
+        )
+        .event(&g8, 5003, 0x10040, &EventData::HeapObjectFree);
+    let mut t = TraceBuilder::new();
+    t.info(&g7)
+        .events(7, 1, &b)
+        .generation_end(7, 2000, 5_001_000, 0)
+        .info(&g8)
+        .events(8, 1, &c)
+        .generation_end(8, 6000, 5_005_000, 0)
+        .trace_end(8);
+    let mut out = FileHeader {
+        version: VERSION,
+        flags,
+    }
+    .encode()
+    .to_vec();
+    out.extend_from_slice(&t.bytes()[FILE_HEADER_LEN..]);
+    out
+}
+
+fn run(args: &[&str], bytes: &[u8]) -> (i32, String, String) {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "flight-{}-{}.trace",
+        std::process::id(),
+        args.join("-").replace('/', "_")
+    ));
+    std::fs::write(&path, bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .arg(args[0])
+        .arg(&path)
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).ok();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_accepts_a_window_and_says_so() {
+    let (code, out, err) = run(&["check"], &window(FLAG_FLIGHT_WINDOW));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("flight-recorder window"), "{out}");
+    assert!(
+        out.contains("2 frees of memory allocated before it"),
+        "{out}"
+    );
+    let (code, out, _) = run(&["check", "--json"], &window(FLAG_FLIGHT_WINDOW));
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["flight_window"], true);
+    assert_eq!(v["frees_before_window"], 2);
+    assert_eq!(v["anomalies"], 0);
+    // Without the flag the same frees are anomalies.
+    let (code, _, err) = run(&["check"], &window(0));
+    assert_eq!(code, 4, "{err}");
+}
+
+#[test]
+fn stats_and_leaks_read_a_window() {
+    let (code, out, _) = run(&["stats", "--json"], &window(FLAG_FLIGHT_WINDOW));
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["flight_window"], true);
+    assert_eq!(v["frees_before_window"], 2);
+    assert_eq!(v["anomaly_kinds"]["unknown_free"], 0);
+    assert_eq!(v["live_objects"], 1);
+    let (code, out, _) = run(&["stats"], &window(FLAG_FLIGHT_WINDOW));
+    assert_eq!(code, 0);
+    assert!(out.contains("flight-recorder window"), "{out}");
+    // The leak report lists what was allocated in the window and is
+    // still live: the 64 bytes, and says it read a window.
+    let (code, out, err) = run(&["leaks", "--json"], &window(FLAG_FLIGHT_WINDOW));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("flight-recorder window"), "{err}");
+    assert!(out.contains("64"), "{out}");
+}
+
+#[test]
+fn record_refuses_bad_flight_recorder_options_before_running() {
+    let marker = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("flight-ran-{}", std::process::id()));
+    let touch = format!("touch {}", marker.display());
+    for (args, needle) in [
+        (
+            &["--flight-recorder", "30s"][..],
+            "a duration is not supported yet",
+        ),
+        (&["--flight-recorder", "100"][..], "not a ring size"),
+        (
+            &["--flight-recorder", "64MiB", "--dump-on-rss", "x"][..],
+            "not a size",
+        ),
+        (&["--dump-on-rss", "1GiB"][..], "--flight-recorder"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+            .arg("record")
+            .args(args)
+            .args(["--", "sh", "-c", &touch])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!marker.exists(), "{args:?}: the command ran");
+    }
+}
