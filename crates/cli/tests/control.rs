@@ -84,9 +84,14 @@ impl Drop for Running {
 
 impl Running {
     fn start(dir: &Scratch, options: &[&str]) -> Running {
+        Running::start_in(dir, &runtime(dir), options)
+    }
+
+    /// With XDG_RUNTIME_DIR at `run`.
+    fn start_in(dir: &Scratch, run: &Path, options: &[&str]) -> Running {
         let ready = dir.path("ready");
         let child = record_command()
-            .env("XDG_RUNTIME_DIR", runtime(dir))
+            .env("XDG_RUNTIME_DIR", run)
             .arg("--no-report")
             .arg("-o")
             .arg(dir.path("%p.trace"))
@@ -304,6 +309,35 @@ fn a_stale_socket_is_skipped_removed_and_refused() {
     let out = alloctrace(&dir, &["snapshot", &dead.to_string(), "-o", "-"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not traced by you"));
+}
+
+#[test]
+fn a_missing_xdg_runtime_dir_falls_back_to_tmp() {
+    let dir = Scratch::new("noxdg");
+    let missing = dir.path("missing");
+    let mut running = Running::start_in(&dir, &missing, &[]);
+    let pid = running.pid();
+    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .env("XDG_RUNTIME_DIR", &missing)
+        .args(["ps", "--json"])
+        .output()
+        .unwrap();
+    let listed: Vec<u64> = json_of(&out)["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert!(listed.contains(&(pid as u64)), "{listed:?}");
+    // SAFETY: geteuid has no preconditions.
+    let tmp = PathBuf::from(format!("/tmp/alloctrace-{}", unsafe { libc::geteuid() }));
+    assert!(tmp.join(format!("{pid}.sock")).exists());
+    assert!(
+        !missing.exists(),
+        "nothing made under a missing XDG_RUNTIME_DIR"
+    );
+    running.finish();
+    assert!(!tmp.join(format!("{pid}.sock")).exists());
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //!
 //! One socket per traced process, `PID.sock`, in a private directory
 //! (mode 0700, owned by the user): `$XDG_RUNTIME_DIR/alloctrace` when
-//! `XDG_RUNTIME_DIR` is set, else `/tmp/alloctrace-UID` (the effective
+//! `XDG_RUNTIME_DIR` names a directory, else `/tmp/alloctrace-UID` (the effective
 //! uid). A reader looks in both, since a service and the shell asking
 //! about it may not share `XDG_RUNTIME_DIR`.
 //!

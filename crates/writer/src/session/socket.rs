@@ -38,10 +38,14 @@ pub(crate) fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The directory of this user's sockets: `$XDG_RUNTIME_DIR/alloctrace`,
-/// else `/tmp/alloctrace-UID` (format crate, `control`).
+/// The directory of this user's sockets: `$XDG_RUNTIME_DIR/alloctrace`
+/// when `XDG_RUNTIME_DIR` names a directory (it is often set but missing
+/// under sudo or in containers), else `/tmp/alloctrace-UID` (format
+/// crate, `control`).
 pub(crate) fn directory() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+    let runtime =
+        std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty() && Path::new(d).is_dir());
+    match runtime {
         Some(runtime) => Path::new(&runtime).join(control::XDG_DIR_NAME),
         None => PathBuf::from(format!("{}{}", control::TMP_DIR_PREFIX, euid())),
     }
