@@ -11,6 +11,7 @@
 mod analyze;
 mod answers;
 mod check;
+mod control;
 mod dump;
 mod export;
 mod failure;
@@ -22,7 +23,9 @@ mod output;
 mod pages;
 mod print;
 mod progress;
+mod ps;
 mod record;
+mod snapshot;
 mod stacks;
 mod stats;
 mod symbolize;
@@ -108,6 +111,12 @@ enum Command {
     Symbolize(symbolize::Args),
     /// Writes the traces in another tool's format: pprof, Chrome trace JSON or Parquet tables.
     Export(export::Args),
+    /// Lists your running traced processes: pid, mode, trace, command.
+    Ps(ps::Args),
+    /// Writes what a running traced process has live now, and where it was allocated (pprof or JSON).
+    Snapshot(snapshot::Args),
+    /// Writes a running flight recorder's generations as a trace.
+    Save(snapshot::SaveArgs),
 }
 
 fn main() -> ExitCode {
@@ -170,6 +179,9 @@ fn main() -> ExitCode {
         Command::Diff(args) => answers::diff::run(args),
         Command::Symbolize(args) => symbolize::run(args),
         Command::Export(args) => export::run(args),
+        Command::Ps(args) => ps::run(args),
+        Command::Snapshot(args) => snapshot::run(args),
+        Command::Save(args) => snapshot::save(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

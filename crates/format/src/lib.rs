@@ -26,7 +26,8 @@
 //! Each names (`crate::`) only modules before it in this list, so the
 //! module graph has no cycle: [`varint`], [`checksum`], [`header`],
 //! [`batch`], [`command_line`], [`address`], [`entry`], [`event`],
-//! [`pages`], [`stacks`], [`compression_model`]. Everything public is also
+//! [`pages`], [`stacks`], [`compression_model`], and [`control`] (the
+//! control socket's words, no part of the trace). Everything public is also
 //! re-exported here, at the paths the other crates use.
 #![no_std]
 #![forbid(unsafe_code)]
@@ -38,6 +39,7 @@ pub mod batch;
 pub mod checksum;
 pub mod command_line;
 pub mod compression_model;
+pub mod control;
 pub mod entry;
 pub mod event;
 pub mod header;

@@ -7,7 +7,7 @@
 
 mod chrome;
 mod parquet;
-mod pprof;
+pub(crate) mod pprof;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -44,6 +44,29 @@ pub struct Args {
     pub output: PathBuf,
     #[command(flatten)]
     pub symbols: SymbolArgs,
+}
+
+/// Refuses a one-file output (`snapshot -o`, `save -o`) that cannot be
+/// written, before anything is asked: `-` passes.
+pub(crate) fn check_one_file_output(out: &Path, command: &str) -> Result<(), Failure> {
+    if out.as_os_str().is_empty() {
+        return Err(Failure::Io("-o: an empty path".to_string()));
+    }
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+    if out.as_os_str() != "-" && parent.is_some_and(|p| !p.is_dir()) {
+        return Err(Failure::Io(format!(
+            "-o {}: no such directory {}",
+            out.display(),
+            parent.map_or(String::new(), |p| p.display().to_string())
+        )));
+    }
+    if out.is_dir() {
+        return Err(Failure::Io(format!(
+            "-o {}: is a directory ({command} writes one file)",
+            out.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses an output that cannot be written before any trace is read.
@@ -91,7 +114,7 @@ fn check_output(args: &Args) -> Result<(), Failure> {
 }
 
 /// Writes a one-file output to `path`, or to standard output for `-`.
-fn write_output(
+pub(crate) fn write_output(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> Result<(), Failure> {

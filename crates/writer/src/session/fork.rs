@@ -80,6 +80,13 @@ extern "C" fn fork_child() {
     SESSION.store(core::ptr::null_mut(), Ordering::SeqCst);
     thread::reset_after_fork();
     crate::writer::late::disarm_in_child();
+    // The parent's listening socket, if it is in the program's table: the
+    // child answers nothing on it (session/channel.rs, corner case fork).
+    let listener = crate::session::channel::SHARED_LISTENER.swap(-1, Ordering::Relaxed);
+    if listener >= 0 {
+        // SAFETY: the tracer's descriptor, this process's copy of it.
+        unsafe { libc::close(listener) };
+    }
     let mut guard = take_fork_guard();
     if let Some(control) = guard.as_mut() {
         // The parent's trace is not the child's to write or hold open.
@@ -94,6 +101,7 @@ extern "C" fn fork_child() {
         {
             core::mem::forget(control.writer.take());
             core::mem::forget(control.advancer.take());
+            core::mem::forget(control.channel.take());
         }
     }
     drop(guard);

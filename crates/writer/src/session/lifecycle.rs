@@ -116,6 +116,7 @@ pub fn start_with(
                 None => Writer::new(output, config.compress),
             },
             advancer: AdvancerSignals::new(),
+            channel: crate::session::channel::ChannelSignals::new(),
             bytes: ByteCount::new(generation_bytes),
             info: SessionInfo {
                 min_heap_addr: config.min_heap_addr,
@@ -146,6 +147,12 @@ pub fn start_with(
             }
         } else {
             None
+        };
+        // No socket is no reason to refuse tracing.
+        let channel = if crate::session::channel::disabled() {
+            None
+        } else {
+            crate::session::channel::spawn(&session, advance).ok()
         };
 
         SHARED
@@ -192,6 +199,7 @@ pub fn start_with(
         control.session = Some(session);
         control.writer = Some(writer);
         control.advancer = advancer;
+        control.channel = channel;
         Ok(())
     })?;
     if let Some(snapshot) = snapshot {
@@ -356,6 +364,8 @@ fn stop_as(at_exit: bool) -> Result<(), Error> {
             std::thread::yield_now();
         }
     }
+    // The control thread too: it may be inside an advance (a snapshot).
+    crate::session::channel::tell_exit(&session);
     with_control(|control| {
         // Between the two phases another thread may have stopped this
         // session and started a new one: that one is not ours to end (its
@@ -387,6 +397,9 @@ fn stop_as(at_exit: bool) -> Result<(), Error> {
         }
         if let Some(advancer) = control.advancer.take() {
             advancer.join();
+        }
+        if let Some(channel) = control.channel.take() {
+            channel.join();
         }
         let errno = session.writer.io_error.load(Ordering::Relaxed);
         if at_exit && errno == 0 {

@@ -10,6 +10,8 @@
 //! - host.rs: the session as the writer thread's `WriterHost`;
 //! - advancer.rs: the thread that ends over-budget generations;
 //! - fork.rs: the pthread_atfork handlers;
+//! - channel.rs: the control thread, which answers `alloctrace ps`,
+//!   `snapshot` and `save` on a unix socket (socket.rs, its mechanics);
 //! - crash.rs: the fatal-signal flush, and deadline.rs, its deadline.
 //!
 //! Above it: event/ (the event calls and the event path, `emit`, which
@@ -129,6 +131,7 @@
 //! [SHARED]: crate::shared::SHARED
 
 pub(crate) mod advancer;
+pub(crate) mod channel;
 pub(crate) mod crash;
 pub(crate) mod deadline;
 pub(crate) mod fork;
@@ -136,6 +139,7 @@ pub(crate) mod host;
 pub(crate) mod lifecycle;
 pub(crate) mod meta;
 pub(crate) mod process;
+pub(crate) mod socket;
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -161,6 +165,7 @@ pub(crate) static CONTROL: Mutex<Control> = Mutex::new(Control {
     session: None,
     writer: None,
     advancer: None,
+    channel: None,
 });
 
 thread_local! {
@@ -176,6 +181,8 @@ pub(crate) struct Control {
     pub(crate) writer: Option<thread::InternalThread>,
     /// The thread that ends over-budget generations.
     pub(crate) advancer: Option<thread::InternalThread>,
+    /// The control thread (channel.rs), if the session has one.
+    pub(crate) channel: Option<thread::InternalThread>,
 }
 
 /// One tracing session, in named parts: its buffers, what its writer and
@@ -189,6 +196,8 @@ pub(crate) struct Session {
     pub(crate) writer: Writer,
     /// The advancer thread's part (advancer.rs).
     pub(crate) advancer: AdvancerSignals,
+    /// The control thread's part (channel.rs).
+    pub(crate) channel: channel::ChannelSignals,
     /// The bytes written, against the generation budget.
     pub(crate) bytes: ByteCount,
     /// What the info batch of every generation repeats.

@@ -70,6 +70,12 @@ pub(crate) struct Writer {
     /// in instead of writing them (flight.rs); `None`: batches go to the
     /// output.
     pub(crate) flight: Option<FlightRecorder>,
+    /// The last generation whose end batch is in the output, nothing of it
+    /// staged for compression, and the output's position just after it
+    /// (0 for a pipe): `(0, 0)` until one is. Written by the writer thread
+    /// at each generation's end; read by the control thread's snapshot
+    /// (session/channel.rs), which reads the trace's first bytes.
+    pub(crate) in_file: Mutex<(u64, u64)>,
 }
 
 impl Writer {
@@ -84,6 +90,7 @@ impl Writer {
             thread: ThreadSignals::new(),
             raw_end: AtomicBool::new(false),
             end_batch: Mutex::new(None),
+            in_file: Mutex::new((0, 0)),
             flight: None,
         }
     }
@@ -368,6 +375,18 @@ fn run_writer<H: WriterHost>(
             session.count_written(bytes.len());
             pool.recycle(buf);
             if let Some(seen) = seen.filter(|s| s.end) {
+                // The generation's batches leave the staging area with its
+                // end, so the file holds it whole (a snapshot reads it).
+                if let Some(c) = compression.as_mut() {
+                    if writer.io_error.load(Ordering::Relaxed) == 0 {
+                        record(c.flush(&writer.output));
+                    }
+                }
+                let position = writer.output.position().unwrap_or(0);
+                *writer
+                    .in_file
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = (seen.generation, position);
                 session.generation_written(seen.generation);
                 writer.ended.store(seen.generation, Ordering::Release);
                 if let Some(flight) = &writer.flight {

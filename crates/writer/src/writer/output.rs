@@ -111,6 +111,52 @@ fn soft_limit() -> u64 {
     }
 }
 
+/// Gives the calling thread a descriptor table of its own
+/// (`unshare(CLONE_FILES)`) holding `keep` alone: the copies of the
+/// program's other descriptors the unshare made are closed at once
+/// (close_range; else those /proc/thread-self/fd lists; else every number
+/// below the soft limit), so no pipe of the program stays open because of
+/// the tracer's threads. Returns false, changing nothing, where unshare is
+/// refused (a seccomp filter). For the tracer's own threads (the writer,
+/// the control thread), before tracing needs them: it allocates.
+pub(crate) fn private_table(keep: Option<RawFd>) -> bool {
+    // SAFETY: unshare(CLONE_FILES) only copies this thread's table.
+    if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+        return false;
+    }
+    let close_range = |first: u32, last: u32| {
+        // SAFETY: closes descriptors of this thread's private table.
+        unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) == 0 }
+    };
+    let mut closed = match keep {
+        None => close_range(0, u32::MAX),
+        Some(keep) => {
+            (keep == 0 || close_range(0, keep as u32 - 1)) && close_range(keep as u32 + 1, u32::MAX)
+        }
+    };
+    if !closed {
+        // Kernels before 5.9.
+        if let Ok(dir) = std::fs::read_dir("/proc/thread-self/fd") {
+            let fds: Vec<RawFd> = dir
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect();
+            for fd in fds.into_iter().filter(|&fd| Some(fd) != keep) {
+                // SAFETY: a descriptor of this thread's private table.
+                unsafe { libc::close(fd) };
+            }
+            closed = true;
+        }
+    }
+    if !closed {
+        let limit = soft_limit().clamp(keep.map_or(0, |k| k as u64 + 1), 1 << 20) as RawFd;
+        for fd in (0..limit).filter(|&fd| Some(fd) != keep) {
+            // SAFETY: as above.
+            unsafe { libc::close(fd) };
+        }
+    }
+    true
+}
+
 /// Moves `fd` to a high number, close-on-exec (module docs).
 fn move_high(fd: OwnedFd) -> Result<OwnedFd, i32> {
     for base in [high_fd_base(), 3] {
@@ -307,36 +353,8 @@ impl Output {
     /// because of us. Returns false, changing nothing, where unshare is
     /// refused (a seccomp filter): then every write is checked instead.
     pub(crate) fn make_private(&self) -> bool {
-        // SAFETY: unshare(CLONE_FILES) only copies this thread's table.
-        if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+        if !private_table(Some(self.fd)) {
             return false;
-        }
-        let keep = self.fd;
-        let close_range = |first: u32, last: u32| {
-            // SAFETY: closes descriptors of this thread's private table.
-            unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) == 0 }
-        };
-        let mut closed = (keep == 0 || close_range(0, keep as u32 - 1))
-            && close_range(keep as u32 + 1, u32::MAX);
-        if !closed {
-            // Kernels before 5.9. Allocating is fine: tracing is off.
-            if let Ok(dir) = std::fs::read_dir("/proc/thread-self/fd") {
-                let fds: Vec<RawFd> = dir
-                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                    .collect();
-                for fd in fds.into_iter().filter(|&fd| fd != keep) {
-                    // SAFETY: a descriptor of this thread's private table.
-                    unsafe { libc::close(fd) };
-                }
-                closed = true;
-            }
-        }
-        if !closed {
-            let limit = soft_limit().clamp(keep as u64 + 1, 1 << 20) as RawFd;
-            for fd in (0..limit).filter(|&fd| fd != keep) {
-                // SAFETY: as above.
-                unsafe { libc::close(fd) };
-            }
         }
         PRIVATE_TABLE.with(|p| p.set(true));
         true

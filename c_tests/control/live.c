@@ -1,0 +1,74 @@
+/* A program with a known live heap, for the control socket's tests
+ * (crates/cli/tests/control.rs): allocates 3 blocks of 1000 bytes in
+ * site_a and 2 of 5000 in site_b, keeps them, and frees 4 of 777 it also
+ * allocated. Options (argv[2...]): "close" closes every descriptor above
+ * 2 first (as daemons do), "fork" forks a child that allocates 1 block of
+ * 3000 and waits like its parent (its pid goes into READY_FILE.child).
+ * Writes its pid to READY_FILE (argv[1]) once its heap is in place, then
+ * waits until READY_FILE.go exists (the child: or its parent has exited),
+ * and exits 0. Synchronised by files
+ * only. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void *volatile kept[16];
+static int nkept;
+
+__attribute__((noinline)) static void site_a(void) { kept[nkept++] = malloc(1000); }
+__attribute__((noinline)) static void site_b(void) { kept[nkept++] = malloc(5000); }
+__attribute__((noinline)) static void site_c(void) { kept[nkept++] = malloc(3000); }
+
+static void write_pid(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) exit(2);
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    rename(tmp, path);
+}
+
+/* Waits until `path` exists, or (parent > 0) until the parent has
+ * exited: a child never outlives the test's scratch directory. */
+static void wait_for(const char *path, pid_t parent) {
+    struct stat st;
+    while (stat(path, &st) != 0 && (parent == 0 || getppid() == parent)) usleep(10000);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: live READY_FILE [close] [fork]\n");
+        return 2;
+    }
+    int do_close = 0, do_fork = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "close")) do_close = 1;
+        if (!strcmp(argv[i], "fork")) do_fork = 1;
+    }
+    if (do_close)
+        for (int fd = 3; fd < 65536; fd++) close(fd);
+    for (int i = 0; i < 4; i++) free(malloc(777));
+    for (int i = 0; i < 3; i++) site_a();
+    for (int i = 0; i < 2; i++) site_b();
+    char go[4096], child_ready[4096];
+    snprintf(go, sizeof go, "%s.go", argv[1]);
+    snprintf(child_ready, sizeof child_ready, "%s.child", argv[1]);
+    if (do_fork) {
+        pid_t pid = fork();
+        if (pid < 0) return 3;
+        if (pid == 0) {
+            site_c();
+            write_pid(child_ready);
+            wait_for(go, getppid());
+            return 0;
+        }
+    }
+    write_pid(argv[1]);
+    wait_for(go, 0);
+    return 0;
+}

@@ -1,0 +1,410 @@
+//! The control socket (issue 22, parts 2 and 4): `alloctrace ps`,
+//! `snapshot PID -o` and `save PID -o` against running traced programs.
+//!
+//! - a known program (c_tests/control/live.c: 3 blocks of 1000 bytes at
+//!   site_a, 2 of 5000 at site_b, 4 of 777 freed) is listed by `ps` and
+//!   its snapshot holds exactly those live blocks, by site;
+//! - one that closes every descriptor and forks keeps answering, and so
+//!   does its child (a socket of its own);
+//! - a stale socket (a dead process's) is skipped and removed by `ps`,
+//!   refused by `snapshot`;
+//! - a connection from another user is refused by the process (when the
+//!   tests run as root: a client run as uid 65534);
+//! - the socket is gone once the program has exited.
+//!
+//! Each test points XDG_RUNTIME_DIR at a scratch directory, so the
+//! sockets of other tests and programs are never seen. Synchronised by
+//! files only: no timing is asserted. Needs the shim next to the binary,
+//! and gcc.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+mod support;
+
+use support::{compile, record_command, repo, Scratch};
+
+/// c_tests/control/live.c, built once per test run.
+fn live() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("control-program");
+        std::fs::create_dir_all(&dir).expect("create the program's directory");
+        let out = dir.join("live");
+        let src = repo().join("c_tests/control/live.c");
+        compile(
+            "gcc",
+            &[
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-O1",
+                "-g",
+                src.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        out
+    })
+}
+
+/// The scratch directory's runtime directory (XDG_RUNTIME_DIR).
+fn runtime(dir: &Scratch) -> PathBuf {
+    let run = dir.path("run");
+    std::fs::create_dir_all(&run).unwrap();
+    run
+}
+
+/// `alloctrace ARGS` with XDG_RUNTIME_DIR at the scratch's.
+fn alloctrace(dir: &Scratch, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .env("XDG_RUNTIME_DIR", runtime(dir))
+        .args(args)
+        .current_dir(&dir.0)
+        .output()
+        .expect("run alloctrace")
+}
+
+/// A running `record -- live READY OPTIONS`, and the pids it wrote. A
+/// test that fails lets the program end too (Drop).
+struct Running {
+    child: Child,
+    ready: PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("{}.go", self.ready.display()), "");
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    fn start(dir: &Scratch, options: &[&str]) -> Running {
+        Running::start_in(dir, &runtime(dir), options)
+    }
+
+    /// With XDG_RUNTIME_DIR at `run`.
+    fn start_in(dir: &Scratch, run: &Path, options: &[&str]) -> Running {
+        let ready = dir.path("ready");
+        let child = record_command()
+            .env("XDG_RUNTIME_DIR", run)
+            .arg("--no-report")
+            .arg("-o")
+            .arg(dir.path("%p.trace"))
+            .arg("--")
+            .arg(live())
+            .arg(&ready)
+            .args(options)
+            .current_dir(&dir.0)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start record");
+        Running { child, ready }
+    }
+
+    /// The pid written to `path`, once it is there.
+    fn pid_in(&mut self, path: &Path) -> u32 {
+        let give_up = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(path) {
+                return text.trim().parse().expect("a pid");
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "record ended before {} was written: {status}",
+                    path.display()
+                );
+            }
+            assert!(Instant::now() < give_up, "{} never written", path.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pid(&mut self) -> u32 {
+        let ready = self.ready.clone();
+        self.pid_in(&ready)
+    }
+
+    fn child_pid(&mut self) -> u32 {
+        let path = PathBuf::from(format!("{}.child", self.ready.display()));
+        self.pid_in(&path)
+    }
+
+    /// Lets the program end and waits for record.
+    fn finish(mut self) {
+        std::fs::write(format!("{}.go", self.ready.display()), "").unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "record: {status}");
+    }
+}
+
+fn json_of(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "alloctrace failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `ps --json`'s processes.
+fn ps(dir: &Scratch) -> Vec<serde_json::Value> {
+    json_of(&alloctrace(dir, &["ps", "--json"]))["processes"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// `snapshot PID --format json -o -`: (function of the innermost frame,
+/// objects, bytes) per site, and the totals.
+fn snapshot(dir: &Scratch, pid: u32) -> (Vec<(String, u64, u64)>, u64, u64) {
+    let doc = json_of(&alloctrace(
+        dir,
+        &["snapshot", &pid.to_string(), "--format", "json", "-o", "-"],
+    ));
+    assert_eq!(doc["pid"], pid);
+    let mut by_function: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for site in doc["live"].as_array().unwrap() {
+        let function = site["stack"][0]["function"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
+        let entry = by_function.entry(function).or_default();
+        entry.0 += site["objects"].as_u64().unwrap();
+        entry.1 += site["bytes"].as_u64().unwrap();
+    }
+    (
+        by_function
+            .into_iter()
+            .map(|(f, (o, b))| (f, o, b))
+            .collect(),
+        doc["objects"].as_u64().unwrap(),
+        doc["bytes"].as_u64().unwrap(),
+    )
+}
+
+fn sockets(dir: &Scratch) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(runtime(dir).join("alloctrace"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn ps_lists_the_program_and_its_snapshot_holds_exactly_its_live_blocks() {
+    let dir = Scratch::new("known");
+    let mut running = Running::start(&dir, &[]);
+    let pid = running.pid();
+    let processes = ps(&dir);
+    assert_eq!(processes.len(), 1, "{processes:?}");
+    assert_eq!(processes[0]["pid"], pid);
+    assert_eq!(processes[0]["mode"], "full");
+    let trace = dir.path(&format!("{pid}.trace"));
+    assert_eq!(processes[0]["trace"], trace.display().to_string());
+    assert!(processes[0]["command"].as_str().unwrap().contains("live"));
+    let text = alloctrace(&dir, &["ps"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains(&pid.to_string()));
+
+    let (sites, objects, bytes) = snapshot(&dir, pid);
+    assert_eq!(
+        sites,
+        vec![
+            ("site_a".to_string(), 3, 3000),
+            ("site_b".to_string(), 2, 10000)
+        ]
+    );
+    assert_eq!((objects, bytes), (5, 13000));
+    // Asked twice, the same answer: nothing was freed or allocated.
+    assert_eq!(snapshot(&dir, pid).2, 13000);
+
+    let pprof = dir.path("live.pb.gz");
+    let out = alloctrace(
+        &dir,
+        &["snapshot", &pid.to_string(), "-o", pprof.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&pprof).unwrap();
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzipped profile.proto");
+
+    let save = alloctrace(&dir, &["save", &pid.to_string(), "-o", "saved.trace"]);
+    assert_eq!(save.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&save.stderr).contains("not in flight-recorder mode"));
+
+    assert_eq!(sockets(&dir), vec![format!("{pid}.sock")]);
+    running.finish();
+    assert!(
+        sockets(&dir).is_empty(),
+        "removed at exit: {:?}",
+        sockets(&dir)
+    );
+    assert!(ps(&dir).is_empty());
+}
+
+#[test]
+fn a_program_that_closes_its_descriptors_and_forks_keeps_answering() {
+    let dir = Scratch::new("fork");
+    let mut running = Running::start(&dir, &["close", "fork"]);
+    let pid = running.pid();
+    let child = running.child_pid();
+    let mut pids: Vec<u64> = ps(&dir)
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    pids.sort();
+    let mut want = vec![pid as u64, child as u64];
+    want.sort();
+    assert_eq!(pids, want, "the parent and its child, each with a socket");
+    assert_eq!(snapshot(&dir, pid).2, 13000);
+    let (sites, objects, bytes) = snapshot(&dir, child);
+    assert_eq!(sites, vec![("site_c".to_string(), 1, 3000)]);
+    assert_eq!((objects, bytes), (1, 3000));
+    running.finish();
+    // The child ends with its parent; its socket goes with it.
+    let give_up = Instant::now() + Duration::from_secs(120);
+    while Path::new(&format!("/proc/{child}")).exists() && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(sockets(&dir).is_empty(), "{:?}", sockets(&dir));
+}
+
+#[test]
+fn a_stale_socket_is_skipped_removed_and_refused() {
+    let dir = Scratch::new("stale");
+    let sockets_dir = runtime(&dir).join("alloctrace");
+    std::fs::create_dir_all(&sockets_dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&sockets_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A process that has ended: its pid is free (not reused this soon).
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = sockets_dir.join(format!("{dead}.sock"));
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists(), "the file stays, nobody listens");
+
+    let out = alloctrace(&dir, &["snapshot", &dead.to_string(), "-o", "-"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stale"), "{err}");
+    assert!(!stale.exists(), "removed: its pid is dead");
+
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(ps(&dir).is_empty());
+    assert!(!stale.exists(), "ps removes it too");
+    let out = alloctrace(&dir, &["ps"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("No traced process"));
+
+    let out = alloctrace(&dir, &["snapshot", &dead.to_string(), "-o", "-"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not traced by you"));
+}
+
+#[test]
+fn a_missing_xdg_runtime_dir_falls_back_to_tmp() {
+    let dir = Scratch::new("noxdg");
+    let missing = dir.path("missing");
+    let mut running = Running::start_in(&dir, &missing, &[]);
+    let pid = running.pid();
+    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .env("XDG_RUNTIME_DIR", &missing)
+        .args(["ps", "--json"])
+        .output()
+        .unwrap();
+    let listed: Vec<u64> = json_of(&out)["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert!(listed.contains(&(pid as u64)), "{listed:?}");
+    // SAFETY: geteuid has no preconditions.
+    let tmp = PathBuf::from(format!("/tmp/alloctrace-{}", unsafe { libc::geteuid() }));
+    assert!(tmp.join(format!("{pid}.sock")).exists());
+    assert!(
+        !missing.exists(),
+        "nothing made under a missing XDG_RUNTIME_DIR"
+    );
+    running.finish();
+    assert!(!tmp.join(format!("{pid}.sock")).exists());
+}
+
+#[test]
+fn another_users_connection_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to connect as another user (the uid rule is unit-tested in crates/format's control.rs)");
+        return;
+    }
+    let dir = Scratch::new("uid");
+    let mut running = Running::start(&dir, &[]);
+    let pid = running.pid();
+    // The directory (0700) keeps other users out; a link in an open
+    // directory reaches the socket past it, for the process's own check.
+    let open = dir.path("open");
+    std::fs::create_dir_all(&open).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let link = open.join("s.sock");
+    std::fs::hard_link(runtime(&dir).join(format!("alloctrace/{pid}.sock")), &link).unwrap();
+    std::fs::set_permissions(&link, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut parents = dir.0.parent();
+    while let Some(p) = parents {
+        // Every directory above must be searchable by uid 65534.
+        let mode = std::fs::metadata(p).unwrap().permissions().mode();
+        if mode & 0o001 == 0 {
+            eprintln!("skipped: {} is not searchable by other users", p.display());
+            running.finish();
+            return;
+        }
+        parents = p.parent();
+    }
+    let client = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"info\n")
+data = b""
+while True:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+sys.stdout.write(data.decode())
+"#;
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(client)
+        .arg(&link)
+        .uid(65534)
+        .gid(65534)
+        .output();
+    let Ok(out) = out else {
+        eprintln!("skipped: no python3");
+        running.finish();
+        return;
+    };
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answer.starts_with("error another user's connection is refused"),
+        "{answer:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!answer.contains("pid"), "nothing of the process is told");
+    // The owner still gets its answer.
+    assert_eq!(ps(&dir).len(), 1);
+    running.finish();
+}
