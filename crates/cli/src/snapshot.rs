@@ -98,15 +98,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let mut resolver = args.symbols.resolver(&[Input::file(&trace)]);
     match args.format {
         Format::Pprof => {
-            let times = pprof::Times {
-                start_unix_ns: summary.runs.first().map_or(0, |r| r.start_wall_ns),
-                duration_ns: summary
-                    .runs
-                    .iter()
-                    .map(|r| r.duration_ns)
-                    .max()
-                    .unwrap_or(0),
-            };
+            let times = pprof::Times::of(&summary);
             let proto = pprof::build(&profile, &pass.stacks, &mut resolver, &times);
             write_output(&args.output, |out| pprof::write(&proto, out))
         }

@@ -89,26 +89,8 @@ fn check_output(args: &Args) -> Result<(), Failure> {
                 )));
             }
         }
-        Format::Pprof | Format::Chrome => {
-            let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
-            if out.as_os_str() != "-" && parent.is_some_and(|p| !p.is_dir()) {
-                return Err(Failure::Io(format!(
-                    "-o {}: no such directory {}",
-                    out.display(),
-                    parent.map_or(String::new(), |p| p.display().to_string())
-                )));
-            }
-            if out.is_dir() {
-                return Err(Failure::Io(format!(
-                    "-o {}: is a directory ({} writes one file)",
-                    out.display(),
-                    match args.format {
-                        Format::Pprof => "pprof",
-                        _ => "chrome",
-                    }
-                )));
-            }
-        }
+        Format::Pprof => check_one_file_output(out, "pprof")?,
+        Format::Chrome => check_one_file_output(out, "chrome")?,
     }
     Ok(())
 }
@@ -153,15 +135,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             let mut visitor = Both(Profile::new(Breakdowns::default()), Summary::new());
             let pass = run_pass(&inputs, &mut visitor)?;
             let Both(profile, summary) = visitor;
-            let times = pprof::Times {
-                start_unix_ns: summary.runs.first().map_or(0, |r| r.start_wall_ns),
-                duration_ns: summary
-                    .runs
-                    .iter()
-                    .map(|r| r.duration_ns)
-                    .max()
-                    .unwrap_or(0),
-            };
+            let times = pprof::Times::of(&summary);
             let mut resolver = args.symbols.resolver(&inputs);
             if let Some(line) = crate::answers::sampled_line(profile.sampling()) {
                 eprint!("{line}");

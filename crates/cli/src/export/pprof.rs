@@ -19,7 +19,9 @@
 
 use std::io::Write;
 
-use alloctrace_analysis::{Frame, Profile, Resolver, Site, SourceFrame, StackId, StackTable};
+use alloctrace_analysis::{
+    Frame, Profile, Resolver, Site, SourceFrame, StackId, StackTable, Summary,
+};
 use flate2::write::GzEncoder;
 use prost::Message;
 use rustc_hash::FxHashMap;
@@ -184,6 +186,21 @@ impl Strings {
 pub struct Times {
     pub start_unix_ns: u64,
     pub duration_ns: u64,
+}
+
+impl Times {
+    /// The first run's start and the longest run's duration.
+    pub fn of(summary: &Summary) -> Times {
+        Times {
+            start_unix_ns: summary.runs.first().map_or(0, |r| r.start_wall_ns),
+            duration_ns: summary
+                .runs
+                .iter()
+                .map(|r| r.duration_ns)
+                .max()
+                .unwrap_or(0),
+        }
+    }
 }
 
 /// The profile of `profile`'s sites, their stacks symbolized.

@@ -103,7 +103,7 @@ pub(crate) fn disabled() -> bool {
 fn mode(session: &Session) -> &'static str {
     if session.writer.flight.is_some() {
         control::MODE_FLIGHT_RECORDER
-    } else if crate::event::calls::sampling() {
+    } else if crate::sampling::SAMPLE_BYTES.load(Ordering::Relaxed) != 0 {
         control::MODE_SAMPLING
     } else {
         match crate::stacks::capture::mode() {
