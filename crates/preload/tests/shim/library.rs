@@ -25,3 +25,31 @@ fn exports() {
     got.sort();
     assert_eq!(got.join(" "), expected, "the shim's exports");
 }
+
+/// The shim needs only libc, libgcc_s and the loader: a library it
+/// brought (libm, say, for a logarithm) would be loaded in every traced
+/// process, and a program that dlopens it would make other calls than
+/// without tracing (the panic cases count them).
+#[test]
+fn needs_only_libc() {
+    let out = command("readelf")
+        .args(["-d", shim()])
+        .output()
+        .expect("run readelf");
+    assert!(
+        out.status.success(),
+        "readelf: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut needed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split('[').nth(1)?.trim_end_matches(']').to_string()))
+        .collect();
+    needed.sort();
+    assert_eq!(
+        needed.join(" "),
+        "ld-linux-x86-64.so.2 libc.so.6 libgcc_s.so.1",
+        "the shim's NEEDED libraries"
+    );
+}

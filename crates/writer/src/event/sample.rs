@@ -86,9 +86,34 @@ impl Sampler {
         let bits = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
         let u = bits as f64 * (1.0 / (1u64 << 53) as f64);
         // -ln(1 - u) is exponential with mean 1 (1 - u is in (0, 1]).
-        let n = -(1.0 - u).ln() * mean as f64;
+        let n = -ln(1.0 - u) * mean as f64;
         (n.min(i64::MAX as f64 / 4.0) as i64).max(1)
     }
+}
+
+/// The natural logarithm of `x`, a positive normal number, to about
+/// 1e-12 relative: the tracer's own, so that the shim does not link
+/// libm (a program that dlopens libm would then find it loaded, and make
+/// other calls than without tracing). `x = m * 2^e` with `m` in
+/// [sqrt(1/2), sqrt(2)); `ln m = 2 atanh(s)`, `s = (m - 1) / (m + 1)`,
+/// |s| < 0.172, summed to s^15.
+fn ln(x: f64) -> f64 {
+    let bits = x.to_bits();
+    let mut e = ((bits >> 52) & 0x7ff) as i64 - 1023;
+    let mut m = f64::from_bits((bits & ((1u64 << 52) - 1)) | (1023u64 << 52));
+    if m > core::f64::consts::SQRT_2 {
+        m *= 0.5;
+        e += 1;
+    }
+    let s = (m - 1.0) / (m + 1.0);
+    let s2 = s * s;
+    let mut sum = 0.0;
+    let mut k = 15.0;
+    while k > 0.0 {
+        sum = sum * s2 + 1.0 / k;
+        k -= 2.0;
+    }
+    e as f64 * core::f64::consts::LN_2 + 2.0 * s * sum
 }
 
 /// The largest size a countdown subtracts (so it never wraps).
@@ -223,6 +248,21 @@ pub(crate) fn thread_seed(seed: u64, thread: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ln_is_the_natural_logarithm() {
+        let mut x = 1e-16f64;
+        while x <= 1.0 {
+            let want = x.ln();
+            let got = super::ln(x);
+            assert!(
+                (got - want).abs() <= 1e-12 * want.abs().max(1.0),
+                "ln({x}) = {got}, want {want}"
+            );
+            x *= 1.37;
+        }
+        assert_eq!(super::ln(1.0), 0.0);
+    }
+
     use super::*;
 
     #[test]
