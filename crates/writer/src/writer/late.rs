@@ -71,8 +71,10 @@ pub(crate) fn padded_varint(v: u64) -> [u8; PADDED_VARINT_LEN] {
 }
 
 /// The largest generation-end batch kept: prefix, a header of three
-/// varints, four body varints, trailer.
-const CAP: usize = BATCH_PREFIX_LEN + 7 * PADDED_VARINT_LEN + TRAILER_LEN;
+/// varints, eight body varints (version 6's four totals included),
+/// trailer. A longer batch would be refused by [`lost_field`], and the
+/// late events of its trace counted nowhere.
+const CAP: usize = BATCH_PREFIX_LEN + 11 * PADDED_VARINT_LEN + TRAILER_LEN;
 
 /// The last generation-end batch as the writer thread wrote it (trailer
 /// included) and its file offset.
@@ -267,6 +269,18 @@ mod tests {
         batch.push(0); // lost_stacks
         batch.extend([0; TRAILER_LEN]);
         assert_eq!(lost_field(&batch), Some((at, 42)));
+        // Every varint as long as a varint gets, version 6's four totals
+        // included: the longest generation end there is.
+        let mut longest = vec![BatchKind::GenerationEnd as u8, 0, 0, 0, 0];
+        for _ in 0..5 {
+            longest.extend(padded_varint(u64::MAX));
+        }
+        let lost_at = longest.len();
+        for _ in 0..6 {
+            longest.extend(padded_varint(u64::MAX));
+        }
+        longest.extend([0; TRAILER_LEN]);
+        assert_eq!(lost_field(&longest), Some((lost_at, u64::MAX)));
         let mut short = batch.clone();
         short[at] = 42; // a one-byte varint: not padded
         assert_eq!(lost_field(&short), None);
