@@ -284,7 +284,7 @@ LIB_REAL   := $(LIB_SONAME).$(shell echo $(VERSION) | cut -d. -f2,3)
 LIBS_PRIVATE := -lgcc_s -lutil -lrt -lpthread -lm -ldl
 # The CLI's subcommands, each with a man page (install-test checks the
 # generator writes exactly these).
-CLI_COMMANDS := dump stats pages check record top leaks flamegraph diff symbolize export report
+CLI_COMMANDS := dump stats pages check record top leaks flamegraph diff symbolize export report ps snapshot save
 MAN_PAGES  := alloctrace.1 $(patsubst %,alloctrace-%.1,$(CLI_COMMANDS))
 GEN        := $(BUILD)/gen
 
