@@ -46,6 +46,11 @@ fn run_checked(dir: &Scratch, prog: &Path, args: &[&str], envs: &[(&str, &str)])
         .env("ALLOCTRACE_OUTPUT", dir.path("t.%p.trace"))
         .env("ALLOCTRACE_CHECK_STACKS", "1")
         .env("ALLOCTRACE_STACKS", "full")
+        // The compact tables at the session's start, not when the writer
+        // thread gets to them: otherwise how many walks are compared with
+        // all three depends on the machine's load (a loaded CI machine ran
+        // a whole workload before the writer thread built them).
+        .env("ALLOCTRACE_TABLES_AT_START", "1")
         .env_remove("ALLOCTRACE_STACK_DEPTH")
         .env_remove("ALLOCTRACE_RECORD")
         .env_remove("ALLOCTRACE_FOLLOW")
@@ -136,11 +141,8 @@ fn the_workload_walks_agree() {
     );
     // 2 threads of 100,000 mallocs each.
     let c = run_checked(&dir, &prog, &["2", "100000"], &[]);
-    assert!(c.compared + c.before_tables >= 200_000, "{c:?}");
-    // The walks before the writer thread built the compact tables are
-    // compared with framehop's only: a few percent of them, more on a busy
-    // machine.
-    assert!(c.compared >= 20_000, "{c:?}");
+    // Every walk compared with all three (tables at start).
+    assert!(c.compared >= 200_000, "{c:?}");
 }
 
 #[test]
@@ -159,8 +161,7 @@ fn the_python_loop_walks_agree() {
         &[script.to_str().unwrap(), "100"],
         &[("PYTHONMALLOC", "malloc")],
     );
-    assert!(c.compared + c.before_tables >= 60_000, "{c:?}");
-    assert!(c.compared >= 20_000, "{c:?}");
+    assert!(c.compared >= 60_000, "{c:?}");
 }
 
 #[test]
@@ -181,7 +182,6 @@ fn synthetic_chains_walks_agree_with_and_without_frame_pointers() {
         // (both threads), 24 from a recursion deeper than the limit:
         // 60,576 allocations.
         let c = run_checked(&dir, &prog, &["8"], &[]);
-        assert!(c.compared + c.before_tables >= 60_000, "{name}: {c:?}");
-        assert!(c.compared >= 10_000, "{name}: {c:?}");
+        assert!(c.compared >= 60_000, "{name}: {c:?}");
     }
 }
