@@ -66,6 +66,11 @@ pub mod env {
         FLIGHT_RECORDER,
         DUMP_ON_RSS,
     ];
+    /// The signal that asks a traced process for a snapshot of its live
+    /// heap (the shim only, where the program's disposition is SIG_DFL):
+    /// `USR2` (the default), `USR1`, or `off`. Not an option of `record`
+    /// (so not in [`ALL`]): `record` passes it through.
+    pub const SNAPSHOT_SIGNAL: &str = "ALLOCTRACE_SNAPSHOT_SIGNAL";
     /// A testing aid, not an option of `record` (so not in [`ALL`]): the
     /// seed of the sampling countdowns, a number; a fixed seed samples the
     /// same allocations of a deterministic program every run.

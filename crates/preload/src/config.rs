@@ -18,6 +18,7 @@
 //! | `ALLOCTRACE_SAMPLE_SEED` | unset | a testing aid: the sampling countdowns' seed (a number), so a deterministic program samples the same allocations every run |
 //! | `ALLOCTRACE_FLIGHT_RECORDER` | unset | flight-recorder mode: the ring's size, 1MiB to 1TiB (`KiB`/`MiB`/`GiB` suffixes); the trace file gets a dump on a fatal signal or `ALLOCTRACE_DUMP_ON_RSS`, nothing at a normal exit |
 //! | `ALLOCTRACE_DUMP_ON_RSS` | unset | with the flight recorder: dump once when the process's RSS reaches this size |
+//! | `ALLOCTRACE_SNAPSHOT_SIGNAL` | `USR2` | `USR2`, `USR1` or `off`: the signal that asks for a snapshot of the live heap (a file beside the trace; the flight recorder's dump in that mode), where the program's disposition of it is SIG_DFL; the program's own handler or SIG_IGN always wins |
 //! | `ALLOCTRACE_CHECK_STACKS` | `0` | `1`: a testing aid: every stack walk is checked against two reference walks (alloctrace-writer's capture check mode), with a `check-stacks:` summary on stderr when the session ends |
 //!
 //! The grammar of every value is the alloctrace-options crate's, which
@@ -28,8 +29,8 @@ use std::os::unix::ffi::OsStrExt;
 
 pub use alloctrace_options::env::{
     BUFFER_SIZE, CHECK_STACKS, CLOCK, COMPRESSION, DISABLE, DUMP_ON_RSS, FLIGHT_RECORDER, FOLLOW,
-    INDEX, ONLY, OUTPUT, OVERWRITE, RECORD, ROOT_PID, SAMPLE_BYTES, SAMPLE_SEED, STACKS,
-    STACK_DEPTH,
+    INDEX, ONLY, OUTPUT, OVERWRITE, RECORD, ROOT_PID, SAMPLE_BYTES, SAMPLE_SEED, SNAPSHOT_SIGNAL,
+    STACKS, STACK_DEPTH,
 };
 // session.rs names them through this module (not built in unit tests).
 #[cfg_attr(test, allow(unused_imports))]
@@ -55,7 +56,7 @@ const _: () = assert!(
 
 /// Variables an exec'd program must see to be traced like this one, in
 /// the order they are added to an environment that lacks them.
-pub const CARRIED: [&str; 18] = [
+pub const CARRIED: [&str; 19] = [
     "LD_PRELOAD",
     OUTPUT,
     BUFFER_SIZE,
@@ -74,6 +75,7 @@ pub const CARRIED: [&str; 18] = [
     SAMPLE_SEED,
     FLIGHT_RECORDER,
     DUMP_ON_RSS,
+    SNAPSHOT_SIGNAL,
 ];
 
 /// What the environment asks for.
@@ -112,6 +114,8 @@ pub struct Settings {
     pub flight_recorder: u64,
     /// With the flight recorder: the RSS that triggers a dump, 0 for none.
     pub dump_on_rss: u64,
+    /// The snapshot signal (ALLOCTRACE_SNAPSHOT_SIGNAL), 0 for none.
+    pub snapshot_signal: i32,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -215,6 +219,9 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
             "needs ALLOCTRACE_FLIGHT_RECORDER (the ring to dump)",
         );
     }
+    let snapshot_signal = field!(SNAPSHOT_SIGNAL, libc::SIGUSR2, |v: &Vec<u8>| {
+        parse_snapshot_signal(v)
+    });
     let index = value(INDEX)
         .filter(|v| !v.is_empty())
         .and_then(|v| CString::new(v).ok());
@@ -238,7 +245,19 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         root_pid,
         flight_recorder,
         dump_on_rss,
+        snapshot_signal,
     })
+}
+
+/// `USR2` or `SIGUSR2` (the default), `USR1` or `SIGUSR1`, `off` or `0`.
+fn parse_snapshot_signal(v: &[u8]) -> Result<i32, &'static str> {
+    let name = v.strip_prefix(b"SIG").unwrap_or(v);
+    match name {
+        b"USR2" => Ok(libc::SIGUSR2),
+        b"USR1" => Ok(libc::SIGUSR1),
+        b"off" | b"0" => Ok(0),
+        _ => Err("use USR2, USR1 or off"),
+    }
 }
 
 fn bad(name: &str, value: &[u8], why: &str) -> Parsed {
@@ -320,6 +339,16 @@ mod tests {
         assert_eq!(ok(&[]).flight_recorder, 0);
         let s = ok(&[(FLIGHT_RECORDER, "64MiB"), (DUMP_ON_RSS, "2GiB")]);
         assert_eq!((s.flight_recorder, s.dump_on_rss), (64 << 20, 2 << 30));
+        assert_eq!(ok(&[]).snapshot_signal, libc::SIGUSR2);
+        assert_eq!(
+            ok(&[(SNAPSHOT_SIGNAL, "SIGUSR1")]).snapshot_signal,
+            libc::SIGUSR1
+        );
+        assert_eq!(
+            ok(&[(SNAPSHOT_SIGNAL, "USR2")]).snapshot_signal,
+            libc::SIGUSR2
+        );
+        assert_eq!(ok(&[(SNAPSHOT_SIGNAL, "off")]).snapshot_signal, 0);
     }
 
     #[test]
@@ -366,6 +395,10 @@ mod tests {
                 "ALLOCTRACE_SAMPLE_BYTES=\"lots\": not a sampling size",
             ),
             (vec![(SAMPLE_SEED, "x")], "ALLOCTRACE_SAMPLE_SEED"),
+            (
+                vec![(SNAPSHOT_SIGNAL, "TERM")],
+                "ALLOCTRACE_SNAPSHOT_SIGNAL=\"TERM\": use USR2, USR1 or off",
+            ),
             (
                 vec![(CHECK_STACKS, "yes")],
                 "ALLOCTRACE_CHECK_STACKS=\"yes\": use 1",

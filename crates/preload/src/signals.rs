@@ -50,6 +50,15 @@
 //!   as the handler returns. The exit status and the core dump are those of
 //!   the untraced program.
 //!
+//! - **The snapshot signal** (`ALLOCTRACE_SNAPSHOT_SIGNAL`, SIGUSR2 by
+//!   default): where the program's view of it is SIG_DFL, [`on_fatal`]
+//!   asks the control thread for a snapshot of the live heap
+//!   (`alloctrace_writer::request_snapshot_from_signal`, two atomics) and
+//!   returns, instead of ending the process. Where the program has a
+//!   handler or SIG_IGN, that acts, as always; with no control thread to
+//!   write it (`ALLOCTRACE_CONTROL=off`) the signal ends the process as it
+//!   would untraced.
+//!
 //! ## Invariants
 //!
 //! 1. The kernel MUST hold a shim handler for a handled signal only while
@@ -133,6 +142,10 @@ const SA_RESTORER: c_int = 0x0400_0000;
 fn is_handled(sig: c_int) -> bool {
     HANDLED.contains(&sig)
 }
+
+/// The snapshot signal, 0 for none: set by the session's start from
+/// `ALLOCTRACE_SNAPSHOT_SIGNAL` (config.rs).
+pub static SNAPSHOT_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// Whether the shim takes SIG_DFL dispositions over: set by the constructor
 /// once a session runs.
@@ -411,6 +424,15 @@ fn signal_functions() -> [(&'static AtomicPtr<c_void>, &'static [u8]); 6] {
 /// then the default action (see the module docs).
 extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     let saved_errno = errno();
+    if sig == SNAPSHOT_SIGNAL.load(Ordering::Relaxed)
+        && state::LIFECYCLE.load(Ordering::Acquire) == state::RUNNING
+        // SAFETY: getpid has no preconditions.
+        && unsafe { libc::getpid() } == state::SESSION_PID.load(Ordering::Acquire)
+        && alloctrace_writer::request_snapshot_from_signal()
+    {
+        set_errno(saved_errno);
+        return;
+    }
     let prev = reentrancy::replace(reentrancy::OWN);
     let mut may_resume = true;
     if state::LIFECYCLE.load(Ordering::Acquire) == state::RUNNING

@@ -81,6 +81,8 @@ pub use clock::{ClockKind, COARSE_PERIOD};
 #[cfg(not(loom))]
 pub use event::emit::enabled;
 #[cfg(not(loom))]
+pub use session::channel::request_from_signal as request_snapshot_from_signal;
+#[cfg(not(loom))]
 pub use session::crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
 pub use session::lifecycle::{

@@ -22,3 +22,4 @@ mod real_programs;
 mod record;
 mod sampling;
 mod signals;
+mod snapshot_signal;

@@ -28,6 +28,12 @@
 //! nothing (no live table on the event path, none on the writer thread),
 //! and the command pays a read of the trace so far.
 //!
+//! A snapshot signal (SIGUSR2 under the shim, [`request_from_signal`])
+//! only raises a flag: the handler may run inside malloc, on any thread.
+//! The thread sees the flag at its next wake-up (at most [`POLL_MS`]) and
+//! writes a file beside the trace ([`signal_file`]): the live heap's
+//! snapshot, or in flight-recorder mode the recorder's dump.
+//!
 //! ## Corner cases
 //!
 //! - fork: the child has no control thread. Its copy of a listening
@@ -92,6 +98,43 @@ impl ChannelSignals {
 /// refused), else -1: a forked child closes its copy (fork.rs).
 pub(crate) static SHARED_LISTENER: AtomicI32 = AtomicI32::new(-1);
 
+/// Whether a control thread of this process runs and can serve a
+/// snapshot signal: set once it listens, cleared as it exits.
+static SERVING: AtomicBool = AtomicBool::new(false);
+/// Set by a snapshot signal, taken by the control thread.
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+/// A snapshot signal's request (async-signal-safe: two atomics, no lock,
+/// no allocation, no system call). True when a control thread will write
+/// the file; false when there is none (`ALLOCTRACE_CONTROL=off`, no
+/// socket, tracing off), and the caller lets the signal act as it would
+/// untraced.
+pub fn request_from_signal() -> bool {
+    if !SERVING.load(Ordering::Acquire) {
+        return false;
+    }
+    SIGNALLED.store(true, Ordering::Release);
+    true
+}
+
+/// A forked child has no control thread until its own session starts one:
+/// a snapshot signal before then acts as untraced.
+pub(crate) fn forked_child() {
+    SERVING.store(false, Ordering::Relaxed);
+    SIGNALLED.store(false, Ordering::Relaxed);
+}
+
+/// What the control thread calls in lifecycle.rs, passed down by start
+/// (lifecycle starts this thread; importing it back would make a cycle).
+#[derive(Clone, Copy)]
+pub(crate) struct Hooks {
+    /// Ends the current generation (a snapshot's first step).
+    pub(crate) advance: fn() -> Result<(), crate::session::Error>,
+    /// Writes the flight recorder's dump to an output.
+    pub(crate) flight_dump:
+        fn(&crate::writer::output::Output) -> Result<(u64, u64), crate::session::Error>,
+}
+
 /// Whether the environment turns the control socket off
 /// (`ALLOCTRACE_CONTROL=off` or `0`).
 pub(crate) fn disabled() -> bool {
@@ -122,18 +165,15 @@ struct Served {
     trace_is_file: bool,
     /// The listening socket is in the program's table.
     shared: bool,
-    /// lifecycle.rs's `advance`, passed down (lifecycle starts this
-    /// thread; importing it back would make a cycle).
-    advance: fn() -> Result<(), crate::session::Error>,
+    /// lifecycle.rs's functions the thread calls.
+    hooks: Hooks,
+    /// The number of the last file written for a snapshot signal.
+    signal_files: u32,
 }
 
 /// Starts the control thread of `session` and returns once it listens (or
-/// gave up: no socket). Called by start while tracing is off; `advance`
-/// ends the current generation (a snapshot's first step).
-pub(crate) fn spawn(
-    session: &Arc<Session>,
-    advance: fn() -> Result<(), crate::session::Error>,
-) -> std::io::Result<InternalThread> {
+/// gave up: no socket). Called by start while tracing is off.
+pub(crate) fn spawn(session: &Arc<Session>, hooks: Hooks) -> std::io::Result<InternalThread> {
     spawn_ready(
         c"alloctrace-ctl",
         session,
@@ -159,7 +199,8 @@ pub(crate) fn spawn(
                 trace,
                 trace_is_file,
                 shared,
-                advance,
+                hooks,
+                signal_files: 0,
             }
         },
         run,
@@ -205,7 +246,13 @@ pub(crate) fn tell_exit(session: &Session) {
 
 fn run(session: &Session, mut served: Served) {
     let channel = &session.channel;
+    // A signal before this session's thread was ready asked nobody.
+    SIGNALLED.store(false, Ordering::Relaxed);
+    SERVING.store(true, Ordering::Release);
     while !channel.exit.load(Ordering::Acquire) {
+        if SIGNALLED.swap(false, Ordering::AcqRel) {
+            write_signal_file(session, &mut served);
+        }
         let usable = served
             .listener
             .as_ref()
@@ -242,6 +289,7 @@ fn run(session: &Session, mut served: Served) {
             serve(session, &served, &conn);
         }
     }
+    SERVING.store(false, Ordering::Release);
     SHARED_LISTENER.store(-1, Ordering::Relaxed);
     // Dropping the listener removes the socket's file (socket.rs).
     drop(served.listener.take());
@@ -319,7 +367,7 @@ fn snapshot(session: &Session, served: &Served) -> Answer {
         return Err("the trace could not be written".to_string());
     }
     let wanted = SHARED.generation.load(Ordering::Acquire);
-    (served.advance)().map_err(|e| format!("cannot end the generation: {e}"))?;
+    (served.hooks.advance)().map_err(|e| format!("cannot end the generation: {e}"))?;
     let deadline = Instant::now() + SNAPSHOT_WAIT;
     loop {
         let (generation, bytes) = *writer.in_file.lock().unwrap_or_else(|p| p.into_inner());
@@ -341,5 +389,81 @@ fn snapshot(session: &Session, served: &Served) -> Answer {
         }
         writer.wake();
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Where a snapshot signal's `n`th file goes: beside the trace, its name
+/// less `.trace` then `.snapshot-N.trace` (`.flight-N.trace` for a flight
+/// recorder's dump); in the working directory as
+/// `alloctrace-snapshot-PID-N.trace` when the trace is not a regular file.
+pub(crate) fn signal_file(trace: &str, trace_is_file: bool, flight: bool, n: u32) -> String {
+    let kind = if flight { "flight" } else { "snapshot" };
+    if trace_is_file {
+        let stem = trace.strip_suffix(".trace").unwrap_or(trace);
+        format!("{stem}.{kind}-{n}.trace")
+    } else {
+        format!("alloctrace-{kind}-{}-{n}.trace", std::process::id())
+    }
+}
+
+/// Serves a snapshot signal: writes the next free file of
+/// [`signal_file`]'s names (never replacing one). Nothing to report to:
+/// a failure leaves no file (the descriptor table is the thread's own,
+/// without stderr).
+fn write_signal_file(session: &Session, served: &mut Served) {
+    let flight = session.writer.flight.is_some();
+    for _ in 0..1000 {
+        served.signal_files += 1;
+        let path = signal_file(
+            &served.trace,
+            served.trace_is_file,
+            flight,
+            served.signal_files,
+        );
+        let Ok(cpath) = std::ffi::CString::new(path) else {
+            return;
+        };
+        let out = match crate::writer::output::Output::create_new(&cpath) {
+            Ok(out) => out,
+            Err(libc::EEXIST) => continue,
+            Err(_) => return,
+        };
+        let written = if flight {
+            (served.hooks.flight_dump)(&out).is_ok()
+        } else {
+            false
+        };
+        let _ = out.close();
+        if !written {
+            // SAFETY: a valid NUL-terminated path.
+            unsafe { libc::unlink(cpath.as_ptr()) };
+        }
+        return;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signal_file;
+
+    #[test]
+    fn signal_files_sit_beside_the_trace() {
+        assert_eq!(
+            signal_file("/t/run.trace", true, false, 1),
+            "/t/run.snapshot-1.trace"
+        );
+        assert_eq!(
+            signal_file("/t/run.trace", true, true, 2),
+            "/t/run.flight-2.trace"
+        );
+        assert_eq!(
+            signal_file("/t/run.out", true, false, 3),
+            "/t/run.out.snapshot-3.trace"
+        );
+        let pid = std::process::id();
+        assert_eq!(
+            signal_file("pipe:[5]", false, false, 1),
+            format!("alloctrace-snapshot-{pid}-1.trace")
+        );
     }
 }

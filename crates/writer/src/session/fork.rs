@@ -82,6 +82,7 @@ extern "C" fn fork_child() {
     crate::writer::late::disarm_in_child();
     // The parent's listening socket, if it is in the program's table: the
     // child answers nothing on it (session/channel.rs, corner case fork).
+    crate::session::channel::forked_child();
     let listener = crate::session::channel::SHARED_LISTENER.swap(-1, Ordering::Relaxed);
     if listener >= 0 {
         // SAFETY: the tracer's descriptor, this process's copy of it.

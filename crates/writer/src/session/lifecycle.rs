@@ -152,7 +152,14 @@ pub fn start_with(
         let channel = if crate::session::channel::disabled() {
             None
         } else {
-            crate::session::channel::spawn(&session, advance).ok()
+            crate::session::channel::spawn(
+                &session,
+                crate::session::channel::Hooks {
+                    advance,
+                    flight_dump: flight_recorder_write,
+                },
+            )
+            .ok()
         };
 
         SHARED
