@@ -152,6 +152,15 @@ static void refused(void)
     CHECK_RESULT(trace_start(&cfg), TRACE_ERR_BAD_CONFIG);
     CHECK_MSG(strstr(trace_last_error_detail(), "dump_on_rss") != NULL, "%s", trace_last_error_detail());
     cfg.dump_on_rss = 0;
+    CHECK_EQ_U64(cfg.flight_recorder_age_ms, 0);
+    cfg.flight_recorder_age_ms = 30000;
+    CHECK_RESULT(trace_start(&cfg), TRACE_ERR_BAD_CONFIG);
+    CHECK_MSG(strstr(trace_last_error_detail(), "flight_recorder_age_ms") != NULL, "%s", trace_last_error_detail());
+    cfg.flight_recorder = 4u << 20;
+    cfg.flight_recorder_age_ms = 999;
+    CHECK_RESULT(trace_start(&cfg), TRACE_ERR_BAD_CONFIG);
+    cfg.flight_recorder = 0;
+    cfg.flight_recorder_age_ms = 0;
     CHECK_RESULT(trace_start(&cfg), TRACE_OK);
     CHECK_RESULT(trace_flight_recorder_write(dump, -1), TRACE_ERR_BAD_CONFIG);
     CHECK_MSG(access(dump, F_OK) != 0, "a refused write creates no file");

@@ -254,6 +254,15 @@ typedef struct trace_config {
    * TRACE_ERR_BAD_CONFIG. (Added after the first version, like `clock`.)
    */
   uint64_t dump_on_rss;
+  /**
+   * With `flight_recorder`: keep only the generations that ended in the
+   * last this many milliseconds, 1000 (1 s) to 604800000 (7 days); a
+   * generation then ends every eighth of it, and the ring's size still
+   * bounds the memory. Default 0, as many as the ring holds; non-zero
+   * without `flight_recorder` makes `trace_start` return
+   * TRACE_ERR_BAD_CONFIG. (Added after the first version, like `clock`.)
+   */
+  uint64_t flight_recorder_age_ms;
 } trace_config;
 
 #ifdef __cplusplus

@@ -193,6 +193,13 @@ pub struct trace_config {
     /// without `flight_recorder` makes `trace_start` return
     /// TRACE_ERR_BAD_CONFIG. (Added after the first version, like `clock`.)
     pub dump_on_rss: u64,
+    /// With `flight_recorder`: keep only the generations that ended in the
+    /// last this many milliseconds, 1000 (1 s) to 604800000 (7 days); a
+    /// generation then ends every eighth of it, and the ring's size still
+    /// bounds the memory. Default 0, as many as the ring holds; non-zero
+    /// without `flight_recorder` makes `trace_start` return
+    /// TRACE_ERR_BAD_CONFIG. (Added after the first version, like `clock`.)
+    pub flight_recorder_age_ms: u64,
 }
 
 /// `struct_size` of the first version of trace_config, which ended at
@@ -370,6 +377,7 @@ pub unsafe extern "C" fn trace_config_init(cfg: *mut trace_config) {
             sample_seed: 0,
             flight_recorder: 0,
             dump_on_rss: 0,
+            flight_recorder_age_ms: 0,
         });
     }
 }
@@ -497,9 +505,16 @@ pub unsafe extern "C" fn trace_start(cfg: *const trace_config) -> trace_result {
         } else {
             0
         };
+        let flight_recorder_age_ms =
+            if covers_u64(core::mem::offset_of!(trace_config, flight_recorder_age_ms)) {
+                cfg.flight_recorder_age_ms
+            } else {
+                0
+            };
         let config = Config {
             clock,
             compress,
+            flight_recorder_age_ms,
             sample_bytes,
             sample_seed,
             flight_recorder,

@@ -119,12 +119,14 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = |v: &str| alloctrace_options::parse_sample_bytes(v.as_bytes()))]
     sample_bytes: Option<u64>,
     /// Flight-recorder mode: keep only the last generations in a ring of
-    /// SIZE bytes in memory (1MiB to 1TiB; KiB, MiB, GiB suffixes) and
-    /// write the trace only on a trigger: a fatal signal, --dump-on-rss.
+    /// SIZE bytes in memory (1MiB to 1TiB; KiB, MiB, GiB suffixes), or
+    /// those of the last DURATION (1s to 7 days: 30s, 5min, 2h; in a 256
+    /// MiB ring, or give both: 30s,1GiB), and write the trace only on a
+    /// trigger: a fatal signal, --dump-on-rss, `alloctrace save`, SIGUSR2.
     /// Nothing is written at a normal exit. See docs/PRELOAD.md, "Flight
     /// recorder".
-    #[arg(long, value_name = "SIZE", value_parser = |v: &str| alloctrace_options::parse_flight_recorder(v.as_bytes()))]
-    flight_recorder: Option<u64>,
+    #[arg(long, value_name = "SIZE|DURATION", value_parser = |v: &str| alloctrace_options::parse_flight_recorder(v.as_bytes()))]
+    flight_recorder: Option<alloctrace_options::FlightRecorder>,
     /// With --flight-recorder: write the ring to the trace file once, the
     /// first time the process's resident memory reaches SIZE (e.g. 2GiB).
     #[arg(long, value_name = "SIZE", requires = "flight_recorder", value_parser = |v: &str| alloctrace_options::parse_dump_on_rss(v.as_bytes()))]
@@ -867,8 +869,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     if let Some(n) = args.sample_bytes.filter(|&n| n > 0) {
         command.env(env::SAMPLE_BYTES, n.to_string());
     }
-    if let Some(size) = args.flight_recorder {
-        command.env(env::FLIGHT_RECORDER, size.to_string());
+    if let Some(ring) = args.flight_recorder {
+        let value = match ring.age_ms {
+            0 => ring.bytes.to_string(),
+            ms => format!("{ms}ms,{}", ring.bytes),
+        };
+        command.env(env::FLIGHT_RECORDER, value);
     }
     if let Some(size) = args.dump_on_rss {
         command.env(env::DUMP_ON_RSS, size.to_string());

@@ -125,10 +125,17 @@ fn record_refuses_bad_flight_recorder_options_before_running() {
     let touch = format!("touch {}", marker.display());
     for (args, needle) in [
         (
-            &["--flight-recorder", "30s"][..],
-            "a duration is not supported yet",
+            &["--flight-recorder", "500ms"][..],
+            "a duration from 1s to 7 days",
         ),
-        (&["--flight-recorder", "100"][..], "not a ring size"),
+        (
+            &["--flight-recorder", "100"][..],
+            "not a ring size or duration",
+        ),
+        (
+            &["--flight-recorder", "30s,40s"][..],
+            "not a ring size or duration",
+        ),
         (
             &["--flight-recorder", "64MiB", "--dump-on-rss", "x"][..],
             "not a size",

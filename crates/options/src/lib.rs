@@ -392,23 +392,75 @@ pub fn parse_bytes(v: &[u8]) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
-/// Whether `v` looks like a duration (`30s`, `5min`, `2h`): the flight
-/// recorder takes a size only, for now, and says so.
-fn looks_like_duration(v: &[u8]) -> bool {
-    let s = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
-    let unit = s.trim_start_matches(|c: char| c.is_ascii_digit());
-    unit.len() < s.len() && matches!(unit, "s" | "sec" | "min" | "h" | "ms")
+/// The ring's size when `--flight-recorder` gives a duration alone.
+pub const DEFAULT_FLIGHT_RECORDER_FOR_AGE: u64 = 256 << 20;
+/// The shortest duration the flight recorder keeps (a generation ends
+/// every eighth of it).
+pub const MIN_FLIGHT_RECORDER_AGE_MS: u64 = 1000;
+/// The longest: a week.
+pub const MAX_FLIGHT_RECORDER_AGE_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// What `--flight-recorder` / `ALLOCTRACE_FLIGHT_RECORDER` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlightRecorder {
+    /// The ring's size in bytes.
+    pub bytes: u64,
+    /// Keep only the generations of this many last milliseconds; 0: as
+    /// many as the ring holds.
+    pub age_ms: u64,
 }
 
-/// The flight recorder's ring: a size from 1 MiB to 1 TiB ([`parse_bytes`]).
-pub fn parse_flight_recorder(v: &[u8]) -> Result<u64, &'static str> {
-    if looks_like_duration(v) {
-        return Err("a duration is not supported yet: give the ring's size, e.g. 64MiB");
+/// A duration in milliseconds: digits and a unit, `ms`, `s` (`sec`),
+/// `min` or `h`.
+fn parse_duration_ms(s: &str) -> Option<u64> {
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(digits_end);
+    if digits.is_empty() {
+        return None;
     }
-    match parse_bytes(v) {
-        Some(n) if (MIN_FLIGHT_RECORDER..=MAX_FLIGHT_RECORDER).contains(&n) => Ok(n),
-        _ => Err("not a ring size: use bytes from 1MiB to 1TiB, with an optional KiB, MiB or GiB suffix (e.g. 64MiB)"),
+    let ms: u64 = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "ms" => 1,
+        "s" | "sec" => 1000,
+        "min" => 60_000,
+        "h" => 3_600_000,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(ms)
+}
+
+/// The flight recorder's ring: a size from 1 MiB to 1 TiB
+/// ([`parse_bytes`]), a duration from 1s to 7 days (`30s`, `5min`, `2h`:
+/// the last that long, in a ring of [`DEFAULT_FLIGHT_RECORDER_FOR_AGE`]),
+/// or both, comma-separated (`30s,1GiB`).
+pub fn parse_flight_recorder(v: &[u8]) -> Result<FlightRecorder, &'static str> {
+    const BAD: &str = "not a ring size or duration: use bytes from 1MiB to 1TiB with an optional KiB, MiB or GiB suffix (64MiB), a duration from 1s to 7 days (30s, 5min, 2h), or both (30s,1GiB)";
+    let s = std::str::from_utf8(v).map_err(|_| BAD)?.trim();
+    let mut bytes = None;
+    let mut age_ms = None;
+    for part in s.split(',') {
+        let part = part.trim();
+        if let Some(ms) = parse_duration_ms(part) {
+            if age_ms.replace(ms).is_some() {
+                return Err(BAD);
+            }
+            if !(MIN_FLIGHT_RECORDER_AGE_MS..=MAX_FLIGHT_RECORDER_AGE_MS).contains(&ms) {
+                return Err("a duration from 1s to 7 days (e.g. 30s)");
+            }
+        } else {
+            match parse_bytes(part.as_bytes()) {
+                Some(n) if bytes.is_none() => bytes = Some(n),
+                _ => return Err(BAD),
+            }
+        }
     }
+    let bytes = bytes.unwrap_or(DEFAULT_FLIGHT_RECORDER_FOR_AGE);
+    if !(MIN_FLIGHT_RECORDER..=MAX_FLIGHT_RECORDER).contains(&bytes) {
+        return Err(BAD);
+    }
+    Ok(FlightRecorder {
+        bytes,
+        age_ms: age_ms.unwrap_or(0),
+    })
 }
 
 /// The RSS threshold of `--dump-on-rss`: a size of at least 1 byte
@@ -516,12 +568,32 @@ mod tests {
         ] {
             assert_eq!(parse_bytes(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
-        assert_eq!(parse_flight_recorder(b"64MiB"), Ok(64 << 20));
+        let ring = |bytes, age_ms| Ok(FlightRecorder { bytes, age_ms });
+        assert_eq!(parse_flight_recorder(b"64MiB"), ring(64 << 20, 0));
         assert!(parse_flight_recorder(b"512KiB").is_err());
         assert!(parse_flight_recorder(b"2TiB").is_err());
-        assert!(parse_flight_recorder(b"30s")
+        assert_eq!(parse_flight_recorder(b"30s"), ring(256 << 20, 30_000));
+        assert_eq!(parse_flight_recorder(b"5min"), ring(256 << 20, 300_000));
+        assert_eq!(parse_flight_recorder(b"30s,1GiB"), ring(1 << 30, 30_000));
+        assert_eq!(parse_flight_recorder(b"1GiB, 2h"), ring(1 << 30, 7_200_000));
+        for bad in [
+            &b"500ms"[..],
+            b"8d",
+            b"30s,40s",
+            b"1GiB,2GiB",
+            b"30s,",
+            b"soon",
+            b"1GiB,512KiB",
+        ] {
+            assert!(
+                parse_flight_recorder(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert!(parse_flight_recorder(b"500ms")
             .unwrap_err()
-            .contains("duration"));
+            .contains("1s to 7 days"));
         assert_eq!(parse_dump_on_rss(b"2GiB"), Ok(2 << 30));
         assert!(parse_dump_on_rss(b"0").is_err());
     }

@@ -16,7 +16,7 @@
 //! | `ALLOCTRACE_ROOT_PID` | unset | with FOLLOW=0, set by the first process's shim to its pid (leave it unset) |
 //! | `ALLOCTRACE_SAMPLE_BYTES` | `0` | sampling mode: the mean bytes between sampled allocations (`512KiB`; bytes with an optional KiB or MiB suffix); 0 records every allocation |
 //! | `ALLOCTRACE_SAMPLE_SEED` | unset | a testing aid: the sampling countdowns' seed (a number), so a deterministic program samples the same allocations every run |
-//! | `ALLOCTRACE_FLIGHT_RECORDER` | unset | flight-recorder mode: the ring's size, 1MiB to 1TiB (`KiB`/`MiB`/`GiB` suffixes); the trace file gets a dump on a fatal signal or `ALLOCTRACE_DUMP_ON_RSS`, nothing at a normal exit |
+//! | `ALLOCTRACE_FLIGHT_RECORDER` | unset | flight-recorder mode: the ring's size, 1MiB to 1TiB (`KiB`/`MiB`/`GiB` suffixes), or a duration, 1s to 7 days (`30s`, `5min`, `2h`: the last that long, in a 256 MiB ring), or both (`30s,1GiB`); the trace file gets a dump on a fatal signal or `ALLOCTRACE_DUMP_ON_RSS`, nothing at a normal exit |
 //! | `ALLOCTRACE_DUMP_ON_RSS` | unset | with the flight recorder: dump once when the process's RSS reaches this size |
 //! | `ALLOCTRACE_SNAPSHOT_SIGNAL` | `USR2` | `USR2`, `USR1` or `off`: the signal that asks for a snapshot of the live heap (a file beside the trace; the flight recorder's dump in that mode), where the program's disposition of it is SIG_DFL; the program's own handler or SIG_IGN always wins |
 //! | `ALLOCTRACE_CHECK_STACKS` | `0` | `1`: a testing aid: every stack walk is checked against two reference walks (alloctrace-writer's capture check mode), with a `check-stacks:` summary on stderr when the session ends |
@@ -116,6 +116,9 @@ pub struct Settings {
     pub dump_on_rss: u64,
     /// The snapshot signal (ALLOCTRACE_SNAPSHOT_SIGNAL), 0 for none.
     pub snapshot_signal: i32,
+    /// With the flight recorder: keep the generations of this many last
+    /// milliseconds only (a duration in ALLOCTRACE_FLIGHT_RECORDER); 0: all.
+    pub flight_recorder_age_ms: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -206,9 +209,15 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         .filter(|&p| p > 0)
         .map(Some)
         .ok_or("not a process ID (the shim sets it; leave it unset)"));
-    let flight_recorder = field!(FLIGHT_RECORDER, 0, |v: &Vec<u8>| {
-        alloctrace_options::parse_flight_recorder(v)
-    });
+    let flight = field!(
+        FLIGHT_RECORDER,
+        alloctrace_options::FlightRecorder {
+            bytes: 0,
+            age_ms: 0
+        },
+        |v: &Vec<u8>| { alloctrace_options::parse_flight_recorder(v) }
+    );
+    let (flight_recorder, flight_recorder_age_ms) = (flight.bytes, flight.age_ms);
     let dump_on_rss = field!(DUMP_ON_RSS, 0, |v: &Vec<u8>| {
         alloctrace_options::parse_dump_on_rss(v)
     });
@@ -246,6 +255,7 @@ pub fn parse(get: impl Fn(&str) -> Option<OsString>) -> Parsed {
         flight_recorder,
         dump_on_rss,
         snapshot_signal,
+        flight_recorder_age_ms,
     })
 }
 
@@ -349,6 +359,17 @@ mod tests {
             libc::SIGUSR2
         );
         assert_eq!(ok(&[(SNAPSHOT_SIGNAL, "off")]).snapshot_signal, 0);
+        assert_eq!(s.flight_recorder_age_ms, 0);
+        let s = ok(&[(FLIGHT_RECORDER, "30s")]);
+        assert_eq!(
+            (s.flight_recorder, s.flight_recorder_age_ms),
+            (256 << 20, 30_000)
+        );
+        let s = ok(&[(FLIGHT_RECORDER, "2min,1GiB")]);
+        assert_eq!(
+            (s.flight_recorder, s.flight_recorder_age_ms),
+            (1 << 30, 120_000)
+        );
     }
 
     #[test]
@@ -408,8 +429,8 @@ mod tests {
                 "ALLOCTRACE_FLIGHT_RECORDER=\"100\": not a ring size",
             ),
             (
-                vec![(FLIGHT_RECORDER, "30s")],
-                "ALLOCTRACE_FLIGHT_RECORDER=\"30s\": a duration",
+                vec![(FLIGHT_RECORDER, "500ms")],
+                "ALLOCTRACE_FLIGHT_RECORDER=\"500ms\": a duration from 1s",
             ),
             (
                 vec![(FLIGHT_RECORDER, "64MiB"), (DUMP_ON_RSS, "x")],

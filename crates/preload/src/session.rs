@@ -326,6 +326,7 @@ fn start_session(kind: Kind) -> bool {
         // a normal exit.
         flight_recorder: s.flight_recorder,
         dump_on_rss: s.dump_on_rss,
+        flight_recorder_age_ms: s.flight_recorder_age_ms,
         ..Config::default()
     };
     alloctrace_writer::capture::set_check_stacks(s.check_stacks);

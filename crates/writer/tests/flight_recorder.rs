@@ -249,3 +249,51 @@ fn bad_flight_recorder_settings_are_refused() {
     );
     std::fs::remove_dir_all(&d).ok();
 }
+
+#[test]
+fn an_age_keeps_only_the_generations_of_the_last_that_long() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let d = dir("age");
+    let config = Config {
+        flight_recorder: 64 << 20,
+        flight_recorder_age_ms: 1000,
+        ..Default::default()
+    };
+    common::start_to(&d.join("out.trace"), &config);
+    const OLD: u64 = 0x30_0000_0000;
+    const NEW: u64 = 0x40_0000_0000;
+    events::heap_object_alloc(OLD as usize, 32, 0);
+    alloctrace_writer::advance().unwrap();
+    // The advancer ends a generation every 125 ms meanwhile, and the
+    // ring drops those that ended more than 1 s before each end.
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    events::heap_object_alloc(NEW as usize, 32, 0);
+    let (first, last) = write_dump(&d.join("aged.trace"));
+    assert!(first >= 2, "generation 1 was dropped: {first}..{last}");
+    let aged = read(&d.join("aged.trace"));
+    assert!(aged.window);
+    assert!(aged.allocs.contains(&NEW), "the last allocation is kept");
+    assert!(
+        !aged.allocs.contains(&OLD),
+        "the allocation of 3 s ago is older than the age"
+    );
+    assert_eq!(aged.truncated, None);
+    alloctrace_writer::stop().unwrap();
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[test]
+fn an_age_needs_the_flight_recorder_and_a_second_at_least() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for (flight, age) in [(0, 1000), (64 << 20, 999), (64 << 20, 8 * 24 * 3600 * 1000)] {
+        let config = Config {
+            flight_recorder: flight,
+            flight_recorder_age_ms: age,
+            ..Default::default()
+        };
+        assert!(
+            matches!(config.validate(), Err(Error::BadConfig(why)) if why.contains("flight_recorder_age_ms")),
+            "{flight} {age}"
+        );
+    }
+}

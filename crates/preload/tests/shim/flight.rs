@@ -82,14 +82,14 @@ fn flight_bad_value_runs_untraced() {
     let case = Case::new("flight_bad_value");
     let prog = prog("prog_churn");
     let rc = case.traced(
-        &[("ALLOCTRACE_FLIGHT_RECORDER", "30s")],
+        &[("ALLOCTRACE_FLIGHT_RECORDER", "500ms")],
         &[&prog, "0", "100"],
     );
     assert_eq!(rc, 0);
     assert!(case.trace().is_empty(), "nothing traced");
     assert!(
         case.read("err")
-            .contains("ALLOCTRACE_FLIGHT_RECORDER=\"30s\": a duration is not supported yet"),
+            .contains("ALLOCTRACE_FLIGHT_RECORDER=\"500ms\": a duration from 1s to 7 days"),
         "{}",
         case.err_head()
     );
@@ -123,4 +123,14 @@ fn flight_record_reports() {
     assert_eq!(rc, 134);
     let err = case.read("err2");
     assert!(err.contains("a flight-recorder window"), "{err}");
+    // A duration: the last 2 s, in a ring of 4 MiB.
+    let mut argv = vec![cli(), "record", "--flight-recorder", "2s,4MiB"];
+    argv.extend_from_slice(&["-o", "aged.trace", "--", &crash, "abort", "1500", "0"]);
+    let mut cmd = case.command(&[], &argv, "out", "err3");
+    cmd.current_dir(case.dir());
+    assert_eq!(run_limited(&mut cmd), 134);
+    let err = case.read("err3");
+    assert!(err.contains("a flight-recorder window"), "{err}");
+    let (code, out) = check(&case.path("aged.trace"));
+    assert_eq!(code, 0, "check: {}", head(&out, 3));
 }

@@ -40,15 +40,24 @@ fn run(session: &Session, advance: fn(&Session)) {
     let signals = &session.advancer;
     // With the coarse clock this thread also publishes the time.
     let coarse = clock::COARSE.load(Ordering::Relaxed);
-    let period = if coarse { clock::COARSE_PERIOD } else { PERIOD };
+    let mut period = if coarse { clock::COARSE_PERIOD } else { PERIOD };
+    let every = std::time::Duration::from_millis(signals.every_ms);
+    if signals.every_ms > 0 {
+        period = period.min(every);
+    }
+    let mut last = std::time::Instant::now();
     while !signals.exit.load(Ordering::Acquire) {
         std::thread::park_timeout(period);
         if coarse {
             clock::publish();
         }
+        let due = signals.every_ms > 0 && last.elapsed() >= every;
         // Wanted: the generation is over its budget, or a module was
-        // unloaded (lifecycle.rs `after_modules_refresh`).
-        if signals.wanted.swap(false, Ordering::AcqRel) && !signals.exit.load(Ordering::Acquire) {
+        // unloaded (lifecycle.rs `after_modules_refresh`); or due.
+        if (signals.wanted.swap(false, Ordering::AcqRel) || due)
+            && !signals.exit.load(Ordering::Acquire)
+        {
+            last = std::time::Instant::now();
             // This session's generation only: never one of a session
             // started after this one was stopped.
             advance(session);

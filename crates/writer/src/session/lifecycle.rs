@@ -66,7 +66,10 @@ pub fn start_with(
         let output = open_output()?;
         let flight = match config.flight_recorder {
             0 => None,
-            size => Some(FlightRecorder::new(size, config.dump_on_rss).ok_or(Error::OutOfMemory)?),
+            size => Some(
+                FlightRecorder::new(size, config.dump_on_rss, config.flight_recorder_age_ms)
+                    .ok_or(Error::OutOfMemory)?,
+            ),
         };
         if flight.is_none() {
             // In flight-recorder mode each dump writes its own header.
@@ -115,7 +118,9 @@ pub fn start_with(
                 Some(flight) => Writer::flight_recorder(output, flight),
                 None => Writer::new(output, config.compress),
             },
-            advancer: AdvancerSignals::new(),
+            // An age for the flight recorder: a generation ends every
+            // eighth of it, so the ring drops the old ones in steps.
+            advancer: AdvancerSignals::new(config.flight_recorder_age_ms / GENERATIONS_PER_RING),
             channel: crate::session::channel::ChannelSignals::new(),
             bytes: ByteCount::new(generation_bytes),
             info: SessionInfo {
@@ -136,7 +141,7 @@ pub fn start_with(
         let coarse = config.clock == clock::ClockKind::Coarse;
         clock::COARSE.store(coarse, Ordering::Relaxed);
         clock::publish();
-        let advancer = if generation_bytes > 0 || coarse {
+        let advancer = if generation_bytes > 0 || coarse || config.flight_recorder_age_ms > 0 {
             match advancer::spawn(&session, advance_own) {
                 Ok(a) => Some(a),
                 Err(_) => {

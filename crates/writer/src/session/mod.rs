@@ -217,14 +217,19 @@ pub(crate) struct AdvancerSignals {
     /// The advancer thread, once ready; done when it will run no more
     /// advances.
     pub(crate) thread: ThreadSignals,
+    /// Non-zero: the advancer also ends a generation this often (the
+    /// flight recorder's age, `Config::flight_recorder_age_ms`, over
+    /// `GENERATIONS_PER_RING`), in milliseconds.
+    pub(crate) every_ms: u64,
 }
 
 impl AdvancerSignals {
-    pub(crate) fn new() -> AdvancerSignals {
+    pub(crate) fn new(every_ms: u64) -> AdvancerSignals {
         AdvancerSignals {
             wanted: AtomicBool::new(false),
             exit: AtomicBool::new(false),
             thread: ThreadSignals::new(),
+            every_ms,
         }
     }
 }
@@ -373,7 +378,16 @@ pub struct Config {
     /// output once, the first time the process's RSS reaches this many
     /// bytes. 0: never.
     pub dump_on_rss: u64,
+    /// With the flight recorder: keep only the generations that ended in
+    /// the last this many milliseconds (1 s to 7 days), ending one every
+    /// eighth of it; 0 (the default): as many as the ring holds.
+    pub flight_recorder_age_ms: u64,
 }
+
+/// The shortest age the flight recorder keeps.
+pub const MIN_FLIGHT_RECORDER_AGE_MS: u64 = 1000;
+/// The longest: a week.
+pub const MAX_FLIGHT_RECORDER_AGE_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// Default size at which the advancer thread ends a generation.
 pub const DEFAULT_GENERATION_BYTES: u64 = 16 << 20;
@@ -403,6 +417,7 @@ impl Default for Config {
             sample_seed: 0,
             flight_recorder: 0,
             dump_on_rss: 0,
+            flight_recorder_age_ms: 0,
         }
     }
 }
@@ -444,6 +459,19 @@ impl Config {
         if self.dump_on_rss != 0 && self.flight_recorder == 0 {
             return Err(Error::BadConfig(
                 "dump_on_rss needs the flight recorder (flight_recorder)",
+            ));
+        }
+        if self.flight_recorder_age_ms != 0 && self.flight_recorder == 0 {
+            return Err(Error::BadConfig(
+                "flight_recorder_age_ms needs the flight recorder (flight_recorder)",
+            ));
+        }
+        if self.flight_recorder_age_ms != 0
+            && !(MIN_FLIGHT_RECORDER_AGE_MS..=MAX_FLIGHT_RECORDER_AGE_MS)
+                .contains(&self.flight_recorder_age_ms)
+        {
+            return Err(Error::BadConfig(
+                "flight_recorder_age_ms must be 0 or 1000 (1 s) to 604800000 (7 days)",
             ));
         }
         if !(1..=crate::stacks::capture::MAX_DEPTH).contains(&self.stack_depth) {

@@ -30,6 +30,13 @@
 //! live record of the next generation among them keeps its place, and the
 //! dead ones behind it are reclaimed once it goes too.
 //!
+//! With an age (`--flight-recorder 30s`), the ring also drops every
+//! generation that ended longer ago than the age, oldest first, as each
+//! generation ends and before a dump, keeping the newest complete one
+//! whatever its age; the advancer ends a generation every eighth of the
+//! age (session/advancer.rs), so the window holds the last age to nine
+//! eighths of it.
+//!
 //! ## Invariants
 //!
 //! 1. The bytes in use (live and dead records, wrap waste) MUST stay within
@@ -69,6 +76,10 @@ pub const GENERATIONS_PER_RING: u64 = 8;
 const HEAD_LEN: usize = 16;
 /// A head that sends the log back to offset 0.
 const WRAP: u32 = 1;
+/// Generations whose end time the ring remembers (by generation modulo
+/// this): a generation whose time was overwritten is kept, not dropped for
+/// its age.
+const ENDS: usize = 256;
 /// A record of an evicted generation: skipped, reclaimed when the head
 /// passes it.
 const DEAD: u32 = 2;
@@ -113,6 +124,11 @@ struct Ring {
     /// The newest generation with a record in the ring.
     newest: u64,
     dropped: u64,
+    /// Drop generations that ended longer ago than this (ns); 0: never.
+    age_ns: u64,
+    /// `(generation, CLOCK_MONOTONIC ns)` of each generation's end, at
+    /// `generation % ENDS`.
+    ends: [(u64, u64); ENDS],
 }
 
 // SAFETY: the mapping is owned by the ring and only touched under the
@@ -142,7 +158,8 @@ pub(crate) struct FlightRecorder {
 impl FlightRecorder {
     /// Maps the ring (tracing is off: the caller is start). `None` when
     /// the kernel refuses the mapping.
-    pub(crate) fn new(capacity: u64, rss_threshold: u64) -> Option<FlightRecorder> {
+    /// `age_ms`: drop generations that ended longer ago (0: never).
+    pub(crate) fn new(capacity: u64, rss_threshold: u64, age_ms: u64) -> Option<FlightRecorder> {
         let cap = (capacity as usize).next_multiple_of(4096);
         // A raw syscall, like the buffers' (buffer.rs): an interposer of
         // mmap must not see the tracer's own memory. Not populated: pages
@@ -181,6 +198,8 @@ impl FlightRecorder {
                 complete: 0,
                 newest: 0,
                 dropped: 0,
+                age_ns: age_ms.saturating_mul(1_000_000),
+                ends: [(0, 0); ENDS],
             }),
             dump_at_stop: AtomicBool::new(false),
             dump_after: AtomicU64::new(0),
@@ -203,7 +222,13 @@ impl FlightRecorder {
         let Some((generation, end)) = batch_generation(batch) else {
             return;
         };
-        self.lock().append(generation, end, &[tables, batch]);
+        let mut r = self.lock();
+        r.append(generation, end, &[tables, batch]);
+        if end {
+            let now = crate::clock::mono_ns();
+            r.ends[generation as usize % ENDS] = (generation, now);
+            r.expire(now);
+        }
     }
 
     pub(crate) fn stats(&self) -> FlightStats {
@@ -227,7 +252,8 @@ impl FlightRecorder {
     /// `(0, 0)` for none (the dump is then a header and a trace end).
     /// Allocates nothing; holds the ring's lock while it writes.
     pub(crate) fn dump(&self, out: &Output) -> Result<(u64, u64), i32> {
-        let r = self.lock();
+        let mut r = self.lock();
+        r.expire(crate::clock::mono_ns());
         let (first, last) = r.window();
         out.write_all(
             &FileHeader {
@@ -455,6 +481,22 @@ impl Ring {
         }
     }
 
+    /// With an age: evicts the oldest generations that ended longer than
+    /// the age before `now`, keeping the newest complete one.
+    fn expire(&mut self, now: u64) {
+        if self.age_ns == 0 {
+            return;
+        }
+        loop {
+            let oldest = self.evicted + 1;
+            let (g, ended) = self.ends[oldest as usize % ENDS];
+            if oldest >= self.complete || g != oldest || now.saturating_sub(ended) <= self.age_ns {
+                return;
+            }
+            self.evict(oldest);
+        }
+    }
+
     /// Evicts generation `g` (the oldest kept): marks its records dead and
     /// reclaims the dead records at the head.
     fn evict(&mut self, g: u64) {
@@ -516,7 +558,7 @@ mod tests {
 
     #[test]
     fn the_ring_keeps_the_newest_generations_within_its_size() {
-        let f = FlightRecorder::new(MIN_FLIGHT_RECORDER_BYTES, 0).unwrap();
+        let f = FlightRecorder::new(MIN_FLIGHT_RECORDER_BYTES, 0, 0).unwrap();
         // 40 generations of 10 records of ~20 KiB: 8 MiB through a 1 MiB
         // ring, the next generation's info before each end, as an advance
         // queues them.
@@ -547,8 +589,43 @@ mod tests {
     }
 
     #[test]
+    fn an_age_drops_the_generations_that_ended_before_it_but_the_newest() {
+        let f = FlightRecorder::new(MIN_FLIGHT_RECORDER_BYTES, 0, 1000).unwrap();
+        for g in 1..=4u64 {
+            f.append(&[], &batch(BatchKind::CompactEvents, g, 100));
+            f.append(&[], &batch(BatchKind::GenerationEnd, g, 4));
+        }
+        assert_eq!((f.stats().first, f.stats().last), (1, 4), "all recent");
+        let now = crate::clock::mono_ns() + 10_000_000_000;
+        {
+            let mut r = f.lock();
+            // Generations 1 and 2 ended 3 s before `now`, 3 half a second.
+            r.ends[1] = (1, now - 3_000_000_000);
+            r.ends[2] = (2, now - 3_000_000_000);
+            r.ends[3] = (3, now - 500_000_000);
+            r.ends[4] = (4, now - 5_000_000_000);
+            r.expire(now);
+        }
+        let s = f.stats();
+        assert_eq!((s.first, s.last), (3, 4), "{s:?}");
+        {
+            // The newest complete generation stays, however old.
+            let mut r = f.lock();
+            r.expire(now + 60_000_000_000);
+        }
+        let s = f.stats();
+        assert_eq!((s.first, s.last), (4, 4), "{s:?}");
+        // Without an age nothing is dropped for it.
+        let f = FlightRecorder::new(MIN_FLIGHT_RECORDER_BYTES, 0, 0).unwrap();
+        f.append(&[], &batch(BatchKind::GenerationEnd, 1, 4));
+        f.append(&[], &batch(BatchKind::GenerationEnd, 2, 4));
+        f.lock().expire(u64::MAX);
+        assert_eq!((f.stats().first, f.stats().last), (1, 2));
+    }
+
+    #[test]
     fn a_record_larger_than_the_ring_is_dropped_with_its_generation() {
-        let f = FlightRecorder::new(MIN_FLIGHT_RECORDER_BYTES, 0).unwrap();
+        let f = FlightRecorder::new(MIN_FLIGHT_RECORDER_BYTES, 0, 0).unwrap();
         f.append(&[], &batch(BatchKind::CompactEvents, 1, 100));
         f.append(&[], &batch(BatchKind::GenerationEnd, 1, 4));
         f.append(&[], &batch(BatchKind::CompactEvents, 2, 2 << 20));
