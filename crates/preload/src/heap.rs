@@ -614,6 +614,13 @@ unsafe fn reallocate(
                         }
                         events::sampled::heap_object_alloc(p as usize, usable as u64, 0);
                     }
+                } else if let Some(c) = events::sampling().then(unsampled).flatten() {
+                    // Sampling mode, p not sampled: its free was counted
+                    // (sample_free), and p stays: counted back, as the
+                    // allocation the trace of a sampled p records, so the
+                    // totals stay exact. Not drawn: p stays unsampled.
+                    // SAFETY: p is a live block of the next allocator's.
+                    c.alloc(unsafe { real::malloc_usable_size(p) });
                 }
                 call_event(entry);
             } else if recorded {
