@@ -168,8 +168,9 @@ impl Unsampled {
         c.next.load(Ordering::Relaxed).wrapping_sub(bytes) as i64 > 0
     }
 
-    /// Counts an allocation of `size` bytes that [`skips`](Self::skips)
-    /// let through and that succeeded.
+    /// Counts an allocation of `size` bytes, not sampled: one that
+    /// [`skips`](Self::skips) let through and that succeeded, or a block
+    /// counted back (its free was counted, and it stays).
     #[inline(always)]
     pub fn alloc(self, size: usize) {
         sampling::bump(&self.0.bytes, size as u64);
