@@ -30,6 +30,22 @@
 //! decided so. No call events are written then: the exact counts of
 //! allocations, bytes and frees go in each generation's end instead.
 //!
+//! Sampling mode's fast path: malloc, calloc, realloc and free check the
+//! sampling switch first and, when it is on, go to their `*_sampling`
+//! function, which decides before anything else (`unsampled`: the session
+//! records the heap, the thread's state is below OWN, its countdown and
+//! counts are at hand in one TLS word). An allocation the countdown does
+//! not sample is the next allocator's call and two counts; a free whose
+//! address is certainly not sampled (one load of the set's filter) one
+//! count and the call; a realloc of such a block to a size not sampled
+//! both. Nothing there walks the call stack, enters the boundary or saves
+//! more than two registers: the register capture's values are only
+//! passed on. Everything else (the thread's first call, a sampled
+//! allocation, a free that may be of a sampled object, state OWN or
+//! DISABLED, `realloc(NULL, n)`, `realloc(p, 0)`) takes the traced path
+//! (`*_traced`, out of line), which decides the same. The other modes pay
+//! the switch's load and a jump.
+//!
 //! The arguments go to the next allocator unchanged and its answer (result,
 //! errno, posix_memalign's code) comes back unchanged: the shim checks
 //! nothing the allocator checks, so the program behaves as without it.
@@ -47,9 +63,10 @@
 //! realloc and reallocarray ([`reallocate`]) record a free before the call
 //! and an allocation after it, so they take that branch around the call.
 //!
-//! Hot path: a relaxed load (tracing on?), the real call (a relaxed load of
-//! a cached function pointer and an indirect call), a thread-local state
-//! check and the event; no allocation, no lock, no system call.
+//! Hot path: a relaxed load (sampling?), a relaxed load (tracing on?), the
+//! real call (a relaxed load of a cached function pointer and an indirect
+//! call), a thread-local state check and the event; no allocation, no
+//! lock, no system call.
 //!
 //! The recording runs inside boundary.rs's `event` (no cost unless it
 //! panics): a panic in it never reaches the program, and turns the
@@ -81,6 +98,32 @@ fn recording() -> bool {
 #[inline(always)]
 fn filtering() -> bool {
     state::FILTER.load(Ordering::Relaxed)
+}
+
+/// Sampling mode's fast path, once `events::sampling()` said the session
+/// samples: the thread's countdown and counts when the session records
+/// the heap and the thread's events are recorded
+/// (`reentrancy::get() < OWN`: never in state OWN, whose calls the private
+/// heap serves, nor DISABLED, whose calls count as lost), else `None`.
+#[inline(always)]
+fn unsampled() -> Option<events::Unsampled> {
+    let c = events::unsampled(reentrancy::OWN as usize)?;
+    state::HEAP.load(Ordering::Relaxed).then_some(c)
+}
+
+/// Sampling mode's fast allocation: `next()`, the next allocator's call
+/// for `size` bytes, only counted (when it succeeds), when the thread's
+/// countdown does not sample it: decided before the call, with nothing of
+/// the traced path (register capture's use, boundary, call stack).
+/// `None`: the caller takes the traced path, which decides the same.
+#[inline(always)]
+fn allocate_unsampled(size: usize, next: impl FnOnce() -> *mut c_void) -> Option<*mut c_void> {
+    let c = unsampled().filter(|c| c.skips(size))?;
+    let p = next();
+    if !p.is_null() {
+        c.alloc(size);
+    }
+    Some(p)
 }
 
 /// The call stack of the allocation `p` (null: none was made) when the
@@ -156,13 +199,15 @@ macro_rules! entry {
     };
 }
 
-/// Records an allocation's outcome: alloc of `p` (with call stack `stack`,
-/// 0 for none) when sampled, or a call when it failed.
+/// Records an allocation's outcome, without a call stack: alloc of `p`
+/// when sampled, or a call when it failed. (An allocation with a call
+/// stack goes through [`trace_alloc`], which walks it only once the
+/// allocation is sampled.)
 #[inline(always)]
-fn allocated(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
+fn allocated(entry: EntryPoint, p: *mut c_void, size: usize) {
     record_or_lost(entry, || {
         if p.is_null() || events::sample_alloc(p as usize, size as u64) {
-            record_alloc(entry, p, size, stack)
+            record_alloc(entry, p, size, 0)
         }
     });
 }
@@ -203,13 +248,15 @@ fn record_alloc(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
 fn trace_alloc(entry: EntryPoint, p: *mut c_void, size: usize, start: StartRegs) {
     if recording() {
         // Sampling mode: an allocation not sampled is only counted, before
-        // the boundary and any stack walk (sample_alloc never panics; the
-        // thread's state is checked first, as record_or_lost would). A
-        // session recording everything pays one load and a branch here.
-        if !p.is_null()
-            && events::sampling()
+        // the boundary and any stack walk (sample_alloc_at never panics;
+        // the thread's state is checked first, as record_or_lost would). A
+        // session recording everything pays one load of the sampling
+        // switch and a branch here; a sampling one loads it once.
+        let mean = events::sample_bytes();
+        if mean != 0
+            && !p.is_null()
             && reentrancy::get() < reentrancy::OWN
-            && !events::sample_alloc(p as usize, size as u64)
+            && !events::sample_alloc_at(mean, p as usize, size as u64)
         {
             return;
         }
@@ -255,12 +302,12 @@ fn account(trace: impl FnOnce(), log: impl FnOnce()) {
     }
 }
 
-/// [`account`] for an allocation's outcome: `p` from a call asking for
-/// `size` bytes (null: the call failed), made by call stack `stack`.
+/// [`account`] for an allocation's outcome, without a call stack: `p`
+/// from a call asking for `size` bytes (null: the call failed).
 #[inline(always)]
-fn account_alloc(entry: EntryPoint, p: *mut c_void, size: usize, stack: u64) {
+fn account_alloc(entry: EntryPoint, p: *mut c_void, size: usize) {
     account(
-        || allocated(entry, p, size, stack),
+        || allocated(entry, p, size),
         || early::alloc(p as usize, size),
     );
 }
@@ -294,6 +341,30 @@ entry! {
 }
 
 unsafe extern "C" fn malloc_body(size: usize, ra: u64, sp: u64, bp: u64) -> *mut c_void {
+    if events::sampling() {
+        // SAFETY: the caller's arguments, forwarded.
+        return unsafe { malloc_sampling(size, ra, sp, bp) };
+    }
+    // SAFETY: the caller's arguments, forwarded.
+    unsafe { malloc_traced(size, ra, sp, bp) }
+}
+
+/// malloc in sampling mode: the fast path, else the traced one. The entry
+/// only dispatches, and each path is out of line: the fast path saves few
+/// registers, and the traced path's saves come after the dispatch.
+#[inline(never)]
+unsafe extern "C" fn malloc_sampling(size: usize, ra: u64, sp: u64, bp: u64) -> *mut c_void {
+    // SAFETY: forwarded.
+    if let Some(p) = allocate_unsampled(size, || unsafe { real::malloc(size) }) {
+        return p;
+    }
+    // SAFETY: the caller's arguments, forwarded.
+    unsafe { malloc_traced(size, ra, sp, bp) }
+}
+
+/// malloc's traced path.
+#[inline(never)]
+unsafe extern "C" fn malloc_traced(size: usize, ra: u64, sp: u64, bp: u64) -> *mut c_void {
     allocate(
         EntryPoint::Malloc,
         size,
@@ -314,6 +385,40 @@ entry! {
 }
 
 unsafe extern "C" fn calloc_body(n: usize, size: usize, ra: u64, sp: u64, bp: u64) -> *mut c_void {
+    if events::sampling() {
+        // SAFETY: the caller's arguments, forwarded.
+        return unsafe { calloc_sampling(n, size, ra, sp, bp) };
+    }
+    // SAFETY: the caller's arguments, forwarded.
+    unsafe { calloc_traced(n, size, ra, sp, bp) }
+}
+
+/// calloc in sampling mode (out of line, as malloc's).
+#[inline(never)]
+unsafe extern "C" fn calloc_sampling(
+    n: usize,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
+    // SAFETY: forwarded (an n * size that overflows fails, uncounted).
+    if let Some(p) = allocate_unsampled(n.wrapping_mul(size), || unsafe { real::calloc(n, size) }) {
+        return p;
+    }
+    // SAFETY: the caller's arguments, forwarded.
+    unsafe { calloc_traced(n, size, ra, sp, bp) }
+}
+
+/// calloc's traced path.
+#[inline(never)]
+unsafe extern "C" fn calloc_traced(
+    n: usize,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
     allocate(
         EntryPoint::Calloc,
         n.wrapping_mul(size),
@@ -332,32 +437,82 @@ unsafe extern "C" fn calloc_body(n: usize, size: usize, ra: u64, sp: u64, bp: u6
 pub unsafe extern "C" fn free(p: *mut c_void) {
     if private_heap::contains(p) {
         // SAFETY: a block of the shim's private heap.
-        return unsafe { private_heap::free(p) };
+        return unsafe { free_private(p) };
     }
+    if !p.is_null() && events::sampling() {
+        // SAFETY: forwarded.
+        return unsafe { free_sampling(p) };
+    }
+    // SAFETY: forwarded.
+    unsafe { free_traced(p) }
+}
+
+/// free in sampling mode (out of line, as malloc's): the free of an object
+/// certainly not sampled is only counted, before anything else (nothing
+/// in it panics); the others take the traced path. `p` is not null nor a
+/// block of the private heap.
+#[inline(never)]
+unsafe extern "C" fn free_sampling(p: *mut c_void) {
+    if let Some(c) = unsampled().filter(|c| c.free_skips(p as usize)) {
+        c.free();
+        // SAFETY: forwarded.
+        return unsafe { real::free(p) };
+    }
+    // SAFETY: forwarded.
+    unsafe { free_traced(p) }
+}
+
+/// free of a block of the shim's private heap (out of line, as the
+/// traced path).
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn free_private(p: *mut c_void) {
+    // SAFETY: as the caller's.
+    unsafe { private_heap::free(p) }
+}
+
+/// free's traced path: `p` is not a block of the private heap.
+#[inline(never)]
+unsafe extern "C" fn free_traced(p: *mut c_void) {
     if p.is_null() && reentrancy::get() == reentrancy::OWN {
         // The shim's own free(NULL) (glibc makes two when one of the
         // tracer's threads exits): a no-op, kept from the next allocator
         // (an interposer after the shim counts only the program's calls).
         return;
     }
-    // Sampling mode: the free of an object certainly not sampled is only
-    // counted, before the boundary (free_unsampled never panics). A
-    // session recording everything pays one load and a branch here.
-    let unsampled = !p.is_null()
-        && events::sampling()
-        && recording()
-        && reentrancy::get() < reentrancy::OWN
-        && events::free_unsampled(p as usize);
-    if !unsampled {
-        boundary::event(|| {
-            account(
-                || record_or_lost(EntryPoint::Free, || freed(EntryPoint::Free, p)),
-                || early::free(p as usize),
-            )
-        });
-    }
+    boundary::event(|| {
+        account(
+            || record_or_lost(EntryPoint::Free, || freed(EntryPoint::Free, p)),
+            || early::free(p as usize),
+        )
+    });
     // SAFETY: forwarded.
     unsafe { real::free(p) }
+}
+
+/// Sampling mode's fast realloc: `call(p)`, the next allocator's realloc
+/// of `p` to `size` bytes, only counted (a free and an allocation, when
+/// it succeeds; nothing when it fails and `p` stays), when `p` is
+/// certainly not sampled and the thread's countdown does not sample the
+/// new block. `None`: the caller takes the traced path ([`reallocate`]),
+/// as for `realloc(NULL, n)`, `realloc(p, 0)` and the private heap's
+/// blocks.
+#[inline(always)]
+fn reallocate_unsampled(
+    p: *mut c_void,
+    size: usize,
+    call: impl FnOnce(*mut c_void) -> *mut c_void,
+) -> Option<*mut c_void> {
+    if p.is_null() || size == 0 || private_heap::contains(p) {
+        return None;
+    }
+    let c = unsampled().filter(|c| c.skips(size) && c.free_skips(p as usize))?;
+    let r = call(p);
+    if !r.is_null() {
+        c.free();
+        c.alloc(size);
+    }
+    Some(r)
 }
 
 /// realloc and reallocarray once the size is known: `call(p)` is the next
@@ -459,6 +614,13 @@ unsafe fn reallocate(
                         }
                         events::sampled::heap_object_alloc(p as usize, usable as u64, 0);
                     }
+                } else if let Some(c) = events::sampling().then(unsampled).flatten() {
+                    // Sampling mode, p not sampled: its free was counted
+                    // (sample_free), and p stays: counted back, as the
+                    // allocation the trace of a sampled p records, so the
+                    // totals stay exact. Not drawn: p stays unsampled.
+                    // SAFETY: p is a live block of the next allocator's.
+                    c.alloc(unsafe { real::malloc_usable_size(p) });
                 }
                 call_event(entry);
             } else if recorded {
@@ -486,6 +648,40 @@ entry! {
 }
 
 unsafe extern "C" fn realloc_body(
+    p: *mut c_void,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
+    if events::sampling() {
+        // SAFETY: the caller's arguments, forwarded.
+        return unsafe { realloc_sampling(p, size, ra, sp, bp) };
+    }
+    // SAFETY: the caller's arguments, forwarded.
+    unsafe { realloc_traced(p, size, ra, sp, bp) }
+}
+
+/// realloc in sampling mode (out of line, as malloc's).
+#[inline(never)]
+unsafe extern "C" fn realloc_sampling(
+    p: *mut c_void,
+    size: usize,
+    ra: u64,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
+    // SAFETY: forwarded.
+    if let Some(r) = reallocate_unsampled(p, size, |p| unsafe { real::realloc(p, size) }) {
+        return r;
+    }
+    // SAFETY: the caller's arguments, forwarded.
+    unsafe { realloc_traced(p, size, ra, sp, bp) }
+}
+
+/// realloc's traced path.
+#[inline(never)]
+unsafe extern "C" fn realloc_traced(
     p: *mut c_void,
     size: usize,
     ra: u64,
@@ -534,7 +730,7 @@ unsafe extern "C" fn reallocarray_body(
         None => {
             // SAFETY: forwarded: the allocator's answer and errno.
             let r = unsafe { real::reallocarray(p, n, size) };
-            boundary::event(|| account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size), 0));
+            boundary::event(|| account_alloc(EntryPoint::Reallocarray, r, n.wrapping_mul(size)));
             r
         }
     }

@@ -34,7 +34,7 @@
 //! - fork: the child's next session empties its copy of the set
 //!   ([`start_session`]): the parent's objects are not its trace's.
 
-use core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::address_set::AddressSet;
 use crate::limits::MAX_THREADS;
@@ -72,31 +72,38 @@ pub(crate) static REFUSE_INSERTS: AtomicU64 = AtomicU64::new(0);
 
 /// One slot's countdown and counts. Written by the slot's owner only
 /// (invariant 1).
+///
+/// The countdown carries the byte count: it is `next - bytes` (wrapping),
+/// the bytes left before the next sample (event/sample.rs `Sampler`), so
+/// that an allocation not sampled adds its size to `bytes` and its 1 to
+/// `allocs`, and nothing else.
+#[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct ThreadCounts {
-    /// Bytes left before the next sample (event/sample.rs `Sampler`).
-    pub(crate) left: AtomicI64,
+    /// Heap-object allocations counted, sampled or not, and their bytes.
+    pub(crate) bytes: AtomicU64,
+    pub(crate) allocs: AtomicU64,
+    /// The value of `bytes` at which the next sample falls (`next - bytes`,
+    /// as i64, at most 0: the countdown has expired).
+    pub(crate) next: AtomicU64,
+    /// Heap-object frees counted.
+    pub(crate) frees: AtomicU64,
     /// The countdown's random state; 0 before its first draw.
     pub(crate) rng: AtomicU64,
     /// The thread ID `rng` was seeded for: a new owner of the slot seeds
     /// its own.
     pub(crate) seeded_for: AtomicU64,
-    /// Heap-object allocations counted, sampled or not, and their bytes.
-    pub(crate) allocs: AtomicU64,
-    pub(crate) bytes: AtomicU64,
-    /// Heap-object frees counted.
-    pub(crate) frees: AtomicU64,
 }
 
 impl ThreadCounts {
     #[allow(clippy::declare_interior_mutable_const)]
     const NEW: ThreadCounts = ThreadCounts {
-        left: AtomicI64::new(0),
+        bytes: AtomicU64::new(0),
+        allocs: AtomicU64::new(0),
+        next: AtomicU64::new(0),
+        frees: AtomicU64::new(0),
         rng: AtomicU64::new(0),
         seeded_for: AtomicU64::new(0),
-        allocs: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        frees: AtomicU64::new(0),
     };
 }
 
@@ -149,7 +156,9 @@ pub(crate) fn start_session(sample_bytes: u64, seed: u64) -> bool {
         for slot in thread::used_slots() {
             if let Some(c) = counts_of(slot) {
                 c.seeded_for.store(0, Ordering::Relaxed);
-                c.left.store(0, Ordering::Relaxed);
+                // Expired: the thread's next allocation draws.
+                c.next
+                    .store(c.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
             }
         }
     }

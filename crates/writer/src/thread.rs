@@ -243,9 +243,21 @@ thread_local! {
     static INTERNAL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Sets this thread's slot (the TLS word of [`current`]).
+/// Sets this thread's slot (the TLS word of [`current`]) and, beside it,
+/// its entry of sampling.rs's table (`Word::Counts`). The counts word is
+/// cleared first and set last: a signal handler that finds it set finds
+/// the slot set too, and one that finds it 0 takes the path through the
+/// slot (a handler's own claim in between leaves the two words on two
+/// slots of the thread's, both counted in the sums).
 fn set_current(slot: *const ThreadSlot) {
+    tls::set(Word::Counts, 0);
     tls::set(Word::Slot, slot as usize);
+    // SAFETY: a non-null slot is one of the table's.
+    if let Some(slot) = unsafe { slot.as_ref() } {
+        if let Some(c) = crate::sampling::counts_of(slot) {
+            tls::set(Word::Counts, c as *const _ as usize);
+        }
+    }
 }
 
 /// Every slot that has ever been claimed (some may be free now).

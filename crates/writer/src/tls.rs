@@ -32,13 +32,17 @@ pub enum Word {
     /// the highest, for native stack captures (stacks/capture); 0 unknown.
     StackLo = 2,
     StackHi = 3,
+    /// The calling thread's slot's entry in sampling.rs's table of
+    /// countdowns and counts, or 0: set with `Slot` (thread.rs), so that
+    /// sampling's fast path finds it in one load.
+    Counts = 4,
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
     use super::Word;
 
-    // Four words of static TLS. The symbol is global so that every codegen
+    // Five words of static TLS. The symbol is global so that every codegen
     // unit binds to this one definition, and hidden so that it never leaves
     // the shared object: the shim and liballoctrace.so each have their own.
     core::arch::global_asm!(
@@ -47,9 +51,9 @@ mod imp {
         ".globl alloctrace_writer_tls",
         ".hidden alloctrace_writer_tls",
         ".type alloctrace_writer_tls,@object",
-        ".size alloctrace_writer_tls,32",
+        ".size alloctrace_writer_tls,40",
         "alloctrace_writer_tls:",
-        ".zero 32",
+        ".zero 40",
         ".popsection",
     );
 
@@ -88,6 +92,41 @@ mod imp {
         v
     }
 
+    /// Two words, with one load of the block's offset.
+    #[inline(always)]
+    pub fn get_pair(a: Word, b: Word) -> (usize, usize) {
+        let off = offset();
+        (at(off, a), at(off, b))
+    }
+
+    /// `word`, its place in the block folded into the load.
+    #[inline(always)]
+    fn at(off: usize, word: Word) -> usize {
+        match word {
+            Word::Slot => load::<0>(off),
+            Word::Client => load::<1>(off),
+            Word::StackLo => load::<2>(off),
+            Word::StackHi => load::<3>(off),
+            Word::Counts => load::<4>(off),
+        }
+    }
+
+    #[inline(always)]
+    fn load<const W: usize>(off: usize) -> usize {
+        let v: usize;
+        // SAFETY: as in `get`.
+        unsafe {
+            core::arch::asm!(
+                "mov {v}, qword ptr fs:[{off} + {disp}]",
+                off = in(reg) off,
+                disp = const W * 8,
+                v = out(reg) v,
+                options(nostack, preserves_flags, readonly, pure),
+            );
+        }
+        v
+    }
+
     #[inline(always)]
     pub fn set(word: Word, v: usize) {
         let off = offset() + word as usize * 8;
@@ -109,12 +148,17 @@ mod imp {
     use core::cell::Cell;
 
     thread_local! {
-        static WORDS: [Cell<usize>; 4] = const { [Cell::new(0), Cell::new(0), Cell::new(0), Cell::new(0)] };
+        static WORDS: [Cell<usize>; 5] = const { [const { Cell::new(0) }; 5] };
     }
 
     #[inline(always)]
     pub fn get(word: Word) -> usize {
         WORDS.with(|w| w[word as usize].get())
+    }
+
+    #[inline(always)]
+    pub fn get_pair(a: Word, b: Word) -> (usize, usize) {
+        (get(a), get(b))
     }
 
     #[inline(always)]
@@ -127,6 +171,13 @@ mod imp {
 #[inline(always)]
 pub fn get(word: Word) -> usize {
     imp::get(word)
+}
+
+/// The calling thread's values of `a` and `b` (the block's offset loaded
+/// once).
+#[inline(always)]
+pub fn get_pair(a: Word, b: Word) -> (usize, usize) {
+    imp::get_pair(a, b)
 }
 
 /// Sets the calling thread's value of `word`.

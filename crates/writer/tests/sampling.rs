@@ -3,7 +3,9 @@
 //! allocation site fall within statistical bounds of the exact ones; the
 //! exact totals are recorded; every recorded free has its allocation
 //! (threads that exit while others free their objects included); a
-//! sampled allocation the set refuses is recorded and counted.
+//! sampled allocation the set refuses is recorded and counted; an
+//! interposer's fast path (`events::unsampled`) samples and counts as the
+//! ordinary calls do.
 
 mod common;
 
@@ -112,6 +114,86 @@ fn workload(sites: &[Site]) -> (u64, u64, u64) {
         }
     }
     (allocs, bytes, frees)
+}
+
+/// [`workload`] as an interposer runs it with sampling's fast path
+/// (`events::unsampled`): what the fast path lets through is only counted,
+/// the rest goes through the ordinary calls. Also returns the calls the
+/// fast path took.
+fn workload_fast(sites: &[Site]) -> ((u64, u64, u64), u64) {
+    let fast = || {
+        if events::sampling() {
+            // No client here: its TLS word is 0.
+            events::unsampled(1)
+        } else {
+            None
+        }
+    };
+    let (mut allocs, mut bytes, mut frees, mut taken) = (0, 0, 0, 0);
+    let most = sites.iter().map(|s| s.count).max().unwrap();
+    for i in 0..most {
+        for (k, s) in sites.iter().enumerate() {
+            if i < s.count {
+                let addr = 0x10_0000_0000 * (k + 1) + i as usize * 64;
+                match fast() {
+                    Some(c) if c.skips(s.size as usize) => {
+                        c.alloc(s.size as usize);
+                        taken += 1;
+                    }
+                    _ => events::heap_object_alloc_stack(addr, s.size, 0, s.stack),
+                }
+                allocs += 1;
+                bytes += s.size;
+                if i % 2 == 0 {
+                    match fast() {
+                        Some(c) if c.free_skips(addr) => {
+                            c.free();
+                            taken += 1;
+                        }
+                        _ => events::heap_object_free(addr),
+                    }
+                    frees += 1;
+                }
+            }
+        }
+    }
+    ((allocs, bytes, frees), taken)
+}
+
+#[test]
+fn the_fast_path_samples_and_counts_as_the_ordinary_calls() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let sites = sites();
+    let ordinary = trace_path("ordinary");
+    common::start_to(&ordinary, &config(16 << 10, 11));
+    let (allocs, bytes, frees) = workload(&sites);
+    alloctrace_writer::stop().unwrap();
+    let fast = trace_path("fast");
+    common::start_to(&fast, &config(16 << 10, 11));
+    let (counted, taken) = workload_fast(&sites);
+    alloctrace_writer::stop().unwrap();
+    assert_eq!(counted, (allocs, bytes, frees));
+    let (a, b) = (read(&ordinary), read(&fast));
+    // The same allocations sampled (the countdown carries the same
+    // bytes), every sampled free recorded, the same exact totals.
+    assert!(!a.allocs.is_empty());
+    assert_eq!(a.allocs, b.allocs);
+    assert_eq!(a.frees, b.frees);
+    assert_eq!(b.unknown_frees, 0);
+    let exact = Totals {
+        allocs,
+        alloc_bytes: bytes,
+        frees,
+        sample_overflow: 0,
+    };
+    assert_eq!(a.totals, exact);
+    assert_eq!(b.totals, exact);
+    // Most calls took the fast path.
+    assert!(
+        taken > (allocs + frees) * 9 / 10,
+        "{taken} of {}",
+        allocs + frees
+    );
 }
 
 #[test]

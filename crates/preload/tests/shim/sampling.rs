@@ -2,8 +2,8 @@
 //! --sample-bytes`) on prog_sample, whose allocation sites have known
 //! sizes and counts: with a fixed seed the estimated bytes of each site
 //! fall within statistical bounds of the exact run's; the exact totals
-//! are recorded; no free is unknown, threads that exit while another
-//! frees their sampled objects included.
+//! are recorded (a realloc that fails included); no free is unknown,
+//! threads that exit while another frees their sampled objects included.
 
 use serde_json::Value;
 
@@ -154,4 +154,32 @@ fn every_entry_point_and_fork_under_sampling_leave_no_unknown_free() {
     let s = stats(&case.trace());
     assert!(s.num("heap_object_alloc") > 0);
     assert!(s.num("total_allocs") > s.num("heap_object_alloc"));
+}
+
+#[test]
+fn a_failed_realloc_leaves_the_totals_exact() {
+    // prog_realloc_fail asks 2000 blocks to grow to SIZE_MAX / 2: each
+    // block stays. Whichever way a failure goes (the traced path counts
+    // the free before the call and the block's stay, an allocation, after
+    // it; the fast path counts nothing), a run with the failures differs
+    // from a run without them by as many allocations as frees.
+    let totals = |name: &str, fails: &str| {
+        let case = Case::new(name);
+        let vars = [
+            ("ALLOCTRACE_SAMPLE_BYTES", "64KiB"),
+            ("ALLOCTRACE_SAMPLE_SEED", "5"),
+        ];
+        let rc = case.traced(&vars, &[&prog("prog_realloc_fail"), "2000", fails]);
+        assert_eq!(rc, 0, "{}", case.err_head());
+        let s = stats(&case.trace());
+        assert_eq!(s.num("unknown_free"), 0);
+        (s.num("total_allocs"), s.num("total_frees"))
+    };
+    let (allocs0, frees0) = totals("sample_realloc_ok", "0");
+    let (allocs1, frees1) = totals("sample_realloc_fail", "1");
+    assert!(
+        (0..=2000).contains(&(frees1 - frees0)),
+        "{frees1} - {frees0}"
+    );
+    assert_eq!(allocs1 - allocs0, frees1 - frees0, "allocations and frees");
 }

@@ -10,6 +10,7 @@ use alloctrace_format::EventKind;
 
 use crate::event::emit::{emit, emit_tagged, emit_with_stack};
 use crate::event::sample;
+pub use crate::event::sample::Unsampled;
 
 pub use alloctrace_format::EntryPoint;
 
@@ -99,6 +100,21 @@ pub fn sample_alloc(addr: usize, size: u64) -> bool {
     sample::sample_alloc(addr as u64, size)
 }
 
+/// The running session's mean bytes between sampled allocations, 0 when
+/// it records every allocation: the switch, loaded once, for a caller that
+/// goes on to [`sample_alloc_at`].
+#[inline]
+pub fn sample_bytes() -> u64 {
+    crate::sampling::SAMPLE_BYTES.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// [`sample_alloc`] in a sampling session whose mean `mean` (not 0) the
+/// caller loaded with [`sample_bytes`]: the switch is not loaded again.
+#[inline]
+pub fn sample_alloc_at(mean: u64, addr: usize, size: u64) -> bool {
+    sample::sample_alloc_at(mean, addr as u64, size)
+}
+
 /// Sampling mode: whether the free of the heap object at `addr` is to be
 /// recorded, that is whether its allocation was (it then leaves the set of
 /// sampled addresses, so call it once per free, before the memory goes
@@ -109,14 +125,19 @@ pub fn sample_free(addr: usize) -> bool {
     sample::sample_free(addr as u64)
 }
 
-/// Sampling mode: true when the free of the heap object at `addr` needs
-/// no event, its address certainly not sampled (one load), and then
-/// counts the free; false when not sampling or when it may be sampled,
-/// where the caller goes on to [`sample_free`] (which counts it then). For
-/// an interposer's fast path. Never allocates nor locks.
-#[inline]
-pub fn free_unsampled(addr: usize) -> bool {
-    sample::free_unsampled(addr as u64)
+/// Sampling mode's fast path for an interposer (see [`Unsampled`]), once
+/// [`sampling`] said the session samples: the calling thread's countdown
+/// and counts when the session records,
+/// the thread has its slot and the client's TLS word
+/// ([`crate::tls::Word::Client`], the shim's reentrancy state) is below
+/// `client_below`, else `None`. With it the interposer
+/// decides before anything else ([`Unsampled::skips`],
+/// [`Unsampled::free_skips`]) and only counts what is not sampled; the
+/// rest goes through [`sample_alloc`] and [`sample_free`]. Never
+/// allocates, locks or panics; no system call.
+#[inline(always)]
+pub fn unsampled(client_below: usize) -> Option<Unsampled> {
+    sample::unsampled(client_below)
 }
 
 /// Whether the running session samples (`Config::sample_bytes` > 0).

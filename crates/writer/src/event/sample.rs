@@ -12,15 +12,18 @@
 //! sampled addresses, which it keeps in an [`AddressSet`](crate::AddressSet).
 //!
 //! The event path's part ([`sample_alloc`], [`sample_free`]): a thread's
-//! countdown and exact counts live in sampling.rs's table beside its slot;
-//! an unsampled allocation costs the slot's TLS load, the two counts and
-//! the countdown's subtraction (loads and stores, no locked instruction);
-//! an unsampled free its count and one load of the set's filter.
+//! countdown and exact counts live in sampling.rs's table beside its slot,
+//! the countdown carried by the byte count (`next - bytes`). An
+//! interposer's fast path ([`Unsampled`]) decides first and only counts
+//! what is not sampled: an allocation adds to two counters, a free to one
+//! after one load of the set's filter (loads and stores, no locked
+//! instruction).
 
 use core::sync::atomic::Ordering;
 
 use crate::sampling::{self, ThreadCounts, OVERFLOW, REFUSE_INSERTS, SAMPLED, SAMPLE_BYTES};
 use crate::thread::{self, ThreadSlot};
+use crate::tls::{self, Word};
 
 /// One thread's countdown to its next sampled allocation.
 #[derive(Debug)]
@@ -119,6 +122,77 @@ fn ln(x: f64) -> f64 {
 /// The largest size a countdown subtracts (so it never wraps).
 const MAX_STEP: u64 = i64::MAX as u64 / 2;
 
+/// Sampling mode's fast path for an interposer: the calling thread's
+/// countdown and counts, with which it decides an allocation or a free
+/// before anything else and, when neither is sampled, only counts it.
+/// Everything else (the thread's first event, which claims its slot; an
+/// allocation the countdown samples; a free whose address may be sampled)
+/// goes the ordinary way ([`sample_alloc`], [`sample_free`]), which decides
+/// the same.
+#[derive(Clone, Copy, Debug)]
+pub struct Unsampled(&'static ThreadCounts);
+
+/// [`Unsampled`], for a caller that saw sampling on (`calls::sampling`),
+/// when the session records, the calling thread has its slot and the
+/// client's TLS word (`tls::Word::Client`) is below `client_below`; `None`
+/// otherwise (the ordinary path). The sampling switch is not loaded again:
+/// a session that stops and a full one that starts between the caller's
+/// load and the count would count the call instead of recording it, as
+/// any check of the switch before an event races a stop.
+// Runs inside malloc and free: no allocation, no lock, no panic, no
+// system call.
+#[inline(always)]
+pub(crate) fn unsampled(client_below: usize) -> Option<Unsampled> {
+    if !crate::event::emit::enabled() {
+        return None;
+    }
+    let (counts, client) = tls::get_pair(Word::Counts, Word::Client);
+    if counts == 0 || client >= client_below {
+        return None;
+    }
+    // SAFETY: the counts word holds 0 or the address of an entry of
+    // sampling.rs's static table (thread.rs, `set_current`).
+    Some(Unsampled(unsafe { &*(counts as *const ThreadCounts) }))
+}
+
+impl Unsampled {
+    /// Whether an allocation of `size` bytes is not sampled (the thread's
+    /// countdown does not expire). Nothing is counted: [`alloc`](Self::alloc)
+    /// counts it once it succeeded; when false, [`sample_alloc`] decides
+    /// (the same) and counts. (A size above `i64::MAX / 2`, whose wrapped
+    /// sum may say either, never succeeds, so it is never counted here.)
+    #[inline(always)]
+    pub fn skips(self, size: usize) -> bool {
+        let c = self.0;
+        let bytes = c.bytes.load(Ordering::Relaxed).wrapping_add(size as u64);
+        c.next.load(Ordering::Relaxed).wrapping_sub(bytes) as i64 > 0
+    }
+
+    /// Counts an allocation of `size` bytes, not sampled: one that
+    /// [`skips`](Self::skips) let through and that succeeded, or a block
+    /// counted back (its free was counted, and it stays).
+    #[inline(always)]
+    pub fn alloc(self, size: usize) {
+        sampling::bump(&self.0.bytes, size as u64);
+        sampling::bump(&self.0.allocs, 1);
+    }
+
+    /// Whether the free of `addr` (not null) needs no event: its address is
+    /// certainly not sampled (one load of the set's filter). Nothing is
+    /// counted: [`free`](Self::free) counts it; when false,
+    /// [`sample_free`] decides and counts.
+    #[inline(always)]
+    pub fn free_skips(self, addr: usize) -> bool {
+        SAMPLED.surely_absent(addr as u64)
+    }
+
+    /// Counts a free that [`free_skips`](Self::free_skips) let through.
+    #[inline(always)]
+    pub fn free(self) {
+        sampling::bump(&self.0.frees, 1);
+    }
+}
+
 /// Whether the heap-object allocation of `size` bytes at `addr` is
 /// recorded: always outside sampling mode; in sampling mode, counted in
 /// the thread's exact totals and recorded when the thread's countdown
@@ -132,6 +206,13 @@ pub(crate) fn sample_alloc(addr: u64, size: u64) -> bool {
     if mean == 0 {
         return true;
     }
+    countdown(addr, size, mean, true)
+}
+
+/// [`sample_alloc`] with the session's mean already loaded (`mean`, not
+/// 0), for a caller that checked the switch itself.
+#[inline(always)]
+pub(crate) fn sample_alloc_at(mean: u64, addr: u64, size: u64) -> bool {
     countdown(addr, size, mean, true)
 }
 
@@ -161,22 +242,6 @@ pub(crate) fn sample_free(addr: u64) -> bool {
     SAMPLED.remove(addr)
 }
 
-/// Sampling mode's fast free: true when the free of `addr` needs no
-/// event, its address certainly not sampled (one load of the set's
-/// filter), and then counts it; false otherwise (not sampling, or `addr`
-/// may be sampled: [`sample_free`] decides and counts).
-// Runs inside free: no allocation, no lock, no panic.
-#[inline(always)]
-pub(crate) fn free_unsampled(addr: u64) -> bool {
-    if SAMPLE_BYTES.load(Ordering::Relaxed) == 0 || !SAMPLED.surely_absent(addr) {
-        return false;
-    }
-    if let Some(c) = thread::current_or_claim().and_then(sampling::counts_of) {
-        sampling::bump(&c.frees, 1);
-    }
-    true
-}
-
 #[inline(always)]
 fn countdown(addr: u64, size: u64, mean: u64, count: bool) -> bool {
     let Some(slot) = thread::current_or_claim() else {
@@ -185,16 +250,22 @@ fn countdown(addr: u64, size: u64, mean: u64, count: bool) -> bool {
     let Some(c) = sampling::counts_of(slot) else {
         return false;
     };
-    if count {
+    // An allocation counts its bytes, which takes the countdown down with
+    // them; an object that existed only takes the countdown down.
+    let left = if count {
         sampling::bump(&c.allocs, 1);
-        sampling::bump(&c.bytes, size);
-    }
-    let left = c
-        .left
-        .load(Ordering::Relaxed)
-        .wrapping_sub(size.min(MAX_STEP) as i64);
-    c.left.store(left, Ordering::Relaxed);
-    if left > 0 {
+        let bytes = c.bytes.load(Ordering::Relaxed).wrapping_add(size);
+        c.bytes.store(bytes, Ordering::Relaxed);
+        c.next.load(Ordering::Relaxed).wrapping_sub(bytes)
+    } else {
+        let next = c
+            .next
+            .load(Ordering::Relaxed)
+            .wrapping_sub(size.min(MAX_STEP));
+        c.next.store(next, Ordering::Relaxed);
+        next.wrapping_sub(c.bytes.load(Ordering::Relaxed))
+    };
+    if left as i64 > 0 && size <= MAX_STEP {
         return false;
     }
     sampled(slot, c, addr, size, mean)
@@ -212,13 +283,15 @@ fn sampled(slot: &ThreadSlot, c: &ThreadCounts, addr: u64, size: u64, mean: u64)
         rng = 0;
         c.seeded_for.store(id, Ordering::Relaxed);
     }
+    let bytes = c.bytes.load(Ordering::Relaxed);
     let mut s = Sampler {
-        left: c.left.load(Ordering::Relaxed),
+        left: c.next.load(Ordering::Relaxed).wrapping_sub(bytes) as i64,
         rng,
     };
     let seed = thread_seed(sampling::SAMPLE_SEED.load(Ordering::Relaxed), id);
     let taken = s.crossed(size, mean, seed);
-    c.left.store(s.left, Ordering::Relaxed);
+    c.next
+        .store(bytes.wrapping_add(s.left as u64), Ordering::Relaxed);
     c.rng.store(s.rng, Ordering::Relaxed);
     if !taken {
         return false;
