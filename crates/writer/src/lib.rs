@@ -80,6 +80,16 @@ pub use stacks::capture;
 pub use clock::{ClockKind, COARSE_PERIOD};
 #[cfg(not(loom))]
 pub use event::emit::enabled;
+
+/// Whether the calling thread is one of the tracer's own (the writer,
+/// the advancer, the control thread): its allocations are not the
+/// program's, and its events are never recorded. For a global allocator
+/// that counts allocations itself (the `alloctrace` crate's
+/// `TracingAlloc`). Never allocates.
+#[inline]
+pub fn on_internal_thread() -> bool {
+    thread::is_internal()
+}
 #[cfg(not(loom))]
 pub use session::channel::request_from_signal as request_snapshot_from_signal;
 #[cfg(not(loom))]

@@ -1,4 +1,4 @@
-//! `alloctrace export FILE... --format pprof|chrome|parquet -o OUT`: the
+//! `alloctrace export FILE... --format pprof|chrome|parquet|dhat -o OUT`: the
 //! traces in other tools' formats (docs/EXPORT.md).
 //!
 //! Every format is a visitor of one pass over the traces given
@@ -6,6 +6,7 @@
 //! stacks shared.
 
 mod chrome;
+mod dhat;
 mod parquet;
 pub(crate) mod pprof;
 
@@ -29,6 +30,8 @@ pub enum Format {
     Chrome,
     /// A directory of Parquet tables: allocation lifetimes, stacks, frames, modules, types (DuckDB, Spark, Trino).
     Parquet,
+    /// DHAT's JSON (dhatFileVersion 2), for DHAT's viewer (dh_view.html).
+    Dhat,
 }
 
 #[derive(clap::Args, Debug)]
@@ -91,6 +94,7 @@ fn check_output(args: &Args) -> Result<(), Failure> {
         }
         Format::Pprof => check_one_file_output(out, "pprof")?,
         Format::Chrome => check_one_file_output(out, "chrome")?,
+        Format::Dhat => check_one_file_output(out, "dhat")?,
     }
     Ok(())
 }
@@ -115,7 +119,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let inputs = inputs(&args.files)?;
     let written = match args.format {
         Format::Parquet => files_in(&args.output, &parquet::TABLES),
-        Format::Pprof | Format::Chrome => vec![args.output.clone()],
+        Format::Pprof | Format::Chrome | Format::Dhat => vec![args.output.clone()],
     };
     refuse_inputs(&written, &inputs, "choose another -o")?;
     match args.format {
@@ -142,6 +146,20 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             }
             let proto = pprof::build(&profile, &pass.stacks, &mut resolver, &times);
             write_output(&args.output, |out| pprof::write(&proto, out))
+        }
+        Format::Dhat => {
+            let mut visitor = Both(
+                Both(Profile::new(Breakdowns::default()), Summary::new()),
+                dhat::Lifetimes::default(),
+            );
+            let pass = run_pass(&inputs, &mut visitor)?;
+            let Both(Both(profile, summary), lifetimes) = visitor;
+            if let Some(line) = crate::answers::sampled_line(profile.sampling()) {
+                eprint!("{line}");
+            }
+            let mut resolver = args.symbols.resolver(&inputs);
+            let doc = dhat::build(&profile, &lifetimes, &summary, &pass.stacks, &mut resolver);
+            write_output(&args.output, |out| dhat::write(&doc, out))
         }
         Format::Chrome => {
             let mut visitor = Both(

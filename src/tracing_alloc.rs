@@ -1,0 +1,181 @@
+//! [`TracingAlloc`]: a `#[global_allocator]` wrapper that records every
+//! allocation and free of a Rust program, for programs that cannot use
+//! the LD_PRELOAD shim (static musl binaries, programs with the
+//! jemallocator or mimalloc crates).
+//!
+//! ## Design
+//!
+//! Each call forwards to the wrapped allocator and, while tracing is on,
+//! records the event on the same path as the shim: the sampling decision
+//! first (one load outside sampling mode), then the call stack from the
+//! calling frame (the tracer's capture, which never allocates), then the
+//! event into the thread's buffer. Outside a session a call is the inner
+//! allocator's plus one load.
+//!
+//! ## Invariants
+//!
+//! 1. A free is recorded before the block goes back to the inner
+//!    allocator, an allocation after it came out: otherwise another
+//!    thread could be handed the same address and record its allocation
+//!    before this free.
+//! 2. A thread already inside a recording (an allocation made by the
+//!    tracer's code on the program's thread) forwards only: [`ENTERED`].
+//!    The tracer's own threads are never recorded (their events have no
+//!    thread slot) nor counted in [`HeapStats`](crate::HeapStats).
+//!
+//! ## Corner cases
+//!
+//! - A failed reallocation leaves the old block live: its free, recorded
+//!   first (invariant 1), is followed by its allocation again.
+//! - Blocks allocated before `start` and freed during the session are
+//!   frees of unknown blocks in the trace (`check` counts them apart).
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::cell::Cell;
+
+use alloctrace_writer::capture::{self, StackMode};
+use alloctrace_writer::events;
+
+use crate::heap_stats;
+
+thread_local! {
+    /// Set while this thread records an event (invariant 2). Const
+    /// initialised and without a destructor: usable in any thread state,
+    /// also while its thread-locals are torn down.
+    static ENTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A global allocator that forwards to `A` and records each call in the
+/// running trace, with its call stack. Before [`Tracer::start`] and after
+/// its guard drops it only forwards.
+///
+/// ```
+/// use std::alloc::System;
+///
+/// #[global_allocator]
+/// static ALLOC: alloctrace::TracingAlloc<System> = alloctrace::TracingAlloc::new(System);
+///
+/// # fn main() -> Result<(), alloctrace::Error> {
+/// # let path = std::env::temp_dir().join(format!("tracing-alloc-doc-{}.trace", std::process::id()));
+/// let guard = alloctrace::Tracer::new().path(&path).start()?;
+/// let words: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+/// assert_eq!(words.len(), 100);
+/// drop(guard); // stops tracing and flushes the trace
+/// assert!(std::fs::metadata(&path).unwrap().len() > 0);
+/// # std::fs::remove_file(&path).ok();
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`Tracer::start`]: crate::Tracer::start
+pub struct TracingAlloc<A> {
+    inner: A,
+}
+
+impl<A> TracingAlloc<A> {
+    /// Wraps `inner`; `const`, for a `static`.
+    pub const fn new(inner: A) -> TracingAlloc<A> {
+        TracingAlloc { inner }
+    }
+
+    /// The wrapped allocator.
+    pub const fn inner(&self) -> &A {
+        &self.inner
+    }
+}
+
+/// Runs `f` unless this thread is already recording (invariant 2).
+#[inline(always)]
+fn once_per_thread(f: impl FnOnce()) {
+    let entered = ENTERED.with(|e| e.replace(true));
+    if !entered {
+        f();
+        ENTERED.with(|e| e.set(false));
+    }
+}
+
+/// Records the allocation of `size` bytes at `ptr`, with the stack of the
+/// caller of the `GlobalAlloc` method that called this.
+#[inline(never)]
+fn record_alloc(ptr: *mut u8, size: usize) {
+    if !alloctrace_writer::enabled() || alloctrace_writer::on_internal_thread() {
+        return;
+    }
+    once_per_thread(|| {
+        heap_stats::count_alloc(size as u64);
+        let addr = ptr as usize;
+        // In sampling mode an allocation not sampled costs no capture.
+        if !events::sample_alloc(addr, size as u64) {
+            return;
+        }
+        if capture::mode() != StackMode::None {
+            // From this function's caller: the GlobalAlloc method, or
+            // with inlining (release builds, LTO) `__rust_alloc` or the
+            // allocating function itself. A fixed deeper skip would drop
+            // the program's own frame where the allocator's are inlined.
+            let stack = capture::capture_stack_or_lost(1);
+            events::sampled::heap_object_alloc_stack(addr, size as u64, 0, stack);
+        } else {
+            events::sampled::heap_object_alloc(addr, size as u64, 0);
+        }
+    });
+}
+
+/// Records the free of the block of `size` bytes at `ptr`.
+#[inline(never)]
+fn record_free(ptr: *mut u8, size: usize) {
+    if !alloctrace_writer::enabled() || alloctrace_writer::on_internal_thread() {
+        return;
+    }
+    once_per_thread(|| {
+        heap_stats::count_free(size as u64);
+        events::heap_object_free(ptr as usize);
+    });
+}
+
+// SAFETY: every method forwards to `inner` with the caller's arguments,
+// so the contract of GlobalAlloc holds as it holds for `A`; the recording
+// around the calls never allocates through this allocator (invariant 2)
+// and never unwinds.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for TracingAlloc<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { self.inner.alloc(layout) };
+        if !ptr.is_null() {
+            record_alloc(ptr, layout.size());
+        }
+        ptr
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { self.inner.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            record_alloc(ptr, layout.size());
+        }
+        ptr
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        record_free(ptr, layout.size());
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        record_free(ptr, layout.size());
+        // SAFETY: the caller's contract, passed on.
+        let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
+        if new.is_null() {
+            // The old block stays (corner cases).
+            record_alloc(ptr, layout.size());
+        } else {
+            record_alloc(new, new_size);
+        }
+        new
+    }
+}
