@@ -202,7 +202,10 @@ pub(super) fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     // so a repeated stack costs no CFI step at all. A few more addresses
     // than the limit, to see own frames dropped by address and still keep
     // `depth` of the program's.
-    let walked_skip = skip.min(8);
+    // As many as the memo's room allows: a walk longer than the memo
+    // (the default depth, 64, plus 4, is its whole room) goes without it,
+    // a full CFI walk every time.
+    let walked_skip = skip.min(8).min(MEMO_DEPTH.saturating_sub(depth + 4));
     let out = &mut state.frames[..depth + 4 + walked_skip];
     let (len, walk_truncated, shared) = if out.len() <= MEMO_DEPTH {
         let w = capture_dwarf_memo(
