@@ -79,7 +79,12 @@ pub struct HeapStats {
 }
 
 impl HeapStats {
-    /// The counters now.
+    /// The counters now (all 0 without a `TracingAlloc` or a trace).
+    ///
+    /// ```
+    /// let s = alloctrace::HeapStats::now();
+    /// assert!(s.peak_bytes >= s.live_bytes);
+    /// ```
     pub fn now() -> HeapStats {
         HeapStats {
             live_bytes: LIVE_BYTES.load(Ordering::Relaxed).max(0) as u64,

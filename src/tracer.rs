@@ -218,6 +218,11 @@ impl Tracer {
     }
 
     /// The session's configuration as it stands, for what has no method.
+    ///
+    /// ```
+    /// let tracer = alloctrace::Tracer::new().sample_bytes(4096);
+    /// assert_eq!(tracer.config().sample_bytes, 4096);
+    /// ```
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -273,6 +278,13 @@ pub struct TracerGuard {
 impl TracerGuard {
     /// Stops tracing, writes what is left and closes the trace; the first
     /// write error, if any (the trace is then cut short).
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("stop-doc-{}.trace", std::process::id()));
+    /// let guard = alloctrace::Tracer::new().path(&path).start().unwrap();
+    /// guard.stop().expect("the trace is complete");
+    /// # std::fs::remove_file(&path).ok();
+    /// ```
     pub fn stop(mut self) -> Result<(), Error> {
         self.stopped = true;
         alloctrace_writer::stop()

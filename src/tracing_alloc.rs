@@ -74,11 +74,21 @@ pub struct TracingAlloc<A> {
 
 impl<A> TracingAlloc<A> {
     /// Wraps `inner`; `const`, for a `static`.
+    ///
+    /// ```
+    /// static ALLOC: alloctrace::TracingAlloc<std::alloc::System> =
+    ///     alloctrace::TracingAlloc::new(std::alloc::System);
+    /// ```
     pub const fn new(inner: A) -> TracingAlloc<A> {
         TracingAlloc { inner }
     }
 
     /// The wrapped allocator.
+    ///
+    /// ```
+    /// let alloc = alloctrace::TracingAlloc::new(std::alloc::System);
+    /// let _system: &std::alloc::System = alloc.inner();
+    /// ```
     pub const fn inner(&self) -> &A {
         &self.inner
     }
