@@ -84,7 +84,8 @@ pub use event::emit::enabled;
 pub use session::crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
 pub use session::lifecycle::{
-    advance, flight_recorder_write, flight_stats, start, start_with, stop, stop_at_exit,
+    advance, flight_recorder_write, flight_stats, snapshot_write, start, start_with, stop,
+    stop_at_exit,
 };
 #[cfg(not(loom))]
 pub use session::meta::{written_totals, WrittenTotals};

@@ -23,6 +23,7 @@ use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, STREAMS};
 use crate::writer::flight::{FlightRecorder, FlightStats, GENERATIONS_PER_RING};
 use crate::writer::output::Output;
+use crate::writer::snapshot::SnapshotBytes;
 use crate::writer::{self, Writer};
 
 /// Runs `f` as a lifecycle call: refuses re-entry from the snapshot callback
@@ -152,7 +153,7 @@ pub fn start_with(
         let channel = if crate::session::channel::disabled() {
             None
         } else {
-            crate::session::channel::spawn(&session, advance).ok()
+            crate::session::channel::spawn(&session, snapshot_bytes).ok()
         };
 
         SHARED
@@ -277,6 +278,57 @@ pub fn flight_recorder_write(out: &Output) -> Result<(u64, u64), Error> {
     }
     let flight = session.writer.flight.as_ref().ok_or(Error::NotStarted)?;
     flight.dump(out).map_err(Error::Io)
+}
+
+/// What the running program has live now, and where it was allocated:
+/// the writer thread's live table (writer/live.rs) written as a snapshot
+/// trace (writer/snapshot.rs) to `out`. The current generation is ended
+/// first (as an advance), so the snapshot holds every event up to this
+/// call. In sampling mode the table is the sampled set: the snapshot's
+/// info batch carries `sample_bytes`, and readers show estimates.
+///
+/// Callable from any thread but the writer's and a snapshot callback,
+/// the control thread included; never from a signal handler (it waits
+/// and allocates). The program's threads never wait for it.
+///
+/// Errors: `NotStarted` without a session, `BadConfig` in flight-recorder
+/// mode or with the live table off (`ALLOCTRACE_LIVE_TABLE=off`), `Busy`
+/// from the snapshot callback, `Io` when writing fails (`EIO` when the
+/// writer thread could not make the snapshot).
+pub fn snapshot_write(out: &Output) -> Result<(), Error> {
+    let bytes = snapshot_bytes()?;
+    out.write_all(bytes.as_slice()).map_err(Error::Io)
+}
+
+/// [`snapshot_write`]'s snapshot trace, in memory of the tracer's own.
+pub(crate) fn snapshot_bytes() -> Result<SnapshotBytes, Error> {
+    // The writer thread answers: it must not be the one waiting.
+    if IN_CONTROL.with(|c| c.get()) || writer::on_writer_thread() {
+        return Err(Error::Busy);
+    }
+    let session = {
+        let control = CONTROL.lock().unwrap_or_else(|p| p.into_inner());
+        control.session.clone().ok_or(Error::NotStarted)?
+    };
+    if session.writer.flight.is_some() {
+        return Err(Error::BadConfig(
+            "flight-recorder mode keeps no live table: use trace_flight_recorder_write",
+        ));
+    }
+    if !session.writer.snapshot.enabled {
+        return Err(Error::BadConfig(
+            "the live table is off (ALLOCTRACE_LIVE_TABLE=off)",
+        ));
+    }
+    let wanted = SHARED.generation.load(Ordering::Acquire);
+    advance_session(Some(&session))?;
+    crate::writer::snapshot::ask(
+        &session.writer.snapshot,
+        wanted,
+        || session.writer.thread.is_done(),
+        || session.writer.wake(),
+    )
+    .map_err(|_| Error::Io(libc::EIO))
 }
 
 /// The flight recorder's accounting, when the running session has one.
