@@ -296,12 +296,17 @@ pub fn flight_recorder_write(out: &Output) -> Result<(u64, u64), Error> {
 /// from the snapshot callback, `Io` when writing fails (`EIO` when the
 /// writer thread could not make the snapshot).
 pub fn snapshot_write(out: &Output) -> Result<(), Error> {
-    let bytes = snapshot_bytes()?;
+    snapshot_write_bytes(out, &snapshot_bytes()?)
+}
+
+/// Writes a snapshot trace [`snapshot_bytes`] made to `out`.
+pub fn snapshot_write_bytes(out: &Output, bytes: &SnapshotBytes) -> Result<(), Error> {
     out.write_all(bytes.as_slice()).map_err(Error::Io)
 }
 
-/// [`snapshot_write`]'s snapshot trace, in memory of the tracer's own.
-pub(crate) fn snapshot_bytes() -> Result<SnapshotBytes, Error> {
+/// [`snapshot_write`]'s snapshot trace, in memory of the tracer's own,
+/// for a caller that checks the session before it opens its output.
+pub fn snapshot_bytes() -> Result<SnapshotBytes, Error> {
     // The writer thread answers: it must not be the one waiting.
     if IN_CONTROL.with(|c| c.get()) || writer::on_writer_thread() {
         return Err(Error::Busy);
