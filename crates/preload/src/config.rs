@@ -18,6 +18,7 @@
 //! | `ALLOCTRACE_SAMPLE_SEED` | unset | a testing aid: the sampling countdowns' seed (a number), so a deterministic program samples the same allocations every run |
 //! | `ALLOCTRACE_FLIGHT_RECORDER` | unset | flight-recorder mode: the ring's size, 1MiB to 1TiB (`KiB`/`MiB`/`GiB` suffixes); the trace file gets a dump on a fatal signal or `ALLOCTRACE_DUMP_ON_RSS`, nothing at a normal exit |
 //! | `ALLOCTRACE_DUMP_ON_RSS` | unset | with the flight recorder: dump once when the process's RSS reaches this size |
+//! | `ALLOCTRACE_LIVE_TABLE` | `on` | `off` (or `0`): the writer thread keeps no live table, and `alloctrace snapshot` is refused; for measuring the table's cost (read by the writer core, crates/writer/src/writer/live.rs) |
 //! | `ALLOCTRACE_CHECK_STACKS` | `0` | `1`: a testing aid: every stack walk is checked against two reference walks (alloctrace-writer's capture check mode), with a `check-stacks:` summary on stderr when the session ends |
 //!
 //! The grammar of every value is the alloctrace-options crate's, which

@@ -163,8 +163,11 @@ pub(crate) fn disabled_by_env() -> bool {
     std::env::var_os("ALLOCTRACE_LIVE_TABLE").is_some_and(|v| v == "off" || v == "0")
 }
 
+/// The slot a probe starts from (any bits: the caller masks them), from
+/// the product's high bits (its low ones depend on the key's low bits
+/// only).
 fn hash(memory: u64, addr: u64) -> usize {
-    ((addr >> 4) ^ memory.rotate_right(2)).wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize
+    (((addr >> 4) ^ memory.rotate_right(2)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 29) as usize
 }
 
 fn shift_of(v: u64) -> u32 {
@@ -379,8 +382,8 @@ impl LiveTable {
         }
         let m = memory as u64;
         let mut reuse = None;
-        let mut i = hash(m, addr);
-        for _ in 0..self.cap {
+        let start = hash(m, addr) & (self.cap - 1);
+        for i in start..start + self.cap {
             let s = self.slot(i);
             let state = s.meta & 3;
             if state == EMPTY {
@@ -392,7 +395,6 @@ impl LiveTable {
             if state == TOMB && reuse.is_none() && self.expired(s.meta) {
                 reuse = Some(i & (self.cap - 1));
             }
-            i += 1;
         }
         reuse.map(|r| (r, false))
     }
