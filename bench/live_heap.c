@@ -11,7 +11,7 @@
  * with when they began, are the program's stalls. Prints one JSON line,
  * {"steps": S, "gaps": [[start_ns, length_ns], ...]}, the 32 longest,
  * longest first, and exits 0. */
-#define _GNU_SOURCE
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,9 +19,9 @@
 //!
 //! The table is open-addressed (linear probing) in memory of the tracer's
 //! own (reserved.rs: anonymous mappings, never the program's malloc), 40
-//! bytes a slot, at most half full: it is rebuilt, twice as large when it
-//! needs to be, when it passes half its slots. Only the writer thread
-//! touches it; nothing on the program's threads knows it exists.
+//! bytes a slot, at most half used: past that it is rebuilt, with four
+//! times as many slots as it keeps, so at most a quarter full after. Only the writer
+//! thread touches it; nothing on the program's threads knows it exists.
 //!
 //! ## Order
 //!
@@ -32,10 +32,16 @@
 //! (generation, then ticks). So each slot keeps the (generation, tick) of
 //! the last event applied at its address, and an event older than that is
 //! dropped: the newest event at an address decides, in any arrival order.
+//!
 //! A free leaves a *tomb* with its key, so that an older allocation
-//! arriving later stays dead; a tomb of generation `g` is kept until the
-//! writer has passed the end of `g` (then every event of `g` and before
-//! is in) and is reused or dropped after.
+//! arriving later stays dead: whether or not it found an allocation, since
+//! another thread's allocation between the one it found and itself may
+//! still be on its way. A tomb of generation `g` is kept until the writer
+//! has passed the end of `g` (then every event of `g` and before is in),
+//! then reused by the next address that needs a slot on its probe, or
+//! dropped by a rebuild. So the table holds the live objects and one tomb
+//! per address freed in the open generations (a program's allocator
+//! reuses its addresses, so these are far fewer than its frees).
 //!
 //! ## Invariants
 //!
@@ -47,10 +53,18 @@
 //! 3. An event applies only if its (generation, tick) is not older than
 //!    its slot's. Otherwise arrival order would decide what is live.
 //!
+//! ## Corner case
+//!
+//! An allocation at a live address (a missed free) replaces it, as in the
+//! analysis pass, when it is the newer; an older one arriving later is
+//! dropped.
+//!
 //! ## Cost
 //!
 //! One decode per event on the writer thread, one probe per allocation and
-//! free; 80 to 160 bytes of the tracer's memory per live object.
+//! free; 80 to 160 bytes of the tracer's memory per live object (its
+//! 40-byte slot, the table a quarter to half used), more while a rebuild
+//! copies it.
 //! `ALLOCTRACE_LIVE_TABLE=off` turns the table off (and with it
 //! `snapshot`), to measure it: bench/README.md has the figures.
 
@@ -86,7 +100,7 @@ pub(crate) struct LiveObject {
 
 /// A slot: five words. `meta` packs the state (bits 0-1), the memory
 /// (bits 2-3), exists (bit 4), the generation of the last event applied
-/// (bits 5-31) and the stack ID (bits 32-63); `tick` is that event's.
+/// (bits 6-31) and the stack ID (bits 32-63); `tick` is that event's.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 struct Slot {
@@ -102,13 +116,18 @@ const _: () = assert!(SLOT_LEN == 40);
 
 const EMPTY: u64 = 0;
 const LIVE: u64 = 1;
+/// Freed: kept until the writer has passed the end of its generation (an
+/// older event at the address may still arrive until then).
 const TOMB: u64 = 2;
 const EXISTS: u64 = 1 << 4;
-/// Bits 5-31 of `meta`: the generation of the last event, modulo 2^27
+/// Bits 6-31 of `meta`: the generation of the last event, modulo 2^26
 /// (compared as a difference, so wrapping is harmless).
-const GEN_SHIFT: u32 = 5;
-const GEN_MASK: u64 = (1 << 27) - 1;
+const GEN_SHIFT: u32 = 6;
+const GEN_MASK: u64 = (1 << 26) - 1;
+const GEN_HALF: u64 = 1 << 25;
 
+/// The most a table is filled (used slots over slots) before a rebuild.
+const MAX_LOAD: (usize, usize) = (1, 2);
 /// The first table's slots.
 const FIRST_SLOTS: usize = 1 << 16;
 /// The most slots a table may have (4 GiB of address space); past it,
@@ -239,7 +258,7 @@ impl LiveTable {
         let gen = (meta >> GEN_SHIFT) & GEN_MASK;
         let ended = self.ended & GEN_MASK;
         // gen <= ended, on the wrapping 27-bit circle.
-        (ended.wrapping_sub(gen) & GEN_MASK) < (1 << 26)
+        (ended.wrapping_sub(gen) & GEN_MASK) < GEN_HALF
     }
 
     /// Takes in the batches laid back to back in `bytes` (one full
@@ -392,7 +411,7 @@ impl LiveTable {
             if s.addr == addr && (s.meta >> 2) & 3 == m {
                 return Some((i & (self.cap - 1), true));
             }
-            if state == TOMB && reuse.is_none() && self.expired(s.meta) {
+            if reuse.is_none() && state == TOMB && self.expired(s.meta) {
                 reuse = Some(i & (self.cap - 1));
             }
         }
@@ -408,7 +427,7 @@ impl LiveTable {
             key.1 < s.tick
         } else {
             // The event's generation is before the slot's.
-            diff >= 1 << 26
+            diff >= GEN_HALF
         }
     }
 
@@ -422,10 +441,10 @@ impl LiveTable {
 
     /// The slot for `(memory, addr)`: its own if the table has one
     /// (`true`), else a free one, the table rebuilt first when it would
-    /// pass half its slots; `None` when there is no room at all.
+    /// pass [`MAX_LOAD`]; `None` when there is no room at all.
     fn slot_for(&mut self, memory: Memory, addr: u64) -> Option<(usize, bool)> {
         if let Some((i, found)) = self.find(memory, addr) {
-            if found || self.slot(i).meta & 3 == TOMB || self.used < self.cap / 2 {
+            if found || self.slot(i).meta & 3 != EMPTY || !self.too_full() {
                 return Some((i, found));
             }
         }
@@ -433,6 +452,11 @@ impl LiveTable {
             return None;
         }
         self.find(memory, addr)
+    }
+
+    /// Whether one more used slot would pass the table's load bound.
+    fn too_full(&self) -> bool {
+        (self.used + 1) * MAX_LOAD.1 > self.cap * MAX_LOAD.0
     }
 
     fn alloc(&mut self, object: LiveObject, key: (u64, u64)) {
@@ -478,7 +502,10 @@ impl LiveTable {
         if before == EMPTY {
             self.used += 1;
         }
-        // A tomb: an older allocation arriving later stays dead.
+        // A tomb, whether the free found its allocation or not: until the
+        // generation's end, an older allocation at the address may still
+        // arrive (another thread's, between the one it found and this
+        // free), and must stay dead.
         let object = LiveObject {
             memory,
             addr,
@@ -610,6 +637,90 @@ mod tests {
         // A later generation is newer whatever its ticks.
         t.free(Memory::Heap, 0x1000, (2, 1));
         assert_eq!(t.len(), 1);
+    }
+
+    /// Late allocations stay dead when their free, or a later one, came
+    /// first; an address freed and reused over and over takes one slot.
+    #[test]
+    fn late_allocations_stay_dead_when_their_free_came_first() {
+        let mut t = LiveTable::new();
+        // Thread B frees a1's object, reuses the address and frees it
+        // again, all before thread A's a1 arrives.
+        t.free(Memory::Heap, 0x2000, (1, 20));
+        t.alloc(heap(0x2000, 8, 1), (1, 30));
+        t.free(Memory::Heap, 0x2000, (1, 40));
+        t.alloc(heap(0x2000, 8, 1), (1, 10));
+        assert!(live(&t).is_empty());
+        // The older free arrives while the newer allocation is live.
+        t.alloc(heap(0x3000, 8, 1), (1, 30));
+        t.free(Memory::Heap, 0x3000, (1, 20));
+        t.free(Memory::Heap, 0x3000, (1, 40));
+        t.alloc(heap(0x3000, 8, 1), (1, 10));
+        assert!(live(&t).is_empty());
+        // In order, a free leaves no tomb: the slot is reused at once.
+        t.generation_ended(1);
+        let used = t.used;
+        for i in 0..1000 {
+            t.alloc(heap(0x4000, 8, 1), (2, 2 * i));
+            t.free(Memory::Heap, 0x4000, (2, 2 * i + 1));
+        }
+        assert!(
+            t.used <= used + 1,
+            "{} slots for one address",
+            t.used - used
+        );
+    }
+
+    /// Threads alloc and free a few addresses (each free after its
+    /// allocation, as a program's are), their batches arrive interleaved
+    /// in any order, one thread's in order: the table ends as the events
+    /// applied in time order do, generation after generation.
+    #[test]
+    fn any_arrival_order_gives_the_time_order_answer() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..200 {
+            let mut t = LiveTable::new();
+            let mut truth: std::collections::BTreeMap<u64, u64> = Default::default();
+            let mut tick = 0;
+            for generation in 1..=3u64 {
+                // Per thread: its events, in its order.
+                let mut threads: Vec<Vec<(bool, u64, u64)>> = vec![Vec::new(); 3];
+                for _ in 0..60 {
+                    tick += 1;
+                    let addr = 0x1000 + next(6) * 16;
+                    let thread = next(3) as usize;
+                    let free = truth.contains_key(&addr);
+                    if free {
+                        truth.remove(&addr);
+                    } else {
+                        truth.insert(addr, tick);
+                    }
+                    threads[thread].push((free, addr, tick));
+                }
+                // Batches of 1 to 8 events from a random thread at a time.
+                while threads.iter().any(|q| !q.is_empty()) {
+                    let q = &mut threads[next(3) as usize];
+                    let n = (next(8) as usize + 1).min(q.len());
+                    for (free, addr, tick) in q.drain(..n) {
+                        if free {
+                            t.free(Memory::Heap, addr, (generation, tick));
+                        } else {
+                            t.alloc(heap(addr, tick, 1), (generation, tick));
+                        }
+                    }
+                }
+                t.generation_ended(generation);
+                let got: Vec<(u64, u64)> = live(&t).iter().map(|&(a, s, _)| (a, s)).collect();
+                let want: Vec<(u64, u64)> = truth.iter().map(|(&a, &s)| (a, s)).collect();
+                assert_eq!(got, want, "round {round}, generation {generation}");
+            }
+        }
     }
 
     #[test]

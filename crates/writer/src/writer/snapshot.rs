@@ -232,10 +232,45 @@ pub(crate) fn build(table: &LiveTable, generation: u64) -> Result<SnapshotBytes,
         out.batch(BatchKind::Process, generation, 0, ticks, &table.process);
     }
 
-    // The stacks the live objects use, with their ancestors.
+    // One pass over the table: an event per live object, into batches of
+    // their own (they go after the stacks), and the stacks they use, with
+    // their ancestors.
+    let shift = |v: u64| exact_log2(v).unwrap_or(0);
+    let (page_shift, heap_shift, stack_shift) =
+        (shift(page), shift(heap_align), shift(stack_align));
+    let mut events_out = SnapshotBytes::new();
+    let mut events = Body::new(BatchKind::CompactEvents, generation, 1, ticks);
+    let mut deltas = IdDeltas::default();
+    let mut event = [0u8; MAX_EVENT_LEN];
     let mut used = vec![0u64; MAX_NODES.div_ceil(64)];
     let mut any_stack = false;
-    table.for_each(|o| {
+    table.for_each(|o: LiveObject| {
+        let kind = match (o.memory, o.exists, o.stack != 0) {
+            (Memory::Heap, true, _) => EventKind::HeapObjectExists,
+            (Memory::Heap, false, true) => EventKind::HeapObjectAllocStack,
+            (Memory::Heap, false, false) => EventKind::HeapObjectAlloc,
+            (Memory::Span, true, _) => EventKind::SpanExists,
+            (Memory::Span, false, true) => EventKind::SpanAllocStack,
+            (Memory::Span, false, false) => EventKind::SpanAlloc,
+            (Memory::Stack, true, _) => EventKind::StackExists,
+            (Memory::Stack, false, _) => EventKind::StackAlloc,
+        };
+        let align = match kind.address_class() {
+            AddressClass::Span => page_shift,
+            AddressClass::Stack => stack_shift,
+            _ => heap_shift,
+        };
+        let (flags, first, second) = match short_form(kind, o.addr, o.size, min_heap_addr, align) {
+            Some((id, arg1)) => (0, deltas.encode(kind.address_class(), id), arg1),
+            None => (LONG_FORM, o.addr, o.size),
+        };
+        let args = [first, second, o.type_id, u64::from(o.stack), 0];
+        let n = encode_event(&mut event, kind, flags, 0, args);
+        events.bytes.extend_from_slice(&event[..n]);
+        if events.full(&mut events_out) {
+            // A new batch: its deltas start from 0.
+            deltas = IdDeltas::default();
+        }
         let mut id = o.stack as usize;
         while id > 0 && id < MAX_NODES && used[id / 64] & (1 << (id % 64)) == 0 {
             used[id / 64] |= 1 << (id % 64);
@@ -312,42 +347,10 @@ pub(crate) fn build(table: &LiveTable, generation: u64) -> Result<SnapshotBytes,
     });
     types.flush(&mut out);
 
-    // One event per live object.
-    let shift = |v: u64| exact_log2(v).unwrap_or(0);
-    let (page_shift, heap_shift, stack_shift) =
-        (shift(page), shift(heap_align), shift(stack_align));
-    let mut events = Body::new(BatchKind::CompactEvents, generation, 1, ticks);
-    let mut deltas = IdDeltas::default();
-    let mut event = [0u8; MAX_EVENT_LEN];
-    table.for_each(|o: LiveObject| {
-        let kind = match (o.memory, o.exists, o.stack != 0) {
-            (Memory::Heap, true, _) => EventKind::HeapObjectExists,
-            (Memory::Heap, false, true) => EventKind::HeapObjectAllocStack,
-            (Memory::Heap, false, false) => EventKind::HeapObjectAlloc,
-            (Memory::Span, true, _) => EventKind::SpanExists,
-            (Memory::Span, false, true) => EventKind::SpanAllocStack,
-            (Memory::Span, false, false) => EventKind::SpanAlloc,
-            (Memory::Stack, true, _) => EventKind::StackExists,
-            (Memory::Stack, false, _) => EventKind::StackAlloc,
-        };
-        let align = match kind.address_class() {
-            AddressClass::Span => page_shift,
-            AddressClass::Stack => stack_shift,
-            _ => heap_shift,
-        };
-        let (flags, first, second) = match short_form(kind, o.addr, o.size, min_heap_addr, align) {
-            Some((id, arg1)) => (0, deltas.encode(kind.address_class(), id), arg1),
-            None => (LONG_FORM, o.addr, o.size),
-        };
-        let args = [first, second, o.type_id, u64::from(o.stack), 0];
-        let n = encode_event(&mut event, kind, flags, 0, args);
-        events.bytes.extend_from_slice(&event[..n]);
-        if events.full(&mut out) {
-            // A new batch: its deltas start from 0.
-            deltas = IdDeltas::default();
-        }
-    });
-    events.flush(&mut out);
+    events.flush(&mut events_out);
+    out.push(events_out.as_slice());
+    out.failed |= events_out.failed;
+    drop(events_out);
 
     let end = ClockPair::now();
     let end_ticks = end.ticks.max(ticks + 1);
