@@ -182,11 +182,15 @@ pub(crate) fn disabled_by_env() -> bool {
     std::env::var_os("ALLOCTRACE_LIVE_TABLE").is_some_and(|v| v == "off" || v == "0")
 }
 
-/// The slot a probe starts from (any bits: the caller masks them), from
-/// the product's high bits (its low ones depend on the key's low bits
-/// only).
+/// The slot a probe starts from (any bits: the caller masks them). The
+/// 16 granules of 16 bytes (malloc's) of each 256-byte block of addresses
+/// get 16 neighbouring slots, so neighbouring small objects, which a
+/// program tends to allocate and free together, share cache lines of the
+/// table; the blocks themselves (and the kinds of memory) are spread by a
+/// multiplicative hash, so runs of used slots stay short.
 fn hash(memory: u64, addr: u64) -> usize {
-    (((addr >> 4) ^ memory.rotate_right(2)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 29) as usize
+    let block = (addr >> 8) ^ (memory << 58);
+    (((block.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 24) << 4) | ((addr >> 4) & 15)) as usize
 }
 
 fn shift_of(v: u64) -> u32 {
