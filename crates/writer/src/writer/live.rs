@@ -336,7 +336,9 @@ impl LiveTable {
                 return;
             };
             ticks = ticks.wrapping_add(e.time_delta);
-            let class = e.kind.address_class();
+            // The kind's row, read once (each property method reads it).
+            let spec = e.kind.spec();
+            let class = spec.class;
             let shift = match class {
                 AddressClass::Span => bases.page_shift,
                 AddressClass::HeapObject => bases.heap_shift,
@@ -365,17 +367,13 @@ impl LiveTable {
                 }
                 EventKind::Call => {}
                 kind => {
-                    let size = if kind.size_as_log2() && !e.long_form() {
+                    let size = if spec.size_as_log2 && !e.long_form() {
                         1u64.checked_shl(e.args[1] as u32).unwrap_or(0)
                     } else {
                         e.args[1]
                     };
-                    let type_id = if kind.arg_count() >= 3 { e.args[2] } else { 0 };
-                    let stack = if kind.has_stack() {
-                        e.args[3] as u32
-                    } else {
-                        0
-                    };
+                    let type_id = if spec.args.len() >= 3 { e.args[2] } else { 0 };
+                    let stack = if spec.stack { e.args[3] as u32 } else { 0 };
                     let exists = matches!(
                         kind,
                         EventKind::HeapObjectExists
