@@ -376,7 +376,7 @@ BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -
                 $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION) \
                 $(if $(shell grep -l trace_stack_capture $(HEADER) 2>/dev/null),-DBENCH_HAVE_STACK_CAPTURE)
 BENCH_BINS   := $(addprefix $(BUILD)/bench/,libbenchnoop.so event_cost advance workload workload_capi \
-                libcount.so librdtsc.so librecord.so librecord_coarse.so stack_capture threads_rss)
+                libcount.so librdtsc.so librecord.so librecord_coarse.so stack_capture threads_rss live_heap)
 
 .PHONY: bench
 bench: all $(BENCH_BINS)
@@ -416,6 +416,11 @@ $(BUILD)/bench/workload: bench/workload.c bench/bench.h
 $(BUILD)/bench/threads_rss: bench/threads_rss.c bench/bench.h
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) $< -lpthread -o $@
+
+# A program with many live objects, for `alloctrace snapshot` (issue 22).
+$(BUILD)/bench/live_heap: bench/live_heap.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) $< -o $@
 
 # The same workload recording its own calls through the C API.
 $(BUILD)/bench/workload_capi: bench/workload.c bench/bench.h $(HEADER) $(LIB_SO)

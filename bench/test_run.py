@@ -208,6 +208,14 @@ class Parsing(unittest.TestCase):
         rss = {("none", 3): 1000, ("full", 3): 1300, ("none", 9): 2000, ("full", 9): 2700}
         self.assertEqual(bench.rss_per_thread(rss, 3, 9), (700, 300, 700 / 9, 400 / 6))
 
+    def test_a_stall_during_the_snapshot_is_a_gap_that_overlaps_it(self):
+        gaps = [[100, 50], [400, 30], [10, 5], [290, 20]]
+        # [300, 350]: the gap from 290 overlaps; 400 starts after; 100 and
+        # 10 end before.
+        self.assertEqual(bench.stall_during(gaps, 300, 350), (20, 50))
+        self.assertEqual(bench.stall_during(gaps, 1000, 2000), (0, 50))
+        self.assertEqual(bench.stall_during([], 0, 1), (0, 0))
+
     def test_bench_only_groups(self):
         saved = bench.ONLY
         try:

@@ -339,6 +339,39 @@ enum trace_result trace_advance(void);
 enum trace_result trace_flight_recorder_write(const char *path, int fd);
 
 /**
+ * Writes what is live now, and where it was allocated, as a snapshot
+ * trace (docs/FORMAT.md; docs/C-API.md, "Snapshots"): one generation
+ * holding an event per live allocation (heap objects, spans, stacks)
+ * with its call stack, the stacks they use and the type table, which
+ * every reading command accepts (`alloctrace leaks`, `top`, `export
+ * --format pprof`). It comes from the live table the writer thread keeps
+ * from the events it moves, not from the trace: its cost follows what is
+ * live. In sampling mode the table is the sampled set, and the snapshot
+ * carries `sample_bytes`, so readers show estimates.
+ *
+ * Writes to `path`, created with mode 0600 (an existing file is
+ * truncated, a symlink refused), or, when `path` is NULL, to the
+ * descriptor `fd`, at its current offset (not closed). The current
+ * generation is ended first, as `trace_advance` would, so the snapshot
+ * holds every event recorded before the call. Tracing goes on.
+ *
+ * Returns TRACE_ERR_NULL_ARGUMENT when `path` is NULL and `fd` negative,
+ * TRACE_ERR_NOT_STARTED when tracing is off, TRACE_ERR_BAD_CONFIG in
+ * flight-recorder mode (no live table: use
+ * `trace_flight_recorder_write`) or with the table turned off
+ * (`ALLOCTRACE_LIVE_TABLE=off`), TRACE_ERR_IO when the file cannot be
+ * created or written (the detail says why), TRACE_ERR_BUSY from the
+ * snapshot callback. `path` is only read during the call. Any thread,
+ * several at once (they take turns); not from inside malloc nor a signal
+ * handler: it waits for threads inside event calls and for the writer
+ * thread, and allocates.
+ *
+ * # Safety
+ * `path` is NULL or a NUL-terminated string.
+ */
+enum trace_result trace_snapshot_write(const char *path, int fd);
+
+/**
  * Flushes the calling thread's buffers now, as its exit would. Harmless
  * when tracing is off. May be called from inside malloc.
  */

@@ -9,6 +9,7 @@
  * and exits 0. Synchronised by files
  * only. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,31 @@ static int nkept;
 __attribute__((noinline)) static void site_a(void) { kept[nkept++] = malloc(1000); }
 __attribute__((noinline)) static void site_b(void) { kept[nkept++] = malloc(5000); }
 __attribute__((noinline)) static void site_c(void) { kept[nkept++] = malloc(3000); }
+
+static void *volatile churned[100];
+static volatile int churn_ready;
+
+__attribute__((noinline)) static void site_t(int i) { churned[i] = malloc(123); }
+
+/* Allocates site_t's blocks, then stays until the process exits. */
+static void *churn_thread(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 100; i++) site_t(i);
+    __atomic_store_n(&churn_ready, 1, __ATOMIC_RELEASE);
+    for (;;) pause();
+    return NULL;
+}
+
+static void churn(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, churn_thread, NULL) != 0) exit(4);
+    while (!__atomic_load_n(&churn_ready, __ATOMIC_ACQUIRE)) usleep(1000);
+    for (int i = 0; i < 100; i++) free(churned[i]);
+    for (int i = 0; i < 300000; i++) {
+        void *volatile p = malloc(16 + i % 200);
+        free(p);
+    }
+}
 
 static void write_pid(const char *path) {
     char tmp[4096];
@@ -42,16 +68,18 @@ static void wait_for(const char *path, pid_t parent) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: live READY_FILE [close] [fork]\n");
+        fprintf(stderr, "usage: live READY_FILE [close] [fork] [churn]\n");
         return 2;
     }
-    int do_close = 0, do_fork = 0;
+    int do_close = 0, do_fork = 0, do_churn = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "close")) do_close = 1;
         if (!strcmp(argv[i], "fork")) do_fork = 1;
+        if (!strcmp(argv[i], "churn")) do_churn = 1;
     }
     if (do_close)
         for (int fd = 3; fd < 65536; fd++) close(fd);
+    if (do_churn) churn();
     for (int i = 0; i < 4; i++) free(malloc(777));
     for (int i = 0; i < 3; i++) site_a();
     for (int i = 0; i < 2; i++) site_b();

@@ -95,6 +95,18 @@ pub enum AskError {
 /// Sends `request` to the socket at `path` and returns the answer's
 /// payload as `key value` lines (unknown keys kept).
 pub fn ask(found: &Found, request: &str) -> Result<BTreeMap<String, String>, AskError> {
+    let payload = ask_raw(found, request, control::MAX_PAYLOAD)?;
+    let text = String::from_utf8_lossy(&payload);
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
+}
+
+/// Sends `request` to the socket at `path` and returns the answer's
+/// payload as it is, refused when it says it is longer than `max`.
+pub fn ask_raw(found: &Found, request: &str, max: u64) -> Result<Vec<u8>, AskError> {
     let mut stream = match UnixStream::connect(&found.path) {
         Ok(s) => s,
         Err(e)
@@ -126,19 +138,22 @@ pub fn ask(found: &Found, request: &str) -> Result<BTreeMap<String, String>, Ask
     let (word, rest) = status.split_once(' ').unwrap_or((status, ""));
     match word {
         control::OK => {
-            let len: usize = rest
+            let len: u64 = rest
                 .parse()
                 .ok()
-                .filter(|&n| n <= control::MAX_PAYLOAD)
+                .filter(|&n| n <= max)
                 .ok_or_else(|| AskError::Io(format!("a bad answer: {status:?}")))?;
-            let mut payload = vec![0u8; len];
-            reader.read_exact(&mut payload).map_err(io)?;
-            let text = String::from_utf8_lossy(&payload);
-            Ok(text
-                .lines()
-                .filter_map(|l| l.split_once(' '))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect())
+            // Read as it comes, not allocated up front at the length the
+            // process claims.
+            let mut payload = Vec::new();
+            reader.take(len).read_to_end(&mut payload).map_err(io)?;
+            if payload.len() as u64 != len {
+                return Err(AskError::Io(format!(
+                    "the answer ended after {} of its {len} bytes",
+                    payload.len()
+                )));
+            }
+            Ok(payload)
         }
         control::ERROR => Err(AskError::Refused(rest.to_string())),
         "" => Err(AskError::Io(
@@ -171,11 +186,21 @@ pub fn find(pid: u32) -> Result<Found, Failure> {
 /// `ask`, with its errors as the command's.
 pub fn ask_pid(pid: u32, request: &str) -> Result<BTreeMap<String, String>, Failure> {
     let found = find(pid)?;
-    ask(&found, request).map_err(|e| match e {
+    ask(&found, request).map_err(|e| ask_failure(pid, e))
+}
+
+/// `ask_raw`, with its errors as the command's.
+pub fn ask_pid_raw(pid: u32, request: &str, max: u64) -> Result<Vec<u8>, Failure> {
+    let found = find(pid)?;
+    ask_raw(&found, request, max).map_err(|e| ask_failure(pid, e))
+}
+
+fn ask_failure(pid: u32, e: AskError) -> Failure {
+    match e {
         AskError::Stale => Failure::Io(format!(
             "process {pid} no longer answers (its control socket is stale: the process ended without removing it)"
         )),
         AskError::Refused(why) => Failure::Io(format!("process {pid}: {why}")),
         AskError::Io(why) => Failure::Io(format!("process {pid}: {why}")),
-    })
+    }
 }

@@ -2,18 +2,17 @@
 //! what a running traced process has live now, and where it was
 //! allocated, asked through its control socket (control.rs).
 //!
-//! The process ends its current generation and answers once its trace
-//! file holds it: the trace's path, that generation, and the byte count
-//! of the trace's first bytes that hold it (whole batches;
-//! crates/writer/src/session/channel.rs). Those bytes are read as a trace
-//! cut there (no truncation warning: the cut is the point), and what was
-//! live at the cut is written: a pprof heap profile whose `inuse_*`
-//! samples are the live objects (the `alloc_*` ones everything allocated
-//! until then), or JSON.
+//! The process ends its current generation and answers, once its writer
+//! thread has moved it, with a snapshot trace written from the writer
+//! thread's live table (crates/writer/src/writer/snapshot.rs): one
+//! generation holding an event per live object and the call stacks they
+//! use. It is read as any trace, and what it holds live is written: a
+//! pprof heap profile whose `inuse_*` samples are the live objects (and
+//! so are its `alloc_*` ones: a snapshot knows nothing of what was freed),
+//! or JSON. Its cost grows with what is live, not with the trace's length,
+//! and the trace need not be a regular file.
 
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{BufReader, Read};
 use std::path::PathBuf;
 
 use alloctrace_analysis::{Both, Breakdowns, Pass, Profile, Summary};
@@ -73,29 +72,32 @@ pub fn save(args: &SaveArgs) -> Result<(), Failure> {
 
 pub fn run(args: &Args) -> Result<(), Failure> {
     check_one_file_output(&args.output, "snapshot")?;
-    let answer = crate::control::ask_pid(args.pid, words::SNAPSHOT)?;
-    let field = |key: &str| {
-        answer
-            .get(key)
-            .cloned()
-            .ok_or_else(|| Failure::Io(format!("process {}: no {key} in its answer", args.pid)))
+    let trace =
+        crate::control::ask_pid_raw(args.pid, words::SNAPSHOT, words::MAX_SNAPSHOT_PAYLOAD)?;
+    let bad = |e: &dyn std::fmt::Display| {
+        Failure::Io(format!(
+            "process {}: its snapshot does not read as a trace: {e}",
+            args.pid
+        ))
     };
-    let trace = PathBuf::from(field(words::KEY_TRACE)?);
-    let bytes: u64 = field(words::KEY_BYTES)?
-        .parse()
-        .map_err(|_| Failure::Io(format!("process {}: a bad byte count", args.pid)))?;
-    let generation: u64 = field(words::KEY_GENERATION)?.parse().unwrap_or(0);
-    let file = File::open(&trace)
-        .map_err(|e| Failure::Io(format!("cannot open {}: {e}", trace.display())))?;
-    let source: Box<dyn Read + Send> = Box::new(file.take(bytes));
-    let mut reader = TraceReader::new(BufReader::with_capacity(64 * 1024, source))
-        .map_err(|e| Failure::Io(format!("cannot read {}: {e}", trace.display())))?;
+    let generation = snapshot_generation(&trace).unwrap_or(0);
+    let mut reader = TraceReader::new(&trace[..]).map_err(|e| bad(&e))?;
+    // The sidecar of symbols next to the trace, if the process's trace
+    // is a file that has one (written when recording ends).
+    let sidecar_of: Vec<Input> = crate::control::ask_pid(args.pid, words::INFO)
+        .ok()
+        .and_then(|info| info.get(words::KEY_TRACE).cloned())
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+        .map(|p| Input::file(&p))
+        .into_iter()
+        .collect();
     let mut pass = Pass::new();
     let mut visitor = Both(Profile::new(Breakdowns::default()), Summary::new());
     pass.run(&mut reader, &mut visitor, |_| {})
         .map_err(Failure::from)?;
     let Both(profile, summary) = visitor;
-    let mut resolver = args.symbols.resolver(&[Input::file(&trace)]);
+    let mut resolver = args.symbols.resolver(&sidecar_of);
     match args.format {
         Format::Pprof => {
             let times = pprof::Times::of(&summary);
@@ -130,4 +132,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             write_output(&args.output, |out| out.write_all(text.as_bytes()))
         }
     }
+}
+
+/// The generation a snapshot trace holds (the process's generation the
+/// snapshot ended): its first batch's, after the file header.
+fn snapshot_generation(trace: &[u8]) -> Option<u64> {
+    let mut pos = alloctrace_format::FILE_HEADER_LEN + alloctrace_format::BATCH_PREFIX_LEN;
+    alloctrace_format::get_uvarint(trace, &mut pos).ok()
 }

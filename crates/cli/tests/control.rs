@@ -4,6 +4,10 @@
 //! - a known program (c_tests/control/live.c: 3 blocks of 1000 bytes at
 //!   site_a, 2 of 5000 at site_b, 4 of 777 freed) is listed by `ps` and
 //!   its snapshot holds exactly those live blocks, by site;
+//! - after a long trace with nothing of it live (frees of another
+//!   thread's blocks reaching the writer before their allocations
+//!   among them), the snapshot holds exactly those live blocks, from the
+//!   writer thread's live table, even with the trace file removed;
 //! - one that closes every descriptor and forks keeps answering, and so
 //!   does its child (a socket of its own);
 //! - a stale socket (a dead process's) is skipped and removed by `ps`,
@@ -42,6 +46,7 @@ fn live() -> &'static Path {
                 "-Werror",
                 "-O1",
                 "-g",
+                "-pthread",
                 src.to_str().unwrap(),
                 "-o",
                 out.to_str().unwrap(),
@@ -92,6 +97,8 @@ impl Running {
         let ready = dir.path("ready");
         let child = record_command()
             .env("XDG_RUNTIME_DIR", run)
+            // Full mode keeps the live table only when asked.
+            .env("ALLOCTRACE_LIVE_TABLE", "on")
             .arg("--no-report")
             .arg("-o")
             .arg(dir.path("%p.trace"))
@@ -250,6 +257,32 @@ fn ps_lists_the_program_and_its_snapshot_holds_exactly_its_live_blocks() {
         sockets(&dir)
     );
     assert!(ps(&dir).is_empty());
+}
+
+#[test]
+fn a_long_trace_with_few_live_blocks_snapshots_exactly_them_even_with_its_file_removed() {
+    let dir = Scratch::new("churn");
+    let mut running = Running::start(&dir, &["churn"]);
+    let pid = running.pid();
+    // 600,000 events before these: rotated away, as logs are (the
+    // snapshot does not read the trace).
+    std::fs::remove_file(dir.path(&format!("{pid}.trace"))).unwrap();
+    let (sites, _, _) = snapshot(&dir, pid);
+    // The thread's own (its stack's mapping, the C library's calloc of
+    // its thread data) is live too, as it should be.
+    let program: Vec<_> = sites
+        .into_iter()
+        .filter(|(function, ..)| function.starts_with("site_"))
+        .collect();
+    assert_eq!(
+        program,
+        vec![
+            ("site_a".to_string(), 3, 3000),
+            ("site_b".to_string(), 2, 10000)
+        ],
+        "site_t's blocks were freed on another thread"
+    );
+    running.finish();
 }
 
 #[test]

@@ -31,10 +31,14 @@ pub const SOCKET_SUFFIX: &str = ".sock";
 /// Request: who the process is. Payload keys: [`KEY_PID`],
 /// [`KEY_COMMAND`], [`KEY_MODE`], [`KEY_TRACE`].
 pub const INFO: &str = "info";
-/// Request: make what is live now readable. The process ends its current
-/// generation and answers once the trace file holds it: [`KEY_TRACE`],
-/// [`KEY_GENERATION`] (the last generation of the snapshot) and
-/// [`KEY_BYTES`] (the trace's first bytes that hold it, whole batches).
+/// Request: what is live now, and where it was allocated. The process
+/// ends its current generation and, once its writer thread has moved it,
+/// answers with a *snapshot trace* as the payload (binary, not `key
+/// value` lines): a trace of its own (file header, one generation
+/// numbered as the one ended, an event per live object, the call stacks
+/// they use, the trace end) written from the writer thread's live table.
+/// Its length may pass [`MAX_PAYLOAD`]: a client accepts up to
+/// [`MAX_SNAPSHOT_PAYLOAD`] for it.
 pub const SNAPSHOT: &str = "snapshot";
 /// Request: write the flight recorder's generations (answered with an
 /// error outside flight-recorder mode).
@@ -47,8 +51,11 @@ pub const ERROR: &str = "error";
 
 /// The longest request line, newline included.
 pub const MAX_REQUEST: usize = 256;
-/// The longest answer payload a client accepts.
-pub const MAX_PAYLOAD: usize = 1 << 20;
+/// The longest answer payload a client accepts (but for [`SNAPSHOT`]).
+pub const MAX_PAYLOAD: u64 = 1 << 20;
+/// The longest snapshot trace a client accepts: read as it comes, never
+/// allocated up front.
+pub const MAX_SNAPSHOT_PAYLOAD: u64 = 1 << 36;
 
 /// Payload key: the process ID.
 pub const KEY_PID: &str = "pid";
@@ -60,10 +67,6 @@ pub const KEY_MODE: &str = "mode";
 /// Payload key: the trace's path (`/proc/PID/fd` names it; a pipe or a
 /// socket reads as `pipe:[N]` or `socket:[N]`).
 pub const KEY_TRACE: &str = "trace";
-/// Payload key: a generation.
-pub const KEY_GENERATION: &str = "generation";
-/// Payload key: a byte count.
-pub const KEY_BYTES: &str = "bytes";
 
 /// Mode: every event, with call stacks.
 pub const MODE_FULL: &str = "full";

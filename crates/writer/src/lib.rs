@@ -96,7 +96,8 @@ pub use session::channel::request_from_signal as request_snapshot_from_signal;
 pub use session::crash::{flush_for_fatal_signal, FatalFlush};
 #[cfg(not(loom))]
 pub use session::lifecycle::{
-    advance, flight_recorder_write, flight_stats, start, start_with, stop, stop_at_exit,
+    advance, flight_recorder_write, flight_stats, snapshot_bytes, snapshot_write,
+    snapshot_write_bytes, start, start_with, stop, stop_at_exit,
 };
 #[cfg(not(loom))]
 pub use session::meta::{written_totals, WrittenTotals};
@@ -111,6 +112,8 @@ pub use writer::flight::{FlightStats, MAX_FLIGHT_RECORDER_BYTES, MIN_FLIGHT_RECO
 pub use writer::late::late_event;
 #[cfg(not(loom))]
 pub use writer::output::Output;
+#[cfg(not(loom))]
+pub use writer::snapshot::SnapshotBytes;
 
 #[cfg(loom)]
 pub use handshake::{heavy_barrier, SeqLock};

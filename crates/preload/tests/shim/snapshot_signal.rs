@@ -85,3 +85,43 @@ fn snapshot_signal_off_or_without_control_ends_the_process_as_untraced() {
         assert_eq!(code, 0, "{name}: check: {}", head(&out, 3));
     }
 }
+
+#[test]
+fn snapshot_signal_in_sampling_mode_writes_the_live_heap_beside_the_trace() {
+    let case = Case::new("snapshot_signal_sampling");
+    let dir = case.dir().display().to_string();
+    let prog = prog("prog_snapshot_signal");
+    // One byte between samples: every allocation is sampled.
+    let rc = case.traced(
+        &[("ALLOCTRACE_SAMPLE_BYTES", "1")],
+        &[&prog, "dfl", &dir, ".snapshot-1.trace"],
+    );
+    assert_eq!(rc, 0, "stderr: {}", case.err_head());
+    let snapshot = case.trace().replace(".trace", ".snapshot-1.trace");
+    let (code, out) = check(&snapshot);
+    assert_eq!(code, 0, "check {snapshot}: {}", head(&out, 3));
+    let s = stats(&snapshot);
+    assert!(
+        s.num("live_objects") >= 100 && s.num("live_bytes") >= 400_000,
+        "the 100 live blocks of 4000 bytes: {:?}",
+        (s.num("live_objects"), s.num("live_bytes"))
+    );
+}
+
+#[test]
+fn snapshot_signal_in_full_mode_without_a_live_table_ends_the_process_as_untraced() {
+    let case = Case::new("snapshot_signal_full");
+    let dir = case.dir().display().to_string();
+    let prog = prog("prog_snapshot_signal");
+    let rc = case.traced(&[], &[&prog, "dfl", &dir, ".never"]);
+    assert_eq!(rc, KILLED_BY_USR2, "stderr: {}", case.err_head());
+    let case = Case::new("snapshot_signal_full_table");
+    let dir = case.dir().display().to_string();
+    let rc = case.traced(
+        &[("ALLOCTRACE_LIVE_TABLE", "on")],
+        &[&prog, "dfl", &dir, ".snapshot-1.trace"],
+    );
+    assert_eq!(rc, 0, "stderr: {}", case.err_head());
+    let snapshot = case.trace().replace(".trace", ".snapshot-1.trace");
+    assert_eq!(check(&snapshot).0, 0);
+}

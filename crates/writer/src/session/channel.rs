@@ -19,14 +19,14 @@
 //! high number, close-on-exec, and is checked before each use
 //! (socket.rs invariant 3).
 //!
-//! A snapshot (what is live now and where it was allocated) is read from
-//! the trace itself: the thread ends the current generation, waits until
-//! the trace file holds it whole ([`Writer::in_file`]), and answers the
-//! trace's path, that generation and the byte count that holds it. The
-//! `alloctrace` command reads those first bytes, which are a trace cut at
-//! a batch boundary, as any cut trace. So the program's threads pay
-//! nothing (no live table on the event path, none on the writer thread),
-//! and the command pays a read of the trace so far.
+//! A snapshot (what is live now and where it was allocated) comes from
+//! the writer thread's live table (writer/live.rs): the thread ends the
+//! current generation, asks the writer thread for the table as a snapshot
+//! trace once it has moved that generation (writer/snapshot.rs), and
+//! answers with that trace as the payload. So the program's threads pay
+//! nothing (the table is kept on the writer thread, from the batches it
+//! moves), the trace need not be a regular file, and the command's work
+//! is in proportion to what is live, not to the trace's length.
 //!
 //! A snapshot signal (SIGUSR2 under the shim, [`request_from_signal`])
 //! only raises a flag: the handler may run inside malloc, on any thread.
@@ -51,27 +51,21 @@
 //!   file removed: the socket is made again; if that fails, the thread
 //!   gives up (no socket) and tracing goes on.
 //! - `ALLOCTRACE_CONTROL=off` (or `0`): no control thread, no socket.
-//!
-//! [`Writer::in_file`]: crate::writer::Writer::in_file
 
 use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alloctrace_format::control;
 
 use crate::session::socket::{self, Connection, Listener};
 use crate::session::Session;
-use crate::shared::SHARED;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
+use crate::writer::snapshot::SnapshotBytes;
 
 /// How long the thread waits for a connection before it checks its socket
 /// (socket.rs invariant 3) and its exit flag; stop wakes it at once.
 const POLL_MS: i32 = 500;
-
-/// How long a snapshot waits for the writer thread to write its
-/// generation out.
-const SNAPSHOT_WAIT: Duration = Duration::from_secs(30);
 
 /// What the control thread and the rest of the session tell each other.
 pub(crate) struct ChannelSignals {
@@ -128,11 +122,14 @@ pub(crate) fn forked_child() {
 /// (lifecycle starts this thread; importing it back would make a cycle).
 #[derive(Clone, Copy)]
 pub(crate) struct Hooks {
-    /// Ends the current generation (a snapshot's first step).
-    pub(crate) advance: fn() -> Result<(), crate::session::Error>,
     /// Writes the flight recorder's dump to an output.
     pub(crate) flight_dump:
         fn(&crate::writer::output::Output) -> Result<(u64, u64), crate::session::Error>,
+    /// Makes a snapshot trace (lifecycle.rs `snapshot_bytes`).
+    pub(crate) snapshot: Snapshot,
+    /// Writes a snapshot trace made by `snapshot` to an output.
+    pub(crate) snapshot_write:
+        fn(&crate::writer::output::Output, &SnapshotBytes) -> Result<(), crate::session::Error>,
 }
 
 /// Whether the environment turns the control socket off
@@ -161,15 +158,19 @@ struct Served {
     listener: Option<Listener>,
     /// The trace's path, as /proc names the output's descriptor.
     trace: String,
-    /// Whether the trace is a regular file (a snapshot reads it).
-    trace_is_file: bool,
     /// The listening socket is in the program's table.
     shared: bool,
+    /// Whether the trace is a regular file (a snapshot signal's file goes
+    /// beside it).
+    trace_is_file: bool,
     /// lifecycle.rs's functions the thread calls.
     hooks: Hooks,
     /// The number of the last file written for a snapshot signal.
     signal_files: u32,
 }
+
+/// How the thread gets a snapshot trace.
+pub(crate) type Snapshot = fn() -> Result<SnapshotBytes, crate::session::Error>;
 
 /// Starts the control thread of `session` and returns once it listens (or
 /// gave up: no socket). Called by start while tracing is off.
@@ -197,8 +198,8 @@ pub(crate) fn spawn(session: &Arc<Session>, hooks: Hooks) -> std::io::Result<Int
             Served {
                 listener,
                 trace,
-                trace_is_file,
                 shared,
+                trace_is_file,
                 hooks,
                 signal_files: 0,
             }
@@ -248,7 +249,11 @@ fn run(session: &Session, mut served: Served) {
     let channel = &session.channel;
     // A signal before this session's thread was ready asked nobody.
     SIGNALLED.store(false, Ordering::Relaxed);
-    SERVING.store(true, Ordering::Release);
+    // A signal is taken only where it can be answered: a flight
+    // recorder's dump, or a snapshot from the live table (sampling mode,
+    // or ALLOCTRACE_LIVE_TABLE=on); elsewhere it acts as untraced.
+    let answerable = session.writer.flight.is_some() || session.writer.snapshot.enabled;
+    SERVING.store(answerable, Ordering::Release);
     while !channel.exit.load(Ordering::Acquire) {
         if SIGNALLED.swap(false, Ordering::AcqRel) {
             write_signal_file(session, &mut served);
@@ -295,17 +300,22 @@ fn run(session: &Session, mut served: Served) {
     drop(served.listener.take());
 }
 
-/// The answer's status line and payload.
-type Answer = Result<String, String>;
+/// An answer's payload: text, or a snapshot trace.
+enum Payload {
+    Text(String),
+    Trace(SnapshotBytes),
+}
 
 fn serve(session: &Session, served: &Served, conn: &Connection) {
     let line = conn.read_request();
     let answer = match control::request_word(&line) {
-        Some(control::INFO) => Ok(info(session, served)),
+        Some(control::INFO) => Ok(Payload::Text(info(session, served))),
         Some(control::SNAPSHOT) if session.writer.flight.is_some() => Err(
-            "flight-recorder mode: the trace file holds nothing until a dump, so there is no snapshot to read".to_string(),
+            "flight-recorder mode keeps no live table, so there is no snapshot (`alloctrace save` writes the recorder's generations)".to_string(),
         ),
-        Some(control::SNAPSHOT) => snapshot(session, served),
+        Some(control::SNAPSHOT) => (served.hooks.snapshot)()
+            .map(Payload::Trace)
+            .map_err(|e| format!("no snapshot: {e}")),
         // Not wired to the flight recorder's dump yet (its ring can be
         // written from C with trace_flight_recorder_write).
         Some(control::SAVE) if session.writer.flight.is_some() => Err(
@@ -315,11 +325,19 @@ fn serve(session: &Session, served: &Served, conn: &Connection) {
         Some(other) => Err(format!("unknown request {other:?}")),
         None => Err("no request".to_string()),
     };
-    let bytes = match answer {
-        Ok(payload) => format!("{} {}\n{payload}", control::OK, payload.len()),
-        Err(why) => format!("{} {}\n", control::ERROR, why.replace('\n', " ")),
+    let _ = match answer {
+        Ok(Payload::Text(text)) => {
+            conn.write_all(format!("{} {}\n{text}", control::OK, text.len()).as_bytes())
+        }
+        Ok(Payload::Trace(trace)) => {
+            let trace = trace.as_slice();
+            conn.write_all(format!("{} {}\n", control::OK, trace.len()).as_bytes())
+                .and_then(|()| conn.write_all(trace))
+        }
+        Err(why) => {
+            conn.write_all(format!("{} {}\n", control::ERROR, why.replace('\n', " ")).as_bytes())
+        }
     };
-    let _ = conn.write_all(bytes.as_bytes());
 }
 
 /// One line of a payload: the value's line breaks as spaces.
@@ -351,45 +369,6 @@ fn info(session: &Session, served: &Served) -> String {
     field(&mut out, control::KEY_MODE, mode(session));
     field(&mut out, control::KEY_TRACE, &served.trace);
     out
-}
-
-/// Ends the current generation and answers once the file holds it.
-fn snapshot(session: &Session, served: &Served) -> Answer {
-    if !served.trace_is_file {
-        return Err(format!(
-            "the trace ({}) is not a regular file: a snapshot reads it",
-            served.trace
-        ));
-    }
-    let writer = &session.writer;
-    let failed = || writer.io_error.load(Ordering::Relaxed) != 0;
-    if failed() {
-        return Err("the trace could not be written".to_string());
-    }
-    let wanted = SHARED.generation.load(Ordering::Acquire);
-    (served.hooks.advance)().map_err(|e| format!("cannot end the generation: {e}"))?;
-    let deadline = Instant::now() + SNAPSHOT_WAIT;
-    loop {
-        let (generation, bytes) = *writer.in_file.lock().unwrap_or_else(|p| p.into_inner());
-        if generation >= wanted {
-            let mut out = String::new();
-            field(&mut out, control::KEY_TRACE, &served.trace);
-            field(&mut out, control::KEY_GENERATION, &generation.to_string());
-            field(&mut out, control::KEY_BYTES, &bytes.to_string());
-            return Ok(out);
-        }
-        if failed() {
-            return Err("the trace could not be written".to_string());
-        }
-        if session.channel.exit.load(Ordering::Acquire) {
-            return Err("tracing stopped".to_string());
-        }
-        if Instant::now() > deadline {
-            return Err("the writer thread did not write the generation in time".to_string());
-        }
-        writer.wake();
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Where a snapshot signal's `n`th file goes: beside the trace, its name
@@ -431,7 +410,9 @@ fn write_signal_file(session: &Session, served: &mut Served) {
         let written = if flight {
             (served.hooks.flight_dump)(&out).is_ok()
         } else {
-            false
+            (served.hooks.snapshot)()
+                .and_then(|bytes| (served.hooks.snapshot_write)(&out, &bytes))
+                .is_ok()
         };
         let _ = out.close();
         if !written {

@@ -23,6 +23,7 @@ use crate::shared::{inline_mode, SHARED};
 use crate::thread::{self, Stream, STREAMS};
 use crate::writer::flight::{FlightRecorder, FlightStats, GENERATIONS_PER_RING};
 use crate::writer::output::Output;
+use crate::writer::snapshot::SnapshotBytes;
 use crate::writer::{self, Writer};
 
 /// Runs `f` as a lifecycle call: refuses re-entry from the snapshot callback
@@ -160,8 +161,9 @@ pub fn start_with(
             crate::session::channel::spawn(
                 &session,
                 crate::session::channel::Hooks {
-                    advance,
                     flight_dump: flight_recorder_write,
+                    snapshot: snapshot_bytes,
+                    snapshot_write: snapshot_write_bytes,
                 },
             )
             .ok()
@@ -289,6 +291,62 @@ pub fn flight_recorder_write(out: &Output) -> Result<(u64, u64), Error> {
     }
     let flight = session.writer.flight.as_ref().ok_or(Error::NotStarted)?;
     flight.dump(out).map_err(Error::Io)
+}
+
+/// What the running program has live now, and where it was allocated:
+/// the writer thread's live table (writer/live.rs) written as a snapshot
+/// trace (writer/snapshot.rs) to `out`. The current generation is ended
+/// first (as an advance), so the snapshot holds every event up to this
+/// call. In sampling mode the table is the sampled set: the snapshot's
+/// info batch carries `sample_bytes`, and readers show estimates.
+///
+/// Callable from any thread but the writer's and a snapshot callback,
+/// the control thread included; never from a signal handler (it waits
+/// and allocates). The program's threads never wait for it.
+///
+/// Errors: `NotStarted` without a session, `BadConfig` in flight-recorder
+/// mode or with the live table off (`ALLOCTRACE_LIVE_TABLE=off`), `Busy`
+/// from the snapshot callback, `Io` when writing fails (`EIO` when the
+/// writer thread could not make the snapshot).
+pub fn snapshot_write(out: &Output) -> Result<(), Error> {
+    snapshot_write_bytes(out, &snapshot_bytes()?)
+}
+
+/// Writes a snapshot trace [`snapshot_bytes`] made to `out`.
+pub fn snapshot_write_bytes(out: &Output, bytes: &SnapshotBytes) -> Result<(), Error> {
+    out.write_all(bytes.as_slice()).map_err(Error::Io)
+}
+
+/// [`snapshot_write`]'s snapshot trace, in memory of the tracer's own,
+/// for a caller that checks the session before it opens its output.
+pub fn snapshot_bytes() -> Result<SnapshotBytes, Error> {
+    // The writer thread answers: it must not be the one waiting.
+    if IN_CONTROL.with(|c| c.get()) || writer::on_writer_thread() {
+        return Err(Error::Busy);
+    }
+    let session = {
+        let control = CONTROL.lock().unwrap_or_else(|p| p.into_inner());
+        control.session.clone().ok_or(Error::NotStarted)?
+    };
+    if session.writer.flight.is_some() {
+        return Err(Error::BadConfig(
+            "flight-recorder mode keeps no live table: use trace_flight_recorder_write",
+        ));
+    }
+    if !session.writer.snapshot.enabled {
+        return Err(Error::BadConfig(
+            "no live table: full mode keeps one only with ALLOCTRACE_LIVE_TABLE=on, sampling mode unless ALLOCTRACE_LIVE_TABLE=off",
+        ));
+    }
+    let wanted = SHARED.generation.load(Ordering::Acquire);
+    advance_session(Some(&session))?;
+    crate::writer::snapshot::ask(
+        &session.writer.snapshot,
+        wanted,
+        || session.writer.thread.is_done(),
+        || session.writer.wake(),
+    )
+    .map_err(|_| Error::Io(libc::EIO))
 }
 
 /// The flight recorder's accounting, when the running session has one.

@@ -288,6 +288,25 @@ pub(crate) fn is_defined(id: u64) -> bool {
         && node(nodes, id as usize).ready.load(Ordering::Acquire)
 }
 
+/// Node `id`'s parent and frame word, once it is interned (invariant 1);
+/// `None` for an ID that names no node. For the writer thread's snapshot
+/// (writer/snapshot.rs), which lists the nodes of the live objects'
+/// stacks without marking them.
+pub(crate) fn node_fields(id: u32) -> Option<(u32, u64)> {
+    let nodes = NODES.base_if_mapped()?;
+    let i = id as usize;
+    if i == 0 || i >= MAX_NODES || i >= NEXT.load(Ordering::Relaxed) {
+        return None;
+    }
+    let n = node(nodes, i);
+    n.ready.load(Ordering::Acquire).then(|| {
+        (
+            n.parent.load(Ordering::Relaxed),
+            n.frame.load(Ordering::Relaxed),
+        )
+    })
+}
+
 /// Whether node `id` is already marked used by `generation` (so are its
 /// ancestors: invariant 3), for an event that carries it without marking.
 /// False for an ID that names no node.

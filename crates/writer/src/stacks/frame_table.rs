@@ -101,6 +101,22 @@ pub(crate) struct FrameRecord<'a> {
     pub(crate) file: &'a [u8],
 }
 
+/// Frame `id`, if registered, without noting it listed (the writer
+/// thread's snapshot, writer/snapshot.rs).
+pub(crate) fn record(id: u64) -> Option<FrameRecord<'static>> {
+    let entries = ENTRIES.base_if_mapped()?;
+    if id == 0 || id >= MAX_FRAMES as u64 {
+        return None;
+    }
+    let e = ready_entry(entries, id as usize)?;
+    Some(FrameRecord {
+        id,
+        line: e.line,
+        function: NAMES.get(e.function),
+        file: NAMES.get(e.file),
+    })
+}
+
 /// Frame `id`, unless the listing `key` of parity `parity` has listed it
 /// already (then, or for an ID that names no frame, `None`); noted listed.
 /// Writer thread only.

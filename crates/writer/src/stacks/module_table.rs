@@ -196,6 +196,26 @@ pub(crate) struct ModuleRecord<'a> {
     pub(crate) path: &'a [u8],
 }
 
+/// Calls `f` for every module loaded now, as loaded for the whole of a
+/// generation (load and unload ticks 0), without noting it listed: the
+/// writer thread's snapshot (writer/snapshot.rs).
+pub(crate) fn for_each_loaded(mut f: impl FnMut(ModuleRecord<'_>)) {
+    let t = table();
+    for e in t.entries.iter().filter(|e| e.unload_ticks == 0) {
+        f(ModuleRecord {
+            id: e.id,
+            start: e.info.start,
+            end: e.info.end,
+            bias: e.info.bias,
+            eh_frame_hdr: e.info.eh_frame_hdr,
+            load_ticks: 0,
+            unload_ticks: 0,
+            build_id: &e.info.build_id,
+            path: &e.info.path[..e.info.path.len().min(MAX_MODULE_PATH_LEN)],
+        });
+    }
+}
+
 /// Calls `f`, in ID order, for every module alive during the generation
 /// (of parity `parity`) that started at tick `start`, up to `now` (the
 /// present, or the generation's end),

@@ -21,7 +21,9 @@
 
 pub(crate) mod flight;
 pub(crate) mod late;
+pub(crate) mod live;
 pub(crate) mod output;
+pub(crate) mod snapshot;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,7 +34,9 @@ use crate::stacks::tables::Tables;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
 use crate::writer::flight::FlightRecorder;
 use crate::writer::late::EndBatch;
+use crate::writer::live::LiveTable;
 use crate::writer::output::Output;
+use crate::writer::snapshot::SnapshotSignals;
 
 /// How long the writer sleeps when the queue is empty. Producers never wait
 /// for it unless the memory bound is reached, and then they wake it.
@@ -70,12 +74,9 @@ pub(crate) struct Writer {
     /// in instead of writing them (flight.rs); `None`: batches go to the
     /// output.
     pub(crate) flight: Option<FlightRecorder>,
-    /// The last generation whose end batch is in the output, nothing of it
-    /// staged for compression, and the output's position just after it
-    /// (0 for a pipe): `(0, 0)` until one is. Written by the writer thread
-    /// at each generation's end; read by the control thread's snapshot
-    /// (session/channel.rs), which reads the trace's first bytes.
-    pub(crate) in_file: Mutex<(u64, u64)>,
+    /// The live table's snapshots (live.rs, snapshot.rs): asked by the
+    /// control thread or `trace_snapshot_write`, written by this thread.
+    pub(crate) snapshot: SnapshotSignals,
 }
 
 impl Writer {
@@ -90,8 +91,11 @@ impl Writer {
             thread: ThreadSignals::new(),
             raw_end: AtomicBool::new(false),
             end_batch: Mutex::new(None),
-            in_file: Mutex::new((0, 0)),
             flight: None,
+            // Sampling's state is set up before the writer (lifecycle.rs).
+            snapshot: SnapshotSignals::new(live::wanted(
+                crate::sampling::SAMPLE_BYTES.load(Ordering::Relaxed) != 0,
+            )),
         }
     }
 
@@ -101,6 +105,7 @@ impl Writer {
     pub(crate) fn flight_recorder(output: Output, flight: FlightRecorder) -> Writer {
         Writer {
             flight: Some(flight),
+            snapshot: SnapshotSignals::new(false),
             ..Writer::new(output, false)
         }
     }
@@ -320,6 +325,8 @@ fn run_writer<H: WriterHost>(
 ) {
     WRITER_THREAD.with(|w| w.set(true));
     let (writer, pool) = (session.writer(), session.pool());
+    // Its memory is mapped at the first allocation it keeps.
+    let mut live = writer.snapshot.enabled.then(LiveTable::new);
     let record = |result: Result<(), i32>| {
         if let Err(e) = result {
             writer.io_error.store(e, Ordering::Relaxed);
@@ -352,12 +359,20 @@ fn run_writer<H: WriterHost>(
         if writer.flight.is_some() {
             check_rss(session);
         }
+        if let Some(table) = &live {
+            writer
+                .snapshot
+                .serve(table, writer.ended.load(Ordering::Acquire));
+        }
         while let Some(buf) = pool.pop_full() {
             // SAFETY: popping the full queue hands this thread the buffer.
             let bytes = unsafe { (*buf.as_ptr()).bytes() };
             let seen = tables.before(bytes, session.lists_modules(), |g| {
                 session.generation_span(g)
             });
+            if let Some(table) = live.as_mut() {
+                table.take(bytes);
+            }
             if let Some(flight) = &writer.flight {
                 // Flight-recorder mode: into the ring, nothing to the
                 // output until a trigger.
@@ -376,19 +391,17 @@ fn run_writer<H: WriterHost>(
             pool.recycle(buf);
             if let Some(seen) = seen.filter(|s| s.end) {
                 // The generation's batches leave the staging area with its
-                // end, so the file holds it whole (a snapshot reads it).
+                // end, so the file holds it whole.
                 if let Some(c) = compression.as_mut() {
                     if writer.io_error.load(Ordering::Relaxed) == 0 {
                         record(c.flush(&writer.output));
                     }
                 }
-                let position = writer.output.position().unwrap_or(0);
-                *writer
-                    .in_file
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = (seen.generation, position);
                 session.generation_written(seen.generation);
                 writer.ended.store(seen.generation, Ordering::Release);
+                if let Some(table) = live.as_mut() {
+                    table.generation_ended(seen.generation);
+                }
                 if let Some(flight) = &writer.flight {
                     let after = flight.dump_after.load(Ordering::Acquire);
                     if after != 0 && seen.generation >= after {
@@ -396,6 +409,13 @@ fn run_writer<H: WriterHost>(
                         writer.dump_to_output();
                     }
                 }
+            }
+            if let Some(table) = &live {
+                // Between two batches: a snapshot asked for is written
+                // now, from the batches moved so far.
+                writer
+                    .snapshot
+                    .serve(table, writer.ended.load(Ordering::Acquire));
             }
             wrote = true;
         }
