@@ -19,7 +19,7 @@
 //! | `ALLOCTRACE_FLIGHT_RECORDER` | unset | flight-recorder mode: the ring's size, 1MiB to 1TiB (`KiB`/`MiB`/`GiB` suffixes), or a duration, 1s to 7 days (`30s`, `5min`, `2h`: the last that long, in a 256 MiB ring), or both (`30s,1GiB`); the trace file gets a dump on a fatal signal or `ALLOCTRACE_DUMP_ON_RSS`, nothing at a normal exit |
 //! | `ALLOCTRACE_DUMP_ON_RSS` | unset | with the flight recorder: dump once when the process's RSS reaches this size |
 //! | `ALLOCTRACE_SNAPSHOT_SIGNAL` | `USR2` | `USR2`, `USR1` or `off`: the signal that asks for a snapshot of the live heap (a file beside the trace; the flight recorder's dump in that mode), where the program's disposition of it is SIG_DFL; the program's own handler or SIG_IGN always wins |
-//! | `ALLOCTRACE_LIVE_TABLE` | `on` | `off` (or `0`): the writer thread keeps no live table, and `alloctrace snapshot` is refused; for measuring the table's cost (read by the writer core, crates/writer/src/writer/live.rs) |
+//! | `ALLOCTRACE_LIVE_TABLE` | sampling mode | `on` (or `1`): the writer thread keeps a live table in full mode too (for `alloctrace snapshot` and SIGUSR2; about 30 ns of writer time per event); `off` (or `0`): never (read by the writer core, crates/writer/src/writer/live.rs) |
 //! | `ALLOCTRACE_CHECK_STACKS` | `0` | `1`: a testing aid: every stack walk is checked against two reference walks (alloctrace-writer's capture check mode), with a `check-stacks:` summary on stderr when the session ends |
 //!
 //! The grammar of every value is the alloctrace-options crate's, which
