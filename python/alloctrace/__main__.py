@@ -80,16 +80,18 @@ def parse_run(args):
 
 def refuse_subinterpreters():
     """Creating a subinterpreter raises: its frames would not be on any
-    shadow stack, and its allocations would go through the same hooks."""
-    try:
-        import _xxsubinterpreters as subs
-    except ImportError:
-        return
+    shadow stack, and its allocations would go through the same hooks.
+    (_xxsubinterpreters up to 3.12, _interpreters from 3.13.)"""
 
     def create(*args, **kwargs):
         raise RuntimeError("alloctrace: subinterpreters are not supported")
 
-    subs.create = create
+    for name in ("_xxsubinterpreters", "_interpreters"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        module.create = create
 
 
 def prepare_script(path):
