@@ -182,7 +182,7 @@ static uint64_t frame_value(PyCodeObject *code, int line)
 /* ---- the shadow stack ---- */
 
 typedef struct {
-    PyFrameObject *frame; /* borrowed: alive while it runs */
+    PyFrameObject *frame; /* a reference, dropped at its pop */
     PyCodeObject *code;   /* borrowed from the frame */
     int lasti;            /* the instruction `fv` was computed for */
     uint64_t fv;          /* its frame value; 0: not computed */
@@ -218,6 +218,11 @@ static void shadow_push(PyFrameObject *frame)
         s->cap = cap;
     }
     shadow_entry *e = &s->entries[s->depth++];
+    /* A reference of our own: if another profile function replaces ours
+     * (sys.setprofile, cProfile), pops stop and the entries go stale, but
+     * they stay valid objects to read (their stacks are then wrong, never
+     * a crash). */
+    Py_INCREF(frame);
     e->frame = frame;
     e->code = PyFrame_GetCode(frame);
     if (e->code != NULL) {
@@ -238,7 +243,13 @@ static void shadow_pop(PyFrameObject *frame)
      * that is not there at all started before the profile function. */
     for (size_t i = s->depth; i > 0; i--) {
         if (s->entries[i - 1].frame == frame) {
+            size_t top = s->depth;
             s->depth = i - 1;
+            /* After the depth is cut: a frame's dealloc frees memory
+             * (through the hooks, which read the stack). */
+            for (size_t j = top; j > i - 1; j--) {
+                Py_DECREF(s->entries[j - 1].frame);
+            }
             return;
         }
     }
@@ -262,6 +273,13 @@ static uint64_t current_stack(void)
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
     shadow_stack *s = shadow;
     if (s == NULL || s->depth == 0) {
+        return 0;
+    }
+    /* A program that sets a profile function of its own (sys.setprofile,
+     * cProfile, a debugger) takes the thread over: the shadow stack no
+     * longer follows its calls, so its allocations get no call stack. */
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    if (ts == NULL || ts->c_profilefunc != profile) {
         return 0;
     }
     size_t n = 0;

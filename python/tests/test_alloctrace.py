@@ -165,6 +165,28 @@ class Leaks(unittest.TestCase):
         self.assertTrue(t.innermost("no_leak", t.line("# NO-LEAK")))
 
 
+ARENAS = """
+def make_many():
+    return [(i, i) for i in range(200000)]  # MANY
+
+keep = make_many()
+del keep
+"""
+
+
+class Arenas(unittest.TestCase):
+    def test_pymallocs_arenas_are_spans(self):
+        t = Traced(self, ARENAS)
+        t.check(self)
+        stats = json.loads(t.cli("stats", "--json"))
+        # 400,000 blocks of 48 and 32 bytes: over 16 MiB of 1 MiB arenas
+        # (256 KiB before 3.10), most of them emptied and freed by `del`.
+        self.assertGreaterEqual(stats["peak_live_span_bytes"], 16 << 20, stats)
+        self.assertLess(stats["live_span_bytes"], stats["peak_live_span_bytes"] // 2, stats)
+        many = t.innermost("make_many.<locals>.<listcomp>" if sys.version_info < (3, 12) else "make_many", t.line("MANY"))
+        self.assertGreaterEqual(sum(s["allocations"] for s in many), 200000)
+
+
 THREADS = """
 import threading
 
@@ -287,6 +309,36 @@ class Exceptions(unittest.TestCase):
         self.assertEqual(after[0]["allocations"], 1)
         g = t.innermost("gen", t.line("GEN-SITE"))
         self.assertEqual([f["function"] for f in g[0]["stack"]], ["gen", "main", "<module>"])
+
+
+PROFILE_TAKEN = """
+import sys
+
+def f(n):
+    if n == 0:
+        sys.setprofile(lambda *a: None)
+        return
+    f(n - 1)
+
+def g():
+    return b"z" * 100000  # G-SITE
+
+f(20)
+sys.setprofile(None)
+for _ in range(5):
+    g()
+"""
+
+
+class ProfileTakenOver(unittest.TestCase):
+    def test_no_stale_stacks_once_the_program_sets_its_own_profile_function(self):
+        t = Traced(self, PROFILE_TAKEN)
+        t.check(self)
+        self.assertEqual(t.innermost("g"), [])
+        # g's five 100 KB blocks: without a stack, not under f's stale frames.
+        big = [s for s in t.sites() if s["bytes"] >= 100000]
+        self.assertEqual([s["stack"] for s in big], [[]], big)
+        self.assertGreaterEqual(big[0]["allocations"], 5)
 
 
 class Refusals(unittest.TestCase):
