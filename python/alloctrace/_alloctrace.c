@@ -192,6 +192,12 @@ typedef struct {
     shadow_entry *entries; /* outermost first; libc memory, never PyMem */
     size_t depth;
     size_t cap;
+    /* The last stack ID computed and what it was computed for: reused while
+     * no call or return happened since (`changed` clear) and the innermost
+     * frame is at the same instruction, as in a loop that allocates. */
+    int changed;
+    int last_lasti;
+    uint64_t last_stack;
     uint64_t frames[MAX_DEPTH]; /* innermost first, for trace_stack_register */
 } shadow_stack;
 
@@ -223,6 +229,7 @@ static void shadow_push(PyFrameObject *frame)
      * they stay valid objects to read (their stacks are then wrong, never
      * a crash). */
     Py_INCREF(frame);
+    s->changed = 1;
     e->frame = frame;
     e->code = PyFrame_GetCode(frame);
     if (e->code != NULL) {
@@ -245,6 +252,7 @@ static void shadow_pop(PyFrameObject *frame)
         if (s->entries[i - 1].frame == frame) {
             size_t top = s->depth;
             s->depth = i - 1;
+            s->changed = 1;
             /* After the depth is cut: a frame's dealloc frees memory
              * (through the hooks, which read the stack). */
             for (size_t j = top; j > i - 1; j--) {
@@ -282,6 +290,11 @@ static uint64_t current_stack(void)
     if (ts == NULL || ts->c_profilefunc != profile) {
         return 0;
     }
+    shadow_entry *top = &s->entries[s->depth - 1];
+    int top_lasti = top->code != NULL ? PyFrame_GetLasti(top->frame) : -1;
+    if (!s->changed && top_lasti == s->last_lasti) {
+        return s->last_stack;
+    }
     size_t n = 0;
     for (size_t i = s->depth; i > 0 && n < MAX_DEPTH; i--) {
         shadow_entry *e = &s->entries[i - 1];
@@ -297,7 +310,10 @@ static uint64_t current_stack(void)
             s->frames[n++] = e->fv;
         }
     }
-    return n ? trace_stack_register(s->frames, n) : 0;
+    s->last_stack = n ? trace_stack_register(s->frames, n) : 0;
+    s->last_lasti = top_lasti;
+    s->changed = 0;
+    return s->last_stack;
 }
 
 /* ---- the address sets: what this session recorded as live ---- */
