@@ -116,6 +116,15 @@ class KnownSites(unittest.TestCase):
         by_function = {s["key"]: s for s in t.sites("--by", "function")}
         self.assertEqual(by_function["site_a"]["allocations"], 7, by_function.get("site_a"))
 
+    def test_cpythons_debug_hooks_are_wrapped_too(self):
+        os.environ["PYTHONMALLOC"] = "debug"
+        try:
+            t = Traced(self, KNOWN_SITES, args=["d"])
+        finally:
+            del os.environ["PYTHONMALLOC"]
+        t.check(self)
+        self.assertEqual(t.innermost("site_a", t.line("SITE-A"))[0]["allocations"], 7)
+
     def test_module_runs_as_python_dash_m(self):
         t = Traced(self, KNOWN_SITES, args=["m1"], module="knownmod")
         self.assertIn("['m1'] __main__", t.run.stdout)
@@ -359,6 +368,27 @@ class Refusals(unittest.TestCase):
             self.assertEqual(out.returncode, 2)
             self.assertIn("cannot read missing.py", out.stderr)
             self.assertEqual(os.listdir(d), [])
+
+    def test_missing_module_and_bad_script_are_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = self.run_cli("run", "-m", "no_such_module_here", cwd=d)
+            self.assertEqual(out.returncode, 2)
+            self.assertIn("No module named no_such_module_here", out.stderr)
+            with open(os.path.join(d, "bad.py"), "w") as f:
+                f.write("def (\n")
+            out = self.run_cli("run", "bad.py", cwd=d)
+            self.assertEqual(out.returncode, 2)
+            self.assertIn("bad.py does not compile", out.stderr)
+            self.assertEqual(os.listdir(d), ["bad.py"])
+
+    def test_an_uncreatable_trace_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "ok.py"), "w") as f:
+                f.write("raise SystemExit('the program ran')\n")
+            out = self.run_cli("run", "-o", os.path.join(d, "no", "x.trace"), "ok.py", cwd=d)
+            self.assertEqual(out.returncode, 1)
+            self.assertIn("cannot start tracing", out.stderr)
+            self.assertNotIn("the program ran", out.stderr)
 
     def test_usage(self):
         self.assertEqual(self.run_cli().returncode, 2)
