@@ -47,6 +47,9 @@ setup(
             # liballoctrace.so or the LD_PRELOAD shim in the same process is
             # a separate tracer, never mixed with this one.
             extra_link_args=[LIB, "-Wl,--exclude-libs,ALL", "-lpthread", "-ldl", "-lm"],
+            # Relinked when the library or the header changes (pip builds in
+            # python/build/, which stays between installs).
+            depends=[LIB, os.path.join(ROOT, "include", "alloctrace.h")],
         )
     ],
 )
