@@ -21,7 +21,13 @@
  *   (function: co_qualname, file: co_filename, encoded to UTF-8 here into a
  *   buffer on the C stack) and kept in a hash table of this file's own
  *   (mmap'd, never Python memory); the frames, innermost first, go to
- *   trace_stack_register, which interns the call stack.
+ *   trace_stack_register, which interns the call stack. The last stack ID
+ *   is reused while the thread made no call or return and its innermost
+ *   frame stays at one instruction, and found by instruction in a small
+ *   per-thread cache while the frames below stay the same.
+ * - Only the frees of blocks this session recorded are recorded (blocks
+ *   allocated before trace_start are freed while tracing): a bitmap of
+ *   16-byte granules, lock-free, says which (`blocks_insert`).
  *
  * ## Invariants
  * 1. A hook MUST NOT allocate through Python while it records: its own
@@ -198,6 +204,15 @@ typedef struct {
     int changed;
     int last_lasti;
     uint64_t last_stack;
+    /* Stack IDs by the innermost frame's instruction while the frames
+     * below it stay the same (`epoch` counts calls and returns): a loop
+     * body that allocates on several lines. Direct-mapped. */
+    uint64_t epoch;
+    struct {
+        uint64_t epoch; /* 0: empty */
+        int lasti;
+        uint64_t stack;
+    } by_lasti[16];
     uint64_t frames[MAX_DEPTH]; /* innermost first, for trace_stack_register */
 } shadow_stack;
 
@@ -230,6 +245,7 @@ static void shadow_push(PyFrameObject *frame)
      * a crash). */
     Py_INCREF(frame);
     s->changed = 1;
+    s->epoch++;
     e->frame = frame;
     e->code = PyFrame_GetCode(frame);
     if (e->code != NULL) {
@@ -253,6 +269,7 @@ static void shadow_pop(PyFrameObject *frame)
             size_t top = s->depth;
             s->depth = i - 1;
             s->changed = 1;
+            s->epoch++;
             /* After the depth is cut: a frame's dealloc frees memory
              * (through the hooks, which read the stack). */
             for (size_t j = top; j > i - 1; j--) {
@@ -295,6 +312,13 @@ static uint64_t current_stack(void)
     if (!s->changed && top_lasti == s->last_lasti) {
         return s->last_stack;
     }
+    unsigned slot = ((unsigned)top_lasti >> 1) & 15; /* lasti counts bytes of 2-byte code units */
+    if (s->by_lasti[slot].epoch == s->epoch && s->by_lasti[slot].lasti == top_lasti) {
+        s->last_stack = s->by_lasti[slot].stack;
+        s->last_lasti = top_lasti;
+        s->changed = 0;
+        return s->last_stack;
+    }
     size_t n = 0;
     for (size_t i = s->depth; i > 0 && n < MAX_DEPTH; i--) {
         shadow_entry *e = &s->entries[i - 1];
@@ -313,6 +337,9 @@ static uint64_t current_stack(void)
     s->last_stack = n ? trace_stack_register(s->frames, n) : 0;
     s->last_lasti = top_lasti;
     s->changed = 0;
+    s->by_lasti[slot].epoch = s->epoch;
+    s->by_lasti[slot].lasti = top_lasti;
+    s->by_lasti[slot].stack = s->last_stack;
     return s->last_stack;
 }
 
@@ -334,7 +361,7 @@ typedef struct {
     int lock;
 } addr_set;
 
-static addr_set live_blocks, live_arenas;
+static addr_set live_arenas;
 
 static void set_lock(addr_set *s)
 {
@@ -394,7 +421,7 @@ static int set_insert_locked(addr_set *s, uintptr_t a)
         i = (i + 1) & (s->cap - 1);
     }
     s->slots[i] = a;
-    s->len++;
+    __atomic_store_n(&s->len, s->len + 1, __ATOMIC_RELAXED); /* read unlocked by blocks_remove */
     return 1;
 }
 
@@ -428,7 +455,7 @@ static int set_remove_locked(addr_set *s, uintptr_t a)
         }
     }
     s->slots[hole] = 0;
-    s->len--;
+    __atomic_store_n(&s->len, s->len - 1, __ATOMIC_RELAXED);
     return 1;
 }
 
@@ -455,13 +482,95 @@ static void set_clear(addr_set *s)
     }
     s->slots = NULL;
     s->cap = 0;
-    s->len = 0;
+    __atomic_store_n(&s->len, 0, __ATOMIC_RELAXED);
     set_unlock(s);
+}
+
+
+/* The blocks' set, fast: a bit per 16-byte granule of the address space
+ * (every block CPython's allocators return is 16-byte aligned on 64-bit,
+ * and two live blocks never start in one granule), in chunks of 2 MiB of
+ * bits per 256 MiB of addresses, mapped on first use and installed with a
+ * compare-and-swap: lock-free, one atomic operation per allocation and per
+ * free. Addresses it cannot hold (not 16-byte aligned, above 2^47, or when
+ * a chunk cannot be mapped) go to the locked set `other_blocks`. */
+#define GRANULE_SHIFT 4
+#define CHUNK_SHIFT 28
+#define ADDRESS_BITS 47
+#define CHUNK_BYTES ((size_t)1 << (CHUNK_SHIFT - GRANULE_SHIFT - 3))
+#define TOP_ENTRIES ((size_t)1 << (ADDRESS_BITS - CHUNK_SHIFT))
+
+static uint64_t **bitmap_top; /* TOP_ENTRIES chunk pointers, mmap'd at install */
+static addr_set other_blocks;
+
+static uint64_t *bitmap_chunk(uintptr_t a, int create)
+{
+    uint64_t **slot = &bitmap_top[a >> CHUNK_SHIFT];
+    uint64_t *chunk = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (chunk != NULL || !create) {
+        return chunk;
+    }
+    void *m = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        return NULL;
+    }
+    uint64_t *expected = NULL;
+    if (!__atomic_compare_exchange_n(slot, &expected, (uint64_t *)m, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        munmap(m, CHUNK_BYTES);
+        return expected;
+    }
+    return m;
+}
+
+static int bitmap_holds(uintptr_t a)
+{
+    return bitmap_top != NULL && (a & ((1u << GRANULE_SHIFT) - 1)) == 0 && (a >> ADDRESS_BITS) == 0;
+}
+
+static void blocks_insert(uintptr_t a)
+{
+    /* Must not allocate through Python: runs inside the allocator hooks. */
+    uint64_t *chunk = bitmap_holds(a) ? bitmap_chunk(a, 1) : NULL;
+    if (chunk == NULL) {
+        set_insert(&other_blocks, a);
+        return;
+    }
+    size_t granule = (a & (((uintptr_t)1 << CHUNK_SHIFT) - 1)) >> GRANULE_SHIFT;
+    __atomic_fetch_or(&chunk[granule >> 6], (uint64_t)1 << (granule & 63), __ATOMIC_RELAXED);
+}
+
+/* Removes `a`; whether it was there. */
+static int blocks_remove(uintptr_t a)
+{
+    /* Must not allocate through Python: runs inside the allocator hooks. */
+    uint64_t *chunk = bitmap_holds(a) ? bitmap_chunk(a, 0) : NULL;
+    if (chunk != NULL) {
+        size_t granule = (a & (((uintptr_t)1 << CHUNK_SHIFT) - 1)) >> GRANULE_SHIFT;
+        uint64_t bit = (uint64_t)1 << (granule & 63);
+        if (__atomic_fetch_and(&chunk[granule >> 6], ~bit, __ATOMIC_RELAXED) & bit) {
+            return 1;
+        }
+    }
+    return __atomic_load_n(&other_blocks.len, __ATOMIC_RELAXED) != 0 && set_remove(&other_blocks, a);
+}
+
+/* Empties the blocks' set; at trace_start, before any hook records. */
+static void blocks_clear(void)
+{
+    if (bitmap_top != NULL) {
+        for (size_t i = 0; i < TOP_ENTRIES; i++) {
+            if (bitmap_top[i] != NULL) {
+                munmap(bitmap_top[i], CHUNK_BYTES);
+                bitmap_top[i] = NULL;
+            }
+        }
+    }
+    set_clear(&other_blocks);
 }
 
 static void reset_locks_in_child(void)
 {
-    live_blocks.lock = 0;
+    other_blocks.lock = 0;
     live_arenas.lock = 0;
 }
 
@@ -488,7 +597,7 @@ static uint64_t stack_here(domain_hook *d)
 static void record_alloc(domain_hook *d, void *p, size_t size)
 {
     /* Must not allocate through Python: runs inside the allocator hooks. */
-    set_insert(&live_blocks, (uintptr_t)p);
+    blocks_insert((uintptr_t)p);
     trace_heap_object_alloc_stack((uintptr_t)p, size, 0, stack_here(d));
 }
 
@@ -496,7 +605,7 @@ static void record_alloc(domain_hook *d, void *p, size_t size)
 static void record_free(void *p)
 {
     /* Must not allocate through Python: runs inside the allocator hooks. */
-    if (set_remove(&live_blocks, (uintptr_t)p)) {
+    if (blocks_remove((uintptr_t)p)) {
         trace_heap_object_free((uintptr_t)p);
     }
 }
@@ -546,7 +655,7 @@ static void *hook_realloc(void *ctx, void *old, size_t size)
     in_hook = 1;
     /* The free is recorded first: once realloc returns, another thread may
      * be given the old address and record its allocation. */
-    int was_recorded = old != NULL && set_remove(&live_blocks, (uintptr_t)old);
+    int was_recorded = old != NULL && blocks_remove((uintptr_t)old);
     if (was_recorded) {
         trace_heap_object_free((uintptr_t)old);
     }
@@ -640,6 +749,14 @@ static PyObject *install_hooks(PyObject *self, PyObject *unused)
         }
         frame_table = t;
     }
+    if (bitmap_top == NULL) {
+        void *t = mmap(NULL, TOP_ENTRIES * sizeof *bitmap_top, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (t == MAP_FAILED) {
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        bitmap_top = t;
+    }
     for (int dom = 0; dom < 3; dom++) {
         hooks[dom].orig = current[dom];
         hooks[dom].needs_gil_check = dom == PYMEM_DOMAIN_RAW;
@@ -667,7 +784,7 @@ static PyObject *start(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &path_obj)) {
         return NULL;
     }
-    set_clear(&live_blocks);
+    blocks_clear();
     set_clear(&live_arenas);
     trace_config cfg;
     trace_config_init(&cfg);
