@@ -28,7 +28,7 @@ WRITER_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/writer/%,$(C_TESTS))
 ASAN_BINS := $(patsubst c_tests/%.c,$(BUILD)/c_tests/asan/%,$(shell grep -L 'alloctrace-test: no-asan' $(C_TESTS) /dev/null 2>/dev/null | grep test_))
 
 .PHONY: all lib cli header check-header lint miri test rust-test c-test c-test-plain c-test-asan readme-example loom demo clean fuzz
-.PHONY: preload preload-test preload-panic install install-test
+.PHONY: preload preload-test preload-panic install install-test python-test
 
 # `make` builds; it never regenerates the committed header (`make header`
 # does, `make test` checks it).
@@ -67,7 +67,7 @@ check-header:
 	    echo "error: $$h is stale: run 'make header' and commit it"; exit 1; fi; done
 	@echo "header: $(HEADER), $(FORMAT_HEADER) and $(INLINE_HEADER) are up to date"
 
-test: check-header lint lib cli rust-test loom miri c-test readme-example preload-test install-test bench-test
+test: check-header lint lib cli rust-test loom miri c-test readme-example preload-test install-test bench-test python-test
 
 # The code gates: rustfmt's layout and clippy with warnings as errors
 # (the workspace's [lints] turn on clippy::undocumented_unsafe_blocks and
@@ -345,6 +345,16 @@ install: all
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(DOCDIR) 2>/dev/null
+
+# The Python package (python/, docs/PYTHON.md): a fresh venv under build/,
+# the README's `pip install ./python` into it, and python/tests run by it.
+PYTHON3 ?= python3
+PY_VENV := $(BUILD)/pyvenv
+python-test: lib cli
+	rm -rf $(PY_VENV)
+	$(PYTHON3) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install --quiet ./python
+	ALLOCTRACE_CLI=$(abspath $(CLI)) $(PY_VENV)/bin/python python/tests/test_alloctrace.py
 
 # Installs into a temporary prefix and uses it as a user or a distribution
 # would (packaging/install-test.sh): the files, their stripped sizes, the

@@ -1,0 +1,890 @@
+/*
+ * alloctrace._alloctrace: CPython's allocators reported through
+ * alloctrace's C API (include/alloctrace.h).
+ *
+ * ## Design
+ * - All three PyMem domains (RAW, MEM, OBJ) are wrapped with
+ *   PyMem_SetAllocator: every block they return is a heap object
+ *   (trace_heap_object_alloc_stack with its size; realloc is a free and
+ *   an allocation; calloc's size is nelem * elsize). pymalloc's arenas are
+ *   wrapped with PyObject_SetArenaAllocator and recorded as spans
+ *   (trace_span_alloc_stack / trace_span_free), so pymalloc's small
+ *   objects are heap objects inside spans.
+ * - Python call stacks come from a shadow stack per thread, kept by a C
+ *   profile function (PyEval_SetProfile): a Python function's call pushes
+ *   its frame, its return (also when an exception unwinds it) pops it. An
+ *   allocation reads each frame's current instruction (PyFrame_GetLasti)
+ *   and line (PyCode_Addr2Line): neither allocates, unlike
+ *   PyThreadState_GetFrame / PyFrame_GetBack, which may create frame
+ *   objects on 3.11.
+ * - Each (code object, line) is registered once with trace_frame_register
+ *   (function: co_qualname, file: co_filename, encoded to UTF-8 here into a
+ *   buffer on the C stack) and kept in a hash table of this file's own
+ *   (mmap'd, never Python memory); the frames, innermost first, go to
+ *   trace_stack_register, which interns the call stack. The last stack ID
+ *   is reused while the thread made no call or return and its innermost
+ *   frame stays at one instruction, and found by instruction in a small
+ *   per-thread cache while the frames below stay the same.
+ * - Only the frees of blocks this session recorded are recorded (blocks
+ *   allocated before trace_start are freed while tracing): a bitmap of
+ *   16-byte granules, lock-free, says which (`blocks_insert`).
+ *
+ * ## Invariants
+ * 1. A hook MUST NOT allocate through Python while it records: its own
+ *    work (frame names, the hash table, the tracer's calls) uses no PyMem
+ *    call. Otherwise the hook would recurse into itself. As a second line,
+ *    a thread-local guard makes any allocation made while a hook records
+ *    pass straight through, unrecorded.
+ * 2. The shadow stack and the frame table are read and written only with
+ *    the GIL held (MEM and OBJ are always called with it; RAW is checked
+ *    with PyGILState_Check). Otherwise two threads could insert into the
+ *    table at once. A RAW allocation without the GIL is recorded without
+ *    a call stack.
+ * 3. A registered code object is kept alive (one reference, never
+ *    dropped), so its address never names another code object in the
+ *    table. Otherwise a later function could show an earlier one's name.
+ *
+ * ## Corner cases
+ * - fork: the tracer turns itself off in the child (docs/C-API.md); the
+ *   hooks stay and only forward. The child is not traced.
+ * - Threads: threading.setprofile installs `thread_profile`, which
+ *   replaces itself by the C profile function on the thread's first event.
+ * - Subinterpreters: this module refuses to load in one; the runner makes
+ *   creating one raise (alloctrace/__main__.py).
+ * - Frames already running when the profile function is installed are
+ *   not on the shadow stack; their returns find no match and are ignored.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "alloctrace.h"
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "alloctrace needs CPython 3.11 or later"
+#endif
+
+/* kind_class of pymalloc's arenas in span events. */
+#define ARENA_KIND 1
+#define MAX_DEPTH 1024
+#define NAME_MAX_BYTES 1024
+
+/* ---- the reentrancy guard ---- */
+
+/* Set while a hook records on this thread (invariant 1). */
+static __thread int in_hook;
+
+/* ---- the frame table: (code, line) -> frame value ---- */
+
+typedef struct {
+    PyCodeObject *code; /* NULL: empty slot */
+    int line;
+    uint64_t frame;
+} frame_slot;
+
+#define FRAME_SLOTS (1u << 20)
+/* Written and read only with the GIL held (invariant 2). */
+static frame_slot *frame_table;
+static size_t frame_table_used;
+
+static size_t utf8_of(PyObject *s, char *buf, size_t cap)
+{
+    /* Must not allocate: runs inside the allocator hooks. */
+    if (s == NULL || !PyUnicode_Check(s)) {
+        return 0;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (!PyUnicode_IS_READY(s)) {
+        return 0;
+    }
+#endif
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    size_t out = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        char tmp[4];
+        size_t len;
+        if (c < 0x80) {
+            tmp[0] = (char)c;
+            len = 1;
+        } else if (c < 0x800) {
+            tmp[0] = (char)(0xC0 | (c >> 6));
+            tmp[1] = (char)(0x80 | (c & 0x3F));
+            len = 2;
+        } else if (c < 0x10000) {
+            if (c >= 0xD800 && c <= 0xDFFF) {
+                c = 0xFFFD; /* a lone surrogate (surrogateescape'd path) */
+            }
+            tmp[0] = (char)(0xE0 | (c >> 12));
+            tmp[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+            tmp[2] = (char)(0x80 | (c & 0x3F));
+            len = 3;
+        } else {
+            tmp[0] = (char)(0xF0 | (c >> 18));
+            tmp[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+            tmp[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+            tmp[3] = (char)(0x80 | (c & 0x3F));
+            len = 4;
+        }
+        if (out + len > cap) {
+            break;
+        }
+        memcpy(buf + out, tmp, len);
+        out += len;
+    }
+    return out;
+}
+
+static uint64_t register_frame(PyCodeObject *code, int line)
+{
+    /* Must not allocate: runs inside the allocator hooks. */
+    char func[NAME_MAX_BYTES];
+    char file[NAME_MAX_BYTES];
+    size_t func_len = utf8_of(code->co_qualname, func, sizeof func);
+    size_t file_len = utf8_of(code->co_filename, file, sizeof file);
+    return trace_frame_register(func, func_len, file, file_len, line > 0 ? (uint32_t)line : 0);
+}
+
+static uint64_t frame_value(PyCodeObject *code, int line)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (frame_table == NULL) {
+        return register_frame(code, line);
+    }
+    uintptr_t h = ((uintptr_t)code >> 4) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)line * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    for (size_t probe = 0; probe < FRAME_SLOTS; probe++) {
+        frame_slot *s = &frame_table[(h + probe) & (FRAME_SLOTS - 1)];
+        if (s->code == code && s->line == line) {
+            return s->frame;
+        }
+        if (s->code == NULL) {
+            uint64_t frame = register_frame(code, line);
+            /* Keep 1/4 free so that probes stay short; past that, frames
+             * are registered at every use (the tracer's frame table is
+             * full by then anyway: 1 Mi frames). */
+            if (frame != 0 && frame_table_used < FRAME_SLOTS / 4 * 3) {
+                Py_INCREF(code); /* invariant 3 */
+                s->code = code;
+                s->line = line;
+                s->frame = frame;
+                frame_table_used++;
+            }
+            return frame;
+        }
+    }
+    return register_frame(code, line);
+}
+
+/* ---- the shadow stack ---- */
+
+typedef struct {
+    PyFrameObject *frame; /* a reference, dropped at its pop */
+    PyCodeObject *code;   /* borrowed from the frame */
+    int lasti;            /* the instruction `fv` was computed for */
+    uint64_t fv;          /* its frame value; 0: not computed */
+} shadow_entry;
+
+typedef struct {
+    shadow_entry *entries; /* outermost first; libc memory, never PyMem */
+    size_t depth;
+    size_t cap;
+    /* The last stack ID computed and what it was computed for: reused while
+     * no call or return happened since (`changed` clear) and the innermost
+     * frame is at the same instruction, as in a loop that allocates. */
+    int changed;
+    int last_lasti;
+    uint64_t last_stack;
+    /* Stack IDs by the innermost frame's instruction while the frames
+     * below it stay the same (`epoch` counts calls and returns): a loop
+     * body that allocates on several lines. Direct-mapped. */
+    uint64_t epoch;
+    struct {
+        uint64_t epoch; /* 0: empty */
+        int lasti;
+        uint64_t stack;
+    } by_lasti[16];
+    uint64_t frames[MAX_DEPTH]; /* innermost first, for trace_stack_register */
+} shadow_stack;
+
+/* This thread's stack; written by the profile function, read by the hooks. */
+static __thread shadow_stack *shadow;
+
+static void shadow_push(PyFrameObject *frame)
+{
+    shadow_stack *s = shadow;
+    if (s == NULL) {
+        s = calloc(1, sizeof *s);
+        if (s == NULL) {
+            return;
+        }
+        shadow = s;
+    }
+    if (s->depth == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        shadow_entry *e = realloc(s->entries, cap * sizeof *e);
+        if (e == NULL) {
+            return;
+        }
+        s->entries = e;
+        s->cap = cap;
+    }
+    shadow_entry *e = &s->entries[s->depth++];
+    /* A reference of our own: if another profile function replaces ours
+     * (sys.setprofile, cProfile), pops stop and the entries go stale, but
+     * they stay valid objects to read (their stacks are then wrong, never
+     * a crash). */
+    Py_INCREF(frame);
+    s->changed = 1;
+    s->epoch++;
+    e->frame = frame;
+    e->code = PyFrame_GetCode(frame);
+    if (e->code != NULL) {
+        Py_DECREF(e->code); /* the frame holds it while it runs */
+    }
+    e->lasti = -2;
+    e->fv = 0;
+}
+
+static void shadow_pop(PyFrameObject *frame)
+{
+    shadow_stack *s = shadow;
+    if (s == NULL) {
+        return;
+    }
+    /* The innermost entry, normally; a frame deeper down means entries
+     * above it were missed (never seen returning): drop them too. A frame
+     * that is not there at all started before the profile function. */
+    for (size_t i = s->depth; i > 0; i--) {
+        if (s->entries[i - 1].frame == frame) {
+            size_t top = s->depth;
+            s->depth = i - 1;
+            s->changed = 1;
+            s->epoch++;
+            /* After the depth is cut: a frame's dealloc frees memory
+             * (through the hooks, which read the stack). */
+            for (size_t j = top; j > i - 1; j--) {
+                Py_DECREF(s->entries[j - 1].frame);
+            }
+            return;
+        }
+    }
+}
+
+static int profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    (void)obj;
+    (void)arg;
+    if (what == PyTrace_CALL) {
+        shadow_push(frame);
+    } else if (what == PyTrace_RETURN) {
+        shadow_pop(frame);
+    }
+    return 0;
+}
+
+/* The current Python call stack's ID, 0 when there is none. */
+static uint64_t current_stack(void)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    shadow_stack *s = shadow;
+    if (s == NULL || s->depth == 0) {
+        return 0;
+    }
+    /* A program that sets a profile function of its own (sys.setprofile,
+     * cProfile, a debugger) takes the thread over: the shadow stack no
+     * longer follows its calls, so its allocations get no call stack. */
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    if (ts == NULL || ts->c_profilefunc != profile) {
+        return 0;
+    }
+    shadow_entry *top = &s->entries[s->depth - 1];
+    int top_lasti = top->code != NULL ? PyFrame_GetLasti(top->frame) : -1;
+    if (!s->changed && top_lasti == s->last_lasti) {
+        return s->last_stack;
+    }
+    unsigned slot = ((unsigned)top_lasti >> 1) & 15; /* lasti counts bytes of 2-byte code units */
+    if (s->by_lasti[slot].epoch == s->epoch && s->by_lasti[slot].lasti == top_lasti) {
+        s->last_stack = s->by_lasti[slot].stack;
+        s->last_lasti = top_lasti;
+        s->changed = 0;
+        return s->last_stack;
+    }
+    size_t n = 0;
+    for (size_t i = s->depth; i > 0 && n < MAX_DEPTH; i--) {
+        shadow_entry *e = &s->entries[i - 1];
+        if (e->code == NULL) {
+            continue;
+        }
+        int lasti = PyFrame_GetLasti(e->frame);
+        if (lasti != e->lasti || e->fv == 0) {
+            e->fv = frame_value(e->code, PyCode_Addr2Line(e->code, lasti));
+            e->lasti = lasti;
+        }
+        if (e->fv != 0) {
+            s->frames[n++] = e->fv;
+        }
+    }
+    s->last_stack = n ? trace_stack_register(s->frames, n) : 0;
+    s->last_lasti = top_lasti;
+    s->changed = 0;
+    s->by_lasti[slot].epoch = s->epoch;
+    s->by_lasti[slot].lasti = top_lasti;
+    s->by_lasti[slot].stack = s->last_stack;
+    return s->last_stack;
+}
+
+/* ---- the address sets: what this session recorded as live ---- */
+
+/* Blocks allocated before trace_start are freed while tracing; the trace
+ * never saw them allocated, so their frees are left out (otherwise
+ * `alloctrace check` sees frees of addresses that are not live). An open-
+ * addressing set of the addresses recorded live, linear probing with
+ * backward-shift deletion (no tombstones), in mmap'd memory (never
+ * Python's), grown under its lock at half full. One spinlock: MEM and OBJ
+ * calls hold the GIL anyway, RAW calls may not. Touched only while tracing
+ * is on, so a child forked while another thread held the lock never waits
+ * for it (its tracer is off; the lock is reset after fork too). */
+typedef struct {
+    uintptr_t *slots; /* 0: empty */
+    size_t cap;       /* a power of two, or 0 before the first insert */
+    size_t len;
+    int lock;
+} addr_set;
+
+static addr_set live_arenas;
+
+static void set_lock(addr_set *s)
+{
+    while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE)) {
+        while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED)) {
+            __builtin_ia32_pause();
+        }
+    }
+}
+
+static void set_unlock(addr_set *s)
+{
+    __atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
+}
+
+static size_t slot_of(uintptr_t a, size_t cap)
+{
+    uint64_t h = (uint64_t)a * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 20) & (cap - 1);
+}
+
+static void set_place(uintptr_t *slots, size_t cap, uintptr_t a)
+{
+    size_t i = slot_of(a, cap);
+    while (slots[i] != 0) {
+        i = (i + 1) & (cap - 1);
+    }
+    slots[i] = a;
+}
+
+/* Adds `a`; 0 when memory for the set could not be had (the block is then
+ * recorded all the same, and its free is left out). Caller holds the lock. */
+static int set_insert_locked(addr_set *s, uintptr_t a)
+{
+    if ((s->len + 1) * 2 > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1u << 16;
+        uintptr_t *slots = mmap(NULL, cap * sizeof *slots, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (slots == MAP_FAILED) {
+            return 0;
+        }
+        for (size_t i = 0; i < s->cap; i++) {
+            if (s->slots[i] != 0) {
+                set_place(slots, cap, s->slots[i]);
+            }
+        }
+        if (s->slots != NULL) {
+            munmap(s->slots, s->cap * sizeof *s->slots);
+        }
+        s->slots = slots;
+        s->cap = cap;
+    }
+    size_t i = slot_of(a, s->cap);
+    while (s->slots[i] != 0) {
+        if (s->slots[i] == a) {
+            return 1; /* already there: recorded twice, left as it is */
+        }
+        i = (i + 1) & (s->cap - 1);
+    }
+    s->slots[i] = a;
+    __atomic_store_n(&s->len, s->len + 1, __ATOMIC_RELAXED); /* read unlocked by blocks_remove */
+    return 1;
+}
+
+/* Removes `a`; whether it was there. Caller holds the lock. */
+static int set_remove_locked(addr_set *s, uintptr_t a)
+{
+    if (s->cap == 0) {
+        return 0;
+    }
+    size_t mask = s->cap - 1;
+    size_t i = slot_of(a, s->cap);
+    while (s->slots[i] != a) {
+        if (s->slots[i] == 0) {
+            return 0;
+        }
+        i = (i + 1) & mask;
+    }
+    /* Backward shift: move later entries of the run into the hole when
+     * their home slot does not lie cyclically in (hole, j]. */
+    size_t hole = i;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (s->slots[j] == 0) {
+            break;
+        }
+        size_t home = slot_of(s->slots[j], s->cap);
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            s->slots[hole] = s->slots[j];
+            hole = j;
+        }
+    }
+    s->slots[hole] = 0;
+    __atomic_store_n(&s->len, s->len - 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+static void set_insert(addr_set *s, uintptr_t a)
+{
+    set_lock(s);
+    set_insert_locked(s, a);
+    set_unlock(s);
+}
+
+static int set_remove(addr_set *s, uintptr_t a)
+{
+    set_lock(s);
+    int was = set_remove_locked(s, a);
+    set_unlock(s);
+    return was;
+}
+
+static void set_clear(addr_set *s)
+{
+    set_lock(s);
+    if (s->slots != NULL) {
+        munmap(s->slots, s->cap * sizeof *s->slots);
+    }
+    s->slots = NULL;
+    s->cap = 0;
+    __atomic_store_n(&s->len, 0, __ATOMIC_RELAXED);
+    set_unlock(s);
+}
+
+
+/* The blocks' set, fast: a bit per 16-byte granule of the address space
+ * (every block CPython's allocators return is 16-byte aligned on 64-bit,
+ * and two live blocks never start in one granule), in chunks of 2 MiB of
+ * bits per 256 MiB of addresses, mapped on first use and installed with a
+ * compare-and-swap: lock-free, one atomic operation per allocation and per
+ * free. Addresses it cannot hold (not 16-byte aligned, above 2^47, or when
+ * a chunk cannot be mapped) go to the locked set `other_blocks`. */
+#define GRANULE_SHIFT 4
+#define CHUNK_SHIFT 28
+#define ADDRESS_BITS 47
+#define CHUNK_BYTES ((size_t)1 << (CHUNK_SHIFT - GRANULE_SHIFT - 3))
+#define TOP_ENTRIES ((size_t)1 << (ADDRESS_BITS - CHUNK_SHIFT))
+
+static uint64_t **bitmap_top; /* TOP_ENTRIES chunk pointers, mmap'd at install */
+static addr_set other_blocks;
+
+static uint64_t *bitmap_chunk(uintptr_t a, int create)
+{
+    uint64_t **slot = &bitmap_top[a >> CHUNK_SHIFT];
+    uint64_t *chunk = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (chunk != NULL || !create) {
+        return chunk;
+    }
+    void *m = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        return NULL;
+    }
+    uint64_t *expected = NULL;
+    if (!__atomic_compare_exchange_n(slot, &expected, (uint64_t *)m, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        munmap(m, CHUNK_BYTES);
+        return expected;
+    }
+    return m;
+}
+
+static int bitmap_holds(uintptr_t a)
+{
+    return bitmap_top != NULL && (a & ((1u << GRANULE_SHIFT) - 1)) == 0 && (a >> ADDRESS_BITS) == 0;
+}
+
+static void blocks_insert(uintptr_t a)
+{
+    /* Must not allocate through Python: runs inside the allocator hooks. */
+    uint64_t *chunk = bitmap_holds(a) ? bitmap_chunk(a, 1) : NULL;
+    if (chunk == NULL) {
+        set_insert(&other_blocks, a);
+        return;
+    }
+    size_t granule = (a & (((uintptr_t)1 << CHUNK_SHIFT) - 1)) >> GRANULE_SHIFT;
+    __atomic_fetch_or(&chunk[granule >> 6], (uint64_t)1 << (granule & 63), __ATOMIC_RELAXED);
+}
+
+/* Removes `a`; whether it was there. */
+static int blocks_remove(uintptr_t a)
+{
+    /* Must not allocate through Python: runs inside the allocator hooks. */
+    uint64_t *chunk = bitmap_holds(a) ? bitmap_chunk(a, 0) : NULL;
+    if (chunk != NULL) {
+        size_t granule = (a & (((uintptr_t)1 << CHUNK_SHIFT) - 1)) >> GRANULE_SHIFT;
+        uint64_t bit = (uint64_t)1 << (granule & 63);
+        if (__atomic_fetch_and(&chunk[granule >> 6], ~bit, __ATOMIC_RELAXED) & bit) {
+            return 1;
+        }
+    }
+    return __atomic_load_n(&other_blocks.len, __ATOMIC_RELAXED) != 0 && set_remove(&other_blocks, a);
+}
+
+/* Empties the blocks' set; at trace_start, before any hook records. */
+static void blocks_clear(void)
+{
+    if (bitmap_top != NULL) {
+        for (size_t i = 0; i < TOP_ENTRIES; i++) {
+            if (bitmap_top[i] != NULL) {
+                munmap(bitmap_top[i], CHUNK_BYTES);
+                bitmap_top[i] = NULL;
+            }
+        }
+    }
+    set_clear(&other_blocks);
+}
+
+static void reset_locks_in_child(void)
+{
+    other_blocks.lock = 0;
+    live_arenas.lock = 0;
+}
+
+/* ---- the allocator hooks ---- */
+
+typedef struct {
+    PyMemAllocatorEx orig;
+    int needs_gil_check; /* RAW: may be called without the GIL */
+} domain_hook;
+
+static domain_hook hooks[3];
+static PyObjectArenaAllocator orig_arena;
+static int hooks_installed;
+
+static uint64_t stack_here(domain_hook *d)
+{
+    if (d->needs_gil_check && !PyGILState_Check()) {
+        return 0; /* invariant 2 */
+    }
+    return current_stack();
+}
+
+/* Records a block the wrapped allocator returned. */
+static void record_alloc(domain_hook *d, void *p, size_t size)
+{
+    /* Must not allocate through Python: runs inside the allocator hooks. */
+    blocks_insert((uintptr_t)p);
+    trace_heap_object_alloc_stack((uintptr_t)p, size, 0, stack_here(d));
+}
+
+/* Records a block's free, if this session recorded the block. */
+static void record_free(void *p)
+{
+    /* Must not allocate through Python: runs inside the allocator hooks. */
+    if (blocks_remove((uintptr_t)p)) {
+        trace_heap_object_free((uintptr_t)p);
+    }
+}
+
+/* Every hook forwards at once when tracing is off or when it is called
+ * from inside another hook's call (pymalloc serves blocks over 512 bytes
+ * from the RAW domain: the outer domain records them, once). The guard is
+ * held across the wrapped call for that reason, and across recording
+ * (invariant 1). */
+
+static void *hook_malloc(void *ctx, size_t size)
+{
+    domain_hook *d = ctx;
+    if (in_hook || !trace_enabled()) {
+        return d->orig.malloc(d->orig.ctx, size);
+    }
+    in_hook = 1;
+    void *p = d->orig.malloc(d->orig.ctx, size);
+    if (p != NULL) {
+        record_alloc(d, p, size);
+    }
+    in_hook = 0;
+    return p;
+}
+
+static void *hook_calloc(void *ctx, size_t nelem, size_t elsize)
+{
+    domain_hook *d = ctx;
+    if (in_hook || !trace_enabled()) {
+        return d->orig.calloc(d->orig.ctx, nelem, elsize);
+    }
+    in_hook = 1;
+    void *p = d->orig.calloc(d->orig.ctx, nelem, elsize);
+    if (p != NULL) {
+        record_alloc(d, p, nelem * elsize);
+    }
+    in_hook = 0;
+    return p;
+}
+
+static void *hook_realloc(void *ctx, void *old, size_t size)
+{
+    domain_hook *d = ctx;
+    if (in_hook || !trace_enabled()) {
+        return d->orig.realloc(d->orig.ctx, old, size);
+    }
+    in_hook = 1;
+    /* The free is recorded first: once realloc returns, another thread may
+     * be given the old address and record its allocation. */
+    int was_recorded = old != NULL && blocks_remove((uintptr_t)old);
+    if (was_recorded) {
+        trace_heap_object_free((uintptr_t)old);
+    }
+    void *p = d->orig.realloc(d->orig.ctx, old, size);
+    if (p != NULL) {
+        record_alloc(d, p, size);
+    } else if (was_recorded) {
+        /* Failed: the old block is still live; its size is unknown here. */
+        record_alloc(d, old, 0);
+    }
+    in_hook = 0;
+    return p;
+}
+
+static void hook_free(void *ctx, void *p)
+{
+    domain_hook *d = ctx;
+    if (in_hook || p == NULL || !trace_enabled()) {
+        d->orig.free(d->orig.ctx, p);
+        return;
+    }
+    in_hook = 1;
+    record_free(p);
+    d->orig.free(d->orig.ctx, p);
+    in_hook = 0;
+}
+
+static void *hook_arena_alloc(void *ctx, size_t size)
+{
+    (void)ctx;
+    void *p = orig_arena.alloc(orig_arena.ctx, size);
+    /* Called from inside pymalloc, under an OBJ or MEM hook's guard (GIL
+     * held): recorded all the same, with the Python call stack. */
+    if (p != NULL && trace_enabled()) {
+        set_insert(&live_arenas, (uintptr_t)p);
+        trace_span_alloc_stack((uintptr_t)p, (size + 4095) / 4096, ARENA_KIND, PyGILState_Check() ? current_stack() : 0);
+    }
+    return p;
+}
+
+static void hook_arena_free(void *ctx, void *p, size_t size)
+{
+    (void)ctx;
+    if (p != NULL && trace_enabled() && set_remove(&live_arenas, (uintptr_t)p)) {
+        trace_span_free((uintptr_t)p);
+    }
+    orig_arena.free(orig_arena.ctx, p, size);
+}
+
+/* Whether `fn` is CPython's own code (its default allocators, or the debug
+ * hooks of PYTHONMALLOC=debug / -X dev), rather than another tool's. */
+static int is_cpythons(void *fn)
+{
+    Dl_info mine, theirs;
+    if (!dladdr((void *)&PyMem_Malloc, &mine) || !dladdr(fn, &theirs)) {
+        return 1; /* cannot tell: assume CPython's */
+    }
+    return mine.dli_fbase == theirs.dli_fbase;
+}
+
+static const char *const domain_names[3] = {"PYMEM_DOMAIN_RAW", "PYMEM_DOMAIN_MEM", "PYMEM_DOMAIN_OBJ"};
+
+static PyObject *install_hooks(PyObject *self, PyObject *unused)
+{
+    if (hooks_installed) {
+        Py_RETURN_NONE;
+    }
+    PyMemAllocatorEx current[3];
+    for (int dom = 0; dom < 3; dom++) {
+        PyMem_GetAllocator((PyMemAllocatorDomain)dom, &current[dom]);
+        if (!is_cpythons((void *)current[dom].malloc)) {
+            Dl_info info;
+            const char *who = dladdr((void *)current[dom].malloc, &info) && info.dli_fname ? info.dli_fname : "?";
+            return PyErr_Format(PyExc_RuntimeError,
+                                "alloctrace: another tool already hooks Python's allocator (%s is served by %s); "
+                                "run alloctrace without it",
+                                domain_names[dom], who);
+        }
+    }
+    PyObjectArenaAllocator arena;
+    PyObject_GetArenaAllocator(&arena);
+    if (!is_cpythons((void *)arena.alloc)) {
+        return PyErr_Format(PyExc_RuntimeError,
+                            "alloctrace: another tool already hooks pymalloc's arena allocator; run alloctrace without it");
+    }
+    if (frame_table == NULL) {
+        void *t = mmap(NULL, FRAME_SLOTS * sizeof(frame_slot), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (t == MAP_FAILED) {
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        frame_table = t;
+    }
+    if (bitmap_top == NULL) {
+        void *t = mmap(NULL, TOP_ENTRIES * sizeof *bitmap_top, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (t == MAP_FAILED) {
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        bitmap_top = t;
+    }
+    for (int dom = 0; dom < 3; dom++) {
+        hooks[dom].orig = current[dom];
+        hooks[dom].needs_gil_check = dom == PYMEM_DOMAIN_RAW;
+        PyMemAllocatorEx hook = {&hooks[dom], hook_malloc, hook_calloc, hook_realloc, hook_free};
+        PyMem_SetAllocator((PyMemAllocatorDomain)dom, &hook);
+    }
+    orig_arena = arena;
+    PyObjectArenaAllocator arena_hook = {NULL, hook_arena_alloc, hook_arena_free};
+    PyObject_SetArenaAllocator(&arena_hook);
+    pthread_atfork(NULL, NULL, reset_locks_in_child);
+    hooks_installed = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *hooks_active(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(hooks_installed);
+}
+
+/* ---- the session ---- */
+
+static PyObject *start(PyObject *self, PyObject *args)
+{
+    PyObject *path_obj;
+    if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &path_obj)) {
+        return NULL;
+    }
+    blocks_clear();
+    set_clear(&live_arenas);
+    trace_config cfg;
+    trace_config_init(&cfg);
+    cfg.path = PyBytes_AS_STRING(path_obj);
+    trace_result r = trace_start(&cfg);
+    if (r != TRACE_OK) {
+        PyErr_Format(PyExc_RuntimeError, "alloctrace: cannot start tracing to %s: %s (%s)", cfg.path,
+                     trace_result_str(r), trace_last_error_detail());
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    Py_DECREF(path_obj);
+    Py_RETURN_NONE;
+}
+
+static PyObject *stop(PyObject *self, PyObject *unused)
+{
+    PyEval_SetProfile(NULL, NULL);
+    trace_result r = trace_stop();
+    if (r != TRACE_OK && r != TRACE_ERR_NOT_STARTED) {
+        return PyErr_Format(PyExc_RuntimeError, "alloctrace: writing the trace failed: %s (%s)", trace_result_str(r),
+                            trace_last_error_detail());
+    }
+    return PyBool_FromLong(r == TRACE_OK);
+}
+
+static PyObject *enabled(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(trace_enabled());
+}
+
+/* Starts the shadow stack on the calling thread, from its next call on. */
+static PyObject *profile_on(PyObject *self, PyObject *unused)
+{
+    PyEval_SetProfile(profile, NULL);
+    Py_RETURN_NONE;
+}
+
+/* threading.setprofile's hook: on a new thread's first event, replaces
+ * itself by the C profile function and handles that event. */
+static PyObject *thread_profile(PyObject *self, PyObject *args)
+{
+    PyObject *frame, *event, *arg;
+    if (!PyArg_ParseTuple(args, "OOO", &frame, &event, &arg)) {
+        return NULL;
+    }
+    PyEval_SetProfile(profile, NULL);
+    if (PyFrame_Check(frame) && PyUnicode_Check(event) && PyUnicode_CompareWithASCIIString(event, "call") == 0) {
+        shadow_push((PyFrameObject *)frame);
+    }
+    Py_RETURN_NONE;
+}
+
+/* The calling thread's shadow stack as (qualname, file, line) tuples,
+ * innermost first: for tests. */
+static PyObject *shadow_frames(PyObject *self, PyObject *unused)
+{
+    PyObject *list = PyList_New(0);
+    shadow_stack *s = shadow;
+    if (list == NULL || s == NULL) {
+        return list;
+    }
+    for (size_t i = s->depth; i > 0; i--) {
+        shadow_entry *e = &s->entries[i - 1];
+        if (e->code == NULL) {
+            continue;
+        }
+        PyObject *t = Py_BuildValue("(OOi)", e->code->co_qualname, e->code->co_filename,
+                                    PyCode_Addr2Line(e->code, PyFrame_GetLasti(e->frame)));
+        if (t == NULL || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    return list;
+}
+
+static PyMethodDef methods[] = {
+    {"install_hooks", install_hooks, METH_NOARGS, "Wraps the three PyMem domains and pymalloc's arena allocator."},
+    {"hooks_active", hooks_active, METH_NOARGS, "Whether this module's hooks are installed."},
+    {"start", start, METH_VARARGS, "start(path): trace_start writing to path."},
+    {"stop", stop, METH_NOARGS, "Stops the profile function on this thread and the trace; False if it was off."},
+    {"enabled", enabled, METH_NOARGS, "Whether tracing is on."},
+    {"profile_on", profile_on, METH_NOARGS, "Keeps this thread's shadow stack from its next call on."},
+    {"thread_profile", thread_profile, METH_VARARGS, "For threading.setprofile."},
+    {"shadow_frames", shadow_frames, METH_NOARGS, "This thread's shadow stack, innermost first."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "alloctrace._alloctrace", "CPython's allocators through alloctrace's C API.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__alloctrace(void)
+{
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+        PyErr_SetString(PyExc_ImportError, "alloctrace: subinterpreters are not supported");
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}
