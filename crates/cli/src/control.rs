@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -95,6 +96,15 @@ pub enum AskError {
 /// Sends `request` to the socket at `path` and returns the answer's
 /// payload as `key value` lines (unknown keys kept).
 pub fn ask(found: &Found, request: &str) -> Result<BTreeMap<String, String>, AskError> {
+    ask_passing(found, request, None)
+}
+
+/// [`ask`], passing the descriptor `fd` with the request (SCM_RIGHTS).
+pub fn ask_passing(
+    found: &Found,
+    request: &str,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<BTreeMap<String, String>, AskError> {
     let mut stream = match UnixStream::connect(&found.path) {
         Ok(s) => s,
         Err(e)
@@ -116,9 +126,12 @@ pub fn ask(found: &Found, request: &str) -> Result<BTreeMap<String, String>, Ask
     let io = |e: std::io::Error| AskError::Io(format!("{}: {e}", found.path.display()));
     stream.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
     stream.set_write_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
-    stream
-        .write_all(format!("{request}\n").as_bytes())
-        .map_err(io)?;
+    let line = format!("{request}\n");
+    match fd {
+        Some(fd) => crate::os::send_with_fd(&stream, line.as_bytes(), fd),
+        None => stream.write_all(line.as_bytes()),
+    }
+    .map_err(io)?;
     let mut reader = BufReader::new(stream);
     let mut status = String::new();
     reader.read_line(&mut status).map_err(io)?;
@@ -170,8 +183,17 @@ pub fn find(pid: u32) -> Result<Found, Failure> {
 
 /// `ask`, with its errors as the command's.
 pub fn ask_pid(pid: u32, request: &str) -> Result<BTreeMap<String, String>, Failure> {
-    let found = find(pid)?;
-    ask(&found, request).map_err(|e| match e {
+    ask_found(&find(pid)?, request, None)
+}
+
+/// `ask_passing` of a socket `find` found, with its errors as the command's.
+pub fn ask_found(
+    found: &Found,
+    request: &str,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<BTreeMap<String, String>, Failure> {
+    let pid = found.pid;
+    ask_passing(found, request, fd).map_err(|e| match e {
         AskError::Stale => Failure::Io(format!(
             "process {pid} no longer answers (its control socket is stale: the process ended without removing it)"
         )),

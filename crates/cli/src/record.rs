@@ -120,7 +120,7 @@ pub struct Args {
     sample_bytes: Option<u64>,
     /// Flight-recorder mode: keep only the last generations in a ring of
     /// SIZE bytes in memory (1MiB to 1TiB; KiB, MiB, GiB suffixes) and
-    /// write the trace only on a trigger: a fatal signal, --dump-on-rss.
+    /// write the trace only on a trigger: a fatal signal, --dump-on-rss, `alloctrace save PID -o FILE`.
     /// Nothing is written at a normal exit. See docs/PRELOAD.md, "Flight
     /// recorder".
     #[arg(long, value_name = "SIZE", value_parser = |v: &str| alloctrace_options::parse_flight_recorder(v.as_bytes()))]

@@ -10,7 +10,12 @@
 //!   refused by `snapshot`;
 //! - a connection from another user is refused by the process (when the
 //!   tests run as root: a client run as uid 65534);
-//! - the socket is gone once the program has exited.
+//! - the socket is gone once the program has exited;
+//! - `save` of a flight recorder (its ring turning over) writes a trace
+//!   with the flight-window flag holding exactly the generations it
+//!   names, the last ones, which every reading command reads; twice too;
+//!   outside flight-recorder mode, and on bad arguments, it refuses and
+//!   writes nothing.
 //!
 //! Each test points XDG_RUNTIME_DIR at a scratch directory, so the
 //! sockets of other tests and programs are never seen. Synchronised by
@@ -84,15 +89,16 @@ impl Drop for Running {
 
 impl Running {
     fn start(dir: &Scratch, options: &[&str]) -> Running {
-        Running::start_in(dir, &runtime(dir), options)
+        Running::start_in(dir, &runtime(dir), &[], options)
     }
 
-    /// With XDG_RUNTIME_DIR at `run`.
-    fn start_in(dir: &Scratch, run: &Path, options: &[&str]) -> Running {
+    /// With XDG_RUNTIME_DIR at `run`, `record RECORD_OPTIONS`.
+    fn start_in(dir: &Scratch, run: &Path, record_options: &[&str], options: &[&str]) -> Running {
         let ready = dir.path("ready");
         let child = record_command()
             .env("XDG_RUNTIME_DIR", run)
             .arg("--no-report")
+            .args(record_options)
             .arg("-o")
             .arg(dir.path("%p.trace"))
             .arg("--")
@@ -241,6 +247,7 @@ fn ps_lists_the_program_and_its_snapshot_holds_exactly_its_live_blocks() {
     let save = alloctrace(&dir, &["save", &pid.to_string(), "-o", "saved.trace"]);
     assert_eq!(save.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&save.stderr).contains("not in flight-recorder mode"));
+    assert!(!dir.path("saved.trace").exists(), "nothing written");
 
     assert_eq!(sockets(&dir), vec![format!("{pid}.sock")]);
     running.finish();
@@ -315,7 +322,7 @@ fn a_stale_socket_is_skipped_removed_and_refused() {
 fn a_missing_xdg_runtime_dir_falls_back_to_tmp() {
     let dir = Scratch::new("noxdg");
     let missing = dir.path("missing");
-    let mut running = Running::start_in(&dir, &missing, &[]);
+    let mut running = Running::start_in(&dir, &missing, &[], &[]);
     let pid = running.pid();
     let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
         .env("XDG_RUNTIME_DIR", &missing)
@@ -407,4 +414,135 @@ sys.stdout.write(data.decode())
     // The owner still gets its answer.
     assert_eq!(ps(&dir).len(), 1);
     running.finish();
+}
+
+/// `save PID -o FILE --json`'s answer: (first, last, bytes).
+fn save(dir: &Scratch, pid: u32, file: &str) -> (u64, u64, u64) {
+    let doc = json_of(&alloctrace(
+        dir,
+        &["save", &pid.to_string(), "-o", file, "--json"],
+    ));
+    assert_eq!(doc["pid"], pid);
+    assert_eq!(doc["file"], file);
+    let bytes = doc["bytes"].as_u64().unwrap();
+    assert_eq!(std::fs::metadata(dir.path(file)).unwrap().len(), bytes);
+    (
+        doc["first"].as_u64().unwrap(),
+        doc["last"].as_u64().unwrap(),
+        bytes,
+    )
+}
+
+/// The generations a trace's events are in, by `dump --json`.
+fn generations_in(dir: &Scratch, file: &str) -> std::collections::BTreeSet<u64> {
+    let out = alloctrace(dir, &["dump", "--json", file]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["gen"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn save_writes_the_flight_recorders_last_generations() {
+    let dir = Scratch::new("save");
+    let mut running = Running::start_in(
+        &dir,
+        &runtime(&dir),
+        &["--flight-recorder", "1MiB"],
+        &["churn"],
+    );
+    let pid = running.pid();
+    assert_eq!(ps(&dir)[0]["mode"], "flight-recorder");
+    // Saved until the ring has turned over: its first generations gone.
+    let give_up = Instant::now() + Duration::from_secs(120);
+    let (first, last, _) = loop {
+        let saved = save(&dir, pid, "a.trace");
+        if saved.0 > 1 {
+            break saved;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the ring never turned over: {saved:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(first <= last);
+    // Exactly the generations named: the last ones, whole.
+    let held = generations_in(&dir, "a.trace");
+    assert_eq!(held, (first..=last).collect(), "generations {first}-{last}");
+    let check = alloctrace(&dir, &["check", "a.trace"]);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let stats = json_of(&alloctrace(&dir, &["stats", "--json", "a.trace"]));
+    assert_eq!(stats["flight_window"], true);
+    assert_eq!(stats["anomalies"], 0, "{stats}");
+    for command in [&["leaks", "a.trace"][..], &["top", "a.trace"]] {
+        let out = alloctrace(&dir, command);
+        assert!(
+            out.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Again: the next generations, up to the later moment.
+    let (first2, last2, _) = save(&dir, pid, "b.trace");
+    assert!(
+        last2 > last && first2 >= first,
+        "{first}-{last}, then {first2}-{last2}"
+    );
+    assert_eq!(generations_in(&dir, "b.trace"), (first2..=last2).collect());
+
+    // In words.
+    let out = alloctrace(&dir, &["save", &pid.to_string(), "-o", "c.trace"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let size = std::fs::metadata(dir.path("c.trace")).unwrap().len();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with(&format!("saved {size} bytes (generations "))
+            && text.trim_end().ends_with(" to c.trace"),
+        "{text}"
+    );
+    running.finish();
+}
+
+#[test]
+fn save_refuses_bad_arguments_before_asking() {
+    let dir = Scratch::new("save-args");
+    std::fs::create_dir_all(dir.path("adir")).unwrap();
+    for (args, says) in [
+        (&["save", "1", "-o", "adir"][..], "is a directory"),
+        (&["save", "1", "-o", "nodir/x.trace"], "no such directory"),
+        (&["save", "1", "-o", ""], "a value is required"),
+        (&["save", "1", "-o", "-", "--json"], "--json with -o -"),
+        (&["save", "x", "-o", "x.trace"], "invalid value"),
+        (&["save", "1"], "--output"),
+        (
+            &["save", "4294967295", "-o", "x.trace"],
+            "not traced by you",
+        ),
+    ] {
+        let out = alloctrace(&dir, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert!(!dir.path("x.trace").exists());
 }

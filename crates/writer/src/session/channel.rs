@@ -28,6 +28,11 @@
 //! nothing (no live table on the event path, none on the writer thread),
 //! and the command pays a read of the trace so far.
 //!
+//! A save (flight-recorder mode) writes the flight recorder's dump
+//! (lifecycle.rs `flight_recorder_write`, as `trace_flight_recorder_write`
+//! does) into the file descriptor the client passed with its request
+//! (SCM_RIGHTS), then answers the generations and bytes written.
+//!
 //! ## Corner cases
 //!
 //! - fork: the child has no control thread. Its copy of a listening
@@ -58,6 +63,7 @@ use crate::session::socket::{self, Connection, Listener};
 use crate::session::Session;
 use crate::shared::SHARED;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
+use crate::writer::output::Output;
 
 /// How long the thread waits for a connection before it checks its socket
 /// (socket.rs invariant 3) and its exit flag; stop wakes it at once.
@@ -125,7 +131,13 @@ struct Served {
     /// lifecycle.rs's `advance`, passed down (lifecycle starts this
     /// thread; importing it back would make a cycle).
     advance: fn() -> Result<(), crate::session::Error>,
+    /// lifecycle.rs's `flight_recorder_write` (a `save`), passed down
+    /// likewise.
+    save: Save,
 }
+
+/// lifecycle.rs's `flight_recorder_write`.
+type Save = fn(&Output) -> Result<(u64, u64), crate::session::Error>;
 
 /// Starts the control thread of `session` and returns once it listens (or
 /// gave up: no socket). Called by start while tracing is off; `advance`
@@ -133,6 +145,7 @@ struct Served {
 pub(crate) fn spawn(
     session: &Arc<Session>,
     advance: fn() -> Result<(), crate::session::Error>,
+    save: Save,
 ) -> std::io::Result<InternalThread> {
     spawn_ready(
         c"alloctrace-ctl",
@@ -160,6 +173,7 @@ pub(crate) fn spawn(
                 trace_is_file,
                 shared,
                 advance,
+                save,
             }
         },
         run,
@@ -258,11 +272,7 @@ fn serve(session: &Session, served: &Served, conn: &Connection) {
             "flight-recorder mode: the trace file holds nothing until a dump, so there is no snapshot to read".to_string(),
         ),
         Some(control::SNAPSHOT) => snapshot(session, served),
-        // Not wired to the flight recorder's dump yet (its ring can be
-        // written from C with trace_flight_recorder_write).
-        Some(control::SAVE) if session.writer.flight.is_some() => Err(
-            "save is not available yet: the flight recorder dumps on a crash, at --dump-on-rss, or through trace_flight_recorder_write".to_string(),
-        ),
+        Some(control::SAVE) if session.writer.flight.is_some() => save(served, conn),
         Some(control::SAVE) => Err(control::NOT_FLIGHT_RECORDER.to_string()),
         Some(other) => Err(format!("unknown request {other:?}")),
         None => Err("no request".to_string()),
@@ -342,4 +352,23 @@ fn snapshot(session: &Session, served: &Served) -> Answer {
         writer.wake();
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Writes the flight recorder's dump into the file the client passed
+/// with the request (SCM_RIGHTS), and answers what it wrote: the
+/// generations and the byte count. The client opened the file, so its
+/// path, permissions and namespace are the user's, and the dump goes
+/// straight from the ring into it; the answer comes once it is written,
+/// so a full disk is an error the user sees.
+fn save(served: &Served, conn: &Connection) -> Answer {
+    let fd = conn.take_passed().ok_or_else(|| {
+        "save needs the output file's descriptor passed with the request (SCM_RIGHTS)".to_string()
+    })?;
+    let out = Output::borrowed_fd(std::os::fd::AsRawFd::as_raw_fd(&fd));
+    let (first, last) = (served.save)(&out).map_err(|e| format!("cannot save: {e}"))?;
+    let mut answer = String::new();
+    field(&mut answer, control::KEY_FIRST, &first.to_string());
+    field(&mut answer, control::KEY_GENERATION, &last.to_string());
+    field(&mut answer, control::KEY_BYTES, &out.written().to_string());
+    Ok(answer)
 }

@@ -152,7 +152,7 @@ pub fn start_with(
         let channel = if crate::session::channel::disabled() {
             None
         } else {
-            crate::session::channel::spawn(&session, advance).ok()
+            crate::session::channel::spawn(&session, advance, flight_recorder_write).ok()
         };
 
         SHARED
