@@ -744,6 +744,8 @@ fn pages_sums_up_runs_in_use() {
             "anomalies": 0,
             "anomaly_kinds": {"free_not_allocated": 0, "alloc_in_use": 0, "scav_in_use": 0, "zero_npages": 0},
             "first_anomaly": null,
+            "flight_window": false,
+            "frees_before_window": 0,
             "page_size": 4096,
             "truncated": false,
             "truncated_at": null
