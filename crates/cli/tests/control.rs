@@ -29,31 +29,12 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{compile, record_command, repo, Scratch};
+use support::{gcc_program, record_command, Scratch};
 
 /// c_tests/control/live.c, built once per test run.
 fn live() -> &'static Path {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
-    PROGRAM.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("control-program");
-        std::fs::create_dir_all(&dir).expect("create the program's directory");
-        let out = dir.join("live");
-        let src = repo().join("c_tests/control/live.c");
-        compile(
-            "gcc",
-            &[
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-O1",
-                "-g",
-                src.to_str().unwrap(),
-                "-o",
-                out.to_str().unwrap(),
-            ],
-        );
-        out
-    })
+    PROGRAM.get_or_init(|| gcc_program("control/live.c", "control-program", &["-g"]))
 }
 
 /// The scratch directory's runtime directory (XDG_RUNTIME_DIR).

@@ -116,15 +116,7 @@ fn the_ring_stays_within_its_size_over_a_long_run() {
     };
     common::start_to(&d.join("out.trace"), &config);
     // About 20 MiB of events through a 1 MiB ring.
-    const PAIRS: usize = 2_000_000;
-    for i in 0..PAIRS {
-        if i % 50_000 == 0 {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        let a = 0x10_0000_0000 + (i * 7919 % 1_000_003) * 16;
-        events::heap_object_alloc(a, 48, 0);
-        events::heap_object_free(a);
-    }
+    common::churn(2_000_000);
     let (first, last) = write_dump(&d.join("dump.trace"));
     let stats = alloctrace_writer::flight_stats().unwrap();
     alloctrace_writer::stop().unwrap();
