@@ -15,7 +15,8 @@
 //!   with the flight-window flag holding exactly the generations it
 //!   names, the last ones, which every reading command reads; twice too;
 //!   outside flight-recorder mode, and on bad arguments, it refuses and
-//!   writes nothing.
+//!   writes nothing; combined with sampling, the saved window is a sampled
+//!   trace whose answers are estimates and say so.
 //!
 //! Each test points XDG_RUNTIME_DIR at a scratch directory, so the
 //! sockets of other tests and programs are never seen. Synchronised by
@@ -442,7 +443,9 @@ fn save_writes_the_flight_recorders_last_generations() {
         &["churn"],
     );
     let pid = running.pid();
-    assert_eq!(ps(&dir)[0]["mode"], "flight-recorder");
+    let listed = ps(&dir);
+    let this = listed.iter().find(|p| p["pid"] == pid).expect("listed");
+    assert_eq!(this["mode"], "flight-recorder");
     // Saved until the ring has turned over: its first generations gone.
     let give_up = Instant::now() + Duration::from_secs(120);
     let (first, last, _) = loop {
@@ -526,4 +529,55 @@ fn save_refuses_bad_arguments_before_asking() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
     assert!(!dir.path("x.trace").exists());
+}
+
+#[test]
+fn save_of_a_sampled_flight_recorder_reads_as_estimates() {
+    let dir = Scratch::new("save-sampled");
+    let mut running = Running::start_in(
+        &dir,
+        &runtime(&dir),
+        &["--flight-recorder", "1MiB", "--sample-bytes", "4KiB"],
+        &["churn"],
+    );
+    let pid = running.pid();
+    let listed = ps(&dir);
+    let this = listed.iter().find(|p| p["pid"] == pid).expect("listed");
+    assert_eq!(this["mode"], "flight-recorder");
+    // Saved until the window holds a sampled allocation (the churn's
+    // 100-byte blocks are sampled one in about 41).
+    let give_up = Instant::now() + Duration::from_secs(120);
+    let stats = loop {
+        save(&dir, pid, "s.trace");
+        let stats = json_of(&alloctrace(&dir, &["stats", "--json", "s.trace"]));
+        if stats["events"]["heap_object_alloc"].as_u64() > Some(0) {
+            break stats;
+        }
+        assert!(Instant::now() < give_up, "nothing sampled: {stats}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    running.finish();
+    assert_eq!(stats["flight_window"], true);
+    assert_eq!(stats["anomalies"], 0, "{stats}");
+    let sampled = &stats["sampled"];
+    assert_eq!(sampled["sample_bytes"], 4096, "{stats}");
+    // The exact totals of the window's generations: more than the samples.
+    assert!(
+        sampled["total_allocs"].as_u64().unwrap()
+            > stats["events"]["heap_object_alloc"].as_u64().unwrap(),
+        "{stats}"
+    );
+    let want = serde_json::json!({"sample_bytes": 4096, "estimated": true});
+    for command in ["top", "leaks"] {
+        let doc = json_of(&alloctrace(&dir, &[command, "s.trace", "--json"]));
+        assert_eq!(doc["sampled"], want, "{command}: {doc}");
+        let text = alloctrace(&dir, &[command, "s.trace"]);
+        assert!(text.status.success());
+        assert!(
+            String::from_utf8_lossy(&text.stdout).contains("Estimates: "),
+            "{command}"
+        );
+    }
+    let check = alloctrace(&dir, &["check", "s.trace"]);
+    assert_eq!(check.status.code(), Some(0));
 }
