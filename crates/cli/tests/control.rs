@@ -433,19 +433,25 @@ fn generations_in(dir: &Scratch, file: &str) -> std::collections::BTreeSet<u64> 
         .collect()
 }
 
+/// `live churn` under `record --flight-recorder 1MiB OPTIONS`, listed by
+/// `ps` in that mode, and its pid.
+fn flight_recorder(dir: &Scratch, options: &[&str]) -> (Running, u32) {
+    let mut record = vec!["--flight-recorder", "1MiB"];
+    record.extend_from_slice(options);
+    let mut running = Running::start_in(dir, &runtime(dir), &record, &["churn"]);
+    let pid = running.pid();
+    let listed = ps(dir);
+    // Found by pid: a traced process of this user without XDG_RUNTIME_DIR
+    // (another test's) is listed too.
+    let this = listed.iter().find(|p| p["pid"] == pid).expect("listed");
+    assert_eq!(this["mode"], "flight-recorder");
+    (running, pid)
+}
+
 #[test]
 fn save_writes_the_flight_recorders_last_generations() {
     let dir = Scratch::new("save");
-    let mut running = Running::start_in(
-        &dir,
-        &runtime(&dir),
-        &["--flight-recorder", "1MiB"],
-        &["churn"],
-    );
-    let pid = running.pid();
-    let listed = ps(&dir);
-    let this = listed.iter().find(|p| p["pid"] == pid).expect("listed");
-    assert_eq!(this["mode"], "flight-recorder");
+    let (running, pid) = flight_recorder(&dir, &[]);
     // Saved until the ring has turned over: its first generations gone.
     let give_up = Instant::now() + Duration::from_secs(120);
     let (first, last, _) = loop {
@@ -534,16 +540,7 @@ fn save_refuses_bad_arguments_before_asking() {
 #[test]
 fn save_of_a_sampled_flight_recorder_reads_as_estimates() {
     let dir = Scratch::new("save-sampled");
-    let mut running = Running::start_in(
-        &dir,
-        &runtime(&dir),
-        &["--flight-recorder", "1MiB", "--sample-bytes", "4KiB"],
-        &["churn"],
-    );
-    let pid = running.pid();
-    let listed = ps(&dir);
-    let this = listed.iter().find(|p| p["pid"] == pid).expect("listed");
-    assert_eq!(this["mode"], "flight-recorder");
+    let (running, pid) = flight_recorder(&dir, &["--sample-bytes", "4KiB"]);
     // Saved until the window holds a sampled allocation (the churn's
     // 100-byte blocks are sampled one in about 41).
     let give_up = Instant::now() + Duration::from_secs(120);
