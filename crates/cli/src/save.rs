@@ -11,7 +11,9 @@
 //! the user, in this shell's directory, permissions and mount namespace
 //! (a service in a container sees none of these), and the answer comes
 //! after the write, so what it says (bytes, generations, or the write's
-//! error, a full disk) is the outcome, not a promise.
+//! error, a full disk) is the outcome, not a promise. FILE must be a
+//! regular file: the process holds its ring while it writes, so a pipe
+//! whose reader stalls would stall the program (the process checks too).
 
 use std::fs::OpenOptions;
 use std::os::fd::AsFd;
@@ -23,14 +25,17 @@ use serde_json::json;
 
 use crate::export::check_one_file_output;
 use crate::failure::Failure;
-use crate::print::{json_text, print_stderr, print_stdout};
+use crate::print::{json_text, print_stdout};
+
+/// Why `-o` must name a regular file.
+const NOT_A_FILE: &str = "save writes a regular file: the process writes the dump into it itself, holding its flight recorder meanwhile, and a pipe's reader could make it wait (and the program with it)";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The traced process, in flight-recorder mode (`alloctrace ps` lists them).
     #[arg(value_name = "PID")]
     pub pid: u32,
-    /// The trace file to write (mode 0600; - for standard output).
+    /// The trace file to write (mode 0600; a regular file).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// {"pid", "file", "bytes", "first", "last"} as JSON instead of a sentence.
@@ -40,12 +45,14 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<(), Failure> {
     check_one_file_output(&args.output, "save")?;
-    let to_stdout = args.output.as_os_str() == "-";
-    if to_stdout && args.json {
-        return Err(Failure::Io(
-            "--json with -o -: the trace goes to standard output, so there is no room for the JSON"
-                .to_string(),
-        ));
+    if args.output.as_os_str() == "-" {
+        return Err(Failure::Io(NOT_A_FILE.to_string()));
+    }
+    if std::fs::metadata(&args.output).is_ok_and(|m| !m.is_file()) {
+        return Err(Failure::Io(format!(
+            "-o {}: not a regular file; {NOT_A_FILE}",
+            args.output.display()
+        )));
     }
     let found = crate::control::find(args.pid)?;
     // Asked first, so that FILE is not touched when the process refuses.
@@ -57,23 +64,19 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             words::NOT_FLIGHT_RECORDER
         )));
     }
-    let answer = if to_stdout {
-        crate::control::ask_found(&found, words::SAVE, Some(std::io::stdout().as_fd()))?
-    } else {
-        let existed = std::fs::symlink_metadata(&args.output).is_ok();
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&args.output)
-            .map_err(|e| Failure::Io(format!("cannot create {}: {e}", args.output.display())))?;
-        let answer = crate::control::ask_found(&found, words::SAVE, Some(file.as_fd()));
-        if answer.is_err() && !existed {
-            let _ = std::fs::remove_file(&args.output);
-        }
-        answer?
-    };
+    let existed = std::fs::symlink_metadata(&args.output).is_ok();
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&args.output)
+        .map_err(|e| Failure::Io(format!("cannot create {}: {e}", args.output.display())))?;
+    let answer = crate::control::ask_found(&found, words::SAVE, Some(file.as_fd()));
+    if answer.is_err() && !existed {
+        let _ = std::fs::remove_file(&args.output);
+    }
+    let answer = answer?;
     let number = |key: &str| -> Result<u64, Failure> {
         answer
             .get(key)
@@ -101,12 +104,5 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     } else {
         format!("generations {first}-{last}")
     };
-    let to = if to_stdout { "standard output" } else { &file };
-    let line = format!("saved {bytes} bytes ({generations}) to {to}\n");
-    if to_stdout {
-        print_stderr(&line);
-        Ok(())
-    } else {
-        print_stdout(&line)
-    }
+    print_stdout(&format!("saved {bytes} bytes ({generations}) to {file}\n"))
 }

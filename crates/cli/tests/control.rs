@@ -521,7 +521,8 @@ fn save_refuses_bad_arguments_before_asking() {
         (&["save", "1", "-o", "adir"][..], "is a directory"),
         (&["save", "1", "-o", "nodir/x.trace"], "no such directory"),
         (&["save", "1", "-o", ""], "a value is required"),
-        (&["save", "1", "-o", "-", "--json"], "--json with -o -"),
+        (&["save", "1", "-o", "-"], "save writes a regular file"),
+        (&["save", "1", "-o", "/dev/null"], "not a regular file"),
         (&["save", "x", "-o", "x.trace"], "invalid value"),
         (&["save", "1"], "--output"),
         (
@@ -577,4 +578,56 @@ fn save_of_a_sampled_flight_recorder_reads_as_estimates() {
     }
     let check = alloctrace(&dir, &["check", "s.trace"]);
     assert_eq!(check.status.code(), Some(0));
+}
+
+/// The process's own checks on `save`, past the command's: no descriptor
+/// passed, or a pipe's, is refused (the dump holds the ring while it
+/// writes: a stalled reader would stall the program).
+#[test]
+fn the_process_saves_only_into_a_passed_regular_file() {
+    let dir = Scratch::new("save-fd");
+    let (running, pid) = flight_recorder(&dir, &[]);
+    let socket = runtime(&dir).join(format!("alloctrace/{pid}.sock"));
+    let client = r#"
+import os, socket, sys
+def ask(fds):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    if fds:
+        socket.send_fds(s, [b"save\n"], fds)
+    else:
+        s.sendall(b"save\n")
+    data = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode().splitlines()[0]
+r, w = os.pipe()
+print(ask([]))
+print(ask([w]))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(client)
+        .arg(&socket)
+        .output();
+    let Ok(out) = out else {
+        eprintln!("skipped: no python3");
+        running.finish();
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "error save needs the output file's descriptor passed with the request (SCM_RIGHTS)",
+            "error save writes into a regular file only",
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    running.finish();
 }

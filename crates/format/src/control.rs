@@ -44,8 +44,8 @@ pub const SNAPSHOT: &str = "snapshot";
 /// into it, no copy through the socket). Answered once written:
 /// [`KEY_FIRST`] and [`KEY_GENERATION`] (the first and last generations,
 /// both 0 when none was complete) and [`KEY_BYTES`] (the bytes written).
-/// An error outside flight-recorder mode ([`NOT_FLIGHT_RECORDER`]), or
-/// without a descriptor.
+/// An error outside flight-recorder mode ([`NOT_FLIGHT_RECORDER`]),
+/// without a descriptor, or with one that is not a regular file's.
 pub const SAVE: &str = "save";
 
 /// The status word of a successful answer.

@@ -359,12 +359,25 @@ fn snapshot(session: &Session, served: &Served) -> Answer {
 /// generations and the byte count. The client opened the file, so its
 /// path, permissions and namespace are the user's, and the dump goes
 /// straight from the ring into it; the answer comes once it is written,
-/// so a full disk is an error the user sees.
+/// so a full disk is an error the user sees. Only into a regular file:
+/// the dump holds the ring while it writes, so a pipe whose reader
+/// stalls would stall the writer thread and then the program.
 fn save(served: &Served, conn: &Connection) -> Answer {
     let fd = conn.take_passed().ok_or_else(|| {
         "save needs the output file's descriptor passed with the request (SCM_RIGHTS)".to_string()
     })?;
-    let out = Output::borrowed_fd(std::os::fd::AsRawFd::as_raw_fd(&fd));
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    // SAFETY: an all-zero stat is valid; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: raw is the descriptor we own, st a stat to fill.
+    let regular =
+        unsafe { libc::fstat(raw, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    if !regular {
+        // The dump holds the ring while it writes: a pipe whose reader
+        // stalls would stall the writer thread, and the program with it.
+        return Err("save writes into a regular file only".to_string());
+    }
+    let out = Output::borrowed_fd(raw);
     let (first, last) = (served.save)(&out).map_err(|e| format!("cannot save: {e}"))?;
     let mut answer = String::new();
     field(&mut answer, control::KEY_FIRST, &first.to_string());
