@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use alloctrace_format::{FileHeader, FILE_HEADER_LEN, FLAG_FLIGHT_WINDOW, VERSION};
 use alloctrace_reader::testing::{info, EventsBody, PagesBody, TraceBuilder};
@@ -75,10 +76,13 @@ fn run(args: &[&str], bytes: &[u8]) -> (i32, String, String) {
 
 /// [`run`], with `after` after the trace's path.
 fn run_in(args: &[&str], after: &[&str], bytes: &[u8]) -> (i32, String, String) {
+    // A file of its own per call: tests run the same command at once.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "flight-{}-{}.trace",
+        "flight-{}-{}-{}.trace",
         std::process::id(),
-        args.join("-").replace('/', "_")
+        args.join("-").replace('/', "_"),
+        NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&path, bytes).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
