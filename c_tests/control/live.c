@@ -3,7 +3,10 @@
  * site_a and 2 of 5000 in site_b, keeps them, and frees 4 of 777 it also
  * allocated. Options (argv[2...]): "close" closes every descriptor above
  * 2 first (as daemons do), "fork" forks a child that allocates 1 block of
- * 3000 and waits like its parent (its pid goes into READY_FILE.child).
+ * 3000 and waits like its parent (its pid goes into READY_FILE.child),
+ * "churn" keeps allocating and freeing (64 blocks of 100 bytes, freed at
+ * once, every few milliseconds) while it waits, so that a flight
+ * recorder's ring turns over.
  * Writes its pid to READY_FILE (argv[1]) once its heap is in place, then
  * waits until READY_FILE.go exists (the child: or its parent has exited),
  * and exits 0. Synchronised by files
@@ -61,9 +64,20 @@ static void write_pid(const char *path) {
 
 /* Waits until `path` exists, or (parent > 0) until the parent has
  * exited: a child never outlives the test's scratch directory. */
+static int do_churn;
+
+__attribute__((noinline)) static void churn(void) {
+    void *volatile blocks[64];
+    for (int i = 0; i < 64; i++) blocks[i] = malloc(100);
+    for (int i = 0; i < 64; i++) free(blocks[i]);
+}
+
 static void wait_for(const char *path, pid_t parent) {
     struct stat st;
-    while (stat(path, &st) != 0 && (parent == 0 || getppid() == parent)) usleep(10000);
+    while (stat(path, &st) != 0 && (parent == 0 || getppid() == parent)) {
+        if (do_churn) churn();
+        usleep(do_churn ? 1000 : 10000);
+    }
 }
 
 int main(int argc, char **argv) {

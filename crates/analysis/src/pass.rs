@@ -27,7 +27,12 @@
 //!
 //! ## Anomalies
 //! - A free of an address not live in its kind of memory is
-//!   [`Anomaly::UnknownFree`], and changes nothing.
+//!   [`Anomaly::UnknownFree`], and changes nothing. In a flight-recorder
+//!   window (the header's flag, FORMAT.md section 1: the last generations
+//!   of a run) it is no anomaly but a free of memory allocated before the
+//!   window: the pass counts it ([`PassStats::frees_before_window`]) and
+//!   hands it to [`Visitor::free_before_window`] instead, so every visitor
+//!   gets the same answer.
 //! - An allocation *or an exists event* at an address already live in its
 //!   kind of memory is [`Anomaly::DoubleAlloc`]: the live allocation ends
 //!   with an implicit [`Free`] and the new record replaces it, its size
@@ -198,6 +203,11 @@ pub trait Visitor<E: Entry = Alloc> {
     /// old one's implicit `free` and the new one's `alloc`.
     #[cold]
     fn anomaly(&mut self, _op: &Op, _anomaly: Anomaly) {}
+    /// `op` (handed to `event` just before) frees an address not live, in
+    /// a flight-recorder window: memory allocated before the window (the
+    /// module's "Anomalies"), not an anomaly.
+    #[cold]
+    fn free_before_window(&mut self, _op: &Op) {}
     /// An allocation (or an exists event) is live; the live table holds
     /// its bytes already.
     fn alloc(&mut self, alloc: &E);
@@ -233,6 +243,11 @@ impl<E: Entry, A: Visitor<E>, B: Visitor<E>> Visitor<E> for Both<A, B> {
         self.1.anomaly(op, anomaly);
     }
 
+    fn free_before_window(&mut self, op: &Op) {
+        self.0.free_before_window(op);
+        self.1.free_before_window(op);
+    }
+
     #[inline]
     fn alloc(&mut self, alloc: &E) {
         self.0.alloc(alloc);
@@ -263,9 +278,16 @@ pub struct GenerationView {
     command_line: Option<Vec<String>>,
     process: Option<ProcessInfo>,
     time_origin_ns: Option<u64>,
+    flight_window: bool,
 }
 
 impl GenerationView {
+    /// The trace is a flight-recorder window (the reader's
+    /// `flight_window`): its first generation is not the run's.
+    pub fn flight_window(&self) -> bool {
+        self.flight_window
+    }
+
     /// The generation's number (the reader's `Event::generation` of its
     /// events).
     pub fn generation(&self) -> u64 {
@@ -411,8 +433,12 @@ pub struct PassStats {
     pub allocs: u64,
     pub frees: u64,
     /// Frees of memory the trace never saw allocated (it was allocated
-    /// before tracing started, or its alloc event was lost).
+    /// before tracing started, or its alloc event was lost); none in a
+    /// flight-recorder window, which counts them as `frees_before_window`.
     pub unmatched_frees: u64,
+    /// In a flight-recorder window: frees of memory allocated before the
+    /// window (the module's "Anomalies").
+    pub frees_before_window: u64,
     /// Allocations and exists events at an address already live (the
     /// free was missed): the old one is ended with an implicit free.
     pub replaced: u64,
@@ -580,6 +606,7 @@ fn read<'scope, R: Read, W: Work<Op, Generation> + 'scope>(
                     command_line: reader.command_line().map(<[String]>::to_vec),
                     process: reader.process().cloned(),
                     time_origin_ns: reader.time_origin_ns(),
+                    flight_window: reader.flight_window(),
                 };
                 let stacks = match stacks {
                     true => reader.stacks().clone(),
@@ -644,6 +671,7 @@ impl<E: Entry, V: Visitor<E>> Pairing<'_, E, V> {
     fn pair(&mut self, ops: &[Op]) {
         let Pairing {
             live,
+            generation,
             gen_stacks,
             page_size,
             stats,
@@ -651,6 +679,7 @@ impl<E: Entry, V: Visitor<E>> Pairing<'_, E, V> {
             ..
         } = self;
         let page_size = *page_size;
+        let window = generation.as_ref().is_some_and(|g| g.0.flight_window);
         stats.events += ops.len() as u64;
         if let (Some(first), Some(last)) = (ops.first(), ops.last()) {
             stats.first_time_ns.get_or_insert(first.time_ns);
@@ -673,6 +702,10 @@ impl<E: Entry, V: Visitor<E>> Pairing<'_, E, V> {
                                 implicit: false,
                             };
                             visitor.free(&alloc, &free);
+                        }
+                        None if window => {
+                            stats.frees_before_window += 1;
+                            visitor.free_before_window(op);
                         }
                         None => {
                             stats.unmatched_frees += 1;
@@ -739,6 +772,7 @@ mod tests {
         events: usize,
         anomalies: Vec<(u64, &'static str, Anomaly)>,
         allocs: Vec<(u64, u64)>,
+        before_window: Vec<u64>,
     }
 
     impl Visitor for Seen {
@@ -748,6 +782,10 @@ mod tests {
 
         fn anomaly(&mut self, op: &Op, anomaly: Anomaly) {
             self.anomalies.push((op.addr, op.data.name(), anomaly));
+        }
+
+        fn free_before_window(&mut self, op: &Op) {
+            self.before_window.push(op.addr);
         }
 
         fn alloc(&mut self, alloc: &Alloc) {
@@ -819,6 +857,35 @@ mod tests {
         assert!(seen.allocs.contains(&(0x10020, 70)));
         let stats = &pass.stats;
         assert_eq!((stats.unmatched_frees, stats.replaced), (2, 2));
+    }
+
+    /// In a flight-recorder window (the header's flag), the pass itself
+    /// takes a free of an address not live for memory allocated before
+    /// the window: no anomaly, counted apart, handed to
+    /// `free_before_window`. Double allocations stay anomalies.
+    #[test]
+    fn a_window_frees_memory_allocated_before_it() {
+        let mut bytes = anomaly_trace();
+        use alloctrace_format::{FileHeader, FILE_HEADER_LEN, FLAG_FLIGHT_WINDOW};
+        let mut header = FileHeader::decode(bytes[..FILE_HEADER_LEN].try_into().unwrap()).unwrap();
+        header.flags |= FLAG_FLIGHT_WINDOW;
+        bytes[..FILE_HEADER_LEN].copy_from_slice(&header.encode());
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        assert!(reader.flight_window());
+        let mut seen = Seen::default();
+        let mut pass = Pass::new();
+        pass.run(&mut reader, &mut seen, |_| {}).unwrap();
+        assert_eq!(seen.before_window, [0x10030, 0x20000]);
+        assert!(seen.anomalies.iter().all(|a| a.2 == Anomaly::DoubleAlloc));
+        let stats = &pass.stats;
+        assert_eq!(
+            (
+                stats.unmatched_frees,
+                stats.frees_before_window,
+                stats.replaced
+            ),
+            (0, 2, 2)
+        );
     }
 
     /// Counts the visitor's calls, whatever the entry.

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -95,7 +96,16 @@ pub enum AskError {
 /// Sends `request` to the socket at `path` and returns the answer's
 /// payload as `key value` lines (unknown keys kept).
 pub fn ask(found: &Found, request: &str) -> Result<BTreeMap<String, String>, AskError> {
-    let payload = ask_raw(found, request, control::MAX_PAYLOAD)?;
+    ask_passing(found, request, None)
+}
+
+/// [`ask`], passing the descriptor `fd` with the request (SCM_RIGHTS).
+pub fn ask_passing(
+    found: &Found,
+    request: &str,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<BTreeMap<String, String>, AskError> {
+    let payload = ask_raw_passing(found, request, control::MAX_PAYLOAD, fd)?;
     let text = String::from_utf8_lossy(&payload);
     Ok(text
         .lines()
@@ -107,6 +117,16 @@ pub fn ask(found: &Found, request: &str) -> Result<BTreeMap<String, String>, Ask
 /// Sends `request` to the socket at `path` and returns the answer's
 /// payload as it is, refused when it says it is longer than `max`.
 pub fn ask_raw(found: &Found, request: &str, max: u64) -> Result<Vec<u8>, AskError> {
+    ask_raw_passing(found, request, max, None)
+}
+
+/// [`ask_raw`], passing the descriptor `fd` with the request.
+fn ask_raw_passing(
+    found: &Found,
+    request: &str,
+    max: u64,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<Vec<u8>, AskError> {
     let mut stream = match UnixStream::connect(&found.path) {
         Ok(s) => s,
         Err(e)
@@ -128,9 +148,12 @@ pub fn ask_raw(found: &Found, request: &str, max: u64) -> Result<Vec<u8>, AskErr
     let io = |e: std::io::Error| AskError::Io(format!("{}: {e}", found.path.display()));
     stream.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
     stream.set_write_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
-    stream
-        .write_all(format!("{request}\n").as_bytes())
-        .map_err(io)?;
+    let line = format!("{request}\n");
+    match fd {
+        Some(fd) => crate::os::send_with_fd(&stream, line.as_bytes(), fd),
+        None => stream.write_all(line.as_bytes()),
+    }
+    .map_err(io)?;
     let mut reader = BufReader::new(stream);
     let mut status = String::new();
     reader.read_line(&mut status).map_err(io)?;
@@ -185,14 +208,23 @@ pub fn find(pid: u32) -> Result<Found, Failure> {
 
 /// `ask`, with its errors as the command's.
 pub fn ask_pid(pid: u32, request: &str) -> Result<BTreeMap<String, String>, Failure> {
-    let found = find(pid)?;
-    ask(&found, request).map_err(|e| ask_failure(pid, e))
+    ask_found(&find(pid)?, request, None)
 }
 
 /// `ask_raw`, with its errors as the command's.
 pub fn ask_pid_raw(pid: u32, request: &str, max: u64) -> Result<Vec<u8>, Failure> {
     let found = find(pid)?;
     ask_raw(&found, request, max).map_err(|e| ask_failure(pid, e))
+}
+
+/// `ask_passing` of a socket `find` found, with its errors as the command's.
+pub fn ask_found(
+    found: &Found,
+    request: &str,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<BTreeMap<String, String>, Failure> {
+    let pid = found.pid;
+    ask_passing(found, request, fd).map_err(|e| ask_failure(pid, e))
 }
 
 fn ask_failure(pid: u32, e: AskError) -> Failure {

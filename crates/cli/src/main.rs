@@ -25,6 +25,7 @@ mod print;
 mod progress;
 mod ps;
 mod record;
+mod save;
 mod snapshot;
 mod stacks;
 mod stats;
@@ -115,8 +116,8 @@ enum Command {
     Ps(ps::Args),
     /// Writes what a running traced process has live now, and where it was allocated (pprof or JSON).
     Snapshot(snapshot::Args),
-    /// Writes a running flight recorder's generations as a trace.
-    Save(snapshot::SaveArgs),
+    /// Writes a running flight recorder's generations (the last ones, up to now) as a trace.
+    Save(save::Args),
 }
 
 fn main() -> ExitCode {
@@ -181,7 +182,7 @@ fn main() -> ExitCode {
         Command::Export(args) => export::run(args),
         Command::Ps(args) => ps::run(args),
         Command::Snapshot(args) => snapshot::run(args),
-        Command::Save(args) => snapshot::save(args),
+        Command::Save(args) => save::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

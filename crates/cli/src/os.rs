@@ -1,7 +1,8 @@
 //! The few operating-system calls `record` needs that the safe crates do
 //! not offer: which of the standard descriptors were closed when this
 //! program was started, closing them again in CMD, and sending a signal
-//! given by its number (the real-time ones included). The only unsafe
+//! given by its number (the real-time ones included); and for `save`,
+//! passing a descriptor over a unix socket (SCM_RIGHTS). The only unsafe
 //! code of the crate.
 //!
 //! Rust's runtime, before `main`, opens /dev/null on each of descriptors
@@ -16,6 +17,8 @@
 
 #![allow(unsafe_code)]
 
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -112,4 +115,55 @@ pub fn ignored(signal: i32) -> bool {
         old.assume_init()
     };
     old.sa_sigaction == libc::SIG_IGN
+}
+
+/// Sends all of `bytes` on `stream`, the descriptor `fd` passed with the
+/// first of them (SCM_RIGHTS: the peer gets a descriptor of its own for
+/// the same open file).
+pub fn send_with_fd(stream: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    const FD_LEN: usize = std::mem::size_of::<libc::c_int>();
+    /// Room for one descriptor's control message, aligned as cmsghdr wants.
+    #[repr(C, align(8))]
+    struct Control([u8; 64]);
+    let mut control = Control([0; 64]);
+    // SAFETY: CMSG_SPACE only computes a length.
+    let space = unsafe { libc::CMSG_SPACE(FD_LEN as u32) } as usize;
+    assert!(space <= control.0.len());
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr().cast_mut().cast(),
+        iov_len: bytes.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid (no name, no buffers).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: msg_control holds `space` bytes, room for one header and
+    // one descriptor (CMSG_SPACE); CMSG_FIRSTHDR points at its start and
+    // CMSG_DATA inside it.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(FD_LEN as u32) as _;
+        libc::CMSG_DATA(cmsg)
+            .cast::<libc::c_int>()
+            .write_unaligned(fd.as_raw_fd());
+    }
+    let sent = loop {
+        // SAFETY: msg points at buffers alive for the call, of their
+        // lengths; MSG_NOSIGNAL: a peer gone is an error, not SIGPIPE.
+        let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    // The descriptor went with the first bytes; the rest (a request line
+    // is short: never in practice) as plain bytes.
+    std::io::Write::write_all(&mut &*stream, &bytes[sent..])
 }

@@ -146,6 +146,13 @@ pub struct PageStats {
     /// Page events with npages 0.
     pub zero_npages: u64,
     pub first_anomaly: Option<String>,
+    /// The trace is a flight-recorder window (the pass's
+    /// `GenerationView::flight_window`).
+    pub flight_window: bool,
+    /// In a flight-recorder window: frees of pages allocated before the
+    /// window (some or all of the run), no anomaly there, as the pass
+    /// counts heap frees.
+    pub frees_before_window: u64,
     /// The generation being read (as a visitor of a pass).
     generation: u64,
 }
@@ -163,6 +170,7 @@ impl<E: Entry> Visitor<E> for PageStats {
     fn generation(&mut self, generation: &GenerationView, _stacks: &StackTable) {
         self.generation_start(generation.info());
         self.generation = generation.generation();
+        self.flight_window = generation.flight_window();
     }
 
     #[inline]
@@ -225,7 +233,10 @@ impl PageStats {
                 self.peak = self.peak.max(self.in_use.pages());
             }
             PageOp::Free => {
-                if self.in_use.remove(start, end) < end - start {
+                let freed = self.in_use.remove(start, end);
+                if freed < end - start && self.flight_window {
+                    self.frees_before_window += 1;
+                } else if freed < end - start {
                     self.free_not_allocated += 1;
                     self.anomaly(data, at, "free of pages that are not allocated");
                 }
@@ -293,6 +304,8 @@ impl PageStats {
                 "zero_npages": self.zero_npages,
             },
             "first_anomaly": self.first_anomaly,
+            "flight_window": self.flight_window,
+            "frees_before_window": self.frees_before_window,
             "page_size": self.page_size,
             "truncated": truncated_at.is_some(),
             "truncated_at": truncated_at,
@@ -345,6 +358,13 @@ impl PageStats {
         row("  alloc of pages in use", &self.alloc_in_use, "");
         row("  scav of pages in use", &self.scav_in_use, "");
         row("  npages 0", &self.zero_npages, "");
+        if self.flight_window {
+            row(
+                "frees before window",
+                &self.frees_before_window,
+                " (a flight-recorder window: pages allocated before it)",
+            );
+        }
         match truncated_at {
             Some(offset) => row("truncated at byte", &offset, ""),
             None => row("truncated", &"no", ""),

@@ -122,7 +122,8 @@ pub struct Args {
     /// SIZE bytes in memory (1MiB to 1TiB; KiB, MiB, GiB suffixes), or
     /// those of the last DURATION (1s to 7 days: 30s, 5min, 2h; in a 256
     /// MiB ring, or give both: 30s,1GiB), and write the trace only on a
-    /// trigger: a fatal signal, --dump-on-rss, `alloctrace save`, SIGUSR2.
+    /// trigger: a fatal signal, --dump-on-rss, `alloctrace save PID -o
+    /// FILE`, SIGUSR2.
     /// Nothing is written at a normal exit. See docs/PRELOAD.md, "Flight
     /// recorder".
     #[arg(long, value_name = "SIZE|DURATION", value_parser = |v: &str| alloctrace_options::parse_flight_recorder(v.as_bytes()))]

@@ -1,6 +1,6 @@
-//! `alloctrace snapshot PID -o FILE` and `alloctrace save PID -o FILE`:
-//! what a running traced process has live now, and where it was
-//! allocated, asked through its control socket (control.rs).
+//! `alloctrace snapshot PID -o FILE`: what a running traced process has
+//! live now, and where it was allocated, asked through its control socket
+//! (control.rs).
 //!
 //! The process ends its current generation and answers, once its writer
 //! thread has moved it, with a snapshot trace written from the writer
@@ -48,26 +48,6 @@ pub struct Args {
     pub format: Format,
     #[command(flatten)]
     pub symbols: SymbolArgs,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct SaveArgs {
-    /// The traced process, in flight-recorder mode (`alloctrace ps` lists them).
-    #[arg(value_name = "PID")]
-    pub pid: u32,
-    /// The trace file to write.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
-}
-
-/// `save`: asks the process; outside flight-recorder mode it refuses.
-pub fn save(args: &SaveArgs) -> Result<(), Failure> {
-    check_one_file_output(&args.output, "save")?;
-    crate::control::ask_pid(args.pid, words::SAVE)?;
-    Err(Failure::Io(format!(
-        "process {}: saving is not supported by this alloctrace",
-        args.pid
-    )))
 }
 
 pub fn run(args: &Args) -> Result<(), Failure> {

@@ -1,10 +1,11 @@
 //! The alloctrace binary on traces built by the reader's test builder.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Command;
 
 mod support;
+
+use support::alloctrace;
 
 use alloctrace_reader::testing::{info, sample_trace, EventsBody, PagesBody, TraceBuilder};
 use alloctrace_reader::{EventData, TypeInfo};
@@ -12,19 +13,7 @@ use serde_json::{json, Value};
 
 /// Writes `bytes` to a fresh file under the test target directory.
 fn trace_file(bytes: &[u8]) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("cli-{}-{n}.trace", std::process::id()));
-    std::fs::write(&path, bytes).expect("write trace");
-    path
-}
-
-fn alloctrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .args(args)
-        .output()
-        .expect("run alloctrace")
+    support::temp_file("cli", bytes, "trace")
 }
 
 fn run(cmd: &str, bytes: &[u8], extra: &[&str]) -> (i32, String, String) {
@@ -744,6 +733,8 @@ fn pages_sums_up_runs_in_use() {
             "anomalies": 0,
             "anomaly_kinds": {"free_not_allocated": 0, "alloc_in_use": 0, "scav_in_use": 0, "zero_npages": 0},
             "first_anomaly": null,
+            "flight_window": false,
+            "frees_before_window": 0,
             "page_size": 4096,
             "truncated": false,
             "truncated_at": null

@@ -14,7 +14,13 @@
 //!   refused by `snapshot`;
 //! - a connection from another user is refused by the process (when the
 //!   tests run as root: a client run as uid 65534);
-//! - the socket is gone once the program has exited.
+//! - the socket is gone once the program has exited;
+//! - `save` of a flight recorder (its ring turning over) writes a trace
+//!   with the flight-window flag holding exactly the generations it
+//!   names, the last ones, which every reading command reads; twice too;
+//!   outside flight-recorder mode, and on bad arguments, it refuses and
+//!   writes nothing; combined with sampling, the saved window is a sampled
+//!   trace whose answers are estimates and say so.
 //!
 //! Each test points XDG_RUNTIME_DIR at a scratch directory, so the
 //! sockets of other tests and programs are never seen. Synchronised by
@@ -28,32 +34,12 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{compile, record_command, repo, Scratch};
+use support::{gcc_program, record_command, Scratch};
 
 /// c_tests/control/live.c, built once per test run.
 fn live() -> &'static Path {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
-    PROGRAM.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("control-program");
-        std::fs::create_dir_all(&dir).expect("create the program's directory");
-        let out = dir.join("live");
-        let src = repo().join("c_tests/control/live.c");
-        compile(
-            "gcc",
-            &[
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-O1",
-                "-g",
-                "-pthread",
-                src.to_str().unwrap(),
-                "-o",
-                out.to_str().unwrap(),
-            ],
-        );
-        out
-    })
+    PROGRAM.get_or_init(|| gcc_program("control/live.c", "control-program", &["-g", "-pthread"]))
 }
 
 /// The scratch directory's runtime directory (XDG_RUNTIME_DIR).
@@ -89,17 +75,18 @@ impl Drop for Running {
 
 impl Running {
     fn start(dir: &Scratch, options: &[&str]) -> Running {
-        Running::start_in(dir, &runtime(dir), options)
+        Running::start_in(dir, &runtime(dir), &[], options)
     }
 
-    /// With XDG_RUNTIME_DIR at `run`.
-    fn start_in(dir: &Scratch, run: &Path, options: &[&str]) -> Running {
+    /// With XDG_RUNTIME_DIR at `run`, `record RECORD_OPTIONS`.
+    fn start_in(dir: &Scratch, run: &Path, record_options: &[&str], options: &[&str]) -> Running {
         let ready = dir.path("ready");
         let child = record_command()
             .env("XDG_RUNTIME_DIR", run)
             // Full mode keeps the live table only when asked.
             .env("ALLOCTRACE_LIVE_TABLE", "on")
             .arg("--no-report")
+            .args(record_options)
             .arg("-o")
             .arg(dir.path("%p.trace"))
             .arg("--")
@@ -248,6 +235,7 @@ fn ps_lists_the_program_and_its_snapshot_holds_exactly_its_live_blocks() {
     let save = alloctrace(&dir, &["save", &pid.to_string(), "-o", "saved.trace"]);
     assert_eq!(save.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&save.stderr).contains("not in flight-recorder mode"));
+    assert!(!dir.path("saved.trace").exists(), "nothing written");
 
     assert_eq!(sockets(&dir), vec![format!("{pid}.sock")]);
     running.finish();
@@ -348,7 +336,7 @@ fn a_stale_socket_is_skipped_removed_and_refused() {
 fn a_missing_xdg_runtime_dir_falls_back_to_tmp() {
     let dir = Scratch::new("noxdg");
     let missing = dir.path("missing");
-    let mut running = Running::start_in(&dir, &missing, &[]);
+    let mut running = Running::start_in(&dir, &missing, &[], &[]);
     let pid = running.pid();
     let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
         .env("XDG_RUNTIME_DIR", &missing)
@@ -439,5 +427,239 @@ sys.stdout.write(data.decode())
     assert!(!answer.contains("pid"), "nothing of the process is told");
     // The owner still gets its answer.
     assert_eq!(ps(&dir).len(), 1);
+    running.finish();
+}
+
+/// `save PID -o FILE --json`'s answer: (first, last, bytes).
+fn save(dir: &Scratch, pid: u32, file: &str) -> (u64, u64, u64) {
+    let doc = json_of(&alloctrace(
+        dir,
+        &["save", &pid.to_string(), "-o", file, "--json"],
+    ));
+    assert_eq!(doc["pid"], pid);
+    assert_eq!(doc["file"], file);
+    let bytes = doc["bytes"].as_u64().unwrap();
+    assert_eq!(std::fs::metadata(dir.path(file)).unwrap().len(), bytes);
+    (
+        doc["first"].as_u64().unwrap(),
+        doc["last"].as_u64().unwrap(),
+        bytes,
+    )
+}
+
+/// The generations a trace's events are in, by `dump --json`.
+fn generations_in(dir: &Scratch, file: &str) -> std::collections::BTreeSet<u64> {
+    let out = alloctrace(dir, &["dump", "--json", file]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["gen"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// `live churn` under `record --flight-recorder 1MiB OPTIONS`, listed by
+/// `ps` in that mode, and its pid.
+fn flight_recorder(dir: &Scratch, options: &[&str]) -> (Running, u32) {
+    let mut record = vec!["--flight-recorder", "1MiB"];
+    record.extend_from_slice(options);
+    let mut running = Running::start_in(dir, &runtime(dir), &record, &["churn"]);
+    let pid = running.pid();
+    let listed = ps(dir);
+    // Found by pid: a traced process of this user without XDG_RUNTIME_DIR
+    // (another test's) is listed too.
+    let this = listed.iter().find(|p| p["pid"] == pid).expect("listed");
+    assert_eq!(this["mode"], "flight-recorder");
+    (running, pid)
+}
+
+#[test]
+fn save_writes_the_flight_recorders_last_generations() {
+    let dir = Scratch::new("save");
+    let (running, pid) = flight_recorder(&dir, &[]);
+    // Saved until the ring has turned over: its first generations gone.
+    let give_up = Instant::now() + Duration::from_secs(120);
+    let (first, last, _) = loop {
+        let saved = save(&dir, pid, "a.trace");
+        if saved.0 > 1 {
+            break saved;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the ring never turned over: {saved:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(first <= last);
+    // Exactly the generations named: the last ones, whole.
+    let held = generations_in(&dir, "a.trace");
+    assert_eq!(held, (first..=last).collect(), "generations {first}-{last}");
+    let check = alloctrace(&dir, &["check", "a.trace"]);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let stats = json_of(&alloctrace(&dir, &["stats", "--json", "a.trace"]));
+    assert_eq!(stats["flight_window"], true);
+    assert_eq!(stats["anomalies"], 0, "{stats}");
+    for command in [&["leaks", "a.trace"][..], &["top", "a.trace"]] {
+        let out = alloctrace(&dir, command);
+        assert!(
+            out.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Again: the next generations, up to the later moment.
+    let (first2, last2, _) = save(&dir, pid, "b.trace");
+    assert!(
+        last2 > last && first2 >= first,
+        "{first}-{last}, then {first2}-{last2}"
+    );
+    assert_eq!(generations_in(&dir, "b.trace"), (first2..=last2).collect());
+
+    // In words.
+    let out = alloctrace(&dir, &["save", &pid.to_string(), "-o", "c.trace"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let size = std::fs::metadata(dir.path("c.trace")).unwrap().len();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with(&format!("saved {size} bytes (generations "))
+            && text.trim_end().ends_with(" to c.trace"),
+        "{text}"
+    );
+    running.finish();
+}
+
+#[test]
+fn save_refuses_bad_arguments_before_asking() {
+    let dir = Scratch::new("save-args");
+    std::fs::create_dir_all(dir.path("adir")).unwrap();
+    for (args, says) in [
+        (&["save", "1", "-o", "adir"][..], "is a directory"),
+        (&["save", "1", "-o", "nodir/x.trace"], "no such directory"),
+        (&["save", "1", "-o", ""], "a value is required"),
+        (&["save", "1", "-o", "-"], "save writes a regular file"),
+        (&["save", "1", "-o", "/dev/null"], "not a regular file"),
+        (&["save", "x", "-o", "x.trace"], "invalid value"),
+        (&["save", "1"], "--output"),
+        (
+            &["save", "4294967295", "-o", "x.trace"],
+            "not traced by you",
+        ),
+    ] {
+        let out = alloctrace(&dir, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert!(!dir.path("x.trace").exists());
+}
+
+#[test]
+fn save_of_a_sampled_flight_recorder_reads_as_estimates() {
+    let dir = Scratch::new("save-sampled");
+    let (running, pid) = flight_recorder(&dir, &["--sample-bytes", "4KiB"]);
+    // Saved until the window holds a sampled allocation (the churn's
+    // 100-byte blocks are sampled one in about 41).
+    let give_up = Instant::now() + Duration::from_secs(120);
+    let stats = loop {
+        save(&dir, pid, "s.trace");
+        let stats = json_of(&alloctrace(&dir, &["stats", "--json", "s.trace"]));
+        if stats["events"]["heap_object_alloc"].as_u64() > Some(0) {
+            break stats;
+        }
+        assert!(Instant::now() < give_up, "nothing sampled: {stats}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    running.finish();
+    assert_eq!(stats["flight_window"], true);
+    assert_eq!(stats["anomalies"], 0, "{stats}");
+    let sampled = &stats["sampled"];
+    assert_eq!(sampled["sample_bytes"], 4096, "{stats}");
+    // The exact totals of the window's generations: more than the samples.
+    assert!(
+        sampled["total_allocs"].as_u64().unwrap()
+            > stats["events"]["heap_object_alloc"].as_u64().unwrap(),
+        "{stats}"
+    );
+    let want = serde_json::json!({"sample_bytes": 4096, "estimated": true});
+    for command in ["top", "leaks"] {
+        let doc = json_of(&alloctrace(&dir, &[command, "s.trace", "--json"]));
+        assert_eq!(doc["sampled"], want, "{command}: {doc}");
+        let text = alloctrace(&dir, &[command, "s.trace"]);
+        assert!(text.status.success());
+        assert!(
+            String::from_utf8_lossy(&text.stdout).contains("Estimates: "),
+            "{command}"
+        );
+    }
+    let check = alloctrace(&dir, &["check", "s.trace"]);
+    assert_eq!(check.status.code(), Some(0));
+}
+
+/// The process's own checks on `save`, past the command's: no descriptor
+/// passed, or a pipe's, is refused (the dump holds the ring while it
+/// writes: a stalled reader would stall the program).
+#[test]
+fn the_process_saves_only_into_a_passed_regular_file() {
+    let dir = Scratch::new("save-fd");
+    let (running, pid) = flight_recorder(&dir, &[]);
+    let socket = runtime(&dir).join(format!("alloctrace/{pid}.sock"));
+    let client = r#"
+import os, socket, sys
+def ask(fds):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    if fds:
+        socket.send_fds(s, [b"save\n"], fds)
+    else:
+        s.sendall(b"save\n")
+    data = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode().splitlines()[0]
+r, w = os.pipe()
+print(ask([]))
+print(ask([w]))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(client)
+        .arg(&socket)
+        .output();
+    let Ok(out) = out else {
+        eprintln!("skipped: no python3");
+        running.finish();
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "error save needs the output file's descriptor passed with the request (SCM_RIGHTS)",
+            "error save writes into a regular file only",
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     running.finish();
 }

@@ -5,15 +5,22 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use alloctrace_format::{FileHeader, FILE_HEADER_LEN, FLAG_FLIGHT_WINDOW, VERSION};
-use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
+use alloctrace_reader::testing::{info, EventsBody, PagesBody, TraceBuilder};
 use alloctrace_reader::EventData;
 use serde_json::Value;
 
 /// Generations 7 and 8 of a run: a free of an object allocated before
 /// them, and an object allocated in the window and never freed.
 fn window(flags: u16) -> Vec<u8> {
+    window_with(flags, false)
+}
+
+/// [`window`]; with `pages`, a page free of pages allocated before the
+/// window too (and pages allocated and freed in it).
+fn window_with(flags: u16, pages: bool) -> Vec<u8> {
     let (g7, mut g8) = (info(7), info(8));
     g8.start_ticks = 5000;
     let mut b = EventsBody::new(1000);
@@ -44,9 +51,15 @@ fn window(flags: u16) -> Vec<u8> {
         .events(7, 1, &b)
         .generation_end(7, 2000, 5_001_000, 0)
         .info(&g8)
-        .events(8, 1, &c)
-        .generation_end(8, 6000, 5_005_000, 0)
-        .trace_end(8);
+        .events(8, 1, &c);
+    if pages {
+        let mut p = PagesBody::new(12, 1, 5004);
+        p.event(5004, 0x700000, &EventData::PageFree { npages: 2 })
+            .event(5005, 0x710000, &EventData::PageAlloc { npages: 1 })
+            .event(5006, 0x710000, &EventData::PageFree { npages: 1 });
+        t.pages(8, 1, &p);
+    }
+    t.generation_end(8, 6000, 5_005_000, 0).trace_end(8);
     let mut out = FileHeader {
         version: VERSION,
         flags,
@@ -58,16 +71,25 @@ fn window(flags: u16) -> Vec<u8> {
 }
 
 fn run(args: &[&str], bytes: &[u8]) -> (i32, String, String) {
+    run_in(args, &[], bytes)
+}
+
+/// [`run`], with `after` after the trace's path.
+fn run_in(args: &[&str], after: &[&str], bytes: &[u8]) -> (i32, String, String) {
+    // A file of its own per call: tests run the same command at once.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "flight-{}-{}.trace",
+        "flight-{}-{}-{}.trace",
         std::process::id(),
-        args.join("-").replace('/', "_")
+        args.join("-").replace('/', "_"),
+        NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&path, bytes).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
         .arg(args[0])
         .arg(&path)
         .args(&args[1..])
+        .args(after)
         .output()
         .unwrap();
     std::fs::remove_file(&path).ok();
@@ -116,6 +138,49 @@ fn stats_and_leaks_read_a_window() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("flight-recorder window"), "{err}");
     assert!(out.contains("64"), "{out}");
+}
+
+/// The pass classifies frees before the window (analysis's pass.rs,
+/// "Anomalies"), so every reader agrees: the HTML report does not take
+/// them for frees of memory allocated before tracing started, and the
+/// page accounting (`pages`, and `stats`' and `check`'s page anomalies)
+/// does not take a page free of pages allocated before the window for an
+/// anomaly.
+#[test]
+fn every_reader_counts_frees_before_the_window_apart() {
+    let html = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("flight-report-{}.html", std::process::id()));
+    let (code, _, err) = run_in(
+        &["report"],
+        &["-o", html.to_str().unwrap()],
+        &window(FLAG_FLIGHT_WINDOW),
+    );
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    std::fs::remove_file(&html).ok();
+    assert!(
+        !page.contains("allocated before tracing started"),
+        "the window's frees taken for unknown ones"
+    );
+    assert!(page.contains("flight-recorder window"));
+
+    let trace = window_with(FLAG_FLIGHT_WINDOW, true);
+    let (code, out, err) = run(&["pages", "--json"], &trace);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["anomalies"], 0, "{v}");
+    assert_eq!(v["flight_window"], true);
+    assert_eq!(v["frees_before_window"], 1);
+    assert_eq!(v["pages_in_use"], 0);
+    let (code, out, _) = run(&["check", "--json"], &trace);
+    assert_eq!(code, 0, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["frees_before_window"], 3, "2 heap frees, 1 page free");
+    // Without the flag the page free is an anomaly.
+    let (code, out, _) = run(&["pages", "--json"], &window_with(0, true));
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["anomaly_kinds"]["free_not_allocated"], 1);
 }
 
 #[test]

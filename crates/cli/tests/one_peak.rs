@@ -5,8 +5,8 @@
 //! live-memory engine, analysis's pass, of which both are visitors).
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod support;
 
 use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
 use alloctrace_reader::EventData;
@@ -14,25 +14,11 @@ use serde_json::Value;
 
 /// Writes `bytes` to a fresh file under the test target directory.
 fn trace_file(bytes: &[u8]) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("one-peak-{}-{n}.trace", std::process::id()));
-    std::fs::write(&path, bytes).expect("write trace");
-    path
+    support::temp_file("one-peak", bytes, "trace")
 }
 
 fn json(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .args(args)
-        .output()
-        .expect("run alloctrace");
-    assert!(
-        out.status.success(),
-        "alloctrace {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    support::alloctrace_json(args)
 }
 
 /// (stats' peak_live_total_bytes, the sum of the report's sites' bytes at

@@ -22,30 +22,12 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{compile, record_command, repo, Scratch};
+use support::{gcc_program, record_command, Scratch};
 
 /// c_tests/record/keeps.c, built once per test run.
 fn keeps() -> &'static Path {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
-    PROGRAM.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("record-keeps-program");
-        std::fs::create_dir_all(&dir).expect("create the program's directory");
-        let out = dir.join("keeps");
-        let src = repo().join("c_tests/record/keeps.c");
-        compile(
-            "gcc",
-            &[
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-O1",
-                src.to_str().unwrap(),
-                "-o",
-                out.to_str().unwrap(),
-            ],
-        );
-        out
-    })
+    PROGRAM.get_or_init(|| gcc_program("record/keeps.c", "record-keeps-program", &[]))
 }
 
 /// `record -o DIR/%p.trace -- keeps ARGS`.

@@ -5,8 +5,10 @@
 //! records everything says nothing of the kind.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod support;
+
+use support::alloctrace;
 
 use alloctrace_reader::testing::{info, EventsBody, TraceBuilder};
 use alloctrace_reader::{sample_weight, EventData, Totals};
@@ -15,19 +17,7 @@ use serde_json::Value;
 const MEAN: u64 = 4096;
 
 fn file(bytes: &[u8], ext: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sampled-{}-{n}.{ext}", std::process::id()));
-    std::fs::write(&path, bytes).expect("write");
-    path
-}
-
-fn alloctrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_alloctrace"))
-        .args(args)
-        .output()
-        .expect("run alloctrace")
+    support::temp_file("sampled", bytes, ext)
 }
 
 /// A trace of `sample_bytes`: 100 recorded allocations of 64 bytes (25

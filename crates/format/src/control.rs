@@ -15,7 +15,8 @@
 //! ## The protocol
 //!
 //! The client sends one request line, a word ([`INFO`], [`SNAPSHOT`],
-//! [`SAVE`]) and a newline, at most [`MAX_REQUEST`] bytes. The process
+//! [`SAVE`]) and a newline, at most [`MAX_REQUEST`] bytes; [`SAVE`]
+//! passes a descriptor with it (SCM_RIGHTS, in the same sendmsg). The process
 //! answers one status line, `ok LEN` (then exactly `LEN` bytes of
 //! payload) or `error MESSAGE`, and closes the connection. The payload of
 //! every answer so far is text, one `key value` per line ([`KEY_PID`]...);
@@ -40,8 +41,15 @@ pub const INFO: &str = "info";
 /// Its length may pass [`MAX_PAYLOAD`]: a client accepts up to
 /// [`MAX_SNAPSHOT_PAYLOAD`] for it.
 pub const SNAPSHOT: &str = "snapshot";
-/// Request: write the flight recorder's generations (answered with an
-/// error outside flight-recorder mode).
+/// Request: write the flight recorder's generations, a trace of their
+/// own, into the descriptor passed with the request (SCM_RIGHTS: the
+/// client opens the output file, so its path, permissions and mount
+/// namespace are the client's, and the dump goes from the ring straight
+/// into it, no copy through the socket). Answered once written:
+/// [`KEY_FIRST`] and [`KEY_GENERATION`] (the first and last generations,
+/// both 0 when none was complete) and [`KEY_BYTES`] (the bytes written).
+/// An error outside flight-recorder mode ([`NOT_FLIGHT_RECORDER`]),
+/// without a descriptor, or with one that is not a regular file's.
 pub const SAVE: &str = "save";
 
 /// The status word of a successful answer.
@@ -67,6 +75,13 @@ pub const KEY_MODE: &str = "mode";
 /// Payload key: the trace's path (`/proc/PID/fd` names it; a pipe or a
 /// socket reads as `pipe:[N]` or `socket:[N]`).
 pub const KEY_TRACE: &str = "trace";
+/// Payload key: a generation.
+pub const KEY_GENERATION: &str = "generation";
+/// Payload key: the first generation of a range ([`KEY_GENERATION`] its
+/// last).
+pub const KEY_FIRST: &str = "first";
+/// Payload key: a byte count.
+pub const KEY_BYTES: &str = "bytes";
 
 /// Mode: every event, with call stacks.
 pub const MODE_FULL: &str = "full";

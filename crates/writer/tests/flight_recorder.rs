@@ -2,7 +2,9 @@
 //! complete generations in a ring bounded by its size, writes nothing to
 //! the output until a trigger, and a dump is a trace of its own with the
 //! flight-recorder window flag: the C API's write (here its Rust call), the
-//! RSS threshold, and a fatal-signal flush.
+//! RSS threshold, and a fatal-signal flush. Combined with sampling, a dump
+//! keeps the sampling parameter and the window's exact totals, and the
+//! ring stays within its size.
 
 mod common;
 
@@ -116,15 +118,7 @@ fn the_ring_stays_within_its_size_over_a_long_run() {
     };
     common::start_to(&d.join("out.trace"), &config);
     // About 20 MiB of events through a 1 MiB ring.
-    const PAIRS: usize = 2_000_000;
-    for i in 0..PAIRS {
-        if i % 50_000 == 0 {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        let a = 0x10_0000_0000 + (i * 7919 % 1_000_003) * 16;
-        events::heap_object_alloc(a, 48, 0);
-        events::heap_object_free(a);
-    }
+    common::churn(2_000_000);
     let (first, last) = write_dump(&d.join("dump.trace"));
     let stats = alloctrace_writer::flight_stats().unwrap();
     alloctrace_writer::stop().unwrap();
@@ -144,6 +138,80 @@ fn the_ring_stays_within_its_size_over_a_long_run() {
     assert!(dump.window);
     assert_eq!(dump.generations, (first..=last).collect::<Vec<_>>());
     assert_eq!(dump.truncated, None);
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[test]
+fn a_sampled_flight_recorder_keeps_its_parameter_and_exact_totals() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let d = dir("sampled");
+    const SIZE: u64 = 1 << 20;
+    const MEAN: u64 = 512;
+    const OBJECT: u64 = 48;
+    let config = Config {
+        flight_recorder: SIZE,
+        buffer_size: 16 << 10,
+        min_heap_align: 16,
+        sample_bytes: MEAN,
+        sample_seed: 7,
+        ..Default::default()
+    };
+    common::start_to(&d.join("out.trace"), &config);
+    // About 9% of 3 M allocations (of 48 bytes) sampled, their frees
+    // too: several MiB of events through a 1 MiB ring.
+    const PAIRS: usize = 3_000_000;
+    common::churn(PAIRS);
+    let (first, last) = write_dump(&d.join("dump.trace"));
+    let stats = alloctrace_writer::flight_stats().unwrap();
+    alloctrace_writer::stop().unwrap();
+    assert!(stats.high_water <= stats.capacity, "{stats:?}");
+    assert!(stats.evicted > 0 && first > 1 && last > first, "{stats:?}");
+    let size = std::fs::metadata(d.join("dump.trace")).unwrap().len();
+    assert!(
+        size <= SIZE + 16 + 32,
+        "the dump ({size} bytes) is the ring's"
+    );
+
+    let bytes = std::fs::read(d.join("dump.trace")).unwrap();
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    assert!(reader.flight_window());
+    let (mut sampled, mut estimated, mut generations) = (0u64, 0f64, Vec::new());
+    while let Some(record) = reader.next_record().unwrap() {
+        match record {
+            Record::GenerationStart { generation } => generations.push(generation),
+            Record::Event(e) => {
+                if let EventData::HeapObjectAlloc { size, .. } = e.data {
+                    sampled += 1;
+                    estimated += size as f64 * reader.info().unwrap().sample_weight(size);
+                }
+            }
+        }
+    }
+    assert_eq!(reader.truncated(), None);
+    assert_eq!(generations, (first..=last).collect::<Vec<_>>());
+    assert_eq!(
+        reader.sample_bytes(),
+        MEAN,
+        "the parameter is in the window"
+    );
+    // The generation ends' exact totals, of the window's generations only.
+    let totals = reader.totals();
+    assert!(
+        totals.allocs > sampled && totals.allocs < PAIRS as u64,
+        "{totals:?}, {sampled} sampled"
+    );
+    assert_eq!(totals.alloc_bytes, totals.allocs * OBJECT, "{totals:?}");
+    // Each object freed at once: a pair split by the window's start at
+    // most adds a free.
+    assert!(totals.frees <= totals.allocs + 1, "{totals:?}");
+    assert_eq!(totals.sample_overflow, 0, "{totals:?}");
+    // The window's estimate stands for its exact bytes (a fixed seed; some
+    // thousands of samples: within a few percent).
+    let exact = totals.alloc_bytes as f64;
+    assert!(
+        (estimated / exact - 1.0).abs() < 0.1,
+        "estimated {estimated} of {exact} bytes"
+    );
     std::fs::remove_dir_all(&d).ok();
 }
 

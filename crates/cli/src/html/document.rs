@@ -255,6 +255,12 @@ fn run_section(h: &mut String, m: &mut Model, _: &Shared) {
             units::thousands(stats.unmatched_frees)
         ));
     }
+    if stats.frees_before_window != 0 {
+        warnings.push(format!(
+            "A flight-recorder window (the last generations of the run): {} frees of memory allocated before it are not counted, and what is live at its end was allocated in it.",
+            units::thousands(stats.frees_before_window)
+        ));
+    }
     for (i, t) in stats.truncated.iter().enumerate() {
         if let Some(offset) = t {
             warnings.push(format!(

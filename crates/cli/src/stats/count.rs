@@ -198,12 +198,8 @@ impl Visitor<Size> for Tally {
     #[inline(never)]
     fn anomaly(&mut self, op: &Op, anomaly: Anomaly) {
         match anomaly {
-            // A flight recorder's window: memory allocated before it may
-            // be freed in it, which is no anomaly.
-            Anomaly::UnknownFree if self.stats.flight_window => {
-                self.stats.frees_before_window += 1;
-                return;
-            }
+            // (In a flight-recorder window, a free of memory allocated
+            // before it comes as the pass's free_before_window instead.)
             Anomaly::UnknownFree => self.unknown_free += 1,
             Anomaly::DoubleAlloc => self.double_alloc += 1,
         }

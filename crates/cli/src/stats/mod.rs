@@ -76,7 +76,8 @@ pub struct Stats {
     /// The trace is a flight recorder's dump (FORMAT.md section 1).
     pub flight_window: bool,
     /// In a flight-recorder window: frees of memory allocated before the
-    /// window (not anomalies there).
+    /// window (not anomalies there), as the pass classifies them, page
+    /// frees included.
     pub frees_before_window: u64,
 }
 
@@ -223,11 +224,13 @@ pub fn collect(input: &Input) -> Result<Stats, Failure> {
     stats.flight_window = reader.flight_window();
     let mut tally = Tally::new(stats);
     let mut progress = Progress::new(size);
-    let result = Pass::new().run(&mut reader, &mut tally, |bytes| progress.update(bytes));
+    let mut pass = Pass::new();
+    let result = pass.run(&mut reader, &mut tally, |bytes| progress.update(bytes));
     progress.finish();
     let live = result?;
     let mut stats = tally.finish();
     stats.live = live;
+    stats.frees_before_window = pass.stats.frees_before_window + stats.pages.frees_before_window;
     stats.total_events = stats.counts.iter().sum();
     stats.generations = reader.generations();
     stats.lost_events = reader.lost_events();

@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 // Shared with the shim's tests (crates/preload/tests/shim), which
 // include scratch.rs by path.
@@ -51,6 +52,51 @@ pub fn record_command() -> Command {
         .env_remove("ALLOCTRACE_STACK_DEPTH")
         .arg("record");
     cmd
+}
+
+/// Writes `bytes` to a fresh file, `PREFIX-PID-N.EXT`, under the tests'
+/// target directory.
+pub fn temp_file(prefix: &str, bytes: &[u8], ext: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{prefix}-{}-{n}.{ext}", std::process::id()));
+    std::fs::write(&path, bytes).expect("write a file for the test");
+    path
+}
+
+/// `alloctrace ARGS`, its output.
+pub fn alloctrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_alloctrace"))
+        .args(args)
+        .output()
+        .expect("run alloctrace")
+}
+
+/// `alloctrace ARGS`, which must succeed: its stdout as JSON.
+pub fn alloctrace_json(args: &[&str]) -> serde_json::Value {
+    let out = alloctrace(args);
+    assert!(
+        out.status.success(),
+        "alloctrace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// The C program `c_tests/SRC`, compiled by gcc (warnings are errors,
+/// -O1, `flags` added) into `DIR/NAME` under the tests' target directory,
+/// NAME being the source's stem. Callers build it once (a `OnceLock`).
+pub fn gcc_program(src: &str, dir: &str, flags: &[&str]) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    std::fs::create_dir_all(&dir).expect("create the program's directory");
+    let src = repo().join("c_tests").join(src);
+    let out = dir.join(src.file_stem().expect("a source file"));
+    let mut args = vec!["-Wall", "-Wextra", "-Werror", "-O1"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[src.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    compile("gcc", &args);
+    out
 }
 
 /// Runs a compiler; panics with its output when it fails.

@@ -34,6 +34,11 @@
 //! writes a file beside the trace ([`signal_file`]): the live heap's
 //! snapshot, or in flight-recorder mode the recorder's dump.
 //!
+//! A save (flight-recorder mode) writes the flight recorder's dump
+//! (lifecycle.rs `flight_recorder_write`, as `trace_flight_recorder_write`
+//! does) into the file descriptor the client passed with its request
+//! (SCM_RIGHTS), then answers the generations and bytes written.
+//!
 //! ## Corner cases
 //!
 //! - fork: the child has no control thread. Its copy of a listening
@@ -61,6 +66,7 @@ use alloctrace_format::control;
 use crate::session::socket::{self, Connection, Listener};
 use crate::session::Session;
 use crate::thread::{spawn_ready, InternalThread, ThreadSignals};
+use crate::writer::output::Output;
 use crate::writer::snapshot::SnapshotBytes;
 
 /// How long the thread waits for a connection before it checks its socket
@@ -316,11 +322,9 @@ fn serve(session: &Session, served: &Served, conn: &Connection) {
         Some(control::SNAPSHOT) => (served.hooks.snapshot)()
             .map(Payload::Trace)
             .map_err(|e| format!("no snapshot: {e}")),
-        // Not wired to the flight recorder's dump yet (its ring can be
-        // written from C with trace_flight_recorder_write).
-        Some(control::SAVE) if session.writer.flight.is_some() => Err(
-            "save is not available yet: the flight recorder dumps on a crash, at --dump-on-rss, or through trace_flight_recorder_write".to_string(),
-        ),
+        Some(control::SAVE) if session.writer.flight.is_some() => {
+            save(served, conn).map(Payload::Text)
+        }
         Some(control::SAVE) => Err(control::NOT_FLIGHT_RECORDER.to_string()),
         Some(other) => Err(format!("unknown request {other:?}")),
         None => Err("no request".to_string()),
@@ -447,4 +451,37 @@ mod tests {
             format!("alloctrace-snapshot-{pid}-1.trace")
         );
     }
+}
+
+/// Writes the flight recorder's dump into the file the client passed
+/// with the request (SCM_RIGHTS), and answers what it wrote: the
+/// generations and the byte count. The client opened the file, so its
+/// path, permissions and namespace are the user's, and the dump goes
+/// straight from the ring into it; the answer comes once it is written,
+/// so a full disk is an error the user sees. Only into a regular file:
+/// the dump holds the ring while it writes, so a pipe whose reader
+/// stalls would stall the writer thread and then the program.
+fn save(served: &Served, conn: &Connection) -> Result<String, String> {
+    let fd = conn.take_passed().ok_or_else(|| {
+        "save needs the output file's descriptor passed with the request (SCM_RIGHTS)".to_string()
+    })?;
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    // SAFETY: an all-zero stat is valid; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: raw is the descriptor we own, st a stat to fill.
+    let regular =
+        unsafe { libc::fstat(raw, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    if !regular {
+        // The dump holds the ring while it writes: a pipe whose reader
+        // stalls would stall the writer thread, and the program with it.
+        return Err("save writes into a regular file only".to_string());
+    }
+    let out = Output::borrowed_fd(raw);
+    let (first, last) =
+        (served.hooks.flight_dump)(&out).map_err(|e| format!("cannot save: {e}"))?;
+    let mut answer = String::new();
+    field(&mut answer, control::KEY_FIRST, &first.to_string());
+    field(&mut answer, control::KEY_GENERATION, &last.to_string());
+    field(&mut answer, control::KEY_BYTES, &out.written().to_string());
+    Ok(answer)
 }

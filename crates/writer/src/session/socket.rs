@@ -25,9 +25,10 @@
 //!    listener bound (same inode). Otherwise a process's exit could remove
 //!    the socket of a later process that reused the pid.
 
+use std::cell::Cell;
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::io::RawFd;
+use std::os::unix::io::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use alloctrace_format::control;
@@ -235,7 +236,7 @@ impl Listener {
         if conn < 0 {
             return Ok(None);
         }
-        let conn = Connection(conn);
+        let conn = Connection(conn, Cell::new(None));
         let uid = conn.peer_uid();
         match uid {
             Some(uid) if control::peer_allowed(uid, euid()) => Ok(Some(conn)),
@@ -279,8 +280,9 @@ pub(crate) fn poke(addr: &libc::sockaddr_un) {
     }
 }
 
-/// One accepted connection, closed on drop.
-pub(crate) struct Connection(RawFd);
+/// One accepted connection, closed on drop, and the descriptor its
+/// request passed (SCM_RIGHTS), if any.
+pub(crate) struct Connection(RawFd, Cell<Option<OwnedFd>>);
 
 impl Connection {
     /// The peer's uid (SO_PEERCRED).
@@ -304,6 +306,9 @@ impl Connection {
     /// Reads the request line (up to its newline, at most
     /// `control::MAX_REQUEST` bytes), waiting at most about a second for
     /// it: a client that connects and says nothing holds nobody up long.
+    /// A descriptor passed with the request (`save` passes its output
+    /// file's) is kept for [`Connection::take_passed`]; any other is
+    /// closed.
     pub(crate) fn read_request(&self) -> Vec<u8> {
         let mut line = Vec::new();
         let mut buf = [0u8; 64];
@@ -322,14 +327,71 @@ impl Connection {
             )
         };
         while line.len() < control::MAX_REQUEST && !line.contains(&b'\n') {
-            // SAFETY: buf is writable for its length.
-            let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
+            let n = self.receive(&mut buf);
+            if n == 0 {
                 break;
             }
-            line.extend_from_slice(&buf[..n as usize]);
+            line.extend_from_slice(&buf[..n]);
         }
         line
+    }
+
+    /// One recvmsg into `buf`: the bytes read (0 at the end or on an
+    /// error), and the descriptors passed with them taken out of the
+    /// ancillary data (close-on-exec; the first kept, the rest closed).
+    fn receive(&self, buf: &mut [u8]) -> usize {
+        /// Room for the ancillary data of a few descriptors, aligned as
+        /// cmsghdr wants.
+        #[repr(C, align(8))]
+        struct Control([u8; 64]);
+        let mut control = Control([0; 64]);
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: an all-zero msghdr is valid (no name, no buffers).
+        let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = control.0.len() as _;
+        // SAFETY: msg points at buffers alive for the call, of their
+        // lengths.
+        let n = unsafe { libc::recvmsg(self.0, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        // SAFETY: the kernel filled msg_control up to msg_controllen;
+        // CMSG_FIRSTHDR and CMSG_NXTHDR stay inside it.
+        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !cmsg.is_null() {
+            // SAFETY: cmsg is a header inside the filled control data.
+            let (level, kind, len) =
+                unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type, (*cmsg).cmsg_len) };
+            if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
+                // SAFETY: as above; the data follows the header.
+                let data = unsafe { libc::CMSG_DATA(cmsg) };
+                let header = data as usize - cmsg as usize;
+                let count = len.saturating_sub(header) / core::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    // SAFETY: an SCM_RIGHTS payload is `count` whole
+                    // descriptors, each installed in our table for us.
+                    let fd = unsafe {
+                        OwnedFd::from_raw_fd(data.cast::<RawFd>().add(i).read_unaligned())
+                    };
+                    // The first is kept; any other is closed (dropped).
+                    match self.1.take() {
+                        Some(first) => self.1.set(Some(first)),
+                        None => self.1.set(Some(fd)),
+                    }
+                }
+            }
+            // SAFETY: as for CMSG_FIRSTHDR.
+            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+        }
+        n.max(0) as usize
+    }
+
+    /// The descriptor the request passed, if any (once).
+    pub(crate) fn take_passed(&self) -> Option<OwnedFd> {
+        self.1.take()
     }
 
     /// After a refusal: ends the writing side and drops what the peer

@@ -319,6 +319,11 @@ impl Output {
         }
     }
 
+    /// Bytes written so far (a `save` answers how many its dump took).
+    pub(crate) fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
     /// In a forked child (fork.rs, which then forgets the session): closes
     /// the child's copy of the descriptor if the core opened it and the
     /// number still names the trace. No lock is waited for (no other

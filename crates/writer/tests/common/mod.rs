@@ -56,3 +56,17 @@ pub fn start_to(path: &std::path::Path, config: &alloctrace_writer::Config) {
     )
     .unwrap();
 }
+
+/// `pairs` allocations of 48 bytes, each freed at once, at addresses
+/// spread so that their events take several bytes each; pauses now and
+/// then so that the tracer's own threads run on a loaded machine.
+pub fn churn(pairs: usize) {
+    for i in 0..pairs {
+        if i % 50_000 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let a = 0x10_0000_0000 + (i * 7919 % 1_000_003) * 16;
+        alloctrace_writer::events::heap_object_alloc(a, 48, 0);
+        alloctrace_writer::events::heap_object_free(a);
+    }
+}
