@@ -427,32 +427,6 @@ fn write_signal_file(session: &Session, served: &mut Served) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::signal_file;
-
-    #[test]
-    fn signal_files_sit_beside_the_trace() {
-        assert_eq!(
-            signal_file("/t/run.trace", true, false, 1),
-            "/t/run.snapshot-1.trace"
-        );
-        assert_eq!(
-            signal_file("/t/run.trace", true, true, 2),
-            "/t/run.flight-2.trace"
-        );
-        assert_eq!(
-            signal_file("/t/run.out", true, false, 3),
-            "/t/run.out.snapshot-3.trace"
-        );
-        let pid = std::process::id();
-        assert_eq!(
-            signal_file("pipe:[5]", false, false, 1),
-            format!("alloctrace-snapshot-{pid}-1.trace")
-        );
-    }
-}
-
 /// Writes the flight recorder's dump into the file the client passed
 /// with the request (SCM_RIGHTS), and answers what it wrote: the
 /// generations and the byte count. The client opened the file, so its
@@ -484,4 +458,30 @@ fn save(served: &Served, conn: &Connection) -> Result<String, String> {
     field(&mut answer, control::KEY_GENERATION, &last.to_string());
     field(&mut answer, control::KEY_BYTES, &out.written().to_string());
     Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signal_file;
+
+    #[test]
+    fn signal_files_sit_beside_the_trace() {
+        assert_eq!(
+            signal_file("/t/run.trace", true, false, 1),
+            "/t/run.snapshot-1.trace"
+        );
+        assert_eq!(
+            signal_file("/t/run.trace", true, true, 2),
+            "/t/run.flight-2.trace"
+        );
+        assert_eq!(
+            signal_file("/t/run.out", true, false, 3),
+            "/t/run.out.snapshot-3.trace"
+        );
+        let pid = std::process::id();
+        assert_eq!(
+            signal_file("pipe:[5]", false, false, 1),
+            format!("alloctrace-snapshot-{pid}-1.trace")
+        );
+    }
 }
