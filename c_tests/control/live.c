@@ -6,7 +6,9 @@
  * 3000 and waits like its parent (its pid goes into READY_FILE.child),
  * "churn" keeps allocating and freeing (64 blocks of 100 bytes, freed at
  * once, every few milliseconds) while it waits, so that a flight
- * recorder's ring turns over.
+ * recorder's ring turns over; "long" makes the trace long before the
+ * heap is in place (another thread's 100 blocks of 123 bytes, allocated
+ * there and freed here, and 300,000 malloc/free pairs).
  * Writes its pid to READY_FILE (argv[1]) once its heap is in place, then
  * waits until READY_FILE.go exists (the child: or its parent has exited),
  * and exits 0. Synchronised by files
@@ -41,7 +43,7 @@ static void *churn_thread(void *arg) {
     return NULL;
 }
 
-static void churn(void) {
+static void long_trace(void) {
     pthread_t t;
     if (pthread_create(&t, NULL, churn_thread, NULL) != 0) exit(4);
     while (!__atomic_load_n(&churn_ready, __ATOMIC_ACQUIRE)) usleep(1000);
@@ -82,18 +84,19 @@ static void wait_for(const char *path, pid_t parent) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: live READY_FILE [close] [fork] [churn]\n");
+        fprintf(stderr, "usage: live READY_FILE [close] [fork] [churn] [long]\n");
         return 2;
     }
-    int do_close = 0, do_fork = 0, do_churn = 0;
+    int do_close = 0, do_fork = 0, do_long = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "close")) do_close = 1;
         if (!strcmp(argv[i], "fork")) do_fork = 1;
         if (!strcmp(argv[i], "churn")) do_churn = 1;
+        if (!strcmp(argv[i], "long")) do_long = 1;
     }
     if (do_close)
         for (int fd = 3; fd < 65536; fd++) close(fd);
-    if (do_churn) churn();
+    if (do_long) long_trace();
     for (int i = 0; i < 4; i++) free(malloc(777));
     for (int i = 0; i < 3; i++) site_a();
     for (int i = 0; i < 2; i++) site_b();

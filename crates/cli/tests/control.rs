@@ -250,7 +250,7 @@ fn ps_lists_the_program_and_its_snapshot_holds_exactly_its_live_blocks() {
 #[test]
 fn a_long_trace_with_few_live_blocks_snapshots_exactly_them_even_with_its_file_removed() {
     let dir = Scratch::new("churn");
-    let mut running = Running::start(&dir, &["churn"]);
+    let mut running = Running::start(&dir, &["long"]);
     let pid = running.pid();
     // 600,000 events before these: rotated away, as logs are (the
     // snapshot does not read the trace).
