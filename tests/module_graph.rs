@@ -55,6 +55,7 @@ const LAYERS: &[(&str, &[Layer])] = &[
                     "shared",
                     "sync",
                     "thread",
+                    "thread_counts",
                     "tls",
                     "type_table",
                 ],

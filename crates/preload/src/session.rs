@@ -330,7 +330,7 @@ fn start_session(kind: Kind) -> bool {
         ..Config::default()
     };
     alloctrace_writer::capture::set_check_stacks(s.check_stacks);
-    crate::signals::SNAPSHOT_SIGNAL.store(s.snapshot_signal, Ordering::Relaxed);
+    crate::state::SNAPSHOT_SIGNAL.store(s.snapshot_signal, Ordering::Relaxed);
     let filter = kind != Kind::Root && s.heap;
     if filter && !liveset::reset(kind == Kind::ForkChild) {
         let why = "cannot map the live-object set of a new session (out of memory)";

@@ -143,10 +143,6 @@ fn is_handled(sig: c_int) -> bool {
     HANDLED.contains(&sig)
 }
 
-/// The snapshot signal, 0 for none: set by the session's start from
-/// `ALLOCTRACE_SNAPSHOT_SIGNAL` (config.rs).
-pub static SNAPSHOT_SIGNAL: AtomicI32 = AtomicI32::new(0);
-
 /// Whether the shim takes SIG_DFL dispositions over: set by the constructor
 /// once a session runs.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -424,7 +420,7 @@ fn signal_functions() -> [(&'static AtomicPtr<c_void>, &'static [u8]); 6] {
 /// then the default action (see the module docs).
 extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     let saved_errno = errno();
-    if sig == SNAPSHOT_SIGNAL.load(Ordering::Relaxed)
+    if sig == state::SNAPSHOT_SIGNAL.load(Ordering::Relaxed)
         && state::LIFECYCLE.load(Ordering::Acquire) == state::RUNNING
         // SAFETY: getpid has no preconditions.
         && unsafe { libc::getpid() } == state::SESSION_PID.load(Ordering::Acquire)

@@ -123,3 +123,7 @@ pub fn wrap_threads() -> bool {
         }
     }
 }
+
+/// The snapshot signal (signals.rs), 0 for none: set by the session's
+/// start from `ALLOCTRACE_SNAPSHOT_SIGNAL` (config.rs).
+pub static SNAPSHOT_SIGNAL: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);

@@ -63,6 +63,8 @@ mod stacks;
 #[cfg(not(loom))]
 mod thread;
 #[cfg(not(loom))]
+mod thread_counts;
+#[cfg(not(loom))]
 pub mod tls;
 #[cfg(not(loom))]
 mod type_table;

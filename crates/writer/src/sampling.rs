@@ -37,7 +37,6 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::address_set::AddressSet;
-use crate::limits::MAX_THREADS;
 use crate::thread::{self, ThreadSlot};
 
 /// The running session's mean bytes between sampled allocations; 0 when
@@ -70,45 +69,7 @@ pub(crate) static OVERFLOW: AtomicU64 = AtomicU64::new(0);
 /// ([`inject_overflow`]), 0 otherwise.
 pub(crate) static REFUSE_INSERTS: AtomicU64 = AtomicU64::new(0);
 
-/// One slot's countdown and counts. Written by the slot's owner only
-/// (invariant 1).
-///
-/// The countdown carries the byte count: it is `next - bytes` (wrapping),
-/// the bytes left before the next sample (event/sample.rs `Sampler`), so
-/// that an allocation not sampled adds its size to `bytes` and its 1 to
-/// `allocs`, and nothing else.
-#[derive(Debug)]
-#[repr(C, align(64))]
-pub(crate) struct ThreadCounts {
-    /// Heap-object allocations counted, sampled or not, and their bytes.
-    pub(crate) bytes: AtomicU64,
-    pub(crate) allocs: AtomicU64,
-    /// The value of `bytes` at which the next sample falls (`next - bytes`,
-    /// as i64, at most 0: the countdown has expired).
-    pub(crate) next: AtomicU64,
-    /// Heap-object frees counted.
-    pub(crate) frees: AtomicU64,
-    /// The countdown's random state; 0 before its first draw.
-    pub(crate) rng: AtomicU64,
-    /// The thread ID `rng` was seeded for: a new owner of the slot seeds
-    /// its own.
-    pub(crate) seeded_for: AtomicU64,
-}
-
-impl ThreadCounts {
-    #[allow(clippy::declare_interior_mutable_const)]
-    const NEW: ThreadCounts = ThreadCounts {
-        bytes: AtomicU64::new(0),
-        allocs: AtomicU64::new(0),
-        next: AtomicU64::new(0),
-        frees: AtomicU64::new(0),
-        rng: AtomicU64::new(0),
-        seeded_for: AtomicU64::new(0),
-    };
-}
-
-/// Per slot (thread.rs's index), 1 MiB of bss touched only where used.
-static COUNTS: [ThreadCounts; MAX_THREADS] = [ThreadCounts::NEW; MAX_THREADS];
+pub(crate) use crate::thread_counts::ThreadCounts;
 
 /// The sums at the last generation's end (or the session's start):
 /// allocations, bytes, frees, overflows. Under CONTROL.
@@ -117,7 +78,7 @@ static LAST: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 /// The counts of `slot`'s owner.
 #[inline(always)]
 pub(crate) fn counts_of(slot: &ThreadSlot) -> Option<&'static ThreadCounts> {
-    COUNTS.get(thread::index_of(slot))
+    crate::thread_counts::counts_at(thread::index_of(slot))
 }
 
 /// Adds `n` to a counter only its owner writes (invariant 1): a load and a

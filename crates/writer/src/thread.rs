@@ -244,7 +244,7 @@ thread_local! {
 }
 
 /// Sets this thread's slot (the TLS word of [`current`]) and, beside it,
-/// its entry of sampling.rs's table (`Word::Counts`). The counts word is
+/// its entry of thread_counts.rs's table (`Word::Counts`). The counts word is
 /// cleared first and set last: a signal handler that finds it set finds
 /// the slot set too, and one that finds it 0 takes the path through the
 /// slot (a handler's own claim in between leaves the two words on two
@@ -254,7 +254,7 @@ fn set_current(slot: *const ThreadSlot) {
     tls::set(Word::Slot, slot as usize);
     // SAFETY: a non-null slot is one of the table's.
     if let Some(slot) = unsafe { slot.as_ref() } {
-        if let Some(c) = crate::sampling::counts_of(slot) {
+        if let Some(c) = crate::thread_counts::counts_at(index_of(slot)) {
             tls::set(Word::Counts, c as *const _ as usize);
         }
     }
