@@ -88,6 +88,7 @@ pub use event::emit::enabled;
 /// program's, and its events are never recorded. For a global allocator
 /// that counts allocations itself (the `alloctrace` crate's
 /// `TracingAlloc`). Never allocates.
+#[cfg(not(loom))]
 #[inline]
 pub fn on_internal_thread() -> bool {
     thread::is_internal()
