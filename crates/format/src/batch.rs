@@ -1,7 +1,7 @@
 //! Batches: their kinds, the prefix every batch opens with and the limits
 //! readers check before allocating (FORMAT.md section 2).
 
-use crate::varint::MAX_VARINT_LEN;
+use crate::varint::{put_uvarint, MAX_VARINT_LEN};
 
 /// Size of the fixed prefix of every batch: kind byte and payload length.
 pub const BATCH_PREFIX_LEN: usize = 5;
@@ -24,6 +24,29 @@ pub const MAX_WINDOW_LOG: u32 = 23;
 /// Most bytes a batch header takes: prefix plus generation, thread and base
 /// timestamp varints.
 pub const MAX_BATCH_HEADER_LEN: usize = BATCH_PREFIX_LEN + 3 * MAX_VARINT_LEN;
+
+/// The header of a batch of `kind` whose body, after the header, is
+/// `body_len` bytes: the prefix (kind byte and payload length) and the
+/// generation, thread and base timestamp varints (FORMAT.md section 2).
+/// Returns the header's bytes and how many of them it uses. The caller
+/// keeps the payload within [`MAX_BATCH_PAYLOAD`].
+pub fn encode_batch_header(
+    kind: BatchKind,
+    generation: u64,
+    thread: u64,
+    base_ticks: u64,
+    body_len: usize,
+) -> ([u8; MAX_BATCH_HEADER_LEN], usize) {
+    let mut head = [0u8; MAX_BATCH_HEADER_LEN];
+    head[0] = kind as u8;
+    let mut n = BATCH_PREFIX_LEN;
+    for v in [generation, thread, base_ticks] {
+        n = put_uvarint(&mut head, n, v);
+    }
+    let payload = (n - BATCH_PREFIX_LEN + body_len) as u32;
+    head[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
+    (head, n)
+}
 
 /// Kinds of batch. The kind is the first byte of every batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -49,8 +49,8 @@ pub mod varint;
 
 pub use address::{compress_address, exact_log2, restore_address, AddressClass, IdDeltas};
 pub use batch::{
-    BatchKind, BATCH_PREFIX_LEN, MAX_BATCH_HEADER_LEN, MAX_BATCH_PAYLOAD, MAX_DECOMPRESSED_LEN,
-    MAX_WINDOW_LOG,
+    encode_batch_header, BatchKind, BATCH_PREFIX_LEN, MAX_BATCH_HEADER_LEN, MAX_BATCH_PAYLOAD,
+    MAX_DECOMPRESSED_LEN, MAX_WINDOW_LOG,
 };
 pub use checksum::{batch_checksum, has_trailers, TRAILER_LEN};
 pub use command_line::{command_line_args, MAX_COMMAND_LINE, PROCESS_TRUNCATED};
@@ -65,5 +65,6 @@ pub use header::{
     VERSION, VERSION_1, VERSION_2, VERSION_3, VERSION_4, VERSION_5,
 };
 pub use varint::{
-    get_uvarint, put_uvarint, unzigzag, uvarint_len, zigzag, VarintError, MAX_VARINT_LEN,
+    get_uvarint, push_uvarint, put_uvarint, unzigzag, uvarint_len, zigzag, VarintError,
+    MAX_VARINT_LEN,
 };

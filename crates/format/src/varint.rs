@@ -24,6 +24,14 @@ pub fn put_uvarint(buf: &mut [u8], mut pos: usize, mut v: u64) -> usize {
     pos + 1
 }
 
+/// Appends `v` to `out` as a LEB128 varint (for bodies built in a `Vec`:
+/// the writer thread's tables and snapshots, tests).
+pub fn push_uvarint(out: &mut alloc::vec::Vec<u8>, v: u64) {
+    let mut tmp = [0u8; MAX_VARINT_LEN];
+    let n = put_uvarint(&mut tmp, 0, v);
+    out.extend_from_slice(&tmp[..n]);
+}
+
 /// Number of bytes `v` takes as a varint.
 #[inline]
 pub const fn uvarint_len(v: u64) -> usize {

@@ -3,7 +3,7 @@
 //! and a malformed stream is an error, never a panic or unbounded output.
 
 use alloctrace_format::compression_model::{max_modeled_len, size_class, Decoder, Encoder};
-use alloctrace_format::{put_uvarint, zigzag, BatchKind, ENTRY_TAG, LONG_FORM, MAX_VARINT_LEN};
+use alloctrace_format::{zigzag, BatchKind, ENTRY_TAG, LONG_FORM};
 
 /// xorshift64*: deterministic, no dependency.
 struct Rng(u64);
@@ -32,9 +32,7 @@ impl Rng {
 }
 
 fn varint(out: &mut Vec<u8>, v: u64) {
-    let mut buf = [0u8; MAX_VARINT_LEN];
-    let n = put_uvarint(&mut buf, 0, v);
-    out.extend_from_slice(&buf[..n]);
+    alloctrace_format::push_uvarint(out, v);
 }
 
 fn batch(kind: u8, payload: &[u8]) -> Vec<u8> {

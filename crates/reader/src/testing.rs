@@ -7,18 +7,16 @@
 
 use alloctrace_format::stacks::{CallStackNode, FrameEntry, FrameWord, ModuleEntry};
 use alloctrace_format::{
-    batch_checksum, compress_address, encode_event, exact_log2, pages, put_uvarint, AddressClass,
-    BatchKind, EventKind, FileHeader, BATCH_PREFIX_LEN, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM,
-    MAX_EVENT_LEN, MAX_VARINT_LEN, VERSION, VERSION_1, VERSION_2,
+    batch_checksum, compress_address, encode_event, exact_log2, pages, AddressClass, BatchKind,
+    EventKind, FileHeader, BATCH_PREFIX_LEN, ENTRY_TAG, FILE_HEADER_LEN, LONG_FORM, MAX_EVENT_LEN,
+    MAX_VARINT_LEN, VERSION, VERSION_1, VERSION_2,
 };
 
 use crate::{EventData, GenerationInfo, TypeInfo};
 
 /// Appends `v` as a varint.
 pub fn varint(out: &mut Vec<u8>, v: u64) {
-    let mut buf = [0u8; MAX_VARINT_LEN];
-    let n = put_uvarint(&mut buf, 0, v);
-    out.extend_from_slice(&buf[..n]);
+    alloctrace_format::push_uvarint(out, v);
 }
 
 /// Info for generation `generation` with round numbers: heap from 0x10000,

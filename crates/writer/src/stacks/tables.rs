@@ -27,7 +27,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloctrace_format::stacks::FrameWord;
-use alloctrace_format::{get_uvarint, put_uvarint, BatchKind, BATCH_PREFIX_LEN, MAX_VARINT_LEN};
+use alloctrace_format::{
+    encode_batch_header, get_uvarint, push_uvarint, BatchKind, BATCH_PREFIX_LEN,
+};
 
 use crate::clock;
 use crate::stacks::call_stack_table::Lister;
@@ -55,9 +57,7 @@ impl Body {
     }
 
     fn varint(&mut self, v: u64) {
-        let mut tmp = [0u8; MAX_VARINT_LEN];
-        let n = put_uvarint(&mut tmp, 0, v);
-        self.bytes.extend_from_slice(&tmp[..n]);
+        push_uvarint(&mut self.bytes, v);
     }
 
     fn bytes(&mut self, b: &[u8]) {
@@ -70,14 +70,8 @@ impl Body {
         if self.bytes.is_empty() {
             return;
         }
-        let mut head = [0u8; BATCH_PREFIX_LEN + 3 * MAX_VARINT_LEN];
-        head[0] = self.kind as u8;
-        let mut n = BATCH_PREFIX_LEN;
-        for v in [generation, 0, clock::ticks()] {
-            n = put_uvarint(&mut head, n, v);
-        }
-        let payload = (n - BATCH_PREFIX_LEN + self.bytes.len()) as u32;
-        head[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
+        let (head, n) =
+            encode_batch_header(self.kind, generation, 0, clock::ticks(), self.bytes.len());
         out.extend_from_slice(&head[..n]);
         out.extend_from_slice(&self.bytes);
         self.bytes.clear();

@@ -55,8 +55,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use alloctrace_format::{
-    batch_checksum, get_uvarint, put_uvarint, BatchKind, FileHeader, BATCH_PREFIX_LEN,
-    FLAG_FLIGHT_WINDOW, MAX_VARINT_LEN, TRAILER_LEN, VERSION,
+    batch_checksum, encode_batch_header, get_uvarint, BatchKind, FileHeader, BATCH_PREFIX_LEN,
+    FLAG_FLIGHT_WINDOW, TRAILER_LEN, VERSION,
 };
 
 use crate::writer::output::Output;
@@ -270,14 +270,7 @@ impl FlightRecorder {
         });
         result?;
         // The trace end, of the last generation (FORMAT.md section 2).
-        let mut end = [0u8; BATCH_PREFIX_LEN + MAX_VARINT_LEN + 2];
-        end[0] = BatchKind::TraceEnd as u8;
-        let mut n = put_uvarint(&mut end, BATCH_PREFIX_LEN, last.max(first).max(1));
-        end[n] = 0; // thread
-        end[n + 1] = 0; // base_ticks
-        n += 2;
-        let payload = (n - BATCH_PREFIX_LEN) as u32;
-        end[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
+        let (end, n) = encode_batch_header(BatchKind::TraceEnd, last.max(first).max(1), 0, 0, 0);
         out.write_batch(&[&end[..n]])?;
         self.dumps.fetch_add(1, Ordering::Relaxed);
         Ok((first, last))
@@ -545,14 +538,9 @@ mod tests {
     /// A batch of `kind` in `generation` with `body` bytes of payload
     /// after its header.
     fn batch(kind: BatchKind, generation: u64, body: usize) -> Vec<u8> {
-        let mut b = vec![kind as u8, 0, 0, 0, 0];
-        let mut v = [0u8; 10];
-        let n = put_uvarint(&mut v, 0, generation);
-        b.extend_from_slice(&v[..n]);
-        b.extend_from_slice(&[0, 0]);
-        b.resize(b.len() + body, 0);
-        let len = (b.len() - BATCH_PREFIX_LEN) as u32;
-        b[1..5].copy_from_slice(&len.to_le_bytes());
+        let (head, n) = encode_batch_header(kind, generation, 0, 0, body);
+        let mut b = head[..n].to_vec();
+        b.resize(n + body, 0);
         b
     }
 

@@ -40,9 +40,9 @@ use std::time::{Duration, Instant};
 
 use alloctrace_format::stacks::FrameWord;
 use alloctrace_format::{
-    batch_checksum, encode_event, exact_log2, get_uvarint, put_uvarint, short_form, AddressClass,
-    BatchKind, EventKind, FileHeader, IdDeltas, BATCH_PREFIX_LEN, LONG_FORM, MAX_EVENT_LEN,
-    MAX_VARINT_LEN, VERSION,
+    batch_checksum, encode_batch_header, encode_event, exact_log2, get_uvarint, push_uvarint,
+    short_form, AddressClass, BatchKind, EventKind, FileHeader, IdDeltas, LONG_FORM, MAX_EVENT_LEN,
+    VERSION,
 };
 
 use crate::clock::{self, ClockPair};
@@ -124,14 +124,7 @@ impl SnapshotBytes {
 
     /// Appends one batch: its prefix and header, `body`, its trailer.
     fn batch(&mut self, kind: BatchKind, generation: u64, thread: u64, ticks: u64, body: &[u8]) {
-        let mut head = [0u8; BATCH_PREFIX_LEN + 3 * MAX_VARINT_LEN];
-        head[0] = kind as u8;
-        let mut n = BATCH_PREFIX_LEN;
-        for v in [generation, thread, ticks] {
-            n = put_uvarint(&mut head, n, v);
-        }
-        let payload = (n - BATCH_PREFIX_LEN + body.len()) as u32;
-        head[1..BATCH_PREFIX_LEN].copy_from_slice(&payload.to_le_bytes());
+        let (head, n) = encode_batch_header(kind, generation, thread, ticks, body.len());
         let crc = batch_checksum(&[&head[..n], body]);
         self.push(&head[..n]);
         self.push(body);
@@ -160,9 +153,7 @@ impl Body {
     }
 
     fn varint(&mut self, v: u64) {
-        let mut tmp = [0u8; MAX_VARINT_LEN];
-        let n = put_uvarint(&mut tmp, 0, v);
-        self.bytes.extend_from_slice(&tmp[..n]);
+        push_uvarint(&mut self.bytes, v);
     }
 
     fn string(&mut self, b: &[u8]) {
