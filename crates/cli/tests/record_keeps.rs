@@ -15,6 +15,7 @@
 //! The program is c_tests/record/keeps.c. Synchronised by files only: no
 //! timing is asserted. Needs the shim next to the binary, and gcc.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -149,7 +150,29 @@ fn wait_for(path: &Path, child: &mut std::process::Child) -> String {
 fn signal_record(name: &str, signal: &str) -> (Option<i32>, String, Option<String>) {
     let dir = Scratch::new(name);
     let (ready, got, err) = (dir.path("ready"), dir.path("got"), dir.path("stderr"));
-    let mut child = record_keeps(&dir, &[Path::new("wait"), &ready, &got])
+    let mut record = record_keeps(&dir, &[Path::new("wait"), &ready, &got]);
+    // Record keeps signals ignored that it started with ignored (the test
+    // below): a test runner launched in the background or under nohup
+    // would hand it SIGINT, SIGQUIT or SIGHUP ignored, and the signal sent
+    // here would never arrive. Record starts with the default for each.
+    // SAFETY: between fork and exec only signal(2), which is
+    // async-signal-safe, runs.
+    unsafe {
+        record.pre_exec(|| {
+            for s in [
+                libc::SIGHUP,
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+                libc::SIGALRM,
+            ] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let mut child = record
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&err).expect("create the stderr file"))
