@@ -73,10 +73,12 @@ test: check-header lint lib cli rust-test loom miri c-test readme-example preloa
 # (the workspace's [lints] turn on clippy::undocumented_unsafe_blocks and
 # check std APIs against rust-version). --all-targets leaves out the
 # shim's tests, which only `make preload-test` runs (test = false).
+# rustdoc with warnings as errors keeps the API docs' links resolving.
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p alloctrace-preload --test shim -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 
 # The call-stack tests (crates/cli/tests/stacks.rs) run programs under the
 # shim and against liballoctrace.so: build both first (cargo test builds a

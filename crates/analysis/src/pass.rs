@@ -10,7 +10,7 @@
 //! add up with live memory as an [`Anomaly`] (`stats`' and `check`'s).
 //!
 //! The trace is read on the calling thread and paired on a second one,
-//! fed through a [`Feed`](crate::feed::Feed).
+//! fed through a [`Feed`].
 //!
 //! Several traces (one per process of a program) may go through one
 //! [`Pass`]: stacks are interned across them (their frames are keyed by
@@ -532,7 +532,7 @@ impl Pass {
     ///
     /// Two threads: the calling one reads and decodes the trace, a second
     /// one pairs allocations with frees and runs the visitor, on the
-    /// events in trace order (a [`Feed`] of [`SHAPE`]). The result is that
+    /// events in trace order (a [`Feed`] of `SHAPE`). The result is that
     /// of one thread doing both.
     ///
     /// The live table keeps an `E` per allocation (see [`Entry`]).

@@ -52,7 +52,7 @@ pub enum EventKind {
     StackAlloc = 8,
     /// StackFree [stack id]
     StackFree = 9,
-    /// Call [0]: a call that changed no memory (`free(NULL)`, a failed
+    /// Call \[0\]: a call that changed no memory (`free(NULL)`, a failed
     /// allocation); always entry-tagged. The argument is reserved, 0.
     Call = 10,
     /// HeapObjectAllocStack [object id, size, type id, stack id]: a heap

@@ -113,7 +113,7 @@ fn light_barrier() {
     fence(Ordering::SeqCst);
 }
 
-/// How many times [`heavy_barrier`] calls membarrier before it gives up.
+/// How many times `heavy_barrier` calls membarrier before it gives up.
 #[cfg(not(loom))]
 pub const MEMBARRIER_ATTEMPTS: u32 = 40;
 

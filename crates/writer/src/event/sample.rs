@@ -127,7 +127,7 @@ const MAX_STEP: u64 = i64::MAX as u64 / 2;
 /// before anything else and, when neither is sampled, only counts it.
 /// Everything else (the thread's first event, which claims its slot; an
 /// allocation the countdown samples; a free whose address may be sampled)
-/// goes the ordinary way ([`sample_alloc`], [`sample_free`]), which decides
+/// goes the ordinary way (`sample_alloc`, `sample_free`), which decides
 /// the same.
 #[derive(Clone, Copy, Debug)]
 pub struct Unsampled(&'static ThreadCounts);
@@ -158,7 +158,7 @@ pub(crate) fn unsampled(client_below: usize) -> Option<Unsampled> {
 impl Unsampled {
     /// Whether an allocation of `size` bytes is not sampled (the thread's
     /// countdown does not expire). Nothing is counted: [`alloc`](Self::alloc)
-    /// counts it once it succeeded; when false, [`sample_alloc`] decides
+    /// counts it once it succeeded; when false, `sample_alloc` decides
     /// (the same) and counts. (A size above `i64::MAX / 2`, whose wrapped
     /// sum may say either, never succeeds, so it is never counted here.)
     #[inline(always)]
@@ -180,7 +180,7 @@ impl Unsampled {
     /// Whether the free of `addr` (not null) needs no event: its address is
     /// certainly not sampled (one load of the set's filter). Nothing is
     /// counted: [`free`](Self::free) counts it; when false,
-    /// [`sample_free`] decides and counts.
+    /// `sample_free` decides and counts.
     #[inline(always)]
     pub fn free_skips(self, addr: usize) -> bool {
         SAMPLED.surely_absent(addr as u64)

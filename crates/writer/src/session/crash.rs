@@ -129,7 +129,7 @@ fn pause() {
 /// on the thread it hit (see the module docs for what is done when).
 ///
 /// Async-signal-safe: no allocation, no blocking lock, every wait bounded
-/// (at most [`CONTROL_WAIT`] + [`QUIESCE_WAIT`] + [`DRAIN_WAIT`]; a few
+/// (at most `CONTROL_WAIT` + `QUIESCE_WAIT` + `DRAIN_WAIT`; a few
 /// milliseconds normally). Never panics.
 pub fn flush_for_fatal_signal() -> FatalFlush {
     let mut result = FatalFlush::default();
