@@ -382,7 +382,8 @@ fuzz:
 # which prints a table of measured values, ratios and targets and writes
 # target/bench/results.json. It reports numbers and never fails on them.
 # BENCH_ONLY=callgrind make bench runs only the instruction budgets (I1-I2,
-# about 30 s); bench/README.md lists the groups.
+# about 30 s); bench/README.md lists the groups. The memray group (issue
+# 23) keeps a venv with memray from PyPI and ./python in build/bench/.
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -Iinclude -Ibench \
                 $(if $(shell grep -l TRACE_CLOCK_COARSE $(HEADER) 2>/dev/null),-DBENCH_HAVE_CLOCK) \
                 $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION) \
