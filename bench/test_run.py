@@ -281,7 +281,8 @@ class Parsing(unittest.TestCase):
                 return 0.1, 0.1, "", "alloctrace: error: --native is not supported yet\n", 2
             cfg = ("memray" if "memray" in cmd else "alloctrace" if "alloctrace" in cmd else "plain") + \
                 ("_native" if "--native" in cmd else "")
-            return loop[cfg] + 0.5, loop[cfg], '{"rounds": 1, "wall_ns": %d}\n' % (loop[cfg] * 1e9), "", 0
+            out = '{"rounds": 1, "wall_ns": %d, "cpu_ns": %d}\n' % (loop[cfg] * 1e9, loop[cfg] * 2e9)
+            return loop[cfg] + 0.5, loop[cfg], out, "", 0
 
         rows, raw = self.memray_rows(lambda: ("/venv/bin/python", "1.0", None), run_cpu)
         by = {(r["item"], r["what"].split(":")[0]): r for r in rows}
@@ -294,6 +295,8 @@ class Parsing(unittest.TestCase):
             self.assertIn("refused --native", u3["note"])
             self.assertIn("memray --native 5.00", u3["note"])
             self.assertEqual(raw["memray"]["scripts"][script]["loops"]["memray_native"], [5.0, 5.0])
+            self.assertEqual(raw["memray"]["scripts"][script]["loop_cpus"]["alloctrace"], [4.0, 4.0])
+            self.assertIn("the loop elapsed 0.500 of memray's", u2["note"])
         # alloctrace --native is tried once, then not again.
         self.assertEqual(sum(1 for c in calls if "alloctrace" in c and "--native" in c), 1)
 
