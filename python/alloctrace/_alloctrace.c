@@ -60,6 +60,7 @@
 #include <frameobject.h>
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -74,6 +75,9 @@
 /* kind_class of pymalloc's arenas in span events. */
 #define ARENA_KIND 1
 #define MAX_DEPTH 1024
+/* --native: native frames per walk, at most (the tracer's depth limit,
+ * trace_config.stack_depth, applies too). */
+#define NATIVE_MAX 256
 #define NAME_MAX_BYTES 1024
 
 /* ---- the reentrancy guard ---- */
@@ -185,6 +189,20 @@ static uint64_t frame_value(PyCodeObject *code, int line)
     return register_frame(code, line);
 }
 
+/* ---- native frames (--native) ---- */
+
+/* _alloctrace_frame.c: the only code that reads CPython's internal frame. */
+int alloctrace_frame_is_entry(PyFrameObject *f);
+int alloctrace_native_supported(void);
+
+/* Set once by native_on, before tracing starts: allocations' stacks are
+ * native walks with each eval call's return address replaced by the
+ * Python frames it runs. */
+static int native_mode;
+/* _PyEval_EvalFrameDefault's code: a return address `ra` is inside it when
+ * ra - eval_lo - 1 < eval_len (a return address follows its call). */
+static uint64_t eval_lo, eval_len;
+
 /* ---- the shadow stack ---- */
 
 typedef struct {
@@ -192,6 +210,8 @@ typedef struct {
     PyCodeObject *code;   /* borrowed from the frame */
     int lasti;            /* the instruction `fv` was computed for */
     uint64_t fv;          /* its frame value; 0: not computed */
+    char is_entry;        /* --native: its eval call's entry frame */
+    char hidden;          /* --native: running before the profile function: in no stack */
 } shadow_entry;
 
 typedef struct {
@@ -213,13 +233,19 @@ typedef struct {
         int lasti;
         uint64_t stack;
     } by_lasti[16];
-    uint64_t frames[MAX_DEPTH]; /* innermost first, for trace_stack_register */
+    /* --native: the last two native walks (`native[cur]` the latest) and
+     * their lengths; the last stack ID is reused while the Python frames
+     * are as above and the walk is the previous one. */
+    int cur;
+    size_t native_n[2];
+    uint64_t native[2][NATIVE_MAX];
+    uint64_t frames[MAX_DEPTH + NATIVE_MAX]; /* innermost first, for trace_stack_register */
 } shadow_stack;
 
 /* This thread's stack; written by the profile function, read by the hooks. */
 static __thread shadow_stack *shadow;
 
-static void shadow_push(PyFrameObject *frame)
+static void shadow_push(PyFrameObject *frame, int hidden)
 {
     shadow_stack *s = shadow;
     if (s == NULL) {
@@ -253,6 +279,29 @@ static void shadow_push(PyFrameObject *frame)
     }
     e->lasti = -2;
     e->fv = 0;
+    e->is_entry = native_mode ? (char)alloctrace_frame_is_entry(frame) : 0;
+    e->hidden = (char)hidden;
+}
+
+/* --native: pushes the frames already running below `frame` (its callers,
+ * outermost first), hidden: they show in no stack, but their eval calls
+ * are matched, so that those native frames do not stay either. Outside
+ * the hooks (the profile function's installation). */
+static void shadow_push_callers(PyFrameObject *frame)
+{
+    PyFrameObject *chain[MAX_DEPTH];
+    size_t n = 0;
+    PyFrameObject *f = frame != NULL ? PyFrame_GetBack(frame) : NULL;
+    while (f != NULL && n < MAX_DEPTH) {
+        chain[n++] = f;
+        f = PyFrame_GetBack(f);
+    }
+    Py_XDECREF(f);
+    while (n > 0) {
+        n--;
+        shadow_push(chain[n], 1);
+        Py_DECREF(chain[n]);
+    }
 }
 
 static void shadow_pop(PyFrameObject *frame)
@@ -285,11 +334,79 @@ static int profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
     (void)obj;
     (void)arg;
     if (what == PyTrace_CALL) {
-        shadow_push(frame);
+        shadow_push(frame, 0);
     } else if (what == PyTrace_RETURN) {
         shadow_pop(frame);
     }
     return 0;
+}
+
+/* The frame value of a shadow-stack entry at its current line; 0 for none
+ * (a hidden entry, or no code). */
+static uint64_t entry_value(shadow_entry *e)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (e->code == NULL || e->hidden) {
+        return 0;
+    }
+    int lasti = PyFrame_GetLasti(e->frame);
+    if (lasti != e->lasti || e->fv == 0) {
+        e->fv = frame_value(e->code, PyCode_Addr2Line(e->code, lasti));
+        e->lasti = lasti;
+    }
+    return e->fv;
+}
+
+/* --native: the call stack of the native walk, innermost first, with each
+ * return address into _PyEval_EvalFrameDefault replaced by the Python
+ * frames its call runs: from the innermost frame not yet placed out to
+ * and including the next entry frame. A walk with more eval calls than
+ * the shadow stack has groups (the walk cut by the depth limit, calls
+ * from code the profile function does not see) keeps its extra eval
+ * frames native; Python frames left over go outermost. */
+static uint64_t native_stack(shadow_stack *s, int top_lasti)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    int cur = s->cur ^ 1;
+    uint64_t *native = s->native[cur];
+    size_t n = trace_stack_walk(native, NATIVE_MAX, 0);
+    int prev = s->cur;
+    s->cur = cur;
+    s->native_n[cur] = n;
+    if (!s->changed && top_lasti == s->last_lasti && n == s->native_n[prev] &&
+        memcmp(native, s->native[prev], n * sizeof *native) == 0) {
+        return s->last_stack;
+    }
+    const size_t cap = MAX_DEPTH + NATIVE_MAX;
+    size_t out = 0;
+    size_t py = s->depth; /* entries[py - 1]: the innermost not placed */
+    for (size_t k = 0; k < n && out < cap; k++) {
+        uint64_t ra = native[k];
+        if (ra - eval_lo - 1 >= eval_len || py == 0) {
+            s->frames[out++] = ra;
+            continue;
+        }
+        while (py > 0 && out < cap) {
+            shadow_entry *e = &s->entries[--py];
+            uint64_t fv = entry_value(e);
+            if (fv != 0) {
+                s->frames[out++] = fv;
+            }
+            if (e->is_entry) {
+                break;
+            }
+        }
+    }
+    while (py > 0 && out < cap) {
+        uint64_t fv = entry_value(&s->entries[--py]);
+        if (fv != 0) {
+            s->frames[out++] = fv;
+        }
+    }
+    s->last_stack = out ? trace_stack_register(s->frames, out) : 0;
+    s->last_lasti = top_lasti;
+    s->changed = 0;
+    return s->last_stack;
 }
 
 /* The current Python call stack's ID, 0 when there is none. */
@@ -309,6 +426,9 @@ static uint64_t current_stack(void)
     }
     shadow_entry *top = &s->entries[s->depth - 1];
     int top_lasti = top->code != NULL ? PyFrame_GetLasti(top->frame) : -1;
+    if (native_mode) {
+        return native_stack(s, top_lasti);
+    }
     if (!s->changed && top_lasti == s->last_lasti) {
         return s->last_stack;
     }
@@ -321,17 +441,9 @@ static uint64_t current_stack(void)
     }
     size_t n = 0;
     for (size_t i = s->depth; i > 0 && n < MAX_DEPTH; i--) {
-        shadow_entry *e = &s->entries[i - 1];
-        if (e->code == NULL) {
-            continue;
-        }
-        int lasti = PyFrame_GetLasti(e->frame);
-        if (lasti != e->lasti || e->fv == 0) {
-            e->fv = frame_value(e->code, PyCode_Addr2Line(e->code, lasti));
-            e->lasti = lasti;
-        }
-        if (e->fv != 0) {
-            s->frames[n++] = e->fv;
+        uint64_t fv = entry_value(&s->entries[i - 1]);
+        if (fv != 0) {
+            s->frames[n++] = fv;
         }
     }
     s->last_stack = n ? trace_stack_register(s->frames, n) : 0;
@@ -816,9 +928,42 @@ static PyObject *enabled(PyObject *self, PyObject *unused)
     return PyBool_FromLong(trace_enabled());
 }
 
+/* --native from now on: refused (RuntimeError) on a CPython whose frame
+ * layout this module was not built for or whose eval loop it cannot find.
+ * Before start and profile_on. */
+static PyObject *native_on(PyObject *self, PyObject *unused)
+{
+    if (!alloctrace_native_supported()) {
+        return PyErr_Format(PyExc_RuntimeError, "alloctrace: --native supports CPython 3.11 only, not %s",
+                            PY_VERSION);
+    }
+    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (eval == NULL || !dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) || sym == NULL || sym->st_size == 0) {
+        return PyErr_Format(PyExc_RuntimeError,
+                            "alloctrace: --native cannot find _PyEval_EvalFrameDefault's code in this Python (%s)",
+                            PY_VERSION);
+    }
+    eval_lo = (uint64_t)(uintptr_t)eval;
+    eval_len = sym->st_size;
+    native_mode = 1;
+    Py_RETURN_NONE;
+}
+
 /* Starts the shadow stack on the calling thread, from its next call on. */
 static PyObject *profile_on(PyObject *self, PyObject *unused)
 {
+    if (native_mode) {
+        /* The caller's frame and its callers are running already. */
+        PyFrameObject *here = PyEval_GetFrame();
+        if (here != NULL) {
+            Py_INCREF(here);
+            shadow_push_callers(here);
+            shadow_push(here, 1);
+            Py_DECREF(here);
+        }
+    }
     PyEval_SetProfile(profile, NULL);
     Py_RETURN_NONE;
 }
@@ -833,7 +978,10 @@ static PyObject *thread_profile(PyObject *self, PyObject *args)
     }
     PyEval_SetProfile(profile, NULL);
     if (PyFrame_Check(frame) && PyUnicode_Check(event) && PyUnicode_CompareWithASCIIString(event, "call") == 0) {
-        shadow_push((PyFrameObject *)frame);
+        if (native_mode) {
+            shadow_push_callers((PyFrameObject *)frame);
+        }
+        shadow_push((PyFrameObject *)frame, 0);
     }
     Py_RETURN_NONE;
 }
@@ -870,6 +1018,7 @@ static PyMethodDef methods[] = {
     {"start", start, METH_VARARGS, "start(path): trace_start writing to path."},
     {"stop", stop, METH_NOARGS, "Stops the profile function on this thread and the trace; False if it was off."},
     {"enabled", enabled, METH_NOARGS, "Whether tracing is on."},
+    {"native_on", native_on, METH_NOARGS, "Merges native frames into the stacks (--native); before start."},
     {"profile_on", profile_on, METH_NOARGS, "Keeps this thread's shadow stack from its next call on."},
     {"thread_profile", thread_profile, METH_VARARGS, "For threading.setprofile."},
     {"shadow_frames", shadow_frames, METH_NOARGS, "This thread's shadow stack, innermost first."},

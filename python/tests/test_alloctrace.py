@@ -31,7 +31,7 @@ def line_of(source, marker):
 class Traced:
     """A script run under alloctrace in a fresh directory."""
 
-    def __init__(self, test, source, args=(), module=None, expect_status=0, output=True):
+    def __init__(self, test, source, args=(), module=None, expect_status=0, output=True, native=False):
         self.dir = tempfile.mkdtemp(prefix="alloctrace-py-")
         test.addCleanup(subprocess.call, ["rm", "-rf", self.dir])
         self.source = textwrap.dedent(source)
@@ -43,6 +43,8 @@ class Traced:
         cmd = [sys.executable, "-m", "alloctrace", "run"]
         if output:
             cmd += ["-o", self.trace]
+        if native:
+            cmd += ["--native"]
         cmd += ["-m", module] if module else [self.script]
         cmd += list(args)
         env = dict(os.environ, ALLOCTRACE_CONTROL="off")
@@ -350,17 +352,120 @@ class ProfileTakenOver(unittest.TestCase):
         self.assertGreaterEqual(big[0]["allocations"], 5)
 
 
+NATIVE = """
+import threading
+
+def native_site(n):
+    return bytes(n)  # NATIVE-SITE
+
+def through_c(n):
+    # map and list are C: native_site runs in an eval call of its own.
+    return list(map(native_site, [n, n]))  # THROUGH-C
+
+def main():
+    keep = []
+    for _ in range(3):
+        keep.extend(through_c(300000))  # MAIN
+    return keep
+
+def thread_site(n):
+    return bytes(n)  # THREAD-SITE
+
+def worker(out):
+    for _ in range(4):
+        out.append(thread_site(200000))
+
+kept = main()
+out = []
+threads = [threading.Thread(target=worker, args=(out,)) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def is_python(frame, t):
+    return frame.get("file") == t.script
+
+
+def is_native(frame):
+    """A native frame of `top --json`: an address (a registered frame has
+    none, and `[registered]` for its module)."""
+    return bool(frame.get("address")) and frame.get("module") != "[registered]"
+
+
+class Native(unittest.TestCase):
+    """--native: native frames with the eval loop's frames replaced by the
+    Python functions they run, innermost first."""
+
+    def sites_with(self, t, function, line):
+        found = []
+        for site in t.sites():
+            names = [(f.get("function"), f.get("line")) for f in site["stack"]]
+            if (function, line) in names:
+                found.append(site)
+        return found
+
+    def test_python_and_native_frames_merged_in_order(self):
+        t = Traced(self, NATIVE, native=True)
+        t.check(self)
+        sites = self.sites_with(t, "native_site", t.line("NATIVE-SITE"))
+        self.assertEqual(sum(s["allocations"] for s in sites), 6, sites)
+        for site in sites:
+            stack = site["stack"]
+            names = [f.get("function") for f in stack]
+            self.assertNotIn("_PyEval_EvalFrameDefault", names, stack)
+            at = names.index("native_site")
+            # Innermost first: the allocator's native frames, the Python
+            # function, the C code that called it (map, list), then the
+            # Python callers, then the interpreter's native frames down to
+            # its main.
+            self.assertTrue(at > 0 and all(is_native(f) for f in stack[:at]), stack)
+            py = [(f["function"], f["line"]) for f in stack if is_python(f, t)]
+            self.assertEqual(
+                py,
+                [
+                    ("native_site", t.line("NATIVE-SITE")),
+                    ("through_c", t.line("THROUGH-C")),
+                    ("main", t.line("MAIN")),
+                    ("<module>", t.line("kept = main()")),
+                ],
+                stack,
+            )
+            between = stack[at + 1 : names.index("through_c")]
+            self.assertTrue(between and all(is_native(f) for f in between), stack)
+            outer = stack[names.index("<module>") + 1 :]
+            self.assertTrue(outer and all(is_native(f) for f in outer), stack)
+            # Named C functions: CPython's own exported ones.
+            self.assertIn("Py_RunMain", names[names.index("<module>") :], stack)
+
+    def test_threads(self):
+        t = Traced(self, NATIVE, native=True)
+        sites = self.sites_with(t, "thread_site", t.line("THREAD-SITE"))
+        self.assertEqual(sum(s["allocations"] for s in sites), 8, sites)
+        for site in sites:
+            stack = site["stack"]
+            names = [f.get("function") for f in stack]
+            self.assertNotIn("_PyEval_EvalFrameDefault", names, stack)
+            at = names.index("thread_site")
+            self.assertTrue(at > 0 and all(is_native(f) for f in stack[:at]), stack)
+            self.assertEqual(names[at + 1], "worker", stack)
+            # Then the native frames of the thread's start, and Thread.run.
+            rest = stack[at + 2 :]
+            self.assertTrue(rest and all(is_native(f) or f["file"].endswith("threading.py") for f in rest), stack)
+
+    def test_python_only_stacks_without_it(self):
+        t = Traced(self, NATIVE)
+        sites = self.sites_with(t, "native_site", t.line("NATIVE-SITE"))
+        self.assertEqual(sum(s["allocations"] for s in sites), 6, sites)
+        for site in t.sites():
+            self.assertFalse(any(is_native(f) for f in site["stack"]), site)
+
+
 class Refusals(unittest.TestCase):
     def run_cli(self, *args, cwd=None):
         return subprocess.run([sys.executable, "-m", "alloctrace", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
-
-    def test_native_is_refused(self):
-        with tempfile.TemporaryDirectory() as d:
-            out = self.run_cli("run", "--native", "x.py", cwd=d)
-            self.assertEqual(out.returncode, 2)
-            self.assertIn("--native", out.stderr)
-            self.assertIn("not supported yet", out.stderr)
-            self.assertEqual(os.listdir(d), [])
 
     def test_missing_script_is_refused_before_running(self):
         with tempfile.TemporaryDirectory() as d:
