@@ -25,6 +25,18 @@
  *   is reused while the thread made no call or return and its innermost
  *   frame stays at one instruction, and found by instruction in a small
  *   per-thread cache while the frames below stay the same.
+ * - --native (native_on): an allocation's call stack is its native walk
+ *   (trace_stack_walk, innermost first) with each return address into
+ *   _PyEval_EvalFrameDefault replaced by the shadow stack's frames that
+ *   eval call runs: from the innermost not yet placed out to the next
+ *   entry frame (one C call of the eval loop runs its entry frame and the
+ *   Python functions called from it inline; `is_entry`, read by
+ *   _alloctrace_frame.c at the call event). Frames running when the
+ *   profile function is installed are pushed hidden: they take their
+ *   eval calls and show nowhere. The stack ID is reused while the walk and
+ *   the Python frames are the previous allocation's, and otherwise found
+ *   in a per-thread cache by the merged frames' 128-bit hash before
+ *   trace_stack_register interns them.
  * - Only the frees of blocks this session recorded are recorded (blocks
  *   allocated before trace_start are freed while tracing): a bitmap of
  *   16-byte granules, lock-free, says which (`blocks_insert`).
@@ -205,6 +217,16 @@ static uint64_t eval_lo, eval_len;
 
 /* ---- the shadow stack ---- */
 
+/* --native: a merged stack's hash and its ID; `stack` 0: empty. A
+ * thread's cache is 1.5 MiB of address space, mapped (pages touched as
+ * used) and kept for the process. */
+typedef struct {
+    uint64_t h1, h2;
+    uint64_t stack;
+} stack_cache_slot;
+
+#define STACK_CACHE 65536
+
 typedef struct {
     PyFrameObject *frame; /* a reference, dropped at its pop */
     PyCodeObject *code;   /* borrowed from the frame */
@@ -239,6 +261,11 @@ typedef struct {
     int cur;
     size_t native_n[2];
     uint64_t native[2][NATIVE_MAX];
+    /* --native: stack IDs by the merged frames' 128-bit hash, direct-
+     * mapped (STACK_CACHE slots; NULL: none could be had): most
+     * allocations repeat a stack seen before, and finding it here costs a
+     * fraction of trace_stack_register's interning of every frame. */
+    stack_cache_slot *cache;
     uint64_t frames[MAX_DEPTH + NATIVE_MAX]; /* innermost first, for trace_stack_register */
 } shadow_stack;
 
@@ -254,6 +281,12 @@ static void shadow_push(PyFrameObject *frame, int hidden)
             return;
         }
         shadow = s;
+    }
+    if (native_mode && s->cache == NULL) {
+        /* Outside the hooks (the profile function): libc memory. */
+        void *m = mmap(NULL, STACK_CACHE * sizeof *s->cache, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        s->cache = m != MAP_FAILED ? m : NULL;
     }
     if (s->depth == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
@@ -357,6 +390,47 @@ static uint64_t entry_value(shadow_entry *e)
     return e->fv;
 }
 
+/* trace_stack_register(frames, n), looked up first in the thread's cache
+ * by a 128-bit hash of the frames and their count (two independent
+ * multiplicative hashes; two stacks that collide in both would share an
+ * ID, which at a million distinct stacks has odds of about 1e-26). */
+static uint64_t cached_register(shadow_stack *s, const uint64_t *frames, size_t n)
+{
+    /* Must not allocate: runs inside the allocator hooks. */
+    if (s->cache == NULL) {
+        return trace_stack_register(frames, n);
+    }
+    /* Two frames a step, each into both hashes, whose chains run side by
+     * side: the hashing is on every allocation's path. */
+    uint64_t h1 = 0x243F6A8885A308D3ull ^ n, h2 = 0x13198A2E03707344ull + n;
+    size_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        h1 = (h1 ^ frames[i]) * 0x9E3779B97F4A7C15ull + frames[i + 1];
+        h2 = (h2 ^ frames[i + 1]) * 0xC2B2AE3D27D4EB4Full + frames[i];
+    }
+    if (i < n) {
+        h1 = (h1 ^ frames[i]) * 0x9E3779B97F4A7C15ull;
+        h2 = (h2 ^ frames[i]) * 0xC2B2AE3D27D4EB4Full;
+    }
+    h1 ^= h1 >> 29;
+    h1 *= 0xBF58476D1CE4E5B9ull;
+    h1 ^= h1 >> 32;
+    h2 ^= h2 >> 31;
+    h2 *= 0x94D049BB133111EBull;
+    h2 ^= h2 >> 29;
+    stack_cache_slot *slot = &s->cache[(h1 ^ (h2 >> 17)) & (STACK_CACHE - 1)];
+    if (slot->stack != 0 && slot->h1 == h1 && slot->h2 == h2) {
+        return slot->stack;
+    }
+    uint64_t stack = trace_stack_register(frames, n);
+    if (stack != 0) {
+        slot->h1 = h1;
+        slot->h2 = h2;
+        slot->stack = stack;
+    }
+    return stack;
+}
+
 /* --native: the call stack of the native walk, innermost first, with each
  * return address into _PyEval_EvalFrameDefault replaced by the Python
  * frames its call runs: from the innermost frame not yet placed out to
@@ -403,7 +477,7 @@ static uint64_t native_stack(shadow_stack *s, int top_lasti)
             s->frames[out++] = fv;
         }
     }
-    s->last_stack = out ? trace_stack_register(s->frames, out) : 0;
+    s->last_stack = out ? cached_register(s, s->frames, out) : 0;
     s->last_lasti = top_lasti;
     s->changed = 0;
     return s->last_stack;

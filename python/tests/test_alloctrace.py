@@ -385,6 +385,23 @@ for t in threads:
 """
 
 
+NATIVE_LINES = """
+def two_lines(n, a, b):
+    keep = [None] * (2 * n)
+    for i in range(n):
+        keep[2 * i] = b"a" * a  # LINE-1
+        keep[2 * i + 1] = b"b" * b  # LINE-2
+    return keep
+
+def caller(a, b):
+    x = two_lines(50, a, b)  # CALL-1
+    y = two_lines(30, a, b)  # CALL-2
+    return x, y
+
+kept = caller(3000, 5000)
+"""
+
+
 def is_python(frame, t):
     return frame.get("file") == t.script
 
@@ -439,6 +456,26 @@ class Native(unittest.TestCase):
             self.assertTrue(outer and all(is_native(f) for f in outer), stack)
             # Named C functions: CPython's own exported ones.
             self.assertIn("Py_RunMain", names[names.index("<module>") :], stack)
+
+    def test_exact_counts_per_line_and_caller(self):
+        # Two lines on one native path, alternately, from two call sites:
+        # the stacks differ by their Python frames only.
+        t = Traced(self, NATIVE_LINES, native=True)
+        t.check(self)
+        counts = {}
+        for site in t.sites():
+            py = [(f["function"], f["line"]) for f in site["stack"] if is_python(f, t)]
+            if py and py[0][0] == "two_lines":
+                size = site["bytes"] // site["allocations"] - BYTES_HEADER
+                if size in (3000, 5000):  # the bytes objects, not the list
+                    key = (py[0][1], py[1][1], size)
+                    counts[key] = counts.get(key, 0) + site["allocations"]
+        line1, line2 = t.line("LINE-1"), t.line("LINE-2")
+        call1, call2 = t.line("CALL-1"), t.line("CALL-2")
+        self.assertEqual(
+            counts,
+            {(line1, call1, 3000): 50, (line2, call1, 5000): 50, (line1, call2, 3000): 30, (line2, call2, 5000): 30},
+        )
 
     def test_threads(self):
         t = Traced(self, NATIVE, native=True)
