@@ -206,6 +206,10 @@ static uint64_t frame_value(PyCodeObject *code, int line)
 /* _alloctrace_frame.c: the only code that reads CPython's internal frame. */
 int alloctrace_frame_is_entry(PyFrameObject *f);
 int alloctrace_native_supported(void);
+int alloctrace_unseen_frames(PyThreadState *ts, PyFrameObject *top, PyCodeObject **code, int *lasti, char *entry,
+                             int max);
+/* Frames not yet on the shadow stack that a merge takes into account. */
+#define UNSEEN_MAX 8
 
 /* Set once by native_on, before tracing starts: allocations' stacks are
  * native walks with each eval call's return address replaced by the
@@ -438,7 +442,7 @@ static uint64_t cached_register(shadow_stack *s, const uint64_t *frames, size_t 
  * the shadow stack has groups (the walk cut by the depth limit, calls
  * from code the profile function does not see) keeps its extra eval
  * frames native; Python frames left over go outermost. */
-static uint64_t native_stack(shadow_stack *s, int top_lasti)
+static uint64_t native_stack(shadow_stack *s, PyThreadState *ts, int top_lasti)
 {
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
     int cur = s->cur ^ 1;
@@ -447,39 +451,58 @@ static uint64_t native_stack(shadow_stack *s, int top_lasti)
     int prev = s->cur;
     s->cur = cur;
     s->native_n[cur] = n;
-    if (!s->changed && top_lasti == s->last_lasti && n == s->native_n[prev] &&
+    /* Frames running inside the shadow stack's top that the profile
+     * function has not seen called yet (an allocation of CPython's while
+     * it prepares their call event): innermost, each with its eval call
+     * when it is an entry frame. */
+    PyCodeObject *ucode[UNSEEN_MAX];
+    int ulasti[UNSEEN_MAX];
+    char uentry[UNSEEN_MAX];
+    int u = alloctrace_unseen_frames(ts, s->entries[s->depth - 1].frame, ucode, ulasti, uentry, UNSEEN_MAX);
+    if (u < 0) {
+        u = 0;
+    }
+    if (u == 0 && !s->changed && top_lasti == s->last_lasti && n == s->native_n[prev] &&
         memcmp(native, s->native[prev], n * sizeof *native) == 0) {
         return s->last_stack;
     }
     const size_t cap = MAX_DEPTH + NATIVE_MAX;
     size_t out = 0;
-    size_t py = s->depth; /* entries[py - 1]: the innermost not placed */
-    for (size_t k = 0; k < n && out < cap; k++) {
-        uint64_t ra = native[k];
-        if (ra - eval_lo - 1 >= eval_len || py == 0) {
-            s->frames[out++] = ra;
-            continue;
+    int ui = 0;           /* ucode[ui]: the innermost unseen frame not placed */
+    size_t py = s->depth; /* entries[py - 1]: the innermost entry not placed */
+    for (size_t k = 0; k <= n && out < cap; k++) {
+        /* k == n: the Python frames left over go outermost. */
+        if (k < n) {
+            uint64_t ra = native[k];
+            if (ra - eval_lo - 1 >= eval_len || (ui == u && py == 0)) {
+                s->frames[out++] = ra;
+                continue;
+            }
         }
-        while (py > 0 && out < cap) {
-            shadow_entry *e = &s->entries[--py];
-            uint64_t fv = entry_value(e);
+        while ((ui < u || py > 0) && out < cap) {
+            uint64_t fv;
+            int entry;
+            if (ui < u) {
+                fv = frame_value(ucode[ui], PyCode_Addr2Line(ucode[ui], ulasti[ui]));
+                entry = uentry[ui];
+                ui++;
+            } else {
+                shadow_entry *e = &s->entries[--py];
+                fv = entry_value(e);
+                entry = e->is_entry;
+            }
             if (fv != 0) {
                 s->frames[out++] = fv;
             }
-            if (e->is_entry) {
+            if (entry && k < n) {
                 break;
             }
         }
     }
-    while (py > 0 && out < cap) {
-        uint64_t fv = entry_value(&s->entries[--py]);
-        if (fv != 0) {
-            s->frames[out++] = fv;
-        }
-    }
     s->last_stack = out ? cached_register(s, s->frames, out) : 0;
     s->last_lasti = top_lasti;
-    s->changed = 0;
+    /* Unseen frames: the next allocation merges again. */
+    s->changed = u != 0;
     return s->last_stack;
 }
 
@@ -501,7 +524,7 @@ static uint64_t current_stack(void)
     shadow_entry *top = &s->entries[s->depth - 1];
     int top_lasti = top->code != NULL ? PyFrame_GetLasti(top->frame) : -1;
     if (native_mode) {
-        return native_stack(s, top_lasti);
+        return native_stack(s, ts, top_lasti);
     }
     if (!s->changed && top_lasti == s->last_lasti) {
         return s->last_stack;

@@ -492,6 +492,36 @@ class Native(unittest.TestCase):
             rest = stack[at + 2 :]
             self.assertTrue(rest and all(is_native(f) or f["file"].endswith("threading.py") for f in rest), stack)
 
+    def test_every_scripts_python_frames_as_without_it(self):
+        # The other tests' scripts (an exception through 50 frames, a
+        # generator, threads, pymalloc leaks): no eval-loop frame is left
+        # in any stack, and the Python frames of each stack, in order, are
+        # a stack that Python-only mode records too (sizes of 1000 bytes
+        # and more: the program's, not the interpreter's own).
+        def python_stacks(t):
+            stacks = set()
+            for site in t.sites():
+                if site["bytes"] >= 1000 * site["allocations"]:
+                    stacks.add(tuple((f["function"], f["line"]) for f in site["stack"] if f.get("file") == t.script))
+            return stacks
+
+        for name, src in (("KNOWN_SITES", KNOWN_SITES), ("LEAK", LEAK), ("THREADS", THREADS), ("EXCEPTION", EXCEPTION)):
+            with self.subTest(script=name):
+                plain = Traced(self, src)
+                t = Traced(self, src, native=True)
+                t.check(self)
+                for site in t.sites():
+                    names = [f.get("function") for f in site["stack"]]
+                    self.assertNotIn("_PyEval_EvalFrameDefault", names, site)
+                native_stacks = python_stacks(t)
+                self.assertLessEqual(native_stacks, python_stacks(plain))
+                if name == "LEAK":  # small objects only: the leak is found
+                    leaks = json.loads(t.cli("leaks", "--json"))["leaks"]
+                    firsts = [[(f["function"], f["line"]) for f in l["stack"] if f.get("file") == t.script][:1] for l in leaks]
+                    self.assertIn([("make_leak", t.line("# LEAK"))], firsts, leaks)
+                else:
+                    self.assertTrue(native_stacks, name)
+
     def test_python_only_stacks_without_it(self):
         t = Traced(self, NATIVE)
         sites = self.sites_with(t, "native_site", t.line("NATIVE-SITE"))
