@@ -33,7 +33,10 @@
  *   Python functions called from it inline; `is_entry`, read by
  *   _alloctrace_frame.c at the call event). Frames running when the
  *   profile function is installed are pushed hidden: they take their
- *   eval calls and show nowhere. The stack ID is reused while the walk and
+ *   eval calls and show nowhere. Frames CPython is calling whose call
+ *   event has not reached the profile function yet (it allocates their
+ *   frame objects first) are read from the thread's current interpreter
+ *   frame and placed innermost. The stack ID is reused while the walk and
  *   the Python frames are the previous allocation's, and otherwise found
  *   in a per-thread cache by the merged frames' 128-bit hash before
  *   trace_stack_register interns them.
@@ -238,6 +241,7 @@ typedef struct {
     uint64_t fv;          /* its frame value; 0: not computed */
     char is_entry;        /* --native: its eval call's entry frame */
     char hidden;          /* --native: running before the profile function: in no stack */
+    char settled;         /* --native: `fv` was computed while a frame ran above this one */
 } shadow_entry;
 
 typedef struct {
@@ -316,6 +320,7 @@ static void shadow_push(PyFrameObject *frame, int hidden)
     }
     e->lasti = -2;
     e->fv = 0;
+    e->settled = 0;
     e->is_entry = native_mode ? (char)alloctrace_frame_is_entry(frame) : 0;
     e->hidden = (char)hidden;
 }
@@ -354,6 +359,9 @@ static void shadow_pop(PyFrameObject *frame)
         if (s->entries[i - 1].frame == frame) {
             size_t top = s->depth;
             s->depth = i - 1;
+            if (s->depth > 0) {
+                s->entries[s->depth - 1].settled = 0; /* it runs again */
+            }
             s->changed = 1;
             s->epoch++;
             /* After the depth is cut: a frame's dealloc frees memory
@@ -488,7 +496,14 @@ static uint64_t native_stack(shadow_stack *s, PyThreadState *ts, int top_lasti)
                 ui++;
             } else {
                 shadow_entry *e = &s->entries[--py];
-                fv = entry_value(e);
+                /* A frame below the top is suspended in its call: its line
+                 * stays until it is the top again (shadow_pop). */
+                if (e->settled) {
+                    fv = e->fv;
+                } else {
+                    fv = entry_value(e);
+                    e->settled = py + 1 < s->depth;
+                }
                 entry = e->is_entry;
             }
             if (fv != 0) {
