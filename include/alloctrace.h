@@ -483,6 +483,26 @@ uint64_t trace_stack_register(const uint64_t *frames, size_t n);
 uint64_t trace_stack_capture(uint32_t skip);
 
 /**
+ * Unwinds the caller's native stack as `trace_stack_capture` does (the
+ * same walk, `skip` and depth limit) and writes its return addresses,
+ * innermost first, to `frames` instead of interning them: for a runtime
+ * that merges frames of its own into the native ones (replacing its
+ * interpreter's frames by the functions they run) and then calls
+ * `trace_stack_register`. `frames[0]` lies in the caller's own frame
+ * (`skip` 0), or in its caller's (`skip` 1), and so on. Writes at most
+ * `max` and at most `trace_config.stack_depth` addresses (a deeper stack
+ * keeps its innermost ones, with no mark) and returns how many: 0 when
+ * tracing is off, for NULL `frames` or `max` 0, or when no stack could be
+ * taken. The caller owns `frames`. Any thread, also inside malloc: no
+ * allocation and no lock; a thread's first walk may make system calls
+ * (its stack's bounds).
+ *
+ * # Safety
+ * `frames` is NULL or points to `max` writable `uint64_t`.
+ */
+size_t trace_stack_walk(uint64_t *frames, size_t max, uint32_t skip);
+
+/**
  * Records that a span of `npages` pages at `base` existed when tracing
  * started (call from the snapshot callback). `kind_class` is yours to
  * define. Any thread, also inside malloc.

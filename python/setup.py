@@ -40,7 +40,7 @@ setup(
     ext_modules=[
         Extension(
             "alloctrace._alloctrace",
-            sources=["alloctrace/_alloctrace.c"],
+            sources=["alloctrace/_alloctrace.c", "alloctrace/_alloctrace_frame.c"],
             include_dirs=[os.path.join(ROOT, "include")],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Wno-unused-parameter"],
             # The static library's symbols stay inside the extension, so a

@@ -877,6 +877,42 @@ pub extern "C" fn trace_stack_capture(skip: u32) -> u64 {
     core::hint::black_box(id)
 }
 
+/// Unwinds the caller's native stack as `trace_stack_capture` does (the
+/// same walk, `skip` and depth limit) and writes its return addresses,
+/// innermost first, to `frames` instead of interning them: for a runtime
+/// that merges frames of its own into the native ones (replacing its
+/// interpreter's frames by the functions they run) and then calls
+/// `trace_stack_register`. `frames[0]` lies in the caller's own frame
+/// (`skip` 0), or in its caller's (`skip` 1), and so on. Writes at most
+/// `max` and at most `trace_config.stack_depth` addresses (a deeper stack
+/// keeps its innermost ones, with no mark) and returns how many: 0 when
+/// tracing is off, for NULL `frames` or `max` 0, or when no stack could be
+/// taken. The caller owns `frames`. Any thread, also inside malloc: no
+/// allocation and no lock; a thread's first walk may make system calls
+/// (its stack's bounds).
+///
+/// # Safety
+/// `frames` is NULL or points to `max` writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn trace_stack_walk(
+    frames: *mut u64,
+    max: libc::size_t,
+    skip: u32,
+) -> libc::size_t {
+    // No panic guard, as trace_stack_capture: the guard's closure would be
+    // a frame of its own between the caller and the walk, and the walk
+    // never panics.
+    if frames.is_null() || max == 0 {
+        return 0;
+    }
+    // SAFETY: the caller passes max writable u64 at frames.
+    let out = unsafe { core::slice::from_raw_parts_mut(frames, max) };
+    let n = capture::walk_stack(1 + skip as usize, out);
+    // Keeps this frame from becoming a tail call, so that skip counts from
+    // the caller whatever the optimiser does.
+    core::hint::black_box(n)
+}
+
 /// `len` bytes at `p` as a slice; empty for NULL or 0.
 ///
 /// # Safety

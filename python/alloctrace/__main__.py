@@ -27,7 +27,9 @@ report, export, check).
 options:
   -o, --output TRACE  the trace file (default: alloctrace-NAME-PID.trace,
                       NAME the script's name without .py or the module's)
-  --native            merge native frames into the stacks (not supported yet)
+  --native            native frames in the stacks too: each of the
+                      interpreter's eval frames replaced by the Python
+                      frames it runs (CPython 3.11)
   -h, --help          this text
 """
 
@@ -37,8 +39,9 @@ class UsageError(Exception):
 
 
 def parse_run(args):
-    """(output, module or None, script or None, program args)."""
+    """(output, native, module or None, script or None, program args)."""
     output = None
+    native = False
     i = 0
     while i < len(args):
         a = args[i]
@@ -57,13 +60,14 @@ def parse_run(args):
             output = a[2:]
             i += 1
         elif a == "--native":
-            raise UsageError("--native (native frames merged into the Python stacks) is not supported yet")
+            native = True
+            i += 1
         elif a == "-m":
             if i + 1 >= len(args):
                 raise UsageError("-m needs a module name")
-            return output, args[i + 1], None, args[i + 2:]
+            return output, native, args[i + 1], None, args[i + 2:]
         elif a.startswith("-m") and len(a) > 2:
-            return output, a[2:], None, args[i + 1:]
+            return output, native, a[2:], None, args[i + 1:]
         elif a == "--":
             i += 1
             break
@@ -75,7 +79,7 @@ def parse_run(args):
         raise UsageError("no script or -m module to run")
     if output == "":
         raise UsageError("the trace file name is empty")
-    return output, None, args[i], args[i + 1:]
+    return output, native, None, args[i], args[i + 1:]
 
 
 def refuse_subinterpreters():
@@ -140,7 +144,7 @@ def prepare_module(name):
 
 
 def run(args):
-    output, module, script, prog_args = parse_run(args)
+    output, native, module, script, prog_args = parse_run(args)
     sys.argv[:] = [module or script] + prog_args
     if module is not None:
         code, main = prepare_module(module)
@@ -160,6 +164,8 @@ def run(args):
 
         if tracemalloc.is_tracing():
             raise RuntimeError("alloctrace: tracemalloc is tracing; run alloctrace without it")
+        if native:
+            _alloctrace.native_on()
         _alloctrace.install_hooks()
     except RuntimeError as e:
         sys.stderr.write("%s\n" % e)

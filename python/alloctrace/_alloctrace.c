@@ -25,6 +25,21 @@
  *   is reused while the thread made no call or return and its innermost
  *   frame stays at one instruction, and found by instruction in a small
  *   per-thread cache while the frames below stay the same.
+ * - --native (native_on): an allocation's call stack is its native walk
+ *   (trace_stack_walk, innermost first) with each return address into
+ *   _PyEval_EvalFrameDefault replaced by the shadow stack's frames that
+ *   eval call runs: from the innermost not yet placed out to the next
+ *   entry frame (one C call of the eval loop runs its entry frame and the
+ *   Python functions called from it inline; `is_entry`, read by
+ *   _alloctrace_frame.c at the call event). Frames running when the
+ *   profile function is installed are pushed hidden: they take their
+ *   eval calls and show nowhere. Frames CPython is calling whose call
+ *   event has not reached the profile function yet (it allocates their
+ *   frame objects first) are read from the thread's current interpreter
+ *   frame and placed innermost. The stack ID is reused while the walk and
+ *   the Python frames are the previous allocation's, and otherwise found
+ *   in a per-thread cache by the merged frames' 128-bit hash before
+ *   trace_stack_register interns them.
  * - Only the frees of blocks this session recorded are recorded (blocks
  *   allocated before trace_start are freed while tracing): a bitmap of
  *   16-byte granules, lock-free, says which (`blocks_insert`).
@@ -60,6 +75,7 @@
 #include <frameobject.h>
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -74,6 +90,9 @@
 /* kind_class of pymalloc's arenas in span events. */
 #define ARENA_KIND 1
 #define MAX_DEPTH 1024
+/* --native: native frames per walk, at most (the tracer's depth limit,
+ * trace_config.stack_depth, applies too). */
+#define NATIVE_MAX 256
 #define NAME_MAX_BYTES 1024
 
 /* ---- the reentrancy guard ---- */
@@ -185,13 +204,44 @@ static uint64_t frame_value(PyCodeObject *code, int line)
     return register_frame(code, line);
 }
 
+/* ---- native frames (--native) ---- */
+
+/* _alloctrace_frame.c: the only code that reads CPython's internal frame. */
+int alloctrace_frame_is_entry(PyFrameObject *f);
+int alloctrace_native_supported(void);
+int alloctrace_unseen_frames(PyThreadState *ts, PyFrameObject *top, PyCodeObject **code, int *lasti, char *entry,
+                             int max);
+/* Frames not yet on the shadow stack that a merge takes into account. */
+#define UNSEEN_MAX 8
+
+/* Set once by native_on, before tracing starts: allocations' stacks are
+ * native walks with each eval call's return address replaced by the
+ * Python frames it runs. */
+static int native_mode;
+/* _PyEval_EvalFrameDefault's code: a return address `ra` is inside it when
+ * ra - eval_lo - 1 < eval_len (a return address follows its call). */
+static uint64_t eval_lo, eval_len;
+
 /* ---- the shadow stack ---- */
+
+/* --native: a merged stack's hash and its ID; `stack` 0: empty. A
+ * thread's cache is 1.5 MiB of address space, mapped (pages touched as
+ * used) and kept for the process. */
+typedef struct {
+    uint64_t h1, h2;
+    uint64_t stack;
+} stack_cache_slot;
+
+#define STACK_CACHE 65536
 
 typedef struct {
     PyFrameObject *frame; /* a reference, dropped at its pop */
     PyCodeObject *code;   /* borrowed from the frame */
     int lasti;            /* the instruction `fv` was computed for */
     uint64_t fv;          /* its frame value; 0: not computed */
+    char is_entry;        /* --native: its eval call's entry frame */
+    char hidden;          /* --native: running before the profile function: in no stack */
+    char settled;         /* --native: `fv` was computed while a frame ran above this one */
 } shadow_entry;
 
 typedef struct {
@@ -213,13 +263,24 @@ typedef struct {
         int lasti;
         uint64_t stack;
     } by_lasti[16];
-    uint64_t frames[MAX_DEPTH]; /* innermost first, for trace_stack_register */
+    /* --native: the last two native walks (`native[cur]` the latest) and
+     * their lengths; the last stack ID is reused while the Python frames
+     * are as above and the walk is the previous one. */
+    int cur;
+    size_t native_n[2];
+    uint64_t native[2][NATIVE_MAX];
+    /* --native: stack IDs by the merged frames' 128-bit hash, direct-
+     * mapped (STACK_CACHE slots; NULL: none could be had): most
+     * allocations repeat a stack seen before, and finding it here costs a
+     * fraction of trace_stack_register's interning of every frame. */
+    stack_cache_slot *cache;
+    uint64_t frames[MAX_DEPTH + NATIVE_MAX]; /* innermost first, for trace_stack_register */
 } shadow_stack;
 
 /* This thread's stack; written by the profile function, read by the hooks. */
 static __thread shadow_stack *shadow;
 
-static void shadow_push(PyFrameObject *frame)
+static void shadow_push(PyFrameObject *frame, int hidden)
 {
     shadow_stack *s = shadow;
     if (s == NULL) {
@@ -228,6 +289,12 @@ static void shadow_push(PyFrameObject *frame)
             return;
         }
         shadow = s;
+    }
+    if (native_mode && s->cache == NULL) {
+        /* Outside the hooks (the profile function): libc memory. */
+        void *m = mmap(NULL, STACK_CACHE * sizeof *s->cache, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        s->cache = m != MAP_FAILED ? m : NULL;
     }
     if (s->depth == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
@@ -253,6 +320,30 @@ static void shadow_push(PyFrameObject *frame)
     }
     e->lasti = -2;
     e->fv = 0;
+    e->settled = 0;
+    e->is_entry = native_mode ? (char)alloctrace_frame_is_entry(frame) : 0;
+    e->hidden = (char)hidden;
+}
+
+/* --native: pushes the frames already running below `frame` (its callers,
+ * outermost first), hidden: they show in no stack, but their eval calls
+ * are matched, so that those native frames do not stay either. Outside
+ * the hooks (the profile function's installation). */
+static void shadow_push_callers(PyFrameObject *frame)
+{
+    PyFrameObject *chain[MAX_DEPTH];
+    size_t n = 0;
+    PyFrameObject *f = frame != NULL ? PyFrame_GetBack(frame) : NULL;
+    while (f != NULL && n < MAX_DEPTH) {
+        chain[n++] = f;
+        f = PyFrame_GetBack(f);
+    }
+    Py_XDECREF(f);
+    while (n > 0) {
+        n--;
+        shadow_push(chain[n], 1);
+        Py_DECREF(chain[n]);
+    }
 }
 
 static void shadow_pop(PyFrameObject *frame)
@@ -268,6 +359,9 @@ static void shadow_pop(PyFrameObject *frame)
         if (s->entries[i - 1].frame == frame) {
             size_t top = s->depth;
             s->depth = i - 1;
+            if (s->depth > 0) {
+                s->entries[s->depth - 1].settled = 0; /* it runs again */
+            }
             s->changed = 1;
             s->epoch++;
             /* After the depth is cut: a frame's dealloc frees memory
@@ -285,11 +379,146 @@ static int profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
     (void)obj;
     (void)arg;
     if (what == PyTrace_CALL) {
-        shadow_push(frame);
+        shadow_push(frame, 0);
     } else if (what == PyTrace_RETURN) {
         shadow_pop(frame);
     }
     return 0;
+}
+
+/* The frame value of a shadow-stack entry at its current line; 0 for none
+ * (a hidden entry, or no code). */
+static uint64_t entry_value(shadow_entry *e)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (e->code == NULL || e->hidden) {
+        return 0;
+    }
+    int lasti = PyFrame_GetLasti(e->frame);
+    if (lasti != e->lasti || e->fv == 0) {
+        e->fv = frame_value(e->code, PyCode_Addr2Line(e->code, lasti));
+        e->lasti = lasti;
+    }
+    return e->fv;
+}
+
+/* trace_stack_register(frames, n), looked up first in the thread's cache
+ * by a 128-bit hash of the frames and their count (two independent
+ * multiplicative hashes; two stacks that collide in both would share an
+ * ID, which at a million distinct stacks has odds of about 1e-26). */
+static uint64_t cached_register(shadow_stack *s, const uint64_t *frames, size_t n)
+{
+    /* Must not allocate: runs inside the allocator hooks. */
+    if (s->cache == NULL) {
+        return trace_stack_register(frames, n);
+    }
+    /* Two frames a step, each into both hashes, whose chains run side by
+     * side: the hashing is on every allocation's path. */
+    uint64_t h1 = 0x243F6A8885A308D3ull ^ n, h2 = 0x13198A2E03707344ull + n;
+    size_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        h1 = (h1 ^ frames[i]) * 0x9E3779B97F4A7C15ull + frames[i + 1];
+        h2 = (h2 ^ frames[i + 1]) * 0xC2B2AE3D27D4EB4Full + frames[i];
+    }
+    if (i < n) {
+        h1 = (h1 ^ frames[i]) * 0x9E3779B97F4A7C15ull;
+        h2 = (h2 ^ frames[i]) * 0xC2B2AE3D27D4EB4Full;
+    }
+    h1 ^= h1 >> 29;
+    h1 *= 0xBF58476D1CE4E5B9ull;
+    h1 ^= h1 >> 32;
+    h2 ^= h2 >> 31;
+    h2 *= 0x94D049BB133111EBull;
+    h2 ^= h2 >> 29;
+    stack_cache_slot *slot = &s->cache[(h1 ^ (h2 >> 17)) & (STACK_CACHE - 1)];
+    if (slot->stack != 0 && slot->h1 == h1 && slot->h2 == h2) {
+        return slot->stack;
+    }
+    uint64_t stack = trace_stack_register(frames, n);
+    if (stack != 0) {
+        slot->h1 = h1;
+        slot->h2 = h2;
+        slot->stack = stack;
+    }
+    return stack;
+}
+
+/* --native: the call stack of the native walk, innermost first, with each
+ * return address into _PyEval_EvalFrameDefault replaced by the Python
+ * frames its call runs: from the innermost frame not yet placed out to
+ * and including the next entry frame. A walk with more eval calls than
+ * the shadow stack has groups (the walk cut by the depth limit, calls
+ * from code the profile function does not see) keeps its extra eval
+ * frames native; Python frames left over go outermost. */
+static uint64_t native_stack(shadow_stack *s, PyThreadState *ts, int top_lasti)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    int cur = s->cur ^ 1;
+    uint64_t *native = s->native[cur];
+    size_t n = trace_stack_walk(native, NATIVE_MAX, 0);
+    int prev = s->cur;
+    s->cur = cur;
+    s->native_n[cur] = n;
+    /* Frames running inside the shadow stack's top that the profile
+     * function has not seen called yet (an allocation of CPython's while
+     * it prepares their call event): innermost, each with its eval call
+     * when it is an entry frame. */
+    PyCodeObject *ucode[UNSEEN_MAX];
+    int ulasti[UNSEEN_MAX];
+    char uentry[UNSEEN_MAX];
+    int u = alloctrace_unseen_frames(ts, s->entries[s->depth - 1].frame, ucode, ulasti, uentry, UNSEEN_MAX);
+    if (u < 0) {
+        u = 0;
+    }
+    if (u == 0 && !s->changed && top_lasti == s->last_lasti && n == s->native_n[prev] &&
+        memcmp(native, s->native[prev], n * sizeof *native) == 0) {
+        return s->last_stack;
+    }
+    const size_t cap = MAX_DEPTH + NATIVE_MAX;
+    size_t out = 0;
+    int ui = 0;           /* ucode[ui]: the innermost unseen frame not placed */
+    size_t py = s->depth; /* entries[py - 1]: the innermost entry not placed */
+    for (size_t k = 0; k <= n && out < cap; k++) {
+        /* k == n: the Python frames left over go outermost. */
+        if (k < n) {
+            uint64_t ra = native[k];
+            if (ra - eval_lo - 1 >= eval_len || (ui == u && py == 0)) {
+                s->frames[out++] = ra;
+                continue;
+            }
+        }
+        while ((ui < u || py > 0) && out < cap) {
+            uint64_t fv;
+            int entry;
+            if (ui < u) {
+                fv = frame_value(ucode[ui], PyCode_Addr2Line(ucode[ui], ulasti[ui]));
+                entry = uentry[ui];
+                ui++;
+            } else {
+                shadow_entry *e = &s->entries[--py];
+                /* A frame below the top is suspended in its call: its line
+                 * stays until it is the top again (shadow_pop). */
+                if (e->settled) {
+                    fv = e->fv;
+                } else {
+                    fv = entry_value(e);
+                    e->settled = py + 1 < s->depth;
+                }
+                entry = e->is_entry;
+            }
+            if (fv != 0) {
+                s->frames[out++] = fv;
+            }
+            if (entry && k < n) {
+                break;
+            }
+        }
+    }
+    s->last_stack = out ? cached_register(s, s->frames, out) : 0;
+    s->last_lasti = top_lasti;
+    /* Unseen frames: the next allocation merges again. */
+    s->changed = u != 0;
+    return s->last_stack;
 }
 
 /* The current Python call stack's ID, 0 when there is none. */
@@ -309,6 +538,9 @@ static uint64_t current_stack(void)
     }
     shadow_entry *top = &s->entries[s->depth - 1];
     int top_lasti = top->code != NULL ? PyFrame_GetLasti(top->frame) : -1;
+    if (native_mode) {
+        return native_stack(s, ts, top_lasti);
+    }
     if (!s->changed && top_lasti == s->last_lasti) {
         return s->last_stack;
     }
@@ -321,17 +553,9 @@ static uint64_t current_stack(void)
     }
     size_t n = 0;
     for (size_t i = s->depth; i > 0 && n < MAX_DEPTH; i--) {
-        shadow_entry *e = &s->entries[i - 1];
-        if (e->code == NULL) {
-            continue;
-        }
-        int lasti = PyFrame_GetLasti(e->frame);
-        if (lasti != e->lasti || e->fv == 0) {
-            e->fv = frame_value(e->code, PyCode_Addr2Line(e->code, lasti));
-            e->lasti = lasti;
-        }
-        if (e->fv != 0) {
-            s->frames[n++] = e->fv;
+        uint64_t fv = entry_value(&s->entries[i - 1]);
+        if (fv != 0) {
+            s->frames[n++] = fv;
         }
     }
     s->last_stack = n ? trace_stack_register(s->frames, n) : 0;
@@ -816,9 +1040,42 @@ static PyObject *enabled(PyObject *self, PyObject *unused)
     return PyBool_FromLong(trace_enabled());
 }
 
+/* --native from now on: refused (RuntimeError) on a CPython whose frame
+ * layout this module was not built for or whose eval loop it cannot find.
+ * Before start and profile_on. */
+static PyObject *native_on(PyObject *self, PyObject *unused)
+{
+    if (!alloctrace_native_supported()) {
+        return PyErr_Format(PyExc_RuntimeError, "alloctrace: --native supports CPython 3.11 only, not %s",
+                            PY_VERSION);
+    }
+    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (eval == NULL || !dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) || sym == NULL || sym->st_size == 0) {
+        return PyErr_Format(PyExc_RuntimeError,
+                            "alloctrace: --native cannot find _PyEval_EvalFrameDefault's code in this Python (%s)",
+                            PY_VERSION);
+    }
+    eval_lo = (uint64_t)(uintptr_t)eval;
+    eval_len = sym->st_size;
+    native_mode = 1;
+    Py_RETURN_NONE;
+}
+
 /* Starts the shadow stack on the calling thread, from its next call on. */
 static PyObject *profile_on(PyObject *self, PyObject *unused)
 {
+    if (native_mode) {
+        /* The caller's frame and its callers are running already. */
+        PyFrameObject *here = PyEval_GetFrame();
+        if (here != NULL) {
+            Py_INCREF(here);
+            shadow_push_callers(here);
+            shadow_push(here, 1);
+            Py_DECREF(here);
+        }
+    }
     PyEval_SetProfile(profile, NULL);
     Py_RETURN_NONE;
 }
@@ -833,7 +1090,10 @@ static PyObject *thread_profile(PyObject *self, PyObject *args)
     }
     PyEval_SetProfile(profile, NULL);
     if (PyFrame_Check(frame) && PyUnicode_Check(event) && PyUnicode_CompareWithASCIIString(event, "call") == 0) {
-        shadow_push((PyFrameObject *)frame);
+        if (native_mode) {
+            shadow_push_callers((PyFrameObject *)frame);
+        }
+        shadow_push((PyFrameObject *)frame, 0);
     }
     Py_RETURN_NONE;
 }
@@ -870,6 +1130,7 @@ static PyMethodDef methods[] = {
     {"start", start, METH_VARARGS, "start(path): trace_start writing to path."},
     {"stop", stop, METH_NOARGS, "Stops the profile function on this thread and the trace; False if it was off."},
     {"enabled", enabled, METH_NOARGS, "Whether tracing is on."},
+    {"native_on", native_on, METH_NOARGS, "Merges native frames into the stacks (--native); before start."},
     {"profile_on", profile_on, METH_NOARGS, "Keeps this thread's shadow stack from its next call on."},
     {"thread_profile", thread_profile, METH_VARARGS, "For threading.setprofile."},
     {"shadow_frames", shadow_frames, METH_NOARGS, "This thread's shadow stack, innermost first."},

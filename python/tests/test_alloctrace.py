@@ -31,7 +31,7 @@ def line_of(source, marker):
 class Traced:
     """A script run under alloctrace in a fresh directory."""
 
-    def __init__(self, test, source, args=(), module=None, expect_status=0, output=True):
+    def __init__(self, test, source, args=(), module=None, expect_status=0, output=True, native=False):
         self.dir = tempfile.mkdtemp(prefix="alloctrace-py-")
         test.addCleanup(subprocess.call, ["rm", "-rf", self.dir])
         self.source = textwrap.dedent(source)
@@ -43,6 +43,8 @@ class Traced:
         cmd = [sys.executable, "-m", "alloctrace", "run"]
         if output:
             cmd += ["-o", self.trace]
+        if native:
+            cmd += ["--native"]
         cmd += ["-m", module] if module else [self.script]
         cmd += list(args)
         env = dict(os.environ, ALLOCTRACE_CONTROL="off")
@@ -350,17 +352,187 @@ class ProfileTakenOver(unittest.TestCase):
         self.assertGreaterEqual(big[0]["allocations"], 5)
 
 
+NATIVE = """
+import threading
+
+def native_site(n):
+    return bytes(n)  # NATIVE-SITE
+
+def through_c(n):
+    # map and list are C: native_site runs in an eval call of its own.
+    return list(map(native_site, [n, n]))  # THROUGH-C
+
+def main():
+    keep = []
+    for _ in range(3):
+        keep.extend(through_c(300000))  # MAIN
+    return keep
+
+def thread_site(n):
+    return bytes(n)  # THREAD-SITE
+
+def worker(out):
+    for _ in range(4):
+        out.append(thread_site(200000))
+
+kept = main()
+out = []
+threads = [threading.Thread(target=worker, args=(out,)) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+NATIVE_LINES = """
+def two_lines(n, a, b):
+    keep = [None] * (2 * n)
+    for i in range(n):
+        keep[2 * i] = b"a" * a  # LINE-1
+        keep[2 * i + 1] = b"b" * b  # LINE-2
+    return keep
+
+def caller(a, b):
+    x = two_lines(50, a, b)  # CALL-1
+    y = two_lines(30, a, b)  # CALL-2
+    return x, y
+
+kept = caller(3000, 5000)
+"""
+
+
+def is_python(frame, t):
+    return frame.get("file") == t.script
+
+
+def is_native(frame):
+    """A native frame of `top --json`: an address (a registered frame has
+    none, and `[registered]` for its module)."""
+    return bool(frame.get("address")) and frame.get("module") != "[registered]"
+
+
+class Native(unittest.TestCase):
+    """--native: native frames with the eval loop's frames replaced by the
+    Python functions they run, innermost first."""
+
+    def sites_with(self, t, function, line):
+        found = []
+        for site in t.sites():
+            names = [(f.get("function"), f.get("line")) for f in site["stack"]]
+            if (function, line) in names:
+                found.append(site)
+        return found
+
+    def test_python_and_native_frames_merged_in_order(self):
+        t = Traced(self, NATIVE, native=True)
+        t.check(self)
+        sites = self.sites_with(t, "native_site", t.line("NATIVE-SITE"))
+        self.assertEqual(sum(s["allocations"] for s in sites), 6, sites)
+        for site in sites:
+            stack = site["stack"]
+            names = [f.get("function") for f in stack]
+            self.assertNotIn("_PyEval_EvalFrameDefault", names, stack)
+            at = names.index("native_site")
+            # Innermost first: the allocator's native frames, the Python
+            # function, the C code that called it (map, list), then the
+            # Python callers, then the interpreter's native frames down to
+            # its main.
+            self.assertTrue(at > 0 and all(is_native(f) for f in stack[:at]), stack)
+            py = [(f["function"], f["line"]) for f in stack if is_python(f, t)]
+            self.assertEqual(
+                py,
+                [
+                    ("native_site", t.line("NATIVE-SITE")),
+                    ("through_c", t.line("THROUGH-C")),
+                    ("main", t.line("MAIN")),
+                    ("<module>", t.line("kept = main()")),
+                ],
+                stack,
+            )
+            between = stack[at + 1 : names.index("through_c")]
+            self.assertTrue(between and all(is_native(f) for f in between), stack)
+            outer = stack[names.index("<module>") + 1 :]
+            self.assertTrue(outer and all(is_native(f) for f in outer), stack)
+            # Named C functions: CPython's own exported ones.
+            self.assertIn("Py_RunMain", names[names.index("<module>") :], stack)
+
+    def test_exact_counts_per_line_and_caller(self):
+        # Two lines on one native path, alternately, from two call sites:
+        # the stacks differ by their Python frames only.
+        t = Traced(self, NATIVE_LINES, native=True)
+        t.check(self)
+        counts = {}
+        for site in t.sites():
+            py = [(f["function"], f["line"]) for f in site["stack"] if is_python(f, t)]
+            if py and py[0][0] == "two_lines":
+                size = site["bytes"] // site["allocations"] - BYTES_HEADER
+                if size in (3000, 5000):  # the bytes objects, not the list
+                    key = (py[0][1], py[1][1], size)
+                    counts[key] = counts.get(key, 0) + site["allocations"]
+        line1, line2 = t.line("LINE-1"), t.line("LINE-2")
+        call1, call2 = t.line("CALL-1"), t.line("CALL-2")
+        self.assertEqual(
+            counts,
+            {(line1, call1, 3000): 50, (line2, call1, 5000): 50, (line1, call2, 3000): 30, (line2, call2, 5000): 30},
+        )
+
+    def test_threads(self):
+        t = Traced(self, NATIVE, native=True)
+        sites = self.sites_with(t, "thread_site", t.line("THREAD-SITE"))
+        self.assertEqual(sum(s["allocations"] for s in sites), 8, sites)
+        for site in sites:
+            stack = site["stack"]
+            names = [f.get("function") for f in stack]
+            self.assertNotIn("_PyEval_EvalFrameDefault", names, stack)
+            at = names.index("thread_site")
+            self.assertTrue(at > 0 and all(is_native(f) for f in stack[:at]), stack)
+            self.assertEqual(names[at + 1], "worker", stack)
+            # Then the native frames of the thread's start, and Thread.run.
+            rest = stack[at + 2 :]
+            self.assertTrue(rest and all(is_native(f) or f["file"].endswith("threading.py") for f in rest), stack)
+
+    def test_every_scripts_python_frames_as_without_it(self):
+        # The other tests' scripts (an exception through 50 frames, a
+        # generator, threads, pymalloc leaks): no eval-loop frame is left
+        # in any stack, and the Python frames of each stack, in order, are
+        # a stack that Python-only mode records too (sizes of 1000 bytes
+        # and more: the program's, not the interpreter's own).
+        def python_stacks(t):
+            stacks = set()
+            for site in t.sites():
+                if site["bytes"] >= 1000 * site["allocations"]:
+                    stacks.add(tuple((f["function"], f["line"]) for f in site["stack"] if f.get("file") == t.script))
+            return stacks
+
+        for name, src in (("KNOWN_SITES", KNOWN_SITES), ("LEAK", LEAK), ("THREADS", THREADS), ("EXCEPTION", EXCEPTION)):
+            with self.subTest(script=name):
+                plain = Traced(self, src)
+                t = Traced(self, src, native=True)
+                t.check(self)
+                for site in t.sites():
+                    names = [f.get("function") for f in site["stack"]]
+                    self.assertNotIn("_PyEval_EvalFrameDefault", names, site)
+                native_stacks = python_stacks(t)
+                self.assertLessEqual(native_stacks, python_stacks(plain))
+                if name == "LEAK":  # small objects only: the leak is found
+                    leaks = json.loads(t.cli("leaks", "--json"))["leaks"]
+                    firsts = [[(f["function"], f["line"]) for f in l["stack"] if f.get("file") == t.script][:1] for l in leaks]
+                    self.assertIn([("make_leak", t.line("# LEAK"))], firsts, leaks)
+                else:
+                    self.assertTrue(native_stacks, name)
+
+    def test_python_only_stacks_without_it(self):
+        t = Traced(self, NATIVE)
+        sites = self.sites_with(t, "native_site", t.line("NATIVE-SITE"))
+        self.assertEqual(sum(s["allocations"] for s in sites), 6, sites)
+        for site in t.sites():
+            self.assertFalse(any(is_native(f) for f in site["stack"]), site)
+
+
 class Refusals(unittest.TestCase):
     def run_cli(self, *args, cwd=None):
         return subprocess.run([sys.executable, "-m", "alloctrace", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
-
-    def test_native_is_refused(self):
-        with tempfile.TemporaryDirectory() as d:
-            out = self.run_cli("run", "--native", "x.py", cwd=d)
-            self.assertEqual(out.returncode, 2)
-            self.assertIn("--native", out.stderr)
-            self.assertIn("not supported yet", out.stderr)
-            self.assertEqual(os.listdir(d), [])
 
     def test_missing_script_is_refused_before_running(self):
         with tempfile.TemporaryDirectory() as d:

@@ -152,7 +152,7 @@ use unwinder::{
     swap_unwinder, Unwinding, AFTER_REFRESH, LAST_REFRESH, PERMANENT, REFRESH, TABLES_WANTED,
     UNWINDER,
 };
-use walk::{capture_from_in_section, capture_in_section, OWN_END, OWN_START};
+use walk::{capture_from_in_section, capture_in_section, walk_in_section, OWN_END, OWN_START};
 
 use crate::clock;
 use crate::lost::LOST_STACKS;
@@ -341,6 +341,33 @@ pub fn capture_stack(skip: usize) -> u64 {
         }
         id => id,
     }
+}
+
+/// Walks the calling thread's native stack as [`capture_stack_or_lost`]
+/// does (the same walk, `skip` and dropping of the tracer's own frames)
+/// and writes its return addresses, innermost first, into `out` instead
+/// of interning them (`trace_stack_walk`: a runtime that merges frames of
+/// its own in). At most `out.len()` and the session's depth limit; how
+/// many, 0 when tracing is off or no stack could be taken (not counted:
+/// the caller registers what it makes of the frames).
+///
+/// Must not allocate, lock or make a system call in the common case
+/// (invariant 1); never panics.
+#[inline(never)]
+pub fn walk_stack(skip: usize, out: &mut [u64]) -> usize {
+    if SHARED.generation.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let Some(slot) = thread::current_or_claim() else {
+        return 0;
+    };
+    if !slot.capture_seq.try_begin() {
+        // A signal handler inside this thread's capture (invariant 3).
+        return 0;
+    }
+    let n = walk_in_section(slot, skip + 1, out);
+    slot.capture_seq.end();
+    n
 }
 
 /// Captures the stack of an allocation whose entry point (the shim's

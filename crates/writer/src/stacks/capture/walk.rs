@@ -11,7 +11,7 @@ use alloctrace_unwind::{
 };
 
 use super::state::{state_of, CaptureState, LastStack, TAIL_CAPI, TAIL_NONE, WALK_NONE};
-use super::unwinder::{note_unknown, STALE, TABLES_WANTED, UNWINDER};
+use super::unwinder::{note_unknown, Unwinding, STALE, TABLES_WANTED, UNWINDER};
 use super::{check, DEPTH, LOST_STACK, MAX_DEPTH, THREAD_START, THREAD_START_LEN};
 use crate::thread::ThreadSlot;
 /// The tracer's own module, `[start, end)`: frames in it are dropped.
@@ -173,16 +173,21 @@ pub(super) fn stack_of_odd_walk(
     last.intern(kept, truncated, reuse, tail)
 }
 
+/// The C API's walk ([`capture_in_section`], [`walk_in_section`]): walks
+/// the calling thread's stack into `state.frames`, then drops the `skip`
+/// innermost frames and the tracer's own; `(first, len, truncated,
+/// shared)`: the program's frames are `state.frames[first..len]`,
+/// innermost first, and `shared` of the walk's outermost ones were proven
+/// the previous walk's. `depth` is the limit the caller keeps (the walk
+/// takes a few more, to see own frames dropped by address and still keep
+/// `depth` of the program's). `None` when the thread's bounds are unknown.
 #[inline(always)]
-pub(super) fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
-    let Some(state) = state_of(slot) else {
-        return 0;
-    };
-    // SAFETY: loaded inside the capture section: not freed before it ends
-    // (invariant 2).
-    let Some(unwinding) = (unsafe { UNWINDER.load(Ordering::Acquire).as_ref() }) else {
-        return 0;
-    };
+fn walk_program(
+    state: &mut CaptureState,
+    unwinding: &Unwinding,
+    skip: usize,
+    depth: usize,
+) -> Option<(usize, usize, bool, usize)> {
     let unwinder = &unwinding.unwinder;
     if !unwinder.has_tables() {
         TABLES_WANTED.store(true, Ordering::Relaxed);
@@ -191,12 +196,11 @@ pub(super) fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     // walk of its own to be the same as.
     state.last.walk = WALK_NONE;
     if state.lo >= state.hi {
-        return 0;
+        return None;
     }
     // SAFETY: the bounds are this thread's stack (the host's word for it,
     // or the mapping holding its stack pointer), readable while it runs.
     let bounds = unsafe { StackBounds::from_raw(state.lo, state.hi) };
-    let depth = DEPTH.load(Ordering::Relaxed).clamp(1, MAX_DEPTH);
     // The walk takes the tracer's own frames too (up to 8 of the `skip`)
     // and drops them here: its memo then matches from the first frame on,
     // so a repeated stack costs no CFI step at all. A few more addresses
@@ -240,7 +244,25 @@ pub(super) fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
         .iter()
         .take_while(|&&ra| ra >= own_start && ra < own_end)
         .count();
-    let program = &captured[own..];
+    Some((first + own, len, walk_truncated, shared))
+}
+
+#[inline(always)]
+pub(super) fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
+    let Some(state) = state_of(slot) else {
+        return 0;
+    };
+    // SAFETY: loaded inside the capture section: not freed before it ends
+    // (invariant 2).
+    let Some(unwinding) = (unsafe { UNWINDER.load(Ordering::Acquire).as_ref() }) else {
+        return 0;
+    };
+    let depth = DEPTH.load(Ordering::Relaxed).clamp(1, MAX_DEPTH);
+    let Some((start, len, walk_truncated, shared)) = walk_program(state, unwinding, skip, depth)
+    else {
+        return 0;
+    };
+    let program = &state.frames[start..len];
     let fits = program.len() <= depth;
     let kept = &program[..program.len().min(depth)];
     let truncated = walk_truncated || !fits;
@@ -252,4 +274,31 @@ pub(super) fn capture_in_section(slot: &ThreadSlot, skip: usize) -> u32 {
     let tail = if fits { TAIL_CAPI } else { TAIL_NONE };
     let reuse = last.reusable(shared, tail, truncated);
     last.intern(kept, truncated, reuse, tail)
+}
+
+/// [`walk_stack`](super::walk_stack) inside the capture section: the
+/// program's return addresses, innermost first, copied into `out` (at most
+/// the depth limit of them); how many.
+#[inline(always)]
+pub(super) fn walk_in_section(slot: &ThreadSlot, skip: usize, out: &mut [u64]) -> usize {
+    let Some(state) = state_of(slot) else {
+        return 0;
+    };
+    // SAFETY: loaded inside the capture section: not freed before it ends
+    // (invariant 2).
+    let Some(unwinding) = (unsafe { UNWINDER.load(Ordering::Acquire).as_ref() }) else {
+        return 0;
+    };
+    let depth = DEPTH.load(Ordering::Relaxed).clamp(1, MAX_DEPTH);
+    let result = walk_program(state, unwinding, skip, depth);
+    // The memo now holds this walk, which nothing interned: the next
+    // capture's stack shares no nodes with the previous one's.
+    state.last.tail = TAIL_NONE;
+    let Some((start, len, _, _)) = result else {
+        return 0;
+    };
+    let program = &state.frames[start..len];
+    let n = program.len().min(depth).min(out.len());
+    out[..n].copy_from_slice(&program[..n]);
+    n
 }
