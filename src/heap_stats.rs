@@ -6,8 +6,9 @@
 //! Counted by [`TracingAlloc`] while tracing is on, on the same calls
 //! whose events it records, reset by [`Tracer::start`]; the tracer's own
 //! threads are not counted (their events are not recorded either). Made
-//! so that an allocation costs one atomic read-modify-write on shared
-//! memory and a free one:
+//! so that a program whose allocations come from one thread counts with
+//! loads and stores only, and others with one atomic read-modify-write on
+//! shared memory per allocation and per free:
 //!
 //! - **Totals per thread**: each thread adds its allocations and their
 //!   bytes to an entry of its own in [`TOTALS`] (a load and a store, no
@@ -16,13 +17,18 @@
 //!   for its life; threads beyond the table's size share its last entry,
 //!   with atomic adds.
 //! - **Live counts as one pair**: live bytes and live blocks are one
-//!   16-byte word, [`live::LIVE`], moved by one `lock cmpxchg16b` per
-//!   allocation and free, so every change of the one is seen with the
-//!   other's value at that moment. The peak pair, [`live::PEAK`], is
-//!   raised the same way when an allocation's live bytes exceed it (a
-//!   plain load first: no write unless it does). Where `cmpxchg16b` is
-//!   missing (checked at start) or on other architectures, two atomic
-//!   adds and an atomic maximum instead.
+//!   16-byte word, [`live::LIVE`], and the peak another, [`live::PEAK`],
+//!   raised when an allocation's live bytes exceed it (a plain load
+//!   first: no write unless they do), so that the peak's blocks are the
+//!   live blocks of the moment its bytes were reached.
+//! - **A single counter**: the first thread to count in a session owns
+//!   the pairs and moves them with loads and stores; the first count of a
+//!   second thread takes them over (the `owner` module: the event path's
+//!   asymmetric handshake, one membarrier a session), and from then on
+//!   every thread moves them with one `lock cmpxchg16b` each. Where
+//!   `cmpxchg16b` is missing (checked at start) or on other architectures,
+//!   two atomic adds and an atomic maximum instead; without membarrier, no
+//!   owner.
 //!
 //! ## Invariants
 //!
@@ -41,6 +47,11 @@
 //!
 //! ## Corner cases
 //!
+//! - Read from another thread while one thread owns the pairs, live bytes
+//!   and blocks may be of two moments a few instructions apart; on the
+//!   counting thread, and once a second thread counted, they are of one.
+//! - The switch to shared counting waits for the owner to leave an update
+//!   of a few instructions (longer only if it is descheduled there).
 //! - With several threads each counter is exact; `peak_blocks` is the live
 //!   block count at one moment when `peak_bytes` was reached, as in dhat
 //!   (on the fallback path, the count its allocation's add saw).
@@ -146,6 +157,7 @@ impl HeapStats {
 /// Zeroes every counter (a session's start, before tracing is on).
 pub(crate) fn reset() {
     live::reset();
+    owner::reset();
     let claimed = CLAIMED.load(Ordering::Relaxed).min(ENTRIES - 1);
     for t in TOTALS.iter().take(claimed).chain(TOTALS.last()) {
         t.allocations.store(0, Ordering::Relaxed);
@@ -204,13 +216,13 @@ fn claim() -> usize {
 #[inline]
 pub(crate) fn count_alloc(size: u64) {
     add_total(size);
-    live::add(size, 1);
+    owner::add(size, 1);
 }
 
 /// Counts the free of a block of `size` bytes (invariant 2).
 #[inline]
 pub(crate) fn count_free(size: u64) {
-    live::add(size.wrapping_neg(), 1u64.wrapping_neg());
+    owner::add(size.wrapping_neg(), 1u64.wrapping_neg());
 }
 
 /// The live pair and the peak pair, each (bytes, blocks): the live ones
@@ -297,6 +309,23 @@ mod live {
             if b > PEAK.0[0].load(Ordering::Relaxed)
                 && PEAK.0[0].fetch_max(b, Ordering::Relaxed) < b
             {
+                PEAK.0[1].store((n as i64).max(0) as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// [`add`] by the owner (the `owner` module), the one thread that
+    /// counts: loads and stores, no atomic read-modify-write.
+    #[inline(always)]
+    pub(super) fn add_owned(bytes: u64, blocks: u64) {
+        let b = LIVE.0[0].load(Ordering::Relaxed).wrapping_add(bytes);
+        let n = LIVE.0[1].load(Ordering::Relaxed).wrapping_add(blocks);
+        LIVE.0[0].store(b, Ordering::Relaxed);
+        LIVE.0[1].store(n, Ordering::Relaxed);
+        if blocks == 1 {
+            let b = (b as i64).max(0) as u64;
+            if b > PEAK.0[0].load(Ordering::Relaxed) {
+                PEAK.0[0].store(b, Ordering::Relaxed);
                 PEAK.0[1].store((n as i64).max(0) as u64, Ordering::Relaxed);
             }
         }
@@ -412,5 +441,182 @@ mod tests {
         assert!(s.peak_blocks >= 1 && s.peak_blocks <= threads as u64 * 51);
         reset();
         assert_eq!(HeapStats::now(), HeapStats::default());
+
+        // In a session (the writer's asymmetric fences on): the first
+        // thread to count owns the pairs; a second takes them over, and
+        // nothing the owner counted is lost.
+        let path =
+            std::env::temp_dir().join(format!("heap-stats-unit-{}.trace", std::process::id()));
+        let guard = crate::Tracer::new()
+            .path(&path)
+            .stacks(false)
+            .start()
+            .unwrap();
+        count_alloc(1000);
+        count_alloc(24);
+        count_free(1000);
+        if alloctrace_writer::asymmetric_fences() {
+            assert!(owner::mine());
+        }
+        let s = HeapStats::now();
+        assert_eq!((s.live_bytes, s.live_blocks), (24, 1));
+        assert_eq!((s.peak_bytes, s.peak_blocks), (1024, 2));
+        let go = std::sync::Arc::new(std::sync::Barrier::new(3));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let go = go.clone();
+                std::thread::spawn(move || {
+                    go.wait();
+                    for _ in 0..10_000 {
+                        count_alloc(8);
+                        count_free(8);
+                    }
+                    count_alloc(2000);
+                })
+            })
+            .collect();
+        go.wait();
+        for _ in 0..10_000 {
+            count_alloc(16);
+            count_free(16);
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert!(owner::shared());
+        let s = HeapStats::now();
+        assert_eq!((s.live_bytes, s.live_blocks), (4024, 3));
+        assert_eq!(s.total_allocations, 2 + 3 * 10_000 + 2);
+        assert_eq!(s.total_bytes, 1024 + 10_000 * (16 + 8 + 8) + 2 * 2000);
+        assert!(s.peak_bytes >= 4024 && s.peak_bytes <= 4024 + 16 + 8 + 8);
+        guard.stop().unwrap();
+        std::fs::remove_file(&path).ok();
+    }
+}
+
+/// Who moves the pairs of [`live`]: the one thread that counts (the
+/// owner) with loads and stores, until a second thread counts; from then
+/// on every thread, with atomic read-modify-writes (the Design's
+/// "single counter").
+///
+/// The switch is the event path's handshake (the writer's handshake.rs):
+/// the owner marks its update in [`SEQ`] (odd) with only a compiler
+/// fence before it looks at [`STATE`]; the second thread sets `STATE` to
+/// `SWITCHING`, makes every thread pass a full barrier (membarrier), waits
+/// for `SEQ` to be even and sets `STATE` to `SHARED`. Either the owner's
+/// odd `SEQ` is seen by the waiter, or the owner's look at `STATE` comes
+/// after the barrier and sees `SWITCHING` (then it leaves without an
+/// update and counts as the others do). Without the writer's asymmetric
+/// fences (no membarrier) no thread owns: `SHARED` from the first count.
+mod owner {
+    use core::sync::atomic::{compiler_fence, AtomicU64, AtomicUsize, Ordering};
+
+    use super::live;
+
+    /// No thread counted yet in this session.
+    const FREE: usize = 0;
+    /// A second thread is taking the pairs from the owner.
+    const SWITCHING: usize = usize::MAX - 1;
+    /// Every thread counts with atomic read-modify-writes.
+    const SHARED: usize = usize::MAX;
+
+    /// [`FREE`], the owner's ID ([`me`]), [`SWITCHING`] or [`SHARED`].
+    static STATE: AtomicUsize = AtomicUsize::new(FREE);
+    /// Odd while the owner updates the pairs. Written only by the owner.
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+
+    thread_local! {
+        /// Its address is the calling thread's ID: unique among running
+        /// threads (a thread that reuses an exited owner's becomes the
+        /// owner, which the exited one can never race with). Const, no
+        /// destructor.
+        static ID: u8 = const { 0 };
+    }
+
+    /// The calling thread's ID (not [`FREE`], [`SWITCHING`] or [`SHARED`]:
+    /// an address of its TLS block).
+    #[inline(always)]
+    fn me() -> usize {
+        ID.with(|b| b as *const u8 as usize)
+    }
+
+    /// Whether the calling thread is the owner (tests).
+    #[cfg(test)]
+    pub(super) fn mine() -> bool {
+        STATE.load(Ordering::Relaxed) == me()
+    }
+
+    /// Whether every thread counts with atomic read-modify-writes (tests).
+    #[cfg(test)]
+    pub(super) fn shared() -> bool {
+        STATE.load(Ordering::Relaxed) == SHARED
+    }
+
+    /// A session's start: no owner yet (before tracing is on).
+    pub(super) fn reset() {
+        STATE.store(FREE, Ordering::Relaxed);
+    }
+
+    /// [`live::add`], by the owner's loads and stores when the calling
+    /// thread is the owner. Never allocates nor locks; the switch to
+    /// `SHARED` (once a session) makes one system call and waits for the
+    /// owner to leave an update of a few instructions.
+    #[inline(always)]
+    pub(super) fn add(bytes: u64, blocks: u64) {
+        let me = me();
+        loop {
+            // Acquire: after the switch, the owner's last stores (released
+            // by SEQ to the switching thread, then by STATE).
+            let state = STATE.load(Ordering::Acquire);
+            if state == me {
+                // An odd value whatever an exited thread with this ID left.
+                let s = SEQ.load(Ordering::Relaxed) & !1;
+                SEQ.store(s + 1, Ordering::Relaxed);
+                compiler_fence(Ordering::SeqCst);
+                let still = STATE.load(Ordering::Relaxed) == me;
+                if still {
+                    live::add_owned(bytes, blocks);
+                }
+                SEQ.store(s + 2, Ordering::Release);
+                if still {
+                    return;
+                }
+            } else if state == SHARED {
+                live::add(bytes, blocks);
+                return;
+            } else {
+                not_mine(state, me);
+            }
+        }
+    }
+
+    /// `STATE` is `state`, neither the caller's (`me`) nor `SHARED`: claim
+    /// a free one, take it from its owner, or wait for the switch.
+    #[cold]
+    #[inline(never)]
+    fn not_mine(state: usize, me: usize) {
+        match state {
+            FREE => {
+                let to = if alloctrace_writer::asymmetric_fences() {
+                    me
+                } else {
+                    SHARED
+                };
+                let _ = STATE.compare_exchange(FREE, to, Ordering::Relaxed, Ordering::Relaxed);
+            }
+            SWITCHING => core::hint::spin_loop(),
+            owner => {
+                if STATE
+                    .compare_exchange(owner, SWITCHING, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    alloctrace_writer::heavy_barrier();
+                    while SEQ.load(Ordering::Acquire) & 1 == 1 {
+                        core::hint::spin_loop();
+                    }
+                    STATE.store(SHARED, Ordering::Release);
+                }
+            }
+        }
     }
 }
