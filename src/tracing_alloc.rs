@@ -8,9 +8,11 @@
 //! Each call forwards to the wrapped allocator and, while tracing is on,
 //! records the event on the same path as the shim: the sampling decision
 //! first (one load outside sampling mode), then the call stack from the
-//! calling frame (the tracer's capture, which never allocates), then the
-//! event into the thread's buffer. Outside a session a call is the inner
-//! allocator's plus one load.
+//! calling frame (the shim's walk, which never allocates: on x86_64 Linux
+//! the recording function's naked entry hands it the caller's registers,
+//! so no frame of the tracer's is walked), then the event into the
+//! thread's buffer by the event path's fast path. Outside a session a
+//! call is the inner allocator's plus one load.
 //!
 //! ## Invariants
 //!
