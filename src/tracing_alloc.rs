@@ -8,9 +8,11 @@
 //! Each call forwards to the wrapped allocator and, while tracing is on,
 //! records the event on the same path as the shim: the sampling decision
 //! first (one load outside sampling mode), then the call stack from the
-//! calling frame (the tracer's capture, which never allocates), then the
-//! event into the thread's buffer. Outside a session a call is the inner
-//! allocator's plus one load.
+//! calling frame (the shim's walk, which never allocates: on x86_64 Linux
+//! the recording function's naked entry hands it the caller's registers,
+//! so no frame of the tracer's is walked), then the event into the
+//! thread's buffer by the event path's fast path. Outside a session a
+//! call is the inner allocator's plus one load.
 //!
 //! ## Invariants
 //!
@@ -104,10 +106,50 @@ fn once_per_thread(f: impl FnOnce()) {
     }
 }
 
-/// Records the allocation of `size` bytes at `ptr`, with the stack of the
-/// caller of the `GlobalAlloc` method that called this.
+/// Records the allocation of `size` bytes at `ptr`, with the call stack
+/// from the frame this call returns to: the `GlobalAlloc` method's, or with
+/// inlining (release builds, LTO) `__rust_alloc`'s or the allocating
+/// function's. On x86_64 Linux a naked entry, as the shim's malloc: it
+/// hands the caller's return address, stack pointer after the return and
+/// rbp to [`record_alloc_at`] and jumps there, so the walk starts in the
+/// caller's frame (the shim's walk, with its memo and its shortcut for the
+/// same walk again), with no frame of the tracer's to walk and drop.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[unsafe(naked)]
+extern "C" fn record_alloc(ptr: *mut u8, size: usize) {
+    core::arch::naked_asm!(
+        "mov rdx, qword ptr [rsp]",
+        "lea rcx, [rsp + 8]",
+        "mov r8, rbp",
+        "jmp {body}",
+        body = sym record_alloc_at,
+    )
+}
+
+/// [`record_alloc`]'s body, the caller's registers (`ra`, `sp`, `bp`) as
+/// its naked entry saw them.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+extern "C" fn record_alloc_at(ptr: *mut u8, size: usize, ra: u64, sp: u64, bp: u64) {
+    record_alloc_with(ptr, size, || {
+        capture::capture_stack_from(capture::StartRegs { ra, sp, bp })
+    });
+}
+
+/// Elsewhere: the C API's capture, which walks this function's frame and
+/// drops it.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 #[inline(never)]
 fn record_alloc(ptr: *mut u8, size: usize) {
+    // From this function's caller (see above). A fixed deeper skip would
+    // drop the program's own frame where the allocator's are inlined.
+    record_alloc_with(ptr, size, || capture::capture_stack_or_lost(1));
+}
+
+/// The recording of an allocation, its call stack from `stack` (a stack
+/// ID, or `LOST_STACK`), called only once the allocation is sampled and
+/// stacks are on.
+#[inline(always)]
+fn record_alloc_with(ptr: *mut u8, size: usize, stack: impl FnOnce() -> u64) {
     if !alloctrace_writer::enabled() || alloctrace_writer::on_internal_thread() {
         return;
     }
@@ -119,12 +161,7 @@ fn record_alloc(ptr: *mut u8, size: usize) {
             return;
         }
         if capture::mode() != StackMode::None {
-            // From this function's caller: the GlobalAlloc method, or
-            // with inlining (release builds, LTO) `__rust_alloc` or the
-            // allocating function itself. A fixed deeper skip would drop
-            // the program's own frame where the allocator's are inlined.
-            let stack = capture::capture_stack_or_lost(1);
-            events::sampled::heap_object_alloc_stack(addr, size as u64, 0, stack);
+            events::sampled::heap_object_alloc_stack(addr, size as u64, 0, stack());
         } else {
             events::sampled::heap_object_alloc(addr, size as u64, 0);
         }

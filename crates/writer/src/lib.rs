@@ -121,6 +121,12 @@ pub use writer::snapshot::SnapshotBytes;
 #[cfg(loom)]
 pub use handshake::{heavy_barrier, SeqLock};
 
+/// The handshake's heavy side (membarrier), for a counter kept by one
+/// thread until a second one counts (the `alloctrace` crate's HeapStats).
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub use handshake::heavy_barrier;
+
 /// Test hooks of the handshake (tests/membarrier_failure.rs).
 #[cfg(not(loom))]
 #[doc(hidden)]

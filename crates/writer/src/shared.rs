@@ -33,6 +33,14 @@ pub mod inline_mode {
     pub const COARSE: u32 = 2;
 }
 
+/// What the library's own fast path (event/emit.rs `write_event_fast`) may do in the
+/// running session, an [`inline_mode`] value: the header's inline mode,
+/// except that a session capturing call stacks in the C API's plain calls
+/// or sampling keeps it (the header's inline path, which can do neither,
+/// is out of line then; the library's callers capture and sample before
+/// they emit). Written by start, before the first event.
+pub(crate) static FAST_MODE: AtomicU32 = AtomicU32::new(inline_mode::OUT_OF_LINE);
+
 /// See the module docs. Every field is written only under the tracer's
 /// CONTROL lock (start, advance, stop), except `published_ticks`, which the
 /// advancer thread writes.

@@ -279,7 +279,9 @@ pub(crate) fn mark_internal() {
     INTERNAL.with(|f| f.set(true));
 }
 
-/// Whether the calling thread is one of the tracer's own.
+/// Whether the calling thread is one of the tracer's own. Inline: a
+/// global allocator in another crate asks on every call.
+#[inline]
 pub(crate) fn is_internal() -> bool {
     INTERNAL.with(|f| f.get())
 }

@@ -21,7 +21,7 @@ use crate::buffer::{Buffer, Want};
 use crate::clock;
 use crate::lost::{LOST_STACKS, LOST_WITHOUT_SLOT};
 use crate::session::SESSION;
-use crate::shared::{inline_mode, SHARED};
+use crate::shared::{inline_mode, FAST_MODE, SHARED};
 use crate::stacks::call_stack_table;
 use crate::thread::{self, Stream, ThreadSlot};
 
@@ -186,7 +186,7 @@ fn write_event_fast(
     stack: u64,
     entry: u64,
 ) -> bool {
-    let mode = SHARED.inline_mode.load(Ordering::Relaxed);
+    let mode = FAST_MODE.load(Ordering::Relaxed);
     let class = kind.address_class();
     if mode == inline_mode::OUT_OF_LINE || class == AddressClass::Raw {
         return false;

@@ -19,7 +19,7 @@ use crate::session::{
     AdvancerSignals, ByteCount, Config, Control, Error, Session, SessionInfo, CONTROL, IN_CONTROL,
     SESSION,
 };
-use crate::shared::{inline_mode, SHARED};
+use crate::shared::{inline_mode, FAST_MODE, SHARED};
 use crate::thread::{self, Stream, STREAMS};
 use crate::writer::flight::{FlightRecorder, FlightStats, GENERATIONS_PER_RING};
 use crate::writer::output::Output;
@@ -187,13 +187,20 @@ pub fn start_with(
             config.plain_calls_capture && config.stacks != crate::stacks::capture::StackMode::None;
         // Sampling decides in the library, for every heap-object event.
         let sampling = config.sample_bytes != 0;
-        let mode = match (asymmetric && cfg!(target_arch = "x86_64"), coarse) {
-            _ if capturing || sampling => inline_mode::OUT_OF_LINE,
+        let fast = match (asymmetric && cfg!(target_arch = "x86_64"), coarse) {
             (false, _) => inline_mode::OUT_OF_LINE,
             (true, false) => inline_mode::PRECISE,
             (true, true) => inline_mode::COARSE,
         };
+        let mode = if capturing || sampling {
+            inline_mode::OUT_OF_LINE
+        } else {
+            fast
+        };
         SHARED.inline_mode.store(mode, Ordering::Relaxed);
+        // The library's own fast path captures and samples in its callers:
+        // only the clock and the fences decide it.
+        FAST_MODE.store(fast, Ordering::Relaxed);
         for lost in &LOST_WITHOUT_SLOT {
             lost.store(0, Ordering::Relaxed);
         }
