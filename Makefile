@@ -350,6 +350,9 @@ uninstall:
 
 # The Python package (python/, docs/PYTHON.md): a fresh venv under build/,
 # the README's `pip install ./python` into it, and python/tests run by it.
+# test_memray.py compares the top sites with memray's, which pip installs
+# from PyPI into the same venv (as it does the build's setuptools): without
+# PyPI this target fails, saying so.
 PYTHON3 ?= python3
 PY_VENV := $(BUILD)/pyvenv
 python-test: lib cli
@@ -357,6 +360,8 @@ python-test: lib cli
 	$(PYTHON3) -m venv $(PY_VENV)
 	$(PY_VENV)/bin/pip install --quiet ./python
 	ALLOCTRACE_CLI=$(abspath $(CLI)) $(PY_VENV)/bin/python python/tests/test_alloctrace.py
+	@$(PY_VENV)/bin/pip install --quiet memray || { echo "error: python-test: pip could not install memray from PyPI (python/tests/test_memray.py needs it)"; exit 1; }
+	ALLOCTRACE_CLI=$(abspath $(CLI)) $(PY_VENV)/bin/python python/tests/test_memray.py
 
 # Installs into a temporary prefix and uses it as a user or a distribution
 # would (packaging/install-test.sh): the files, their stripped sizes, the
@@ -382,7 +387,8 @@ fuzz:
 # which prints a table of measured values, ratios and targets and writes
 # target/bench/results.json. It reports numbers and never fails on them.
 # BENCH_ONLY=callgrind make bench runs only the instruction budgets (I1-I2,
-# about 30 s); bench/README.md lists the groups.
+# about 30 s); bench/README.md lists the groups. The memray group (issue
+# 23) keeps a venv with memray from PyPI and ./python in build/bench/.
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wpedantic -Werror -Iinclude -Ibench \
                 $(if $(shell grep -l TRACE_CLOCK_COARSE $(HEADER) 2>/dev/null),-DBENCH_HAVE_CLOCK) \
                 $(if $(shell grep -l TRACE_COMPRESSION_ZSTD $(HEADER) 2>/dev/null),-DBENCH_HAVE_COMPRESSION) \

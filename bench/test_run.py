@@ -227,6 +227,79 @@ class Parsing(unittest.TestCase):
         finally:
             bench.ONLY = saved
 
+    def test_memray_added_ratio_is_the_median_within_rounds(self):
+        times = {"plain": [1.0, 1.0, 2.0], "a": [2.0, 3.0, 3.0], "m": [3.0, 3.0, 6.0]}
+        # Rounds: 1/2, 2/2, 1/4.
+        self.assertEqual(bench.memray_added_ratio(times, "a", "m"), 0.5)
+        # A round where the rival added nothing is left out.
+        times = {"plain": [1.0, 1.0], "a": [2.0, 2.0], "m": [1.0, 5.0]}
+        self.assertEqual(bench.memray_added_ratio(times, "a", "m"), 0.25)
+
+    def test_memray_and_alloctrace_see_the_same_allocations(self):
+        configs = dict(bench.MEMRAY_CONFIGS)
+        self.assertEqual(set(configs), {"plain", "alloctrace", "memray", "alloctrace_native", "memray_native"})
+        for cfg in ("memray", "memray_native"):
+            self.assertIn("--trace-python-allocators", configs[cfg])
+        self.assertIn("--native", configs["memray_native"])
+        self.assertIn("--native", configs["alloctrace_native"])
+        self.assertNotIn("--native", configs["memray"] + configs["alloctrace"])
+        # Every configuration runs with the same environment: pymalloc.
+        self.assertEqual(bench.MEMRAY_ENV["PYTHONMALLOC"], "pymalloc")
+        self.assertEqual({s for _, s, _ in bench.MEMRAY_SCRIPTS}, {"deep_stack.py", "json_dict.py"})
+        for _, script, _ in bench.MEMRAY_SCRIPTS:
+            self.assertTrue(os.path.exists(os.path.join(HERE, script)), script)
+
+    def memray_rows(self, venv, run_cpu):
+        saved = bench.memray_venv, bench.run_cpu, bench.ROWS[:], bench.MEMRAY_REPS, bench.log
+        bench.memray_venv, bench.run_cpu, bench.MEMRAY_REPS, bench.log = venv, run_cpu, 2, lambda msg: None
+        del bench.ROWS[:]
+        raw = {}
+        try:
+            bench.memray_items(raw)
+            return list(bench.ROWS), raw
+        finally:
+            bench.memray_venv, bench.run_cpu, _, bench.MEMRAY_REPS, bench.log = saved
+            bench.ROWS[:] = saved[2]
+
+    def test_memray_rows_say_skipped_without_pypi(self):
+        rows, raw = self.memray_rows(lambda: (None, None, "skipped: pip could not install memray from PyPI: x"),
+                                     None)
+        self.assertEqual([(r["item"], r["status"]) for r in rows], [("U2", "skipped"), ("U3", "skipped")])
+        self.assertIn("could not install memray from PyPI", rows[0]["note"])
+        self.assertNotIn("memray", raw)
+
+    def test_memray_native_rows_skip_alloctrace_when_it_refuses_native_and_still_time_memray(self):
+        calls = []
+        # Loop seconds per configuration: plain 1, alloctrace 2, memray 3,
+        # memray --native 5 (alloctrace --native refused).
+        loop = {"plain": 1.0, "alloctrace": 2.0, "memray": 3.0, "memray_native": 5.0}
+
+        def run_cpu(cmd, env):
+            calls.append(cmd)
+            self.assertEqual(env["PYTHONMALLOC"], "pymalloc")
+            if "alloctrace" in cmd and "--native" in cmd:
+                return 0.1, 0.1, "", "alloctrace: error: --native is not supported yet\n", 2
+            cfg = ("memray" if "memray" in cmd else "alloctrace" if "alloctrace" in cmd else "plain") + \
+                ("_native" if "--native" in cmd else "")
+            out = '{"rounds": 1, "wall_ns": %d, "cpu_ns": %d}\n' % (loop[cfg] * 1e9, loop[cfg] * 2e9)
+            return loop[cfg] + 0.5, loop[cfg], out, "", 0
+
+        rows, raw = self.memray_rows(lambda: ("/venv/bin/python", "1.0", None), run_cpu)
+        by = {(r["item"], r["what"].split(":")[0]): r for r in rows}
+        self.assertEqual(len(rows), 4)
+        for script in ("deep-stack", "json/dict"):
+            u2 = by[("U2", script)]
+            self.assertEqual((u2["status"], u2["value"]), ("met", "0.500 of memray's"))
+            u3 = by[("U3", script)]
+            self.assertEqual(u3["status"], "skipped")
+            self.assertIn("refused --native", u3["note"])
+            self.assertIn("memray --native 5.00", u3["note"])
+            self.assertEqual(raw["memray"]["scripts"][script]["loops"]["memray_native"], [5.0, 5.0])
+            self.assertEqual(raw["memray"]["scripts"][script]["loop_cpus"]["alloctrace"], [4.0, 4.0])
+            self.assertIn("the loop elapsed 0.500 of memray's", u2["note"])
+        # alloctrace --native is tried once, then not again.
+        self.assertEqual(sum(1 for c in calls if "alloctrace" in c and "--native" in c), 1)
+
     def test_default_stack_mode_is_read_from_the_options_crate(self):
         self.assertIn(bench.default_stack_mode(), ("none", "fast", "full", None))
 
