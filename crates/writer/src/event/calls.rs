@@ -254,6 +254,27 @@ pub fn stack_register(frames: &[u64]) -> u64 {
     ))
 }
 
+/// The stack ID of `parent` (a stack ID from [`stack_register`] or this
+/// function; 0: none, `frame` is then the outermost frame) with `frame`
+/// (a native return address or a [`frame_register`] value) as its
+/// innermost frame, interned if new: O(1), however deep the stack. 0 for
+/// a `parent` that names no stack, a `frame` that is 0 or names no
+/// registered frame, a full table, or a stack that would be deeper than
+/// [`MAX_STACK_DEPTH`] frames (the caller registers the whole stack with
+/// [`stack_register`] instead, which keeps its innermost frames under the
+/// truncation marker). Never allocates nor locks.
+#[inline]
+pub fn stack_push(parent: u64, frame: u64) -> u64 {
+    let Some(word) = frame_word(frame) else {
+        return 0;
+    };
+    u64::from(crate::stacks::call_stack_table::intern_onto(
+        parent,
+        word,
+        MAX_STACK_DEPTH,
+    ))
+}
+
 /// The calling thread's trace thread ID (as in the trace's batch headers),
 /// claiming a slot if needed; 0 when tracing is off or no slot is free.
 pub fn thread_id() -> u64 {
