@@ -20,11 +20,20 @@
  * - Each (code object, line) is registered once with trace_frame_register
  *   (function: co_qualname, file: co_filename, encoded to UTF-8 here into a
  *   buffer on the C stack) and kept in a hash table of this file's own
- *   (mmap'd, never Python memory); the frames, innermost first, go to
- *   trace_stack_register, which interns the call stack. The last stack ID
+ *   (mmap'd, never Python memory). A call stack's ID is one
+ *   trace_stack_push of the innermost frame onto the stack ID of the
+ *   frames outside it, which each shadow-stack entry keeps (`prefix`,
+ *   computed on the first allocation that needs it, one push a frame from
+ *   the nearest entry below that has one; valid while the entry is on the
+ *   shadow stack, its callers being suspended at their calls meanwhile).
+ *   A stack deeper than the format's 1024 frames goes whole to
+ *   trace_stack_register (truncated under its mark). The last stack ID
  *   is reused while the thread made no call or return and its innermost
  *   frame stays at one instruction, and found by instruction in a small
  *   per-thread cache while the frames below stay the same.
+ * - Frees go through the header's inline path with the thread's writer
+ *   handle (`this_writer`); the thread-locals are initial-exec (static TLS,
+ *   no __tls_get_addr call, never allocated lazily inside a hook).
  * - --native (native_on): an allocation's call stack is its native walk
  *   (trace_stack_walk, innermost first) with each return address into
  *   _PyEval_EvalFrameDefault replaced by the shadow stack's frames that
@@ -98,7 +107,11 @@
 /* ---- the reentrancy guard ---- */
 
 /* Set while a hook records on this thread (invariant 1). */
-static __thread int in_hook;
+/* Initial-exec: a load at a fixed offset from the thread pointer, where
+ * the default model for a shared object calls __tls_get_addr at every
+ * hook. Its few bytes come from the static TLS space the C library keeps
+ * for modules loaded later. */
+static __thread int in_hook __attribute__((tls_model("initial-exec")));
 
 /* ---- the frame table: (code, line) -> frame value ---- */
 
@@ -242,7 +255,19 @@ typedef struct {
     char is_entry;        /* --native: its eval call's entry frame */
     char hidden;          /* --native: running before the profile function: in no stack */
     char settled;         /* --native: `fv` was computed while a frame ran above this one */
+    char prefix_ok;       /* `prefix` is computed */
+    /* The stack ID of the frames outside this one (the entries below it,
+     * each at its line), 0 for none, PREFIX_NONE when trace_stack_push
+     * could not give it: computed once, on the first allocation that needs
+     * it, and valid while this entry is on the shadow stack (the frames
+     * below are suspended at their calls meanwhile). */
+    uint64_t prefix;
 } shadow_entry;
+
+/* An entry's `prefix` that trace_stack_push could not give (deeper than
+ * the format's 1024 frames, or a full table): its stacks are registered
+ * whole. */
+#define PREFIX_NONE UINT64_MAX
 
 typedef struct {
     shadow_entry *entries; /* outermost first; libc memory, never PyMem */
@@ -278,7 +303,22 @@ typedef struct {
 } shadow_stack;
 
 /* This thread's stack; written by the profile function, read by the hooks. */
-static __thread shadow_stack *shadow;
+static __thread shadow_stack *shadow __attribute__((tls_model("initial-exec")));
+
+/* This thread's writer handle, for the header's inline event path (a free
+ * is then written here without a call); NULL until the thread's first
+ * event asks for it. It stays the thread's (across sessions, and in a fork
+ * child), and a stale one makes the calls take the library's path. */
+static __thread trace_writer *writer __attribute__((tls_model("initial-exec")));
+
+static inline trace_writer *this_writer(void)
+{
+    trace_writer *w = writer;
+    if (__builtin_expect(w == NULL, 0)) {
+        w = writer = trace_writer_get();
+    }
+    return w;
+}
 
 static void shadow_push(PyFrameObject *frame, int hidden)
 {
@@ -321,6 +361,7 @@ static void shadow_push(PyFrameObject *frame, int hidden)
     e->lasti = -2;
     e->fv = 0;
     e->settled = 0;
+    e->prefix_ok = 0;
     e->is_entry = native_mode ? (char)alloctrace_frame_is_entry(frame) : 0;
     e->hidden = (char)hidden;
 }
@@ -521,6 +562,31 @@ static uint64_t native_stack(shadow_stack *s, PyThreadState *ts, int top_lasti)
     return s->last_stack;
 }
 
+/* The `prefix` of entry `i`: the stack ID of entries[0..i), computed from
+ * the nearest entry below that has one, one trace_stack_push a visible
+ * frame. */
+static uint64_t prefix_of(shadow_stack *s, size_t i)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    size_t j = i;
+    while (j > 0 && !s->entries[j].prefix_ok) {
+        j--;
+    }
+    uint64_t p = j > 0 ? s->entries[j].prefix : 0;
+    for (; j < i; j++) {
+        uint64_t fv = entry_value(&s->entries[j]);
+        if (fv != 0 && p != PREFIX_NONE) {
+            p = trace_stack_push(p, fv);
+            if (p == 0) {
+                p = PREFIX_NONE;
+            }
+        }
+        s->entries[j + 1].prefix = p;
+        s->entries[j + 1].prefix_ok = 1;
+    }
+    return p;
+}
+
 /* The current Python call stack's ID, 0 when there is none. */
 static uint64_t current_stack(void)
 {
@@ -551,14 +617,30 @@ static uint64_t current_stack(void)
         s->changed = 0;
         return s->last_stack;
     }
-    size_t n = 0;
-    for (size_t i = s->depth; i > 0 && n < MAX_DEPTH; i--) {
-        uint64_t fv = entry_value(&s->entries[i - 1]);
-        if (fv != 0) {
-            s->frames[n++] = fv;
+    /* One push of the innermost frame onto its callers' stack ID. */
+    uint64_t prefix = prefix_of(s, s->depth - 1);
+    uint64_t fv = entry_value(top);
+    uint64_t stack = prefix;
+    if (prefix != PREFIX_NONE && fv != 0) {
+        stack = trace_stack_push(prefix, fv);
+        if (stack == 0) {
+            stack = PREFIX_NONE;
         }
     }
-    s->last_stack = n ? trace_stack_register(s->frames, n) : 0;
+    if (stack == PREFIX_NONE) {
+        /* Deeper than the format allows (or a full table): the whole
+         * stack, which trace_stack_register keeps the innermost 1023
+         * frames of, under a truncation mark. */
+        size_t n = 0;
+        for (size_t i = s->depth; i > 0 && n < MAX_DEPTH + 1; i--) {
+            uint64_t v = entry_value(&s->entries[i - 1]);
+            if (v != 0) {
+                s->frames[n++] = v;
+            }
+        }
+        stack = n ? trace_stack_register(s->frames, n) : 0;
+    }
+    s->last_stack = stack;
     s->last_lasti = top_lasti;
     s->changed = 0;
     s->by_lasti[slot].epoch = s->epoch;
@@ -830,7 +912,7 @@ static void record_free(void *p)
 {
     /* Must not allocate through Python: runs inside the allocator hooks. */
     if (blocks_remove((uintptr_t)p)) {
-        trace_heap_object_free((uintptr_t)p);
+        trace_writer_heap_object_free(this_writer(), (uintptr_t)p);
     }
 }
 
@@ -843,7 +925,7 @@ static void record_free(void *p)
 static void *hook_malloc(void *ctx, size_t size)
 {
     domain_hook *d = ctx;
-    if (in_hook || !trace_enabled()) {
+    if (in_hook || !trace_writer_enabled()) {
         return d->orig.malloc(d->orig.ctx, size);
     }
     in_hook = 1;
@@ -858,7 +940,7 @@ static void *hook_malloc(void *ctx, size_t size)
 static void *hook_calloc(void *ctx, size_t nelem, size_t elsize)
 {
     domain_hook *d = ctx;
-    if (in_hook || !trace_enabled()) {
+    if (in_hook || !trace_writer_enabled()) {
         return d->orig.calloc(d->orig.ctx, nelem, elsize);
     }
     in_hook = 1;
@@ -873,7 +955,7 @@ static void *hook_calloc(void *ctx, size_t nelem, size_t elsize)
 static void *hook_realloc(void *ctx, void *old, size_t size)
 {
     domain_hook *d = ctx;
-    if (in_hook || !trace_enabled()) {
+    if (in_hook || !trace_writer_enabled()) {
         return d->orig.realloc(d->orig.ctx, old, size);
     }
     in_hook = 1;
@@ -881,7 +963,7 @@ static void *hook_realloc(void *ctx, void *old, size_t size)
      * be given the old address and record its allocation. */
     int was_recorded = old != NULL && blocks_remove((uintptr_t)old);
     if (was_recorded) {
-        trace_heap_object_free((uintptr_t)old);
+        trace_writer_heap_object_free(this_writer(), (uintptr_t)old);
     }
     void *p = d->orig.realloc(d->orig.ctx, old, size);
     if (p != NULL) {
@@ -897,7 +979,7 @@ static void *hook_realloc(void *ctx, void *old, size_t size)
 static void hook_free(void *ctx, void *p)
 {
     domain_hook *d = ctx;
-    if (in_hook || p == NULL || !trace_enabled()) {
+    if (in_hook || p == NULL || !trace_writer_enabled()) {
         d->orig.free(d->orig.ctx, p);
         return;
     }
