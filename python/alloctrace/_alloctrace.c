@@ -587,6 +587,18 @@ static uint64_t prefix_of(shadow_stack *s, size_t i)
     return p;
 }
 
+/* The thread state running on this thread: callers hold the GIL, so it is
+ * the GIL holder's, one load (PyGILState_GetThisThreadState is a
+ * pthread_getspecific). */
+static inline PyThreadState *current_tstate(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
+}
+
 /* The current Python call stack's ID, 0 when there is none. */
 static uint64_t current_stack(void)
 {
@@ -598,7 +610,7 @@ static uint64_t current_stack(void)
     /* A program that sets a profile function of its own (sys.setprofile,
      * cProfile, a debugger) takes the thread over: the shadow stack no
      * longer follows its calls, so its allocations get no call stack. */
-    PyThreadState *ts = PyGILState_GetThisThreadState();
+    PyThreadState *ts = current_tstate();
     if (ts == NULL || ts->c_profilefunc != profile) {
         return 0;
     }
