@@ -429,13 +429,25 @@ static int profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 
 /* The frame value of a shadow-stack entry at its current line; 0 for none
  * (a hidden entry, or no code). */
+static uint64_t entry_value_at(shadow_entry *e, int lasti);
+
 static uint64_t entry_value(shadow_entry *e)
 {
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
     if (e->code == NULL || e->hidden) {
         return 0;
     }
-    int lasti = PyFrame_GetLasti(e->frame);
+    return entry_value_at(e, PyFrame_GetLasti(e->frame));
+}
+
+/* entry_value with the frame's instruction already read (`lasti`, from
+ * PyFrame_GetLasti; e->code is not NULL). */
+static uint64_t entry_value_at(shadow_entry *e, int lasti)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (e->hidden) {
+        return 0;
+    }
     if (lasti != e->lasti || e->fv == 0) {
         e->fv = frame_value(e->code, PyCode_Addr2Line(e->code, lasti));
         e->lasti = lasti;
@@ -631,7 +643,7 @@ static uint64_t current_stack(void)
     }
     /* One push of the innermost frame onto its callers' stack ID. */
     uint64_t prefix = prefix_of(s, s->depth - 1);
-    uint64_t fv = entry_value(top);
+    uint64_t fv = top->code != NULL ? entry_value_at(top, top_lasti) : 0;
     uint64_t stack = prefix;
     if (prefix != PREFIX_NONE && fv != 0) {
         stack = trace_stack_push(prefix, fv);
