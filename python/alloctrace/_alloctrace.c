@@ -26,6 +26,8 @@
  *   computed on the first allocation that needs it, one push a frame from
  *   the nearest entry below that has one; valid while the entry is on the
  *   shadow stack, its callers being suspended at their calls meanwhile).
+ *   A per-thread site table answers the push by (callers' stack ID,
+ *   code, instruction) while the frame table pins the code objects.
  *   A stack deeper than the format's 1024 frames goes whole to
  *   trace_stack_register (truncated under its mark). The last stack ID
  *   is reused while the thread made no call or return and its innermost
@@ -247,6 +249,21 @@ typedef struct {
 
 #define STACK_CACHE 65536
 
+/* Python-only stacks: the stack ID of an allocation by (the innermost
+ * frame's callers' stack ID, its code, its instruction), which fix it
+ * while the code object lives: a site called again from the same callers
+ * skips the line, the frame lookup and the push. `code` NULL: empty. A
+ * thread's table is 256 KiB of address space, mapped (pages touched as
+ * used) and kept for the process. */
+typedef struct {
+    uint64_t prefix;
+    PyCodeObject *code;
+    int lasti;
+    uint64_t stack;
+} site_slot;
+
+#define SITE_CACHE 8192
+
 typedef struct {
     PyFrameObject *frame; /* a reference, dropped at its pop */
     PyCodeObject *code;   /* borrowed from the frame */
@@ -299,6 +316,9 @@ typedef struct {
      * allocations repeat a stack seen before, and finding it here costs a
      * fraction of trace_stack_register's interning of every frame. */
     stack_cache_slot *cache;
+    /* Python-only stacks: by site (site_slot; NULL: none could be had). */
+    site_slot *sites;
+    int sites_tried;
     uint64_t frames[MAX_DEPTH + NATIVE_MAX]; /* innermost first, for trace_stack_register */
 } shadow_stack;
 
@@ -329,6 +349,13 @@ static void shadow_push(PyFrameObject *frame, int hidden)
             return;
         }
         shadow = s;
+    }
+    if (!native_mode && !s->sites_tried) {
+        /* Outside the hooks (the profile function): libc memory. */
+        s->sites_tried = 1;
+        void *m = mmap(NULL, SITE_CACHE * sizeof *s->sites, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        s->sites = m != MAP_FAILED ? m : NULL;
     }
     if (native_mode && s->cache == NULL) {
         /* Outside the hooks (the profile function): libc memory. */
@@ -577,6 +604,46 @@ static uint64_t native_stack(shadow_stack *s, PyThreadState *ts, int top_lasti)
 /* The `prefix` of entry `i`: the stack ID of entries[0..i), computed from
  * the nearest entry below that has one, one trace_stack_push a visible
  * frame. */
+/* The stack ID of entry `e`'s frame at instruction `lasti` (its current
+ * one) inside the stack `prefix` of its callers (not PREFIX_NONE): one
+ * trace_stack_push, unless the site table has it. `prefix` when `e` shows
+ * no frame; PREFIX_NONE when the push could not give it. */
+static uint64_t site_stack(shadow_stack *s, shadow_entry *e, uint64_t prefix, int lasti)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (e->code == NULL || e->hidden) {
+        return prefix;
+    }
+    site_slot *site = NULL;
+    if (s->sites != NULL) {
+        uint64_t h = prefix * 0x9E3779B97F4A7C15ull ^ ((uintptr_t)e->code >> 4) * 0xC2B2AE3D27D4EB4Full ^
+                     (uint64_t)(uint32_t)lasti * 0x165667B19E3779F9ull;
+        h ^= h >> 31;
+        site = &s->sites[h & (SITE_CACHE - 1)];
+        if (site->code == e->code && site->prefix == prefix && site->lasti == lasti) {
+            return site->stack;
+        }
+    }
+    uint64_t fv = entry_value_at(e, lasti);
+    if (fv == 0) {
+        return prefix;
+    }
+    uint64_t stack = trace_stack_push(prefix, fv);
+    if (stack == 0) {
+        return PREFIX_NONE;
+    }
+    /* Only while the frame table keeps every code object it names alive
+     * (invariant 3; `fv` is then in it): a code object's address then
+     * never names another. */
+    if (site != NULL && frame_table != NULL && frame_table_used < FRAME_SLOTS / 4 * 3) {
+        site->prefix = prefix;
+        site->code = e->code;
+        site->lasti = lasti;
+        site->stack = stack;
+    }
+    return stack;
+}
+
 static uint64_t prefix_of(shadow_stack *s, size_t i)
 {
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
@@ -586,12 +653,9 @@ static uint64_t prefix_of(shadow_stack *s, size_t i)
     }
     uint64_t p = j > 0 ? s->entries[j].prefix : 0;
     for (; j < i; j++) {
-        uint64_t fv = entry_value(&s->entries[j]);
-        if (fv != 0 && p != PREFIX_NONE) {
-            p = trace_stack_push(p, fv);
-            if (p == 0) {
-                p = PREFIX_NONE;
-            }
+        shadow_entry *e = &s->entries[j];
+        if (p != PREFIX_NONE && e->code != NULL && !e->hidden) {
+            p = site_stack(s, e, p, PyFrame_GetLasti(e->frame));
         }
         s->entries[j + 1].prefix = p;
         s->entries[j + 1].prefix_ok = 1;
@@ -641,16 +705,10 @@ static uint64_t current_stack(void)
         s->changed = 0;
         return s->last_stack;
     }
-    /* One push of the innermost frame onto its callers' stack ID. */
+    /* One push of the innermost frame onto its callers' stack ID, unless
+     * the site table has the result. */
     uint64_t prefix = prefix_of(s, s->depth - 1);
-    uint64_t fv = top->code != NULL ? entry_value_at(top, top_lasti) : 0;
-    uint64_t stack = prefix;
-    if (prefix != PREFIX_NONE && fv != 0) {
-        stack = trace_stack_push(prefix, fv);
-        if (stack == 0) {
-            stack = PREFIX_NONE;
-        }
-    }
+    uint64_t stack = prefix == PREFIX_NONE ? PREFIX_NONE : site_stack(s, top, prefix, top_lasti);
     if (stack == PREFIX_NONE) {
         /* Deeper than the format allows (or a full table): the whole
          * stack, which trace_stack_register keeps the innermost 1023
