@@ -340,6 +340,21 @@ static inline trace_writer *this_writer(void)
     return w;
 }
 
+/* The site tables are unmapped at thread exit (a program that starts
+ * many threads would otherwise keep a table per thread it ever ran). */
+static pthread_key_t sites_key;
+static int sites_key_ok;
+
+static void sites_release(void *arg)
+{
+    shadow_stack *s = arg;
+    site_slot *t = s->sites;
+    s->sites = NULL; /* a hook running later on this thread finds none */
+    if (t != NULL) {
+        munmap(t, SITE_CACHE * sizeof *t);
+    }
+}
+
 static void shadow_push(PyFrameObject *frame, int hidden)
 {
     shadow_stack *s = shadow;
@@ -350,11 +365,16 @@ static void shadow_push(PyFrameObject *frame, int hidden)
         }
         shadow = s;
     }
-    if (!native_mode && !s->sites_tried) {
-        /* Outside the hooks (the profile function): libc memory. */
+    if (!native_mode && !s->sites_tried && sites_key_ok) {
+        /* Outside the hooks (the profile function): libc memory, given
+         * back when the thread exits (sites_release). */
         s->sites_tried = 1;
         void *m = mmap(NULL, SITE_CACHE * sizeof *s->sites, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m != MAP_FAILED && pthread_setspecific(sites_key, s) != 0) {
+            munmap(m, SITE_CACHE * sizeof *s->sites);
+            m = MAP_FAILED;
+        }
         s->sites = m != MAP_FAILED ? m : NULL;
     }
     if (native_mode && s->cache == NULL) {
@@ -1110,6 +1130,9 @@ static PyObject *install_hooks(PyObject *self, PyObject *unused)
 {
     if (hooks_installed) {
         Py_RETURN_NONE;
+    }
+    if (!sites_key_ok) {
+        sites_key_ok = pthread_key_create(&sites_key, sites_release) == 0;
     }
     PyMemAllocatorEx current[3];
     for (int dom = 0; dom < 3; dom++) {
