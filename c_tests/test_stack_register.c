@@ -7,6 +7,9 @@
  * NULL, n = 0, a frame of 0 and a registered value that names no frame give
  * 0; a stack deeper than 1024 frames keeps its innermost 1023 under the
  * truncation mark, so two deep stacks sharing those frames get one ID.
+ * trace_stack_push grows a stack ID by one frame to the ID the whole stack
+ * registers to, refuses the odd arguments trace_stack_register does and a
+ * parent that names no stack, and stops at the format's 1024 frames.
  */
 #include "common.h"
 
@@ -84,6 +87,25 @@ int main(void)
     CHECK_EQ_U64(d3000, d2000);
     CHECK(d1023 != d2000 && d1024 != d2000 && d1023 != d1024);
 
+    /* trace_stack_push: the stack of a parent ID and one frame inside it. */
+    uint64_t outer = trace_stack_push(0, 0x400800);
+    CHECK(outer != 0);
+    CHECK_EQ_U64(outer, trace_stack_register(native_a + 2, 1));
+    CHECK_EQ_U64(trace_stack_push(trace_stack_push(outer, 0x401500), 0x401234), a);
+    CHECK_EQ_U64(trace_stack_push(callers, native_a[0]), a);
+    CHECK_EQ_U64(trace_stack_push(trace_stack_register(mixed + 1, 3), mixed[0]), m);
+    CHECK_EQ_U64(trace_stack_push(trace_stack_push(outer, call), eval), trace_stack_register(mixed + 1, 3));
+    CHECK_EQ_U64(trace_stack_push(callers, 0), 0);
+    CHECK_EQ_U64(trace_stack_push(callers, REGISTERED | UINT64_C(0xfffffff)), 0);
+    CHECK_EQ_U64(trace_stack_push(UINT64_C(0x7fffffff), 0x401234), 0);
+    CHECK_EQ_U64(trace_stack_push(UINT64_MAX, 0x401234), 0);
+    /* At the depth limit: 1024 frames, and no frame more. */
+    uint64_t pushed1024 = trace_stack_push(trace_stack_register(deep + 1, 1023), deep[0]);
+    CHECK_EQ_U64(pushed1024, d1024);
+    CHECK_EQ_U64(trace_stack_push(d1024, 0x400100), 0);
+    CHECK_EQ_U64(trace_stack_push(d2000, 0x400100), 0);
+    CHECK(trace_stack_push(trace_stack_register(deep + 2, 1022), 0x400100) != 0);
+
     /* While tracing, from threads at once: one ID per stack. */
     char path[PATH_BUF_LEN];
     test_path(path, "stacks.trace");
@@ -114,6 +136,7 @@ int main(void)
     trace_writer_span_alloc_stack(trace_writer_get(), 0x20010000, 2, 1, d2000);
     trace_heap_object_alloc_stack(0x10000080, 16, 0, 0);
     trace_heap_object_alloc_stack(0x100000c0, 16, 0, UINT64_C(0x7fffffff));
+    trace_heap_object_alloc_stack(0x10000100, 16, 0, trace_stack_push(d1023, 0x400100));
     CHECK_RESULT(trace_stop(), TRACE_OK);
     CHECK(cli_check(path) == 0);
     char *json = cli_stats_json(path);
@@ -130,7 +153,7 @@ int main(void)
             with_stack++;
     }
     free(text);
-    CHECK_EQ_U64((uint64_t)allocs, 6);
-    CHECK_EQ_U64((uint64_t)with_stack, 4);
+    CHECK_EQ_U64((uint64_t)allocs, 7);
+    CHECK_EQ_U64((uint64_t)with_stack, 5);
     return test_pass();
 }

@@ -861,6 +861,27 @@ pub unsafe extern "C" fn trace_stack_register(frames: *const u64, n: libc::size_
     })
 }
 
+/// Returns the stack ID of the call stack `parent_stack` with `frame` as its
+/// innermost frame, interning it if new: one hash lookup however deep the
+/// stack, for a runtime that keeps the ID of each of its frames' callers
+/// (the same ID `trace_stack_register` returns for the same frames).
+/// `parent_stack` is a stack ID from `trace_stack_register` or this
+/// function, 0 for none (`frame` is then the outermost frame); `frame` a
+/// native return address or a value from `trace_frame_register`. Returns
+/// 0 for a `parent_stack` that names no stack, a `frame` that is 0 or
+/// names no registered frame, when the stack table is full, and when the
+/// stack would be deeper than 1024 frames (the format's limit): call
+/// `trace_stack_register` with the whole stack then, which keeps its
+/// innermost 1023 frames under a truncation mark. Works before
+/// `trace_start`. Any thread, also inside malloc (it never allocates or
+/// locks). No panic guard, as the event calls: it cannot panic (a frame
+/// value meets a bit test and a shift; the parent ID is bounds-checked
+/// before it indexes the table).
+#[no_mangle]
+pub extern "C" fn trace_stack_push(parent_stack: u64, frame: u64) -> u64 {
+    events::stack_push(parent_stack, frame)
+}
+
 /// Unwinds the caller's native stack (as the LD_PRELOAD shim does: by
 /// DWARF CFI unless `trace_config.stacks` chose TRACE_STACKS_FAST), drops
 /// its `skip` innermost frames (0 keeps the caller's own frame), interns it

@@ -20,11 +20,22 @@
  * - Each (code object, line) is registered once with trace_frame_register
  *   (function: co_qualname, file: co_filename, encoded to UTF-8 here into a
  *   buffer on the C stack) and kept in a hash table of this file's own
- *   (mmap'd, never Python memory); the frames, innermost first, go to
- *   trace_stack_register, which interns the call stack. The last stack ID
+ *   (mmap'd, never Python memory). A call stack's ID is one
+ *   trace_stack_push of the innermost frame onto the stack ID of the
+ *   frames outside it, which each shadow-stack entry keeps (`prefix`,
+ *   computed on the first allocation that needs it, one push a frame from
+ *   the nearest entry below that has one; valid while the entry is on the
+ *   shadow stack, its callers being suspended at their calls meanwhile).
+ *   A per-thread site table answers the push by (callers' stack ID,
+ *   code, instruction) while the frame table pins the code objects.
+ *   A stack deeper than the format's 1024 frames goes whole to
+ *   trace_stack_register (truncated under its mark). The last stack ID
  *   is reused while the thread made no call or return and its innermost
  *   frame stays at one instruction, and found by instruction in a small
  *   per-thread cache while the frames below stay the same.
+ * - Frees go through the header's inline path with the thread's writer
+ *   handle (`this_writer`); the thread-locals are initial-exec (static TLS,
+ *   no __tls_get_addr call, never allocated lazily inside a hook).
  * - --native (native_on): an allocation's call stack is its native walk
  *   (trace_stack_walk, innermost first) with each return address into
  *   _PyEval_EvalFrameDefault replaced by the shadow stack's frames that
@@ -98,7 +109,11 @@
 /* ---- the reentrancy guard ---- */
 
 /* Set while a hook records on this thread (invariant 1). */
-static __thread int in_hook;
+/* Initial-exec: a load at a fixed offset from the thread pointer, where
+ * the default model for a shared object calls __tls_get_addr at every
+ * hook. Its few bytes come from the static TLS space the C library keeps
+ * for modules loaded later. */
+static __thread int in_hook __attribute__((tls_model("initial-exec")));
 
 /* ---- the frame table: (code, line) -> frame value ---- */
 
@@ -234,6 +249,21 @@ typedef struct {
 
 #define STACK_CACHE 65536
 
+/* Python-only stacks: the stack ID of an allocation by (the innermost
+ * frame's callers' stack ID, its code, its instruction), which fix it
+ * while the code object lives: a site called again from the same callers
+ * skips the line, the frame lookup and the push. `code` NULL: empty. A
+ * thread's table is 256 KiB of address space, mapped (pages touched as
+ * used) and kept for the process. */
+typedef struct {
+    uint64_t prefix;
+    PyCodeObject *code;
+    int lasti;
+    uint64_t stack;
+} site_slot;
+
+#define SITE_CACHE 8192
+
 typedef struct {
     PyFrameObject *frame; /* a reference, dropped at its pop */
     PyCodeObject *code;   /* borrowed from the frame */
@@ -242,7 +272,19 @@ typedef struct {
     char is_entry;        /* --native: its eval call's entry frame */
     char hidden;          /* --native: running before the profile function: in no stack */
     char settled;         /* --native: `fv` was computed while a frame ran above this one */
+    char prefix_ok;       /* `prefix` is computed */
+    /* The stack ID of the frames outside this one (the entries below it,
+     * each at its line), 0 for none, PREFIX_NONE when trace_stack_push
+     * could not give it: computed once, on the first allocation that needs
+     * it, and valid while this entry is on the shadow stack (the frames
+     * below are suspended at their calls meanwhile). */
+    uint64_t prefix;
 } shadow_entry;
+
+/* An entry's `prefix` that trace_stack_push could not give (deeper than
+ * the format's 1024 frames, or a full table): its stacks are registered
+ * whole. */
+#define PREFIX_NONE UINT64_MAX
 
 typedef struct {
     shadow_entry *entries; /* outermost first; libc memory, never PyMem */
@@ -274,11 +316,44 @@ typedef struct {
      * allocations repeat a stack seen before, and finding it here costs a
      * fraction of trace_stack_register's interning of every frame. */
     stack_cache_slot *cache;
+    /* Python-only stacks: by site (site_slot; NULL: none could be had). */
+    site_slot *sites;
+    int sites_tried;
     uint64_t frames[MAX_DEPTH + NATIVE_MAX]; /* innermost first, for trace_stack_register */
 } shadow_stack;
 
 /* This thread's stack; written by the profile function, read by the hooks. */
-static __thread shadow_stack *shadow;
+static __thread shadow_stack *shadow __attribute__((tls_model("initial-exec")));
+
+/* This thread's writer handle, for the header's inline event path (a free
+ * is then written here without a call); NULL until the thread's first
+ * event asks for it. It stays the thread's (across sessions, and in a fork
+ * child), and a stale one makes the calls take the library's path. */
+static __thread trace_writer *writer __attribute__((tls_model("initial-exec")));
+
+static inline trace_writer *this_writer(void)
+{
+    trace_writer *w = writer;
+    if (__builtin_expect(w == NULL, 0)) {
+        w = writer = trace_writer_get();
+    }
+    return w;
+}
+
+/* The site tables are unmapped at thread exit (a program that starts
+ * many threads would otherwise keep a table per thread it ever ran). */
+static pthread_key_t sites_key;
+static int sites_key_ok;
+
+static void sites_release(void *arg)
+{
+    shadow_stack *s = arg;
+    site_slot *t = s->sites;
+    s->sites = NULL; /* a hook running later on this thread finds none */
+    if (t != NULL) {
+        munmap(t, SITE_CACHE * sizeof *t);
+    }
+}
 
 static void shadow_push(PyFrameObject *frame, int hidden)
 {
@@ -289,6 +364,18 @@ static void shadow_push(PyFrameObject *frame, int hidden)
             return;
         }
         shadow = s;
+    }
+    if (!native_mode && !s->sites_tried && sites_key_ok) {
+        /* Outside the hooks (the profile function): libc memory, given
+         * back when the thread exits (sites_release). */
+        s->sites_tried = 1;
+        void *m = mmap(NULL, SITE_CACHE * sizeof *s->sites, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m != MAP_FAILED && pthread_setspecific(sites_key, s) != 0) {
+            munmap(m, SITE_CACHE * sizeof *s->sites);
+            m = MAP_FAILED;
+        }
+        s->sites = m != MAP_FAILED ? m : NULL;
     }
     if (native_mode && s->cache == NULL) {
         /* Outside the hooks (the profile function): libc memory. */
@@ -321,6 +408,7 @@ static void shadow_push(PyFrameObject *frame, int hidden)
     e->lasti = -2;
     e->fv = 0;
     e->settled = 0;
+    e->prefix_ok = 0;
     e->is_entry = native_mode ? (char)alloctrace_frame_is_entry(frame) : 0;
     e->hidden = (char)hidden;
 }
@@ -388,13 +476,25 @@ static int profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 
 /* The frame value of a shadow-stack entry at its current line; 0 for none
  * (a hidden entry, or no code). */
+static uint64_t entry_value_at(shadow_entry *e, int lasti);
+
 static uint64_t entry_value(shadow_entry *e)
 {
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
     if (e->code == NULL || e->hidden) {
         return 0;
     }
-    int lasti = PyFrame_GetLasti(e->frame);
+    return entry_value_at(e, PyFrame_GetLasti(e->frame));
+}
+
+/* entry_value with the frame's instruction already read (`lasti`, from
+ * PyFrame_GetLasti; e->code is not NULL). */
+static uint64_t entry_value_at(shadow_entry *e, int lasti)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (e->hidden) {
+        return 0;
+    }
     if (lasti != e->lasti || e->fv == 0) {
         e->fv = frame_value(e->code, PyCode_Addr2Line(e->code, lasti));
         e->lasti = lasti;
@@ -521,6 +621,80 @@ static uint64_t native_stack(shadow_stack *s, PyThreadState *ts, int top_lasti)
     return s->last_stack;
 }
 
+/* The `prefix` of entry `i`: the stack ID of entries[0..i), computed from
+ * the nearest entry below that has one, one trace_stack_push a visible
+ * frame. */
+/* The stack ID of entry `e`'s frame at instruction `lasti` (its current
+ * one) inside the stack `prefix` of its callers (not PREFIX_NONE): one
+ * trace_stack_push, unless the site table has it. `prefix` when `e` shows
+ * no frame; PREFIX_NONE when the push could not give it. */
+static uint64_t site_stack(shadow_stack *s, shadow_entry *e, uint64_t prefix, int lasti)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (e->code == NULL || e->hidden) {
+        return prefix;
+    }
+    site_slot *site = NULL;
+    if (s->sites != NULL) {
+        uint64_t h = prefix * 0x9E3779B97F4A7C15ull ^ ((uintptr_t)e->code >> 4) * 0xC2B2AE3D27D4EB4Full ^
+                     (uint64_t)(uint32_t)lasti * 0x165667B19E3779F9ull;
+        h ^= h >> 31;
+        site = &s->sites[h & (SITE_CACHE - 1)];
+        if (site->code == e->code && site->prefix == prefix && site->lasti == lasti) {
+            return site->stack;
+        }
+    }
+    uint64_t fv = entry_value_at(e, lasti);
+    if (fv == 0) {
+        return prefix;
+    }
+    uint64_t stack = trace_stack_push(prefix, fv);
+    if (stack == 0) {
+        return PREFIX_NONE;
+    }
+    /* Only while the frame table keeps every code object it names alive
+     * (invariant 3; `fv` is then in it): a code object's address then
+     * never names another. */
+    if (site != NULL && frame_table != NULL && frame_table_used < FRAME_SLOTS / 4 * 3) {
+        site->prefix = prefix;
+        site->code = e->code;
+        site->lasti = lasti;
+        site->stack = stack;
+    }
+    return stack;
+}
+
+static uint64_t prefix_of(shadow_stack *s, size_t i)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    size_t j = i;
+    while (j > 0 && !s->entries[j].prefix_ok) {
+        j--;
+    }
+    uint64_t p = j > 0 ? s->entries[j].prefix : 0;
+    for (; j < i; j++) {
+        shadow_entry *e = &s->entries[j];
+        if (p != PREFIX_NONE && e->code != NULL && !e->hidden) {
+            p = site_stack(s, e, p, PyFrame_GetLasti(e->frame));
+        }
+        s->entries[j + 1].prefix = p;
+        s->entries[j + 1].prefix_ok = 1;
+    }
+    return p;
+}
+
+/* The thread state running on this thread: callers hold the GIL, so it is
+ * the GIL holder's, one load (PyGILState_GetThisThreadState is a
+ * pthread_getspecific). */
+static inline PyThreadState *current_tstate(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
+}
+
 /* The current Python call stack's ID, 0 when there is none. */
 static uint64_t current_stack(void)
 {
@@ -532,7 +706,7 @@ static uint64_t current_stack(void)
     /* A program that sets a profile function of its own (sys.setprofile,
      * cProfile, a debugger) takes the thread over: the shadow stack no
      * longer follows its calls, so its allocations get no call stack. */
-    PyThreadState *ts = PyGILState_GetThisThreadState();
+    PyThreadState *ts = current_tstate();
     if (ts == NULL || ts->c_profilefunc != profile) {
         return 0;
     }
@@ -551,14 +725,24 @@ static uint64_t current_stack(void)
         s->changed = 0;
         return s->last_stack;
     }
-    size_t n = 0;
-    for (size_t i = s->depth; i > 0 && n < MAX_DEPTH; i--) {
-        uint64_t fv = entry_value(&s->entries[i - 1]);
-        if (fv != 0) {
-            s->frames[n++] = fv;
+    /* One push of the innermost frame onto its callers' stack ID, unless
+     * the site table has the result. */
+    uint64_t prefix = prefix_of(s, s->depth - 1);
+    uint64_t stack = prefix == PREFIX_NONE ? PREFIX_NONE : site_stack(s, top, prefix, top_lasti);
+    if (stack == PREFIX_NONE) {
+        /* Deeper than the format allows (or a full table): the whole
+         * stack, which trace_stack_register keeps the innermost 1023
+         * frames of, under a truncation mark. */
+        size_t n = 0;
+        for (size_t i = s->depth; i > 0 && n < MAX_DEPTH + 1; i--) {
+            uint64_t v = entry_value(&s->entries[i - 1]);
+            if (v != 0) {
+                s->frames[n++] = v;
+            }
         }
+        stack = n ? trace_stack_register(s->frames, n) : 0;
     }
-    s->last_stack = n ? trace_stack_register(s->frames, n) : 0;
+    s->last_stack = stack;
     s->last_lasti = top_lasti;
     s->changed = 0;
     s->by_lasti[slot].epoch = s->epoch;
@@ -830,7 +1014,7 @@ static void record_free(void *p)
 {
     /* Must not allocate through Python: runs inside the allocator hooks. */
     if (blocks_remove((uintptr_t)p)) {
-        trace_heap_object_free((uintptr_t)p);
+        trace_writer_heap_object_free(this_writer(), (uintptr_t)p);
     }
 }
 
@@ -843,7 +1027,7 @@ static void record_free(void *p)
 static void *hook_malloc(void *ctx, size_t size)
 {
     domain_hook *d = ctx;
-    if (in_hook || !trace_enabled()) {
+    if (in_hook || !trace_writer_enabled()) {
         return d->orig.malloc(d->orig.ctx, size);
     }
     in_hook = 1;
@@ -858,7 +1042,7 @@ static void *hook_malloc(void *ctx, size_t size)
 static void *hook_calloc(void *ctx, size_t nelem, size_t elsize)
 {
     domain_hook *d = ctx;
-    if (in_hook || !trace_enabled()) {
+    if (in_hook || !trace_writer_enabled()) {
         return d->orig.calloc(d->orig.ctx, nelem, elsize);
     }
     in_hook = 1;
@@ -873,7 +1057,7 @@ static void *hook_calloc(void *ctx, size_t nelem, size_t elsize)
 static void *hook_realloc(void *ctx, void *old, size_t size)
 {
     domain_hook *d = ctx;
-    if (in_hook || !trace_enabled()) {
+    if (in_hook || !trace_writer_enabled()) {
         return d->orig.realloc(d->orig.ctx, old, size);
     }
     in_hook = 1;
@@ -881,7 +1065,7 @@ static void *hook_realloc(void *ctx, void *old, size_t size)
      * be given the old address and record its allocation. */
     int was_recorded = old != NULL && blocks_remove((uintptr_t)old);
     if (was_recorded) {
-        trace_heap_object_free((uintptr_t)old);
+        trace_writer_heap_object_free(this_writer(), (uintptr_t)old);
     }
     void *p = d->orig.realloc(d->orig.ctx, old, size);
     if (p != NULL) {
@@ -897,7 +1081,7 @@ static void *hook_realloc(void *ctx, void *old, size_t size)
 static void hook_free(void *ctx, void *p)
 {
     domain_hook *d = ctx;
-    if (in_hook || p == NULL || !trace_enabled()) {
+    if (in_hook || p == NULL || !trace_writer_enabled()) {
         d->orig.free(d->orig.ctx, p);
         return;
     }
@@ -946,6 +1130,9 @@ static PyObject *install_hooks(PyObject *self, PyObject *unused)
 {
     if (hooks_installed) {
         Py_RETURN_NONE;
+    }
+    if (!sites_key_ok) {
+        sites_key_ok = pthread_key_create(&sites_key, sites_release) == 0;
     }
     PyMemAllocatorEx current[3];
     for (int dom = 0; dom < 3; dom++) {

@@ -322,6 +322,56 @@ class Exceptions(unittest.TestCase):
         self.assertEqual([f["function"] for f in g[0]["stack"]], ["gen", "main", "<module>"])
 
 
+DEEP_STACKS = """
+import sys
+
+def down(n, size):
+    if n == 0:
+        return b"x" * size  # DOWN-SITE
+    down(n - 1, size)
+    return b"y" * size  # UP-SITE
+
+def main():
+    sys.setrecursionlimit(5000)
+    out = []
+    for depth, size in ((1100, 70000), (1020, 60000), (5, 50000), (1100, 70000)):
+        out.append(down(depth, size))
+    return out
+
+main()
+"""
+
+
+class DeepStacks(unittest.TestCase):
+    def test_stacks_past_the_formats_depth_keep_their_innermost_frames(self):
+        # Each frame's callers' stack ID is kept on the shadow stack; a stack
+        # deeper than the format's 1024 frames is registered whole instead
+        # (its innermost 1023 frames under the truncation mark), and the
+        # stacks of frames that returned and called again stay right.
+        t = Traced(self, DEEP_STACKS)
+        t.check(self)
+        by_depth = {}
+        for site in t.innermost("down", t.line("DOWN-SITE")):
+            names = [f["function"] for f in site["stack"]]
+            by_depth[len(names)] = (site["allocations"], site["bytes"], names)
+        self.assertEqual(sorted(by_depth), [8, 1023, 1024], sorted(by_depth))
+        allocs, _, names = by_depth[1024]
+        self.assertEqual(allocs, 2)
+        self.assertEqual(names, ["down"] * 1023 + ["[truncated]"])
+        self.assertEqual(by_depth[1023][2], ["down"] * 1021 + ["main", "<module>"])
+        self.assertEqual(by_depth[8][2], ["down"] * 6 + ["main", "<module>"])
+        # The way back up: each level allocates at UP-SITE once per call.
+        ups = t.innermost("down", t.line("UP-SITE"))
+        self.assertEqual(sum(s["allocations"] for s in ups), 1100 + 1020 + 5 + 1100)
+        for s in ups:
+            names = [f["function"] for f in s["stack"]]
+            self.assertTrue(len(names) <= 1024, len(names))
+            lines = [f["line"] for f in s["stack"] if f["function"] == "down"]
+            # Every caller is suspended at its call of down: the UP-SITE
+            # line is the innermost frame's only.
+            self.assertTrue(all(line == t.line("DOWN-SITE") + 1 for line in lines[1:]), lines[:5])
+
+
 PROFILE_TAKEN = """
 import sys
 

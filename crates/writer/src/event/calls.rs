@@ -223,7 +223,9 @@ pub fn frame_register(function: &[u8], file: &[u8], line: u32) -> u64 {
 
 /// The frame word (docs/FORMAT.md) of a frame value: a native return
 /// address or a value from [`frame_register`]; `None` for 0 and for a
-/// registered value that names no frame.
+/// registered value that names no frame. Inlined: `stack_push` runs at
+/// every allocation of a runtime that keeps its callers' stack IDs.
+#[inline(always)]
 fn frame_word(value: u64) -> Option<u64> {
     let frame = FrameWord::from_api_value(value);
     let known = match frame {
@@ -251,6 +253,27 @@ pub fn stack_register(frames: &[u64]) -> u64 {
         .chain(kept.iter().rev().map(|&value| frame_word(value)));
     u64::from(crate::stacks::call_stack_table::intern_outermost_first(
         outermost_first,
+    ))
+}
+
+/// The stack ID of `parent` (a stack ID from [`stack_register`] or this
+/// function; 0: none, `frame` is then the outermost frame) with `frame`
+/// (a native return address or a [`frame_register`] value) as its
+/// innermost frame, interned if new: O(1), however deep the stack. 0 for
+/// a `parent` that names no stack, a `frame` that is 0 or names no
+/// registered frame, a full table, or a stack that would be deeper than
+/// [`MAX_STACK_DEPTH`] frames (the caller registers the whole stack with
+/// [`stack_register`] instead, which keeps its innermost frames under the
+/// truncation marker). Never allocates nor locks.
+#[inline]
+pub fn stack_push(parent: u64, frame: u64) -> u64 {
+    let Some(word) = frame_word(frame) else {
+        return 0;
+    };
+    u64::from(crate::stacks::call_stack_table::intern_onto(
+        parent,
+        word,
+        MAX_STACK_DEPTH,
     ))
 }
 

@@ -62,7 +62,7 @@
 //!    walks the parents itself), so a node marked by a marker that has not
 //!    yet marked its ancestors is listed whole.
 
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::reserved::Region;
 
@@ -78,8 +78,13 @@ const MAX_PROBES: usize = 1024;
 
 struct Node {
     parent: AtomicU32,
-    /// Set (Release) once `parent` and `frame` are written (invariant 1).
+    /// Set (Release) once `parent`, `frame` and `depth` are written
+    /// (invariant 1).
     ready: AtomicBool,
+    /// Frames from this node to the root (1 at the outermost frame),
+    /// saturated at `u16::MAX`: [`intern_onto`] refuses to grow a stack
+    /// past the format's depth limit with it.
+    depth: AtomicU16,
     frame: AtomicU64,
     /// `2g` or `2g + 1` for the last generation `g` of each parity whose
     /// events used this node (invariants 3 and 4).
@@ -232,8 +237,19 @@ fn probe(nodes: *mut u8, index: *mut u8, parent: u32, frame: u64, start: usize) 
                     return 0;
                 }
                 let n = node(nodes, mine);
+                // The parent's node is interned (its ID was handed out
+                // after its `ready`), so its depth is written.
+                let depth = if parent == 0 {
+                    1
+                } else {
+                    node(nodes, parent as usize)
+                        .depth
+                        .load(Ordering::Relaxed)
+                        .saturating_add(1)
+                };
                 n.parent.store(parent, Ordering::Relaxed);
                 n.frame.store(frame, Ordering::Relaxed);
+                n.depth.store(depth, Ordering::Relaxed);
                 n.ready.store(true, Ordering::Release);
             }
             match s.compare_exchange(0, mine as u32, Ordering::AcqRel, Ordering::Acquire) {
@@ -246,6 +262,33 @@ fn probe(nodes: *mut u8, index: *mut u8, parent: u32, frame: u64, start: usize) 
         }
     }
     0
+}
+
+/// The ID of the stack `parent` (a stack ID; 0: none) with `frame` (a frame
+/// word) as its innermost frame, interned if new: one hash lookup, however
+/// deep the stack. 0 when `parent` names no node, when the stack would be
+/// deeper than `max_depth` frames, or when the table is full. No malloc,
+/// no lock; a syscall only on the process's first call.
+#[inline]
+pub(crate) fn intern_onto(parent: u64, frame: u64, max_depth: usize) -> u32 {
+    let Some((nodes, index)) = regions() else {
+        return 0;
+    };
+    if parent != 0 {
+        if parent >= MAX_NODES as u64 || parent as usize >= NEXT.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let p = node(nodes, parent as usize);
+        // Acquire: the node's depth is read after its `ready` (invariant 1).
+        if !p.ready.load(Ordering::Acquire)
+            || usize::from(p.depth.load(Ordering::Relaxed)) >= max_depth
+        {
+            return 0;
+        }
+    } else if max_depth == 0 {
+        return 0;
+    }
+    find_or_insert(nodes, index, parent as u32, frame)
 }
 
 /// Interns a stack given as frame words from the outermost in; returns its
@@ -537,6 +580,51 @@ mod tests {
         assert_eq!(intern_path(ids[2], core::iter::empty(), &mut []), ids[2]);
         let fresh = frames(8, &[7, 8, 9]);
         assert_eq!(intern_path(0, fresh.iter().copied(), &mut [0; 2]), 0);
+    }
+
+    #[test]
+    fn a_frame_pushed_onto_a_stack_is_the_stack_interned_whole() {
+        let words = frames(9, &[1, 2, 3]);
+        let mut parent = 0u64;
+        for &w in &words {
+            parent = u64::from(intern_onto(parent, w, 1024));
+            assert_ne!(parent, 0);
+        }
+        let whole = intern(&frames(9, &[3, 2, 1]));
+        assert_eq!(parent, u64::from(whole));
+        assert_eq!(
+            intern_onto(parent, words[0], 1024),
+            intern_onto(parent, words[0], 1024)
+        );
+        // A parent that names no node: nothing.
+        assert_eq!(intern_onto(MAX_NODES as u64 - 1, words[0], 1024), 0);
+        assert_eq!(intern_onto(u64::MAX, words[0], 1024), 0);
+        // The depth limit: a 3-frame stack takes no fourth frame under 3.
+        assert_eq!(intern_onto(parent, words[1], 3), 0);
+        assert_ne!(intern_onto(parent, words[1], 4), 0);
+        assert_eq!(intern_onto(0, words[1], 0), 0);
+    }
+
+    /// Every node knows its depth, however it was interned: a chain that
+    /// reaches the limit is refused one frame more.
+    #[test]
+    fn a_node_made_by_any_path_carries_its_depth() {
+        let words = frames(10, &(1..=1024).collect::<Vec<u64>>());
+        let mut ids = vec![0u32; 1024];
+        let deepest = intern_path(0, words.iter().copied(), &mut ids);
+        assert_ne!(deepest, 0);
+        let nodes = NODES.base_if_mapped().unwrap();
+        for (i, &id) in ids.iter().enumerate() {
+            assert_eq!(
+                usize::from(node(nodes, id as usize).depth.load(Ordering::Relaxed)),
+                i + 1
+            );
+        }
+        assert_eq!(intern_onto(u64::from(deepest), words[0], 1024), 0);
+        assert_eq!(
+            intern_onto(u64::from(ids[1022]), words[1023], 1024),
+            deepest
+        );
     }
 
     #[test]
