@@ -157,7 +157,7 @@ fn expedited_membarrier() -> Result<(), i32> {
 }
 
 /// The advancer's side: call once after storing the new generation and
-/// before [`SeqLock::wait_quiescent`] on the slots.
+/// before `SeqLock::wait_quiescent` on the slots.
 ///
 /// With membarrier registered, retries a failing call and aborts the
 /// process if it never succeeds (see the module docs: a one-sided fence
