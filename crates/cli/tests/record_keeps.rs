@@ -147,31 +147,32 @@ fn wait_for(path: &Path, child: &mut std::process::Child) -> String {
 /// got. Record's stderr goes to a file, so that a program left running
 /// (when `record` is killed) does not keep the test waiting for its end;
 /// such a program is then killed.
-fn signal_record(name: &str, signal: &str) -> (Option<i32>, String, Option<String>) {
-    let dir = Scratch::new(name);
-    let (ready, got, err) = (dir.path("ready"), dir.path("got"), dir.path("stderr"));
-    let mut record = record_keeps(&dir, &[Path::new("wait"), &ready, &got]);
-    // Record keeps signals ignored that it started with ignored (the test
-    // below): a test runner launched in the background or under nohup
-    // would hand it SIGINT, SIGQUIT or SIGHUP ignored, and the signal sent
-    // here would never arrive. Record starts with the default for each.
+/// Starts `command` with every signal's disposition the default. Record
+/// keeps signals ignored that it started with ignored (the test
+/// `signals_ignored_when_record_starts_stay_ignored_in_the_program`), so
+/// a test runner launched in the background, under nohup or from Python
+/// (which ignores SIGXFSZ and SIGPIPE) would otherwise hand its ignored
+/// signals on, and these tests would see them.
+fn with_default_dispositions(command: &mut Command) {
     // SAFETY: between fork and exec only signal(2), which is
     // async-signal-safe, runs.
     unsafe {
-        record.pre_exec(|| {
-            for s in [
-                libc::SIGHUP,
-                libc::SIGINT,
-                libc::SIGQUIT,
-                libc::SIGUSR1,
-                libc::SIGUSR2,
-                libc::SIGALRM,
-            ] {
-                libc::signal(s, libc::SIG_DFL);
+        command.pre_exec(|| {
+            for s in 1..=31 {
+                if s != libc::SIGKILL && s != libc::SIGSTOP {
+                    libc::signal(s, libc::SIG_DFL);
+                }
             }
             Ok(())
         });
     }
+}
+
+fn signal_record(name: &str, signal: &str) -> (Option<i32>, String, Option<String>) {
+    let dir = Scratch::new(name);
+    let (ready, got, err) = (dir.path("ready"), dir.path("got"), dir.path("stderr"));
+    let mut record = record_keeps(&dir, &[Path::new("wait"), &ready, &got]);
+    with_default_dispositions(&mut record);
     let mut child = record
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -228,7 +229,9 @@ fn signals_ignored_when_record_starts_stay_ignored_in_the_program() {
     let dir = Scratch::new("ignored");
     let rec = record_keeps(&dir, &[Path::new("ignored")]);
     // As nohup (HUP) and a shell's background job (INT, QUIT) leave them.
-    let out = Command::new("sh")
+    let mut sh = Command::new("sh");
+    with_default_dispositions(&mut sh);
+    let out = sh
         .arg("-c")
         .arg("trap '' HUP INT QUIT USR1; exec \"$@\"")
         .arg("sh")
