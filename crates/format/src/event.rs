@@ -326,6 +326,19 @@ fn put_event_varint(out: &mut [u8; MAX_EVENT_LEN], pos: usize, mut v: u64) -> us
         dst[0] = v as u8;
         return pos + 1;
     }
+    // Two and three bytes (most time deltas, ID deltas and stack IDs)
+    // straight, without the loop's two tests a byte.
+    if v < 1 << 14 {
+        dst[0] = v as u8 | 0x80;
+        dst[1] = (v >> 7) as u8;
+        return pos + 2;
+    }
+    if v < 1 << 21 {
+        dst[0] = v as u8 | 0x80;
+        dst[1] = (v >> 7) as u8 | 0x80;
+        dst[2] = (v >> 14) as u8;
+        return pos + 3;
+    }
     let mut i = 0;
     while i < MAX_VARINT_LEN - 1 && v >= 0x80 {
         dst[i] = (v as u8) | 0x80;
@@ -583,6 +596,26 @@ pub fn decode_event(buf: &[u8], pos: &mut usize) -> Result<EventFields, EventErr
 mod tests {
     use super::*;
     use crate::varint::zigzag;
+
+    #[test]
+    fn event_varints_are_leb128_at_every_length() {
+        // Each length's edges, the straight two- and three-byte cases
+        // among them, against the plain encoder.
+        let mut values = alloc::vec![0, u64::MAX];
+        for bits in (7..64).step_by(7) {
+            values.extend([(1u64 << bits) - 1, 1u64 << bits, (1u64 << bits) + 1]);
+        }
+        values.extend([300, 0x3fff, 0x4000, 0x1f_ffff, 0x20_0000, 0x12_3456]);
+        for v in values {
+            for pos in [0, 1, MAX_EVENT_LEN - MAX_VARINT_LEN] {
+                let mut out = [0xaau8; MAX_EVENT_LEN];
+                let mut want = [0xaau8; MAX_EVENT_LEN];
+                let end = put_event_varint(&mut out, pos, v);
+                assert_eq!(end, crate::varint::put_uvarint(&mut want, pos, v), "{v:#x}");
+                assert_eq!(out, want, "{v:#x} at {pos}");
+            }
+        }
+    }
 
     #[test]
     fn encode_event_writes_the_format() {

@@ -71,6 +71,18 @@ pub fn heap_object_alloc(addr: usize, size: u64, type_id: u64) {
 /// In sampling mode, as [`heap_object_alloc`].
 #[inline]
 pub fn heap_object_alloc_stack(addr: usize, size: u64, type_id: u64, stack_id: u64) {
+    // Sampling mode out of line: otherwise this is a load, a branch and the
+    // event, with no registers saved (a runtime's every allocation).
+    if crate::sampling::SAMPLE_BYTES.load(core::sync::atomic::Ordering::Relaxed) != 0 {
+        return heap_object_alloc_stack_sampling(addr, size, type_id, stack_id);
+    }
+    sampled::heap_object_alloc_stack(addr, size, type_id, stack_id);
+}
+
+/// [`heap_object_alloc_stack`] in sampling mode.
+#[cold]
+#[inline(never)]
+fn heap_object_alloc_stack_sampling(addr: usize, size: u64, type_id: u64, stack_id: u64) {
     if sample::sample_alloc(addr as u64, size) {
         sampled::heap_object_alloc_stack(addr, size, type_id, stack_id);
     }

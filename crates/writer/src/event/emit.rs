@@ -65,8 +65,8 @@ pub(crate) fn emit_tagged<const KIND: u8, const TAGGED: bool>(
 /// does too, and counts in the generation's `lost_stacks`. Otherwise the
 /// stack's nodes are marked used by the generation (call_stack_table.rs
 /// invariant 3: inside the seqlock section, as the event is written) and
-/// the event carries the ID. Always the slow path: a stack event costs the
-/// marking anyway, and the fast path stays as it is.
+/// the event carries the ID. A stack the generation has already marked
+/// goes by the fast path; the marking is the slow path's.
 #[inline(always)]
 pub(crate) fn emit_with_stack<const KIND: u8, const TAGGED: bool>(
     addr: u64,
@@ -81,8 +81,35 @@ pub(crate) fn emit_with_stack<const KIND: u8, const TAGGED: bool>(
     emit_with_stack_enabled::<KIND, TAGGED>(addr, arg1, arg2, stack, entry);
 }
 
+/// The common case, a stack this generation already used (a loop
+/// allocating from one place, a call stack met before): no marking to do,
+/// the fast path writes it. Everything else is [`emit_with_stack_slow`],
+/// out of line, so this body saves few registers.
 #[inline(never)]
 fn emit_with_stack_enabled<const KIND: u8, const TAGGED: bool>(
+    addr: u64,
+    arg1: u64,
+    arg2: u64,
+    stack: u64,
+    entry: u64,
+) {
+    let Some(kind) = EventKind::from_u8(KIND) else {
+        return;
+    };
+    let entry = if TAGGED { entry } else { 0 };
+    if stack != 0 && write_event_fast(kind, addr, arg1, arg2, stack, entry) {
+        return;
+    }
+    emit_with_stack_slow::<KIND, TAGGED>(addr, arg1, arg2, stack, entry);
+}
+
+/// [`emit_with_stack_enabled`]'s rest: stack 0, a stack this generation
+/// has not marked yet (marked here, inside the seqlock section before the
+/// event is written: call_stack_table.rs invariant 3), an ID that names no
+/// stack, and whatever else the fast path leaves ([`emit_slow`]'s cases).
+#[cold]
+#[inline(never)]
+fn emit_with_stack_slow<const KIND: u8, const TAGGED: bool>(
     addr: u64,
     arg1: u64,
     arg2: u64,
@@ -98,11 +125,6 @@ fn emit_with_stack_enabled<const KIND: u8, const TAGGED: bool>(
         if !write_event_fast(plain, addr, arg1, arg2, 0, entry) {
             emit_slow(plain, addr, arg1, arg2, entry);
         }
-        return;
-    }
-    // A stack this generation already used (a loop allocating from one
-    // place): no marking to do, the fast path writes it.
-    if write_event_fast(kind, addr, arg1, arg2, stack, entry) {
         return;
     }
     let defined = stack <= u64::from(u32::MAX) && call_stack_table::is_defined(stack);
