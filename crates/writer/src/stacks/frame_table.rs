@@ -15,6 +15,8 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use alloctrace_format::push_uvarint;
+
 use crate::reserved::{Arena, Region, Span};
 
 /// Most frames the table holds; registrations past it return 0.
@@ -99,6 +101,19 @@ pub(crate) struct FrameRecord<'a> {
     pub(crate) line: u32,
     pub(crate) function: &'a [u8],
     pub(crate) file: &'a [u8],
+}
+
+impl FrameRecord<'_> {
+    /// Appends the record as an entry of a frames batch (FORMAT.md,
+    /// "Call stacks, frames and modules").
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        push_uvarint(out, self.id);
+        push_uvarint(out, u64::from(self.line));
+        for b in [self.function, self.file] {
+            push_uvarint(out, b.len() as u64);
+            out.extend_from_slice(b);
+        }
+    }
 }
 
 /// Frame `id`, if registered, without noting it listed (the writer

@@ -53,6 +53,7 @@
 
 use std::sync::Mutex;
 
+use alloctrace_format::push_uvarint;
 use alloctrace_format::stacks::MAX_MODULE_PATH_LEN;
 use alloctrace_unwind::ModuleInfo;
 
@@ -196,23 +197,53 @@ pub(crate) struct ModuleRecord<'a> {
     pub(crate) path: &'a [u8],
 }
 
+impl<'a> ModuleRecord<'a> {
+    /// Entry `e` with these load and unload ticks (0: outside the listing's
+    /// generation).
+    fn of(e: &'a Entry, load_ticks: u64, unload_ticks: u64) -> ModuleRecord<'a> {
+        ModuleRecord {
+            id: e.id,
+            start: e.info.start,
+            end: e.info.end,
+            bias: e.info.bias,
+            eh_frame_hdr: e.info.eh_frame_hdr,
+            load_ticks,
+            unload_ticks,
+            build_id: &e.info.build_id,
+            // A reader refuses longer paths (never seen: the loader's
+            // names are file paths).
+            path: &e.info.path[..e.info.path.len().min(MAX_MODULE_PATH_LEN)],
+        }
+    }
+
+    /// Appends the record as an entry of a modules batch (FORMAT.md,
+    /// "Call stacks, frames and modules").
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        for v in [
+            self.id,
+            self.start,
+            self.end,
+            self.bias,
+            self.eh_frame_hdr,
+            self.load_ticks,
+            self.unload_ticks,
+        ] {
+            push_uvarint(out, v);
+        }
+        for b in [self.build_id, self.path] {
+            push_uvarint(out, b.len() as u64);
+            out.extend_from_slice(b);
+        }
+    }
+}
+
 /// Calls `f` for every module loaded now, as loaded for the whole of a
 /// generation (load and unload ticks 0), without noting it listed: the
 /// writer thread's snapshot (writer/snapshot.rs).
 pub(crate) fn for_each_loaded(mut f: impl FnMut(ModuleRecord<'_>)) {
     let t = table();
     for e in t.entries.iter().filter(|e| e.unload_ticks == 0) {
-        f(ModuleRecord {
-            id: e.id,
-            start: e.info.start,
-            end: e.info.end,
-            bias: e.info.bias,
-            eh_frame_hdr: e.info.eh_frame_hdr,
-            load_ticks: 0,
-            unload_ticks: 0,
-            build_id: &e.info.build_id,
-            path: &e.info.path[..e.info.path.len().min(MAX_MODULE_PATH_LEN)],
-        });
+        f(ModuleRecord::of(e, 0, 0));
     }
 }
 
@@ -247,19 +278,7 @@ pub(crate) fn list_pending(
             continue;
         }
         e.listed[parity] = (key, unload);
-        f(ModuleRecord {
-            id: e.id,
-            start: e.info.start,
-            end: e.info.end,
-            bias: e.info.bias,
-            eh_frame_hdr: e.info.eh_frame_hdr,
-            load_ticks: inside(e.load_ticks),
-            unload_ticks: unload,
-            build_id: &e.info.build_id,
-            // A reader refuses longer paths (never seen: the loader's
-            // names are file paths).
-            path: &e.info.path[..e.info.path.len().min(MAX_MODULE_PATH_LEN)],
-        });
+        f(ModuleRecord::of(e, inside(e.load_ticks), unload));
     }
 }
 

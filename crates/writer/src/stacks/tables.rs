@@ -33,7 +33,6 @@ use alloctrace_format::{
 
 use crate::clock;
 use crate::stacks::call_stack_table::Lister;
-use crate::stacks::module_table::ModuleRecord;
 use crate::stacks::{frame_table, module_table};
 
 /// Writer threads started so far (listing keys, invariant 3).
@@ -58,11 +57,6 @@ impl Body {
 
     fn varint(&mut self, v: u64) {
         push_uvarint(&mut self.bytes, v);
-    }
-
-    fn bytes(&mut self, b: &[u8]) {
-        self.varint(b.len() as u64);
-        self.bytes.extend_from_slice(b);
     }
 
     /// Moves the body, as a whole batch of `generation`, to `out`.
@@ -162,7 +156,7 @@ impl Tables {
                 let modules = &mut self.modules;
                 let out = &mut self.out;
                 module_table::list_pending(parity, key, start, until, |m| {
-                    put_module(modules, &m);
+                    m.encode(&mut modules.bytes);
                     if modules.bytes.len() >= BATCH_LIMIT {
                         modules.flush(generation, out);
                     }
@@ -174,10 +168,7 @@ impl Tables {
         self.listers[parity].list(generation, key, first, |id, parent, word| {
             if let FrameWord::Registered(f) = FrameWord::from_word(word) {
                 if let Some(r) = frame_table::take_unlisted(f, parity, key) {
-                    frames.varint(r.id);
-                    frames.varint(u64::from(r.line));
-                    frames.bytes(r.function);
-                    frames.bytes(r.file);
+                    r.encode(&mut frames.bytes);
                     if frames.bytes.len() >= BATCH_LIMIT {
                         frames.flush(generation, out);
                     }
@@ -199,20 +190,4 @@ impl Tables {
             end: kind == BatchKind::GenerationEnd,
         })
     }
-}
-
-fn put_module(body: &mut Body, m: &ModuleRecord<'_>) {
-    for v in [
-        m.id,
-        m.start,
-        m.end,
-        m.bias,
-        m.eh_frame_hdr,
-        m.load_ticks,
-        m.unload_ticks,
-    ] {
-        body.varint(v);
-    }
-    body.bytes(m.build_id);
-    body.bytes(m.path);
 }

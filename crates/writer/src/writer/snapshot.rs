@@ -282,19 +282,7 @@ pub(crate) fn build(table: &LiveTable, generation: u64) -> Result<SnapshotBytes,
     if any_stack {
         let mut modules = Body::new(BatchKind::Modules, generation, 0, ticks);
         module_table::for_each_loaded(|m| {
-            for v in [
-                m.id,
-                m.start,
-                m.end,
-                m.bias,
-                m.eh_frame_hdr,
-                m.load_ticks,
-                m.unload_ticks,
-            ] {
-                modules.varint(v);
-            }
-            modules.string(m.build_id);
-            modules.string(m.path);
+            m.encode(&mut modules.bytes);
             modules.full(&mut out);
         });
         modules.flush(&mut out);
@@ -305,10 +293,7 @@ pub(crate) fn build(table: &LiveTable, generation: u64) -> Result<SnapshotBytes,
                 if let FrameWord::Registered(f) = FrameWord::from_word(word) {
                     if listed.insert(f) {
                         if let Some(r) = frame_table::record(f) {
-                            frames.varint(r.id);
-                            frames.varint(u64::from(r.line));
-                            frames.string(r.function);
-                            frames.string(r.file);
+                            r.encode(&mut frames.bytes);
                             frames.full(&mut out);
                         }
                     }
