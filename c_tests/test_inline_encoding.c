@@ -4,7 +4,9 @@
  * One list of events (every event kind and address class, short form with
  * small and large ID deltas of both signs and multi-byte arguments, and
  * long-form ones the inline path must hand to the library; type IDs 0, as
- * no type is registered) is recorded
+ * no type is registered; allocations with a call stack, which the inline
+ * path records only once the generation has marked the stack, and so
+ * also across a trace_advance) is recorded
  * twice, in two traces: once through the inline path (alloctrace_*_ of
  * include/alloctrace_inline.h, which must record each short-form event
  * itself) and once through the library's functions, called as
@@ -25,38 +27,71 @@
 
 #if ALLOCTRACE_INLINE
 
-enum { SPAN_EXISTS, SPAN_ALLOC, SPAN_FREE, HEAP_EXISTS, HEAP_ALLOC, HEAP_FREE, STACK_EXISTS, STACK_ALLOC, STACK_FREE };
+enum {
+    SPAN_EXISTS,
+    SPAN_ALLOC,
+    SPAN_FREE,
+    HEAP_EXISTS,
+    HEAP_ALLOC,
+    HEAP_FREE,
+    STACK_EXISTS,
+    STACK_ALLOC,
+    STACK_FREE,
+    HEAP_ALLOC_STACK,
+    SPAN_ALLOC_STACK,
+    ADVANCE /* not an event: trace_advance() */
+};
+
+/* The call stacks of the _STACK events: registered anew by each run, so
+ * that no generation has marked them yet. */
+enum { NO_STACK, OUTER, INNER /* OUTER's frames under one more */, BEYOND_TABLE /* an ID past the table */ };
+static uint64_t stack_ids[4];
 
 struct ev {
     int kind;
     uint64_t addr, a1, a2;
     int long_form; /* the inline path must hand it to the library */
+    int stack;     /* of the _STACK kinds: a stack_ids index */
 };
 
 static const struct ev events[] = {
-    {SPAN_EXISTS, M, 4, 7, 0},
-    {SPAN_ALLOC, M + 8192, 2, 3, 0},
-    {SPAN_ALLOC, M + (UINT64_C(1) << 40), UINT64_C(1) << 20, UINT64_C(0xffffffffffff), 0},
-    {SPAN_FREE, M + 8192, 0, 0, 0},
-    {SPAN_EXISTS, M + 100, 1, 1, 1}, /* off the page grid */
-    {SPAN_FREE, M, 0, 0, 0},
-    {HEAP_EXISTS, M + 16, 48, 0, 0},
-    {HEAP_ALLOC, M + 0x100000, UINT64_C(1) << 33, 0, 0},
-    {HEAP_ALLOC, M + 32, 0, 0, 0},
-    {HEAP_ALLOC, M + 1, 8, 0, 1},  /* off the alignment */
-    {HEAP_ALLOC, M - 16, 8, 0, 1}, /* below min_heap_addr */
-    {HEAP_FREE, M + 16, 0, 0, 0},
-    {HEAP_FREE, M + 0x100000, 0, 0, 0},
-    {HEAP_ALLOC, UINT64_MAX - 15, UINT64_MAX, 0, 0},
-    {HEAP_FREE, UINT64_MAX - 15, 0, 0, 0},
-    {STACK_EXISTS, M + 0x7000, 8192, 0, 0},
-    {STACK_ALLOC, M + 0x20000000, UINT64_C(1) << 20, 0, 0},
-    {STACK_ALLOC, M + 4096, UINT64_C(1) << 63, 0, 0},
-    {STACK_ALLOC, M + 8192, 3000, 0, 1}, /* not a power of two */
-    {STACK_ALLOC, M + 0x40000, 0, 0, 1},
-    {STACK_FREE, M + 0x7000, 0, 0, 0},
-    {STACK_FREE, M + 4096, 0, 0, 0},
-    {HEAP_EXISTS, M + 48, 24, 0, 0},
+    {SPAN_EXISTS, M, 4, 7, 0, NO_STACK},
+    {SPAN_ALLOC, M + 8192, 2, 3, 0, NO_STACK},
+    {SPAN_ALLOC, M + (UINT64_C(1) << 40), UINT64_C(1) << 20, UINT64_C(0xffffffffffff), 0, NO_STACK},
+    {SPAN_FREE, M + 8192, 0, 0, 0, NO_STACK},
+    {SPAN_EXISTS, M + 100, 1, 1, 1, NO_STACK}, /* off the page grid */
+    {SPAN_FREE, M, 0, 0, 0, NO_STACK},
+    {HEAP_EXISTS, M + 16, 48, 0, 0, NO_STACK},
+    {HEAP_ALLOC, M + 0x100000, UINT64_C(1) << 33, 0, 0, NO_STACK},
+    {HEAP_ALLOC, M + 32, 0, 0, 0, NO_STACK},
+    {HEAP_ALLOC, M + 1, 8, 0, 1, NO_STACK},  /* off the alignment */
+    {HEAP_ALLOC, M - 16, 8, 0, 1, NO_STACK}, /* below min_heap_addr */
+    {HEAP_FREE, M + 16, 0, 0, 0, NO_STACK},
+    {HEAP_FREE, M + 0x100000, 0, 0, 0, NO_STACK},
+    {HEAP_ALLOC, UINT64_MAX - 15, UINT64_MAX, 0, 0, NO_STACK},
+    {HEAP_FREE, UINT64_MAX - 15, 0, 0, 0, NO_STACK},
+    {STACK_EXISTS, M + 0x7000, 8192, 0, 0, NO_STACK},
+    {STACK_ALLOC, M + 0x20000000, UINT64_C(1) << 20, 0, 0, NO_STACK},
+    {STACK_ALLOC, M + 4096, UINT64_C(1) << 63, 0, 0, NO_STACK},
+    {STACK_ALLOC, M + 8192, 3000, 0, 1, NO_STACK}, /* not a power of two */
+    {STACK_ALLOC, M + 0x40000, 0, 0, 1, NO_STACK},
+    {STACK_FREE, M + 0x7000, 0, 0, 0, NO_STACK},
+    {STACK_FREE, M + 4096, 0, 0, 0, NO_STACK},
+    {HEAP_EXISTS, M + 48, 24, 0, 0, NO_STACK},
+    /* A stack's first event in a generation goes to the library, which
+     * marks the stack; the next ones, of either kind, are inline. */
+    {HEAP_ALLOC_STACK, M + 0x300000, 24, 0, 1, OUTER},
+    {HEAP_ALLOC_STACK, M + 0x300040, 300, 0, 0, OUTER},
+    {SPAN_ALLOC_STACK, M + 0x30000, 4, 0, 0, OUTER},
+    {SPAN_ALLOC_STACK, M + 0x50000, 1, 0, 1, INNER}, /* its callers marked, not itself */
+    {HEAP_ALLOC_STACK, M + 0x300080, 8, 0, 0, INNER},
+    {HEAP_ALLOC_STACK, M + 0x3000c0, 8, 0, 1, NO_STACK},     /* the library writes a plain allocation */
+    {HEAP_ALLOC_STACK, M + 0x300100, 8, 0, 1, BEYOND_TABLE}, /* likewise, and counts a lost stack */
+    {HEAP_ALLOC_STACK, M + 0x300147, 8, 0, 1, OUTER},          /* off the alignment */
+    {ADVANCE, 0, 0, 0, 0, 0},
+    {HEAP_ALLOC_STACK, M + 0x300180, 16, 0, 1, OUTER}, /* a new generation marks anew */
+    {HEAP_ALLOC_STACK, M + 0x3001c0, 16, 0, 0, OUTER},
+    {HEAP_FREE, M + 0x3001c0, 0, 0, 0, NO_STACK},
 };
 #define N_EVENTS (sizeof events / sizeof events[0])
 
@@ -72,6 +107,8 @@ static int inline_event(trace_writer *w, const struct ev *e)
     case HEAP_FREE: return alloctrace_heap_object_free_(w, e->addr);
     case STACK_EXISTS: return alloctrace_stack_exists_(w, e->addr, e->a1);
     case STACK_ALLOC: return alloctrace_stack_alloc_(w, e->addr, e->a1);
+    case HEAP_ALLOC_STACK: return alloctrace_heap_object_alloc_stack_(w, e->addr, e->a1, e->a2, stack_ids[e->stack]);
+    case SPAN_ALLOC_STACK: return alloctrace_span_alloc_stack_(w, e->addr, e->a1, e->a2, stack_ids[e->stack]);
     default: return alloctrace_stack_free_(w, e->addr);
     }
 }
@@ -88,6 +125,8 @@ static void library_event(const struct ev *e)
     case HEAP_FREE: (trace_heap_object_free)(e->addr); break;
     case STACK_EXISTS: (trace_stack_exists)(e->addr, e->a1); break;
     case STACK_ALLOC: (trace_stack_alloc)(e->addr, e->a1); break;
+    case HEAP_ALLOC_STACK: (trace_heap_object_alloc_stack)(e->addr, e->a1, e->a2, stack_ids[e->stack]); break;
+    case SPAN_ALLOC_STACK: (trace_span_alloc_stack)(e->addr, e->a1, e->a2, stack_ids[e->stack]); break;
     default: (trace_stack_free)(e->addr); break;
     }
 }
@@ -103,7 +142,7 @@ static size_t varint_end(const uint8_t *buf, size_t pos, size_t len)
 
 /* Arguments per event kind, from docs/FORMAT.md section 3 (this test's own
  * copy, not the generated header's: it is what both sides are checked by). */
-static const int format_args[11] = {0, 3, 3, 1, 3, 3, 1, 2, 2, 1, 1};
+static const int format_args[13] = {0, 3, 3, 1, 3, 3, 1, 2, 2, 1, 1, 4, 4};
 
 /* The events of `path`'s compact events batches without their time deltas,
  * concatenated into out; returns their bytes and counts events in *count. */
@@ -134,7 +173,7 @@ static size_t event_bytes(const char *path, uint8_t *out, size_t cap, size_t *co
             while (p < end) {
                 uint8_t k = buf[p];
                 unsigned base = k & 0x3f;
-                CHECK_MSG(base >= 1 && base <= 10, "event kind byte 0x%02x at %zu", k, p);
+                CHECK_MSG(base >= 1 && base <= 12, "event kind byte 0x%02x at %zu", k, p);
                 CHECK(n < cap);
                 out[n++] = k;
                 p = varint_end(buf, p + 1, end); /* the time delta: the clock's */
@@ -177,16 +216,32 @@ static int run(trace_clock clock, const char *name)
     snprintf(file, sizeof file, "%s_library.trace", name);
     test_path(library_path, file);
 
+    uint64_t outer_frame = trace_frame_register(name, strlen(name), "outer.c", 7, 1);
+    uint64_t inner_frame = trace_frame_register(name, strlen(name), "inner.c", 7, 2);
+    uint64_t frames[2] = {inner_frame, outer_frame};
+    stack_ids[OUTER] = trace_stack_register(frames + 1, 1);
+    stack_ids[INNER] = trace_stack_register(frames, 2);
+    stack_ids[BEYOND_TABLE] = UINT64_C(1) << 32;
+    CHECK(stack_ids[OUTER] != 0 && stack_ids[INNER] != 0 && stack_ids[INNER] != stack_ids[OUTER]);
+
     trace_config cfg = config(inline_path, clock);
     CHECK_RESULT(trace_start(&cfg), TRACE_OK);
-    if (__atomic_load_n(&alloctrace_inline_v1->inline_mode, __ATOMIC_RELAXED) == 0) {
+    if (__atomic_load_n(&alloctrace_inline_v2->inline_mode, __ATOMIC_RELAXED) == 0) {
         CHECK_RESULT(trace_stop(), TRACE_OK);
         return 0;
     }
     trace_writer *w = trace_writer_get();
     CHECK(w != NULL);
     (trace_heap_object_alloc)(M, 16, 0); /* maps the batch (out of line) in both traces */
+    size_t n_events = 1;
     for (size_t i = 0; i < N_EVENTS; i++) {
+        if (events[i].kind == ADVANCE) {
+            CHECK_RESULT(trace_advance(), TRACE_OK);
+            (trace_heap_object_alloc)(M + 0x400000, 16, 0); /* maps the new generation's batch */
+            n_events++;
+            continue;
+        }
+        n_events++;
         int called = inline_event(w, &events[i]);
         CHECK_MSG(called == events[i].long_form, "event %zu: the inline path %s", i,
                   called ? "called the library" : "recorded a long-form event");
@@ -196,8 +251,14 @@ static int run(trace_clock clock, const char *name)
     cfg = config(library_path, clock);
     CHECK_RESULT(trace_start(&cfg), TRACE_OK);
     (trace_heap_object_alloc)(M, 16, 0);
-    for (size_t i = 0; i < N_EVENTS; i++)
-        library_event(&events[i]);
+    for (size_t i = 0; i < N_EVENTS; i++) {
+        if (events[i].kind == ADVANCE) {
+            CHECK_RESULT(trace_advance(), TRACE_OK);
+            (trace_heap_object_alloc)(M + 0x400000, 16, 0);
+        } else {
+            library_event(&events[i]);
+        }
+    }
     CHECK_RESULT(trace_stop(), TRACE_OK);
 
     CHECK_EQ_U64(cli_check(inline_path), 0);
@@ -207,8 +268,8 @@ static int run(trace_clock clock, const char *name)
     size_t na_events, nb_events;
     size_t na = event_bytes(inline_path, a, sizeof a, &na_events);
     size_t nb = event_bytes(library_path, b, sizeof b, &nb_events);
-    CHECK_EQ_U64(na_events, N_EVENTS + 1);
-    CHECK_EQ_U64(nb_events, N_EVENTS + 1);
+    CHECK_EQ_U64(na_events, n_events);
+    CHECK_EQ_U64(nb_events, n_events);
     CHECK_EQ_U64(na, nb);
     for (size_t i = 0; i < na; i++)
         CHECK_MSG(a[i] == b[i], "%s clock: byte %zu of the events (time deltas left out): inline 0x%02x, library 0x%02x",

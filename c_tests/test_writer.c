@@ -44,7 +44,7 @@ static void *other_thread(void *arg)
 static size_t batch_len(trace_writer *w)
 {
 #if ALLOCTRACE_INLINE
-    uint64_t gen = alloctrace_inline_v1->generation;
+    uint64_t gen = alloctrace_inline_v2->generation;
     struct alloctrace_batch_ *b = w->batch_[gen & 1][0];
     return b ? b->len : 0;
 #else

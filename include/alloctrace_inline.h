@@ -32,7 +32,7 @@
  * core; c_tests/test_inline_encoding.c checks that this path and
  * the library write the same bytes. They are not API: use only the
  * functions. The library exports the state under a
- * name that carries the layout's version (alloctrace_inline_v1), so a
+ * name that carries the layout's version (alloctrace_inline_v2), so a
  * program built against a header whose layout the library does not have
  * fails to load with "undefined symbol" instead of writing a bad trace.
  */
@@ -44,7 +44,7 @@
 
 #include "alloctrace_format.h"
 
-#define ALLOCTRACE_INLINE_ABI 1 /* the _v1 of alloctrace_inline_v1 */
+#define ALLOCTRACE_INLINE_ABI 2 /* the _v2 of alloctrace_inline_v2 */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define ALLOCTRACE_ALWAYS_INLINE_ __attribute__((always_inline))
@@ -72,8 +72,9 @@ struct alloctrace_shared_ {
     uint32_t heap_shift;
     uint32_t stack_shift;
     uint32_t inline_mode; /* ALLOCTRACE_MODE_*_ */
+    uint8_t *call_stack_nodes; /* the call-stack table's nodes, once mapped */
 };
-extern struct alloctrace_shared_ *const alloctrace_inline_v1;
+extern struct alloctrace_shared_ *const alloctrace_inline_v2;
 
 /* Private: a batch buffer's header; the batch bytes follow at offset 64
  * (crates/writer/src/buffer.rs). */
@@ -99,7 +100,7 @@ struct trace_writer {
 static inline int trace_writer_enabled(void)
 {
 #if defined(__GNUC__) || defined(__clang__)
-    return __atomic_load_n(&alloctrace_inline_v1->generation, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&alloctrace_inline_v2->generation, __ATOMIC_RELAXED) != 0;
 #else
     return trace_enabled();
 #endif
@@ -107,8 +108,26 @@ static inline int trace_writer_enabled(void)
 
 #if ALLOCTRACE_INLINE
 
+/* A LEB128 varint, as the format crate's put_event_varint writes it: one,
+ * two and three bytes (most time deltas, ID deltas and stack IDs)
+ * straight, longer ones by the loop. */
 static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uint8_t *p, uint64_t v)
 {
+    if (v < 0x80) {
+        p[0] = (uint8_t)v;
+        return p + 1;
+    }
+    if (v < (UINT64_C(1) << 14)) {
+        p[0] = (uint8_t)(v | 0x80);
+        p[1] = (uint8_t)(v >> 7);
+        return p + 2;
+    }
+    if (v < (UINT64_C(1) << 21)) {
+        p[0] = (uint8_t)(v | 0x80);
+        p[1] = (uint8_t)((v >> 7) | 0x80);
+        p[2] = (uint8_t)(v >> 14);
+        return p + 3;
+    }
     while (v >= 0x80) {
         *p++ = (uint8_t)(v | 0x80);
         v >>= 7;
@@ -119,13 +138,19 @@ static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uin
 
 /*
  * Records one short-form event of `kind` (address class `cls`,
- * ALLOCTRACE_CLASS_*_; `nargs` arguments after the address; `stack_size`
+ * ALLOCTRACE_CLASS_*_; `nargs` arguments, the address included; `stack_size`
  * when a1 is a stack size written as its log2: the ALLOCTRACE_*_ numbers
  * of the kind in alloctrace_format.h) in w's current batch, exactly as the
  * library's write_event_fast does (crates/writer/src/event/emit.rs, with the
  * format crate's short_form and encode_event). Returns 1 when recorded or
  * tracing is off, 0 when the caller must take the out-of-line path. Changes
  * nothing before it knows it can finish.
+ *
+ * A kind with a call stack (four arguments, the stack ID `a3` last) is
+ * recorded here only when the generation has already marked the stack
+ * used, as the library's fast path checks it (call_stack_table.rs,
+ * invariant 6: the node's used[g % 2] is 2g + 1); the first event of a
+ * stack in a generation goes to the library, which marks it.
  *
  * The seqlock section is the library's (crates/writer/src/session/mod.rs, invariant 1): seq is
  * made odd, a compiler fence (inline mode is on only where the advancer
@@ -134,9 +159,9 @@ static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uin
  */
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writer *w, uint8_t kind, unsigned cls,
                                                                     int nargs, int stack_size, uint64_t addr,
-                                                                    uint64_t a1, uint64_t a2)
+                                                                    uint64_t a1, uint64_t a2, uint64_t a3)
 {
-    struct alloctrace_shared_ *sh = alloctrace_inline_v1;
+    struct alloctrace_shared_ *sh = alloctrace_inline_v2;
     uint32_t mode = __atomic_load_n(&sh->inline_mode, __ATOMIC_RELAXED);
     uintptr_t tp;
     __asm__("mov %%fs:0, %0" : "=r"(tp));
@@ -160,6 +185,13 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
     if (stack_size) {
         ok = ok && a1 != 0 && (a1 & (a1 - 1)) == 0;
         second = ok ? (uint64_t)__builtin_ctzll(a1) : 0;
+    }
+    if (nargs >= 4) {
+        const uint8_t *nodes = __atomic_load_n(&sh->call_stack_nodes, __ATOMIC_ACQUIRE);
+        ok = ok && a3 != 0 && a3 < ALLOCTRACE_CALL_STACK_MAX_NODES_ && nodes != NULL &&
+             __atomic_load_n((const uint64_t *)(nodes + a3 * ALLOCTRACE_CALL_STACK_NODE_SIZE_ +
+                                                ALLOCTRACE_CALL_STACK_NODE_USED_ + (g & 1) * 8),
+                             __ATOMIC_ACQUIRE) == (g * 2 | 1);
     }
     if (!ok) {
         __atomic_store_n(&w->seq_, s + 2, __ATOMIC_RELEASE);
@@ -192,18 +224,21 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
         p = alloctrace_put_varint_(p, second);
     if (nargs >= 3)
         p = alloctrace_put_varint_(p, a2);
+    if (nargs >= 4)
+        p = alloctrace_put_varint_(p, a3);
     b->len += (size_t)(p - start);
     b->last_ticks = ticks;
     __atomic_store_n(&w->seq_, s + 2, __ATOMIC_RELEASE);
     return 1;
 }
 
-#define ALLOCTRACE_RECORD_(w, kind, cls, nargs, stack_size, addr, a1, a2) \
-    alloctrace_record_((w), (kind), (cls), (nargs), (stack_size), (uint64_t)(addr), (uint64_t)(a1), (uint64_t)(a2))
+#define ALLOCTRACE_RECORD_(w, kind, cls, nargs, stack_size, addr, a1, a2, a3)                              \
+    alloctrace_record_((w), (kind), (cls), (nargs), (stack_size), (uint64_t)(addr), (uint64_t)(a1), (uint64_t)(a2), \
+                       (uint64_t)(a3))
 
 #else /* !ALLOCTRACE_INLINE */
 
-#define ALLOCTRACE_RECORD_(w, kind, cls, nargs, stack_size, addr, a1, a2) ((void)(w), 0)
+#define ALLOCTRACE_RECORD_(w, kind, cls, nargs, stack_size, addr, a1, a2, a3) ((void)(w), 0)
 
 #endif /* ALLOCTRACE_INLINE */
 
@@ -220,7 +255,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_record_(struct trace_writ
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_exists_(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_SPAN_EXISTS_, ALLOCTRACE_CLASS_SPAN_EXISTS_, ALLOCTRACE_ARGS_SPAN_EXISTS_, ALLOCTRACE_LOG2_SIZE_SPAN_EXISTS_,
-                           base, npages, kind_class))
+                           base, npages, kind_class, 0))
         return 0;
     (trace_span_exists)(base, npages, kind_class);
     return 1;
@@ -228,7 +263,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_exists_(trace_writer
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_alloc_(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_SPAN_ALLOC_, ALLOCTRACE_CLASS_SPAN_ALLOC_, ALLOCTRACE_ARGS_SPAN_ALLOC_, ALLOCTRACE_LOG2_SIZE_SPAN_ALLOC_,
-                           base, npages, kind_class))
+                           base, npages, kind_class, 0))
         return 0;
     (trace_span_alloc)(base, npages, kind_class);
     return 1;
@@ -236,7 +271,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_alloc_(trace_writer 
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_free_(trace_writer *w, uintptr_t base)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_SPAN_FREE_, ALLOCTRACE_CLASS_SPAN_FREE_, ALLOCTRACE_ARGS_SPAN_FREE_, ALLOCTRACE_LOG2_SIZE_SPAN_FREE_,
-                           base, 0, 0))
+                           base, 0, 0, 0))
         return 0;
     (trace_span_free)(base);
     return 1;
@@ -244,7 +279,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_free_(trace_writer *
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_exists_(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_HEAP_OBJECT_EXISTS_, ALLOCTRACE_CLASS_HEAP_OBJECT_EXISTS_, ALLOCTRACE_ARGS_HEAP_OBJECT_EXISTS_, ALLOCTRACE_LOG2_SIZE_HEAP_OBJECT_EXISTS_,
-                           addr, size, type_id))
+                           addr, size, type_id, 0))
         return 0;
     (trace_heap_object_exists)(addr, size, type_id);
     return 1;
@@ -252,7 +287,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_exists_(trace
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_alloc_(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_HEAP_OBJECT_ALLOC_, ALLOCTRACE_CLASS_HEAP_OBJECT_ALLOC_, ALLOCTRACE_ARGS_HEAP_OBJECT_ALLOC_, ALLOCTRACE_LOG2_SIZE_HEAP_OBJECT_ALLOC_,
-                           addr, size, type_id))
+                           addr, size, type_id, 0))
         return 0;
     (trace_heap_object_alloc)(addr, size, type_id);
     return 1;
@@ -260,7 +295,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_alloc_(trace_
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_free_(trace_writer *w, uintptr_t addr)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_HEAP_OBJECT_FREE_, ALLOCTRACE_CLASS_HEAP_OBJECT_FREE_, ALLOCTRACE_ARGS_HEAP_OBJECT_FREE_, ALLOCTRACE_LOG2_SIZE_HEAP_OBJECT_FREE_,
-                           addr, 0, 0))
+                           addr, 0, 0, 0))
         return 0;
     (trace_heap_object_free)(addr);
     return 1;
@@ -268,7 +303,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_free_(trace_w
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_exists_(trace_writer *w, uintptr_t base, uintptr_t size)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_STACK_EXISTS_, ALLOCTRACE_CLASS_STACK_EXISTS_, ALLOCTRACE_ARGS_STACK_EXISTS_, ALLOCTRACE_LOG2_SIZE_STACK_EXISTS_,
-                           base, size, 0))
+                           base, size, 0, 0))
         return 0;
     (trace_stack_exists)(base, size);
     return 1;
@@ -276,7 +311,7 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_exists_(trace_write
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_alloc_(trace_writer *w, uintptr_t base, uintptr_t size)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_STACK_ALLOC_, ALLOCTRACE_CLASS_STACK_ALLOC_, ALLOCTRACE_ARGS_STACK_ALLOC_, ALLOCTRACE_LOG2_SIZE_STACK_ALLOC_,
-                           base, size, 0))
+                           base, size, 0, 0))
         return 0;
     (trace_stack_alloc)(base, size);
     return 1;
@@ -284,9 +319,25 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_alloc_(trace_writer
 static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_stack_free_(trace_writer *w, uintptr_t base)
 {
     if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_STACK_FREE_, ALLOCTRACE_CLASS_STACK_FREE_, ALLOCTRACE_ARGS_STACK_FREE_, ALLOCTRACE_LOG2_SIZE_STACK_FREE_,
-                           base, 0, 0))
+                           base, 0, 0, 0))
         return 0;
     (trace_stack_free)(base);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_heap_object_alloc_stack_(trace_writer *w, uintptr_t addr, uint64_t size, uint64_t type_id, uint64_t stack_id)
+{
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_HEAP_OBJECT_ALLOC_STACK_, ALLOCTRACE_CLASS_HEAP_OBJECT_ALLOC_STACK_, ALLOCTRACE_ARGS_HEAP_OBJECT_ALLOC_STACK_, ALLOCTRACE_LOG2_SIZE_HEAP_OBJECT_ALLOC_STACK_,
+                           addr, size, type_id, stack_id))
+        return 0;
+    (trace_heap_object_alloc_stack)(addr, size, type_id, stack_id);
+    return 1;
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_span_alloc_stack_(trace_writer *w, uintptr_t base, uintptr_t npages, uint64_t kind_class, uint64_t stack_id)
+{
+    if (ALLOCTRACE_RECORD_(w, ALLOCTRACE_KIND_SPAN_ALLOC_STACK_, ALLOCTRACE_CLASS_SPAN_ALLOC_STACK_, ALLOCTRACE_ARGS_SPAN_ALLOC_STACK_, ALLOCTRACE_LOG2_SIZE_SPAN_ALLOC_STACK_,
+                           base, npages, kind_class, stack_id))
+        return 0;
+    (trace_span_alloc_stack)(base, npages, kind_class, stack_id);
     return 1;
 }
 /* END per-kind wrappers */
@@ -351,22 +402,22 @@ static inline void trace_writer_stack_free(trace_writer *w, uintptr_t base)
         (void)alloctrace_stack_free_(w, base);
 }
 
-/* Allocations with their call stack: always the library's path, which marks
- * the stack's nodes for the generation (the handle is not needed for it). */
-static inline void trace_writer_heap_object_alloc_stack(trace_writer *w, uintptr_t addr, uint64_t size,
-                                                        uint64_t type_id, uint64_t stack_id)
+/* Allocations with their call stack: inline once the generation has marked
+ * the stack (its first event in a generation goes to the library, which
+ * marks the stack's nodes). */
+static inline ALLOCTRACE_ALWAYS_INLINE_ void trace_writer_heap_object_alloc_stack(trace_writer *w, uintptr_t addr,
+                                                                                 uint64_t size, uint64_t type_id,
+                                                                                 uint64_t stack_id)
 {
-    (void)w;
     if (trace_writer_enabled())
-        trace_heap_object_alloc_stack(addr, size, type_id, stack_id);
+        (void)alloctrace_heap_object_alloc_stack_(w, addr, size, type_id, stack_id);
 }
 
 static inline void trace_writer_span_alloc_stack(trace_writer *w, uintptr_t base, uintptr_t npages,
                                                  uint64_t kind_class, uint64_t stack_id)
 {
-    (void)w;
     if (trace_writer_enabled())
-        trace_span_alloc_stack(base, npages, kind_class, stack_id);
+        (void)alloctrace_span_alloc_stack_(w, base, npages, kind_class, stack_id);
 }
 
 /*
@@ -454,6 +505,18 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_stack_free_(uintpt
     if (trace_writer_enabled() && alloctrace_stack_free_(alloctrace_writer_(), base))
         ALLOCTRACE_FORGET_WRITER_();
 }
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_heap_object_alloc_stack_(uintptr_t addr, uint64_t size,
+                                                                                     uint64_t type_id, uint64_t stack_id)
+{
+    if (trace_writer_enabled() && alloctrace_heap_object_alloc_stack_(alloctrace_writer_(), addr, size, type_id, stack_id))
+        ALLOCTRACE_FORGET_WRITER_();
+}
+static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_span_alloc_stack_(uintptr_t base, uintptr_t npages,
+                                                                              uint64_t kind_class, uint64_t stack_id)
+{
+    if (trace_writer_enabled() && alloctrace_span_alloc_stack_(alloctrace_writer_(), base, npages, kind_class, stack_id))
+        ALLOCTRACE_FORGET_WRITER_();
+}
 
 #define trace_span_exists(base, npages, kind_class) alloctrace_plain_span_exists_((base), (npages), (kind_class))
 #define trace_span_alloc(base, npages, kind_class) alloctrace_plain_span_alloc_((base), (npages), (kind_class))
@@ -464,6 +527,10 @@ static inline ALLOCTRACE_ALWAYS_INLINE_ void alloctrace_plain_stack_free_(uintpt
 #define trace_stack_exists(base, size) alloctrace_plain_stack_exists_((base), (size))
 #define trace_stack_alloc(base, size) alloctrace_plain_stack_alloc_((base), (size))
 #define trace_stack_free(base) alloctrace_plain_stack_free_((base))
+#define trace_heap_object_alloc_stack(addr, size, type_id, stack_id) \
+    alloctrace_plain_heap_object_alloc_stack_((addr), (size), (type_id), (stack_id))
+#define trace_span_alloc_stack(base, npages, kind_class, stack_id) \
+    alloctrace_plain_span_alloc_stack_((base), (npages), (kind_class), (stack_id))
 
 #endif /* plain calls */
 

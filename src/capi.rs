@@ -696,8 +696,18 @@ pub extern "C" fn trace_thread_destroy() {
 /// The state the header's inline event path reads (alloctrace_inline.h:
 /// `struct alloctrace_shared_`). Private: not part of the API. The name
 /// carries the version of the layouts the header mirrors: change it (and
-/// ALLOCTRACE_INLINE_ABI) with them, so an old program fails to load
-/// instead of writing a bad trace.
+/// ALLOCTRACE_INLINE_ABI) with them, so a program built against a layout
+/// this library does not have fails to load instead of writing a bad
+/// trace. Version 2 added the call-stack table's node array (the inline
+/// allocation with a call stack).
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static alloctrace_inline_v2: &alloctrace_writer::shared::Shared =
+    &alloctrace_writer::shared::SHARED;
+
+/// [`alloctrace_inline_v2`] under version 1's name, for programs built
+/// against the header of version 1: its layout is version 2's first part,
+/// and version 1 wrote only events without a call stack inline.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static alloctrace_inline_v1: &alloctrace_writer::shared::Shared =

@@ -15,7 +15,10 @@ use std::process::ExitCode;
 use alloctrace_format::{
     AddressClass, EventKind, ENTRY_TAG, EVENT_KINDS, LONG_FORM, MAX_EVENT_LEN, MAX_VARINT_LEN,
 };
-use alloctrace_writer::shared::{inline_mode, BATCH_DATA_OFFSET};
+use alloctrace_writer::shared::{
+    inline_mode, BATCH_DATA_OFFSET, CALL_STACK_MAX_NODES, CALL_STACK_NODE_SIZE,
+    CALL_STACK_NODE_USED_OFFSET,
+};
 
 fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
@@ -85,8 +88,8 @@ const WRAPPERS_END: &str = "/* END per-kind wrappers */\n";
 
 /// `inline` (include/alloctrace_inline.h) with the per-kind wrappers
 /// between its markers written anew: one `alloctrace_NAME_` per event kind
-/// the inline path writes (every kind with an address and without a call
-/// stack), taking the parameters of the C API's `trace_NAME` (found in
+/// the inline path writes (every kind with an address; a kind with a call
+/// stack only when the stack is already marked in the generation), taking the parameters of the C API's `trace_NAME` (found in
 /// `api`, the generated alloctrace.h): it records the event with
 /// `ALLOCTRACE_RECORD_` and the kind's numbers from alloctrace_format.h,
 /// or calls `trace_NAME`. The record primitive stays hand-written.
@@ -100,7 +103,7 @@ fn inline_header(inline: &str, api: &str) -> Result<String, String> {
     }
     let mut out = String::from(&inline[..begin]);
     for kind in EVENT_KINDS {
-        if kind.has_stack() || kind.address_class().delta_index().is_none() {
+        if kind.address_class().delta_index().is_none() {
             continue; // the library's path always: not written inline
         }
         let name = kind.name();
@@ -114,7 +117,7 @@ fn inline_header(inline: &str, api: &str) -> Result<String, String> {
         }
         let decls: Vec<&str> = params.iter().map(|(decl, _)| decl.as_str()).collect();
         let names: Vec<&str> = params.iter().map(|(_, name)| name.as_str()).collect();
-        let record_args: Vec<&str> = (0..3)
+        let record_args: Vec<&str> = (0..4)
             .map(|i| names.get(i).copied().unwrap_or("0"))
             .collect();
         let n = c_name(kind);
@@ -251,6 +254,18 @@ fn format_header() -> String {
     );
     let _ = writeln!(h, "#define ALLOCTRACE_MODE_COARSE_ {}", inline_mode::COARSE);
     let _ = writeln!(h, "#define ALLOCTRACE_BATCH_DATA_ {BATCH_DATA_OFFSET}");
+    let _ = writeln!(
+        h,
+        "#define ALLOCTRACE_CALL_STACK_MAX_NODES_ {CALL_STACK_MAX_NODES}"
+    );
+    let _ = writeln!(
+        h,
+        "#define ALLOCTRACE_CALL_STACK_NODE_SIZE_ {CALL_STACK_NODE_SIZE}"
+    );
+    let _ = writeln!(
+        h,
+        "#define ALLOCTRACE_CALL_STACK_NODE_USED_ {CALL_STACK_NODE_USED_OFFSET}"
+    );
     h.push_str("\n#endif /* ALLOCTRACE_FORMAT_H */\n");
     h
 }
@@ -277,8 +292,8 @@ mod tests {
         let wrappers = inline.matches("static inline ALLOCTRACE_ALWAYS_INLINE_ int alloctrace_");
         assert_eq!(
             wrappers.count(),
-            10,
-            "nine wrappers and the record primitive"
+            12,
+            "eleven wrappers and the record primitive"
         );
         // A kind whose C call takes other parameters than its arguments.
         let api_changed = api.replace(

@@ -11,12 +11,21 @@
 //! LD_PRELOAD shim's copy of this crate and liballoctrace's never bind to
 //! each other's state, and Rust code reaches it without the GOT.
 
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64};
 
 /// Offset of a batch buffer's batch bytes from its header (buffer.rs): the
 /// inline event path appends events there. Generated into the header with
 /// [`inline_mode`] (crates/header-gen).
 pub use crate::buffer::DATA_OFFSET as BATCH_DATA_OFFSET;
+
+/// The call-stack table's node layout, which the inline path reads to
+/// find whether a stack is already marked in the generation
+/// (stacks/call_stack_table.rs, invariant 6). Generated into the header
+/// with [`BATCH_DATA_OFFSET`].
+pub use crate::stacks::call_stack_table::{
+    MAX_NODES as CALL_STACK_MAX_NODES, NODE_SIZE as CALL_STACK_NODE_SIZE,
+    NODE_USED_OFFSET as CALL_STACK_NODE_USED_OFFSET,
+};
 
 /// What the header's inline event path may do in the running session
 /// (the `inline_mode` field of [`Shared`]).
@@ -60,6 +69,9 @@ pub struct Shared {
     pub(crate) stack_shift: AtomicU32,
     /// One of [`inline_mode`]; set by start before the first generation.
     pub(crate) inline_mode: AtomicU32,
+    /// The call-stack table's node array, null until it is mapped; then
+    /// stored once, for good (stacks/call_stack_table.rs, invariant 6).
+    pub(crate) call_stack_nodes: AtomicPtr<u8>,
 }
 
 /// The one instance.
@@ -71,6 +83,7 @@ pub static SHARED: Shared = Shared {
     heap_shift: AtomicU32::new(3),
     stack_shift: AtomicU32::new(12),
     inline_mode: AtomicU32::new(inline_mode::OUT_OF_LINE),
+    call_stack_nodes: AtomicPtr::new(core::ptr::null_mut()),
 };
 
 // The layout the header's `struct alloctrace_shared_` mirrors.
@@ -81,3 +94,4 @@ static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, page_shift), 2
 static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, heap_shift), 28);
 static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, stack_shift), 32);
 static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, inline_mode), 36);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Shared, call_stack_nodes), 40);

@@ -61,14 +61,24 @@
 //! 5. The writer lists a node's unlisted ancestors before the node (it
 //!    walks the parents itself), so a node marked by a marker that has not
 //!    yet marked its ancestors is listed whole.
+//! 6. The header's inline event path (include/alloctrace_inline.h,
+//!    `alloctrace_record_`) writes an event with stack `id` only after it
+//!    finds `used[g % 2] == 2g + 1`, as [`used_by`] does, inside the
+//!    seqlock section of `g`; otherwise it calls the library, which marks.
+//!    It reads the node array through `SHARED.call_stack_nodes` (stored
+//!    once the array is mapped, never unmapped) at the offsets
+//!    [`NODE_SIZE`] and [`NODE_USED_OFFSET`] give, which the header takes
+//!    from alloctrace_format.h: a node's layout is `repr(C)` and asserted,
+//!    and changes together with that header's generator.
 
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::reserved::Region;
+use crate::shared::SHARED;
 
 /// Most nodes the table holds (frames of all distinct stacks, shared
 /// prefixes counted once): 32 MiB of address space, used as touched.
-pub(crate) const MAX_NODES: usize = 1 << 20;
+pub const MAX_NODES: usize = 1 << 20;
 /// Hash slots: twice the nodes, so the index is at most half full.
 const SLOT_BITS: u32 = 21;
 const SLOTS: usize = 1 << SLOT_BITS;
@@ -76,6 +86,9 @@ const SLOTS: usize = 1 << SLOT_BITS;
 /// load in practice; bounds the work of a pathological hash).
 const MAX_PROBES: usize = 1024;
 
+/// `repr(C)`: the header's inline event path reads `used` (invariant 6),
+/// at the offsets [`NODE_SIZE`] and [`NODE_USED_OFFSET`] give it.
+#[repr(C)]
 struct Node {
     parent: AtomicU32,
     /// Set (Release) once `parent`, `frame` and `depth` are written
@@ -93,6 +106,15 @@ struct Node {
     /// parity that listed the node.
     listed: [AtomicU64; 2],
 }
+
+/// Bytes per node in the node array, and the offset of a node's `used`
+/// pair in it: generated into alloctrace_format.h (crates/header-gen) for
+/// the header's inline path (invariant 6).
+pub const NODE_SIZE: usize = core::mem::size_of::<Node>();
+/// See [`NODE_SIZE`].
+pub const NODE_USED_OFFSET: usize = core::mem::offset_of!(Node, used);
+static_assertions::const_assert_eq!(NODE_SIZE, 48);
+static_assertions::const_assert_eq!(NODE_USED_OFFSET, 16);
 
 /// Nodes per chunk of [`DIRTY`].
 const CHUNK_BITS: u32 = 10;
@@ -193,7 +215,12 @@ fn regions() -> Option<(*mut u8, *mut u8)> {
 #[cold]
 #[inline(never)]
 fn map_regions() -> Option<(*mut u8, *mut u8)> {
-    Some((NODES.base()?, INDEX.base()?))
+    let regions = (NODES.base()?, INDEX.base()?);
+    // Published for the header's inline path once both are mapped: the
+    // node array is mapped for good (reserved.rs), so the pointer stays
+    // valid (invariant 6).
+    SHARED.call_stack_nodes.store(regions.0, Ordering::Release);
+    Some(regions)
 }
 
 /// [`intern_child`] in the mapped regions. Inlined: the common case, a
