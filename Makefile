@@ -360,6 +360,7 @@ python-test: lib cli
 	$(PYTHON3) -m venv $(PY_VENV)
 	$(PY_VENV)/bin/pip install --quiet ./python
 	ALLOCTRACE_CLI=$(abspath $(CLI)) $(PY_VENV)/bin/python python/tests/test_alloctrace.py
+	ALLOCTRACE_CLI=$(abspath $(CLI)) ALLOCTRACE_PYTHON_PROFILE_STACKS=1 $(PY_VENV)/bin/python python/tests/test_alloctrace.py
 	@$(PY_VENV)/bin/pip install --quiet memray || { echo "error: python-test: pip could not install memray from PyPI (python/tests/test_memray.py needs it)"; exit 1; }
 	ALLOCTRACE_CLI=$(abspath $(CLI)) $(PY_VENV)/bin/python python/tests/test_memray.py
 

@@ -6,6 +6,7 @@ with cargo when missing) and hooks CPython's allocators through the C API.
 names another checkout; ALLOCTRACE_LIB another liballoctrace.a.
 """
 
+import glob
 import os
 import subprocess
 import sys
@@ -47,9 +48,10 @@ setup(
             # liballoctrace.so or the LD_PRELOAD shim in the same process is
             # a separate tracer, never mixed with this one.
             extra_link_args=[LIB, "-Wl,--exclude-libs,ALL", "-lpthread", "-ldl", "-lm"],
-            # Relinked when the library or the header changes (pip builds in
-            # python/build/, which stays between installs).
-            depends=[LIB, os.path.join(ROOT, "include", "alloctrace.h")],
+            # Rebuilt when the library or a header changes (pip builds in
+            # python/build/, which stays between installs): the inline
+            # event path is compiled in from alloctrace_inline.h.
+            depends=[LIB, "alloctrace/_alloctrace_walk.h"] + sorted(glob.glob(os.path.join(ROOT, "include", "*.h"))),
         )
     ],
 )

@@ -195,7 +195,10 @@ def run(args):
     atexit.register(stop)
     threading.setprofile(_alloctrace.thread_profile)
     _alloctrace.profile_on()
-    exec(code, main.__dict__)
+    try:
+        exec(code, main.__dict__)
+    finally:
+        _alloctrace.program_returned()
 
 
 def main(argv=None):

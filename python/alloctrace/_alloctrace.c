@@ -5,12 +5,20 @@
  * ## Design
  * - All three PyMem domains (RAW, MEM, OBJ) are wrapped with
  *   PyMem_SetAllocator: every block they return is a heap object
- *   (trace_heap_object_alloc_stack with its size; realloc is a free and
+ *   (trace_writer_heap_object_alloc_stack with its size; realloc is a free and
  *   an allocation; calloc's size is nelem * elsize). pymalloc's arenas are
  *   wrapped with PyObject_SetArenaAllocator and recorded as spans
- *   (trace_span_alloc_stack / trace_span_free), so pymalloc's small
+ *   (trace_writer_span_alloc_stack / trace_span_free), so pymalloc's small
  *   objects are heap objects inside spans.
- * - Python call stacks come from a shadow stack per thread, kept by a C
+ * - Python call stacks on CPython 3.11 (walk_mode) come from a walk of
+ *   the thread's running frames at each allocation (alloctrace_walk, in
+ *   _alloctrace_frame.c, which sees CPython's internal frame): no profile
+ *   function, which would make 3.11 run unspecialized and create a frame
+ *   object per call. A walk that meets the last walk's frames at the same
+ *   instructions reuses its stack ID; another pushes only the frames
+ *   inside the outermost ones the last walk shares (`walk_memo`).
+ * - Elsewhere, with --native, or with ALLOCTRACE_PYTHON_PROFILE_STACKS=1,
+ *   they come from a shadow stack per thread, kept by a C
  *   profile function (PyEval_SetProfile): a Python function's call pushes
  *   its frame, its return (also when an exception unwinds it) pops it. An
  *   allocation reads each frame's current instruction (PyFrame_GetLasti)
@@ -33,8 +41,11 @@
  *   is reused while the thread made no call or return and its innermost
  *   frame stays at one instruction, and found by instruction in a small
  *   per-thread cache while the frames below stay the same.
- * - Frees go through the header's inline path with the thread's writer
- *   handle (`this_writer`); the thread-locals are initial-exec (static TLS,
+ * - Frees and allocations go through the header's inline path with the
+ *   thread's writer handle (`this_writer`): an allocation is written
+ *   there without a call once its stack is marked in the generation (its
+ *   first event of a generation calls the library, which marks it); the
+ *   thread-locals are initial-exec (static TLS,
  *   no __tls_get_addr call, never allocated lazily inside a hook).
  * - --native (native_on): an allocation's call stack is its native walk
  *   (trace_stack_walk, innermost first) with each return address into
@@ -53,7 +64,11 @@
  *   trace_stack_register interns them.
  * - Only the frees of blocks this session recorded are recorded (blocks
  *   allocated before trace_start are freed while tracing): a bitmap of
- *   16-byte granules, lock-free, says which (`blocks_insert`).
+ *   16-byte granules, lock-free, says which (`blocks_insert`). There are
+ *   two: MEM and OBJ blocks', written with plain loads and stores under
+ *   the GIL, and RAW blocks', written with atomic read-modify-writes (a
+ *   locked instruction per allocation and per free, which the GIL-held
+ *   domains, nearly all of a program's blocks, do without).
  *
  * ## Invariants
  * 1. A hook MUST NOT allocate through Python while it records: its own
@@ -69,12 +84,20 @@
  * 3. A registered code object is kept alive (one reference, never
  *    dropped), so its address never names another code object in the
  *    table. Otherwise a later function could show an earlier one's name.
+ * 4. `gil_blocks` is written only with the GIL held (MEM and OBJ hooks,
+ *    start), so its words are updated with plain loads and stores;
+ *    `raw_blocks` (RAW hooks, with or without the GIL) with atomic
+ *    read-modify-writes. A block is freed or reallocated in the domain it
+ *    was allocated in (CPython's rule), so its bit is always in the map
+ *    of its domain. Otherwise two threads updating one word could lose
+ *    each other's bits. A build without the GIL uses atomics for both.
  *
  * ## Corner cases
  * - fork: the tracer turns itself off in the child (docs/C-API.md); the
  *   hooks stay and only forward. The child is not traced.
  * - Threads: threading.setprofile installs `thread_profile`, which
- *   replaces itself by the C profile function on the thread's first event.
+ *   replaces itself by the C profile function on the thread's first event
+ *   (walk_mode: removes itself and sets up the thread's walk state).
  * - Subinterpreters: this module refuses to load in one; the runner makes
  *   creating one raise (alloctrace/__main__.py).
  * - Frames already running when the profile function is installed are
@@ -93,6 +116,7 @@
 #include <sys/mman.h>
 
 #include "alloctrace.h"
+#include "_alloctrace_walk.h"
 
 #if PY_VERSION_HEX < 0x030B0000
 #error "alloctrace needs CPython 3.11 or later"
@@ -226,6 +250,8 @@ int alloctrace_frame_is_entry(PyFrameObject *f);
 int alloctrace_native_supported(void);
 int alloctrace_unseen_frames(PyThreadState *ts, PyFrameObject *top, PyCodeObject **code, int *lasti, char *entry,
                              int max);
+int alloctrace_walk_supported(void);
+const void *alloctrace_current_frame(PyThreadState *ts);
 /* Frames not yet on the shadow stack that a merge takes into account. */
 #define UNSEEN_MAX 8
 
@@ -320,13 +346,45 @@ typedef struct {
     site_slot *sites;
     int sites_tried;
     uint64_t frames[MAX_DEPTH + NATIVE_MAX]; /* innermost first, for trace_stack_register */
+    /* Walked stacks (walk_mode): NULL on a thread the walk does not
+     * serve (see thread_state). */
+    struct walk_memo *walk;
 } shadow_stack;
+
+/* walk_mode: the thread's last walk (innermost first) and its frames
+ * again outermost first, with the stack ID of each frame and those
+ * outside it: a walk of the same frames at the same instructions reuses
+ * `stack`, and another one pushes only the frames inside the outermost
+ * ones it shares with the last. Both hold only code objects the frame
+ * table keeps alive (invariant 3), so equal addresses are equal code
+ * objects; otherwise they are dropped (`walked.raw_n` -1, `outer_n` 0,
+ * `stack_ok` 0). */
+struct walk_memo {
+    struct walked walked;
+    PyCodeObject *outer_code[WALK_MAX];
+    int outer_lasti[WALK_MAX];
+    uint64_t outer_stack[WALK_MAX];
+    size_t outer_n;
+    uint64_t stack;
+    int stack_ok;
+};
+
+/* Python-only stacks on CPython 3.11 come from a walk of the running
+ * frames at each allocation (alloctrace_walk), with no profile function:
+ * a profile function makes 3.11 run every instruction unspecialized,
+ * which costs more than the walk. Set by profile_on, before the hooks
+ * record. `walk_stop` is the frame profile_on ran in (the runner's, which
+ * runs the program): the main thread's walks end there, so that the
+ * stacks start at the program's own code. */
+static int walk_mode;
+static const void *walk_stop;
+static PyThreadState *walk_stop_ts;
 
 /* This thread's stack; written by the profile function, read by the hooks. */
 static __thread shadow_stack *shadow __attribute__((tls_model("initial-exec")));
 
-/* This thread's writer handle, for the header's inline event path (a free
- * is then written here without a call); NULL until the thread's first
+/* This thread's writer handle, for the header's inline event path (an
+ * event is then written here without a call); NULL until the thread's first
  * event asks for it. It stays the thread's (across sessions, and in a fork
  * child), and a stale one makes the calls take the library's path. */
 static __thread trace_writer *writer __attribute__((tls_model("initial-exec")));
@@ -355,15 +413,24 @@ static void sites_release(void *arg)
     }
 }
 
-static void shadow_push(PyFrameObject *frame, int hidden)
+/* The calling thread's state, made if need be (libc memory, never
+ * PyMem: called outside the hooks, by the profile function, profile_on
+ * and thread_profile); NULL when it cannot be had. */
+static shadow_stack *thread_state(void)
 {
     shadow_stack *s = shadow;
     if (s == NULL) {
         s = calloc(1, sizeof *s);
         if (s == NULL) {
-            return;
+            return NULL;
         }
         shadow = s;
+    }
+    if (walk_mode && s->walk == NULL) {
+        s->walk = calloc(1, sizeof *s->walk);
+        if (s->walk != NULL) {
+            s->walk->walked.raw_n = -1;
+        }
     }
     if (!native_mode && !s->sites_tried && sites_key_ok) {
         /* Outside the hooks (the profile function): libc memory, given
@@ -382,6 +449,15 @@ static void shadow_push(PyFrameObject *frame, int hidden)
         void *m = mmap(NULL, STACK_CACHE * sizeof *s->cache, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         s->cache = m != MAP_FAILED ? m : NULL;
+    }
+    return s;
+}
+
+static void shadow_push(PyFrameObject *frame, int hidden)
+{
+    shadow_stack *s = thread_state();
+    if (s == NULL) {
+        return;
     }
     if (s->depth == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
@@ -628,23 +704,43 @@ static uint64_t native_stack(shadow_stack *s, PyThreadState *ts, int top_lasti)
  * one) inside the stack `prefix` of its callers (not PREFIX_NONE): one
  * trace_stack_push, unless the site table has it. `prefix` when `e` shows
  * no frame; PREFIX_NONE when the push could not give it. */
-static uint64_t site_stack(shadow_stack *s, shadow_entry *e, uint64_t prefix, int lasti)
+/* The thread state running on this thread: callers hold the GIL, so it is
+ * the GIL holder's, one load (PyGILState_GetThisThreadState is a
+ * pthread_getspecific). */
+static inline PyThreadState *current_tstate(void)
 {
-    /* Must not allocate: runs inside the allocator hooks; GIL held. */
-    if (e->code == NULL || e->hidden) {
-        return prefix;
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
+}
+
+static site_slot *site_of(shadow_stack *s, uint64_t prefix, PyCodeObject *code, int lasti)
+{
+    if (s->sites == NULL) {
+        return NULL;
     }
-    site_slot *site = NULL;
-    if (s->sites != NULL) {
-        uint64_t h = prefix * 0x9E3779B97F4A7C15ull ^ ((uintptr_t)e->code >> 4) * 0xC2B2AE3D27D4EB4Full ^
-                     (uint64_t)(uint32_t)lasti * 0x165667B19E3779F9ull;
-        h ^= h >> 31;
-        site = &s->sites[h & (SITE_CACHE - 1)];
-        if (site->code == e->code && site->prefix == prefix && site->lasti == lasti) {
-            return site->stack;
-        }
-    }
-    uint64_t fv = entry_value_at(e, lasti);
+    uint64_t h = prefix * 0x9E3779B97F4A7C15ull ^ ((uintptr_t)code >> 4) * 0xC2B2AE3D27D4EB4Full ^
+                 (uint64_t)(uint32_t)lasti * 0x165667B19E3779F9ull;
+    h ^= h >> 31;
+    return &s->sites[h & (SITE_CACHE - 1)];
+}
+
+/* Whether the frame table keeps every code object it names alive
+ * (invariant 3): a code object's address then never names another, and
+ * what is keyed by code addresses (the site table, the previous walk)
+ * stays true. */
+static int code_objects_kept(void)
+{
+    return frame_table != NULL && frame_table_used < FRAME_SLOTS / 4 * 3;
+}
+
+/* `prefix` with frame value `fv` of `code` at `lasti` pushed (one
+ * trace_stack_push), noted in `site` (site_of's) while code objects are
+ * kept; `prefix` for `fv` 0, PREFIX_NONE when the push could not give it. */
+static uint64_t site_push(site_slot *site, uint64_t prefix, PyCodeObject *code, int lasti, uint64_t fv)
+{
     if (fv == 0) {
         return prefix;
     }
@@ -652,14 +748,115 @@ static uint64_t site_stack(shadow_stack *s, shadow_entry *e, uint64_t prefix, in
     if (stack == 0) {
         return PREFIX_NONE;
     }
-    /* Only while the frame table keeps every code object it names alive
-     * (invariant 3; `fv` is then in it): a code object's address then
-     * never names another. */
-    if (site != NULL && frame_table != NULL && frame_table_used < FRAME_SLOTS / 4 * 3) {
+    /* `fv` is in the frame table once code objects are kept. */
+    if (site != NULL && code_objects_kept()) {
         site->prefix = prefix;
-        site->code = e->code;
+        site->code = code;
         site->lasti = lasti;
         site->stack = stack;
+    }
+    return stack;
+}
+
+static uint64_t site_stack(shadow_stack *s, shadow_entry *e, uint64_t prefix, int lasti)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (e->code == NULL || e->hidden) {
+        return prefix;
+    }
+    site_slot *site = site_of(s, prefix, e->code, lasti);
+    if (site != NULL && site->code == e->code && site->prefix == prefix && site->lasti == lasti) {
+        return site->stack;
+    }
+    return site_push(site, prefix, e->code, lasti, entry_value_at(e, lasti));
+}
+
+/* site_stack for a walked frame: `code` at `lasti` inside `prefix`. */
+static uint64_t walked_site_stack(shadow_stack *s, uint64_t prefix, PyCodeObject *code, int lasti)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    site_slot *site = site_of(s, prefix, code, lasti);
+    if (site != NULL && site->code == code && site->prefix == prefix && site->lasti == lasti) {
+        return site->stack;
+    }
+    return site_push(site, prefix, code, lasti, frame_value(code, PyCode_Addr2Line(code, lasti)));
+}
+
+/* walk_mode: the stack of the last walk's frames (`n` of them, innermost
+ * first; more than MAX_DEPTH: trace_stack_register keeps the innermost
+ * 1023 under a truncation mark), registered whole. */
+static uint64_t walked_register(shadow_stack *s, struct walk_memo *m, size_t n)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t fv = frame_value(m->walked.code[i], PyCode_Addr2Line(m->walked.code[i], m->walked.lasti[i]));
+        if (fv != 0) {
+            s->frames[out++] = fv;
+        }
+    }
+    m->outer_n = 0;
+    m->stack = out ? trace_stack_register(s->frames, out) : 0;
+    m->stack_ok = code_objects_kept();
+    if (!m->stack_ok) {
+        m->walked.raw_n = -1;
+    }
+    return m->stack;
+}
+
+/* walk_mode: the current Python call stack's ID, 0 when there is none:
+ * one walk of the running frames; then, unless they are the last walk's
+ * at the same instructions, one push per frame inside the outermost ones
+ * the last walk had at the same instructions. */
+static uint64_t walked_stack_new(shadow_stack *s, struct walk_memo *m);
+
+static inline uint64_t walked_stack(shadow_stack *s)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    struct walk_memo *m = s->walk;
+    PyThreadState *ts = current_tstate();
+    if (m == NULL || ts == NULL) {
+        return 0;
+    }
+    if (alloctrace_walk(ts, ts == walk_stop_ts ? walk_stop : NULL, &m->walked) && m->stack_ok) {
+        return m->stack;
+    }
+    return walked_stack_new(s, m);
+}
+
+/* walked_stack's rest: a walk that is not the last one. Out of line, so
+ * that the common case saves few registers. */
+__attribute__((noinline)) static uint64_t walked_stack_new(shadow_stack *s, struct walk_memo *m)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    struct walked *w = &m->walked;
+    size_t n = (size_t)w->n;
+    if (n > WALK_MAX) {
+        return walked_register(s, m, WALK_MAX);
+    }
+    size_t shared = 0;
+    while (shared < n && shared < m->outer_n && w->code[n - 1 - shared] == m->outer_code[shared] &&
+           w->lasti[n - 1 - shared] == m->outer_lasti[shared]) {
+        shared++;
+    }
+    uint64_t stack = shared ? m->outer_stack[shared - 1] : 0;
+    for (size_t j = shared; j < n; j++) {
+        PyCodeObject *code = w->code[n - 1 - j];
+        int lasti = w->lasti[n - 1 - j];
+        stack = walked_site_stack(s, stack, code, lasti);
+        if (stack == PREFIX_NONE) {
+            /* Deeper than the format allows (or a full table). */
+            return walked_register(s, m, n);
+        }
+        m->outer_code[j] = code;
+        m->outer_lasti[j] = lasti;
+        m->outer_stack[j] = stack;
+    }
+    int kept = code_objects_kept();
+    m->outer_n = kept ? n : 0;
+    m->stack = stack;
+    m->stack_ok = kept;
+    if (!kept) {
+        w->raw_n = -1;
     }
     return stack;
 }
@@ -683,24 +880,25 @@ static uint64_t prefix_of(shadow_stack *s, size_t i)
     return p;
 }
 
-/* The thread state running on this thread: callers hold the GIL, so it is
- * the GIL holder's, one load (PyGILState_GetThisThreadState is a
- * pthread_getspecific). */
-static inline PyThreadState *current_tstate(void)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyThreadState_GetUnchecked();
-#else
-    return _PyThreadState_UncheckedGet();
-#endif
-}
+
+static uint64_t shadow_stack_id(shadow_stack *s);
 
 /* The current Python call stack's ID, 0 when there is none. */
-static uint64_t current_stack(void)
+static inline uint64_t current_stack(void)
 {
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
     shadow_stack *s = shadow;
-    if (s == NULL || s->depth == 0) {
+    if (s == NULL) {
+        return 0;
+    }
+    return walk_mode ? walked_stack(s) : shadow_stack_id(s);
+}
+
+/* The shadow stack's ID (not walk_mode), 0 when it is empty. */
+__attribute__((noinline)) static uint64_t shadow_stack_id(shadow_stack *s)
+{
+    /* Must not allocate: runs inside the allocator hooks; GIL held. */
+    if (s->depth == 0) {
         return 0;
     }
     /* A program that sets a profile function of its own (sys.setprofile,
@@ -908,71 +1106,103 @@ static void set_clear(addr_set *s)
 #define CHUNK_BYTES ((size_t)1 << (CHUNK_SHIFT - GRANULE_SHIFT - 3))
 #define TOP_ENTRIES ((size_t)1 << (ADDRESS_BITS - CHUNK_SHIFT))
 
-static uint64_t **bitmap_top; /* TOP_ENTRIES chunk pointers, mmap'd at install */
+typedef struct {
+    uint64_t **top; /* TOP_ENTRIES chunk pointers, mmap'd at install */
+    int shared;     /* written without the GIL too: atomic updates (invariant 4) */
+} block_map;
+
+#ifdef Py_GIL_DISABLED
+static block_map gil_blocks = {NULL, 1};
+#else
+static block_map gil_blocks = {NULL, 0};
+#endif
+static block_map raw_blocks = {NULL, 1};
 static addr_set other_blocks;
 
-static uint64_t *bitmap_chunk(uintptr_t a, int create)
+static uint64_t *bitmap_chunk(block_map *m, uintptr_t a, int create)
 {
-    uint64_t **slot = &bitmap_top[a >> CHUNK_SHIFT];
+    uint64_t **slot = &m->top[a >> CHUNK_SHIFT];
     uint64_t *chunk = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (chunk != NULL || !create) {
         return chunk;
     }
-    void *m = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) {
+    void *fresh = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (fresh == MAP_FAILED) {
         return NULL;
     }
     uint64_t *expected = NULL;
-    if (!__atomic_compare_exchange_n(slot, &expected, (uint64_t *)m, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        munmap(m, CHUNK_BYTES);
+    if (!__atomic_compare_exchange_n(slot, &expected, (uint64_t *)fresh, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        munmap(fresh, CHUNK_BYTES);
         return expected;
     }
-    return m;
+    return fresh;
 }
 
-static int bitmap_holds(uintptr_t a)
+static int bitmap_holds(block_map *m, uintptr_t a)
 {
-    return bitmap_top != NULL && (a & ((1u << GRANULE_SHIFT) - 1)) == 0 && (a >> ADDRESS_BITS) == 0;
+    return m->top != NULL && (a & ((1u << GRANULE_SHIFT) - 1)) == 0 && (a >> ADDRESS_BITS) == 0;
 }
 
-static void blocks_insert(uintptr_t a)
+static inline void blocks_insert(block_map *m, uintptr_t a)
 {
     /* Must not allocate through Python: runs inside the allocator hooks. */
-    uint64_t *chunk = bitmap_holds(a) ? bitmap_chunk(a, 1) : NULL;
+    uint64_t *chunk = bitmap_holds(m, a) ? bitmap_chunk(m, a, 1) : NULL;
     if (chunk == NULL) {
         set_insert(&other_blocks, a);
         return;
     }
     size_t granule = (a & (((uintptr_t)1 << CHUNK_SHIFT) - 1)) >> GRANULE_SHIFT;
-    __atomic_fetch_or(&chunk[granule >> 6], (uint64_t)1 << (granule & 63), __ATOMIC_RELAXED);
+    uint64_t *word = &chunk[granule >> 6];
+    uint64_t bit = (uint64_t)1 << (granule & 63);
+    if (m->shared) {
+        __atomic_fetch_or(word, bit, __ATOMIC_RELAXED);
+    } else {
+        __atomic_store_n(word, __atomic_load_n(word, __ATOMIC_RELAXED) | bit, __ATOMIC_RELAXED);
+    }
 }
 
 /* Removes `a`; whether it was there. */
-static int blocks_remove(uintptr_t a)
+static inline int blocks_remove(block_map *m, uintptr_t a)
 {
     /* Must not allocate through Python: runs inside the allocator hooks. */
-    uint64_t *chunk = bitmap_holds(a) ? bitmap_chunk(a, 0) : NULL;
+    uint64_t *chunk = bitmap_holds(m, a) ? bitmap_chunk(m, a, 0) : NULL;
     if (chunk != NULL) {
         size_t granule = (a & (((uintptr_t)1 << CHUNK_SHIFT) - 1)) >> GRANULE_SHIFT;
+        uint64_t *word = &chunk[granule >> 6];
         uint64_t bit = (uint64_t)1 << (granule & 63);
-        if (__atomic_fetch_and(&chunk[granule >> 6], ~bit, __ATOMIC_RELAXED) & bit) {
+        uint64_t was;
+        if (m->shared) {
+            was = __atomic_fetch_and(word, ~bit, __ATOMIC_RELAXED);
+        } else {
+            was = __atomic_load_n(word, __ATOMIC_RELAXED);
+            if (was & bit) {
+                __atomic_store_n(word, was & ~bit, __ATOMIC_RELAXED);
+            }
+        }
+        if (was & bit) {
             return 1;
         }
     }
     return __atomic_load_n(&other_blocks.len, __ATOMIC_RELAXED) != 0 && set_remove(&other_blocks, a);
 }
 
-/* Empties the blocks' set; at trace_start, before any hook records. */
-static void blocks_clear(void)
+static void bitmap_clear(block_map *m)
 {
-    if (bitmap_top != NULL) {
+    if (m->top != NULL) {
         for (size_t i = 0; i < TOP_ENTRIES; i++) {
-            if (bitmap_top[i] != NULL) {
-                munmap(bitmap_top[i], CHUNK_BYTES);
-                bitmap_top[i] = NULL;
+            if (m->top[i] != NULL) {
+                munmap(m->top[i], CHUNK_BYTES);
+                m->top[i] = NULL;
             }
         }
     }
+}
+
+/* Empties the blocks' sets; at trace_start, before any hook records. */
+static void blocks_clear(void)
+{
+    bitmap_clear(&gil_blocks);
+    bitmap_clear(&raw_blocks);
     set_clear(&other_blocks);
 }
 
@@ -987,6 +1217,7 @@ static void reset_locks_in_child(void)
 typedef struct {
     PyMemAllocatorEx orig;
     int needs_gil_check; /* RAW: may be called without the GIL */
+    block_map *blocks;   /* the domain's recorded blocks (invariant 4) */
 } domain_hook;
 
 static domain_hook hooks[3];
@@ -1005,15 +1236,16 @@ static uint64_t stack_here(domain_hook *d)
 static void record_alloc(domain_hook *d, void *p, size_t size)
 {
     /* Must not allocate through Python: runs inside the allocator hooks. */
-    blocks_insert((uintptr_t)p);
-    trace_heap_object_alloc_stack((uintptr_t)p, size, 0, stack_here(d));
+    blocks_insert(d->blocks, (uintptr_t)p);
+    uint64_t stack = stack_here(d);
+    trace_writer_heap_object_alloc_stack(this_writer(), (uintptr_t)p, size, 0, stack);
 }
 
 /* Records a block's free, if this session recorded the block. */
-static void record_free(void *p)
+static void record_free(domain_hook *d, void *p)
 {
     /* Must not allocate through Python: runs inside the allocator hooks. */
-    if (blocks_remove((uintptr_t)p)) {
+    if (blocks_remove(d->blocks, (uintptr_t)p)) {
         trace_writer_heap_object_free(this_writer(), (uintptr_t)p);
     }
 }
@@ -1063,7 +1295,7 @@ static void *hook_realloc(void *ctx, void *old, size_t size)
     in_hook = 1;
     /* The free is recorded first: once realloc returns, another thread may
      * be given the old address and record its allocation. */
-    int was_recorded = old != NULL && blocks_remove((uintptr_t)old);
+    int was_recorded = old != NULL && blocks_remove(d->blocks, (uintptr_t)old);
     if (was_recorded) {
         trace_writer_heap_object_free(this_writer(), (uintptr_t)old);
     }
@@ -1086,7 +1318,7 @@ static void hook_free(void *ctx, void *p)
         return;
     }
     in_hook = 1;
-    record_free(p);
+    record_free(d, p);
     d->orig.free(d->orig.ctx, p);
     in_hook = 0;
 }
@@ -1099,7 +1331,8 @@ static void *hook_arena_alloc(void *ctx, size_t size)
      * held): recorded all the same, with the Python call stack. */
     if (p != NULL && trace_enabled()) {
         set_insert(&live_arenas, (uintptr_t)p);
-        trace_span_alloc_stack((uintptr_t)p, (size + 4095) / 4096, ARENA_KIND, PyGILState_Check() ? current_stack() : 0);
+        trace_writer_span_alloc_stack(this_writer(), (uintptr_t)p, (size + 4095) / 4096, ARENA_KIND,
+                                      PyGILState_Check() ? current_stack() : 0);
     }
     return p;
 }
@@ -1160,17 +1393,22 @@ static PyObject *install_hooks(PyObject *self, PyObject *unused)
         }
         frame_table = t;
     }
-    if (bitmap_top == NULL) {
-        void *t = mmap(NULL, TOP_ENTRIES * sizeof *bitmap_top, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (t == MAP_FAILED) {
-            return PyErr_SetFromErrno(PyExc_OSError);
+    block_map *maps[2] = {&gil_blocks, &raw_blocks};
+    for (int i = 0; i < 2; i++) {
+        if (maps[i]->top == NULL) {
+            void *t = mmap(NULL, TOP_ENTRIES * sizeof *maps[i]->top, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (t == MAP_FAILED) {
+                return PyErr_SetFromErrno(PyExc_OSError);
+            }
+            maps[i]->top = t;
+            if (getenv("AT_SHARED")) gil_blocks.shared = 1;
         }
-        bitmap_top = t;
     }
     for (int dom = 0; dom < 3; dom++) {
         hooks[dom].orig = current[dom];
         hooks[dom].needs_gil_check = dom == PYMEM_DOMAIN_RAW;
+        hooks[dom].blocks = dom == PYMEM_DOMAIN_RAW ? &raw_blocks : &gil_blocks;
         PyMemAllocatorEx hook = {&hooks[dom], hook_malloc, hook_calloc, hook_realloc, hook_free};
         PyMem_SetAllocator((PyMemAllocatorDomain)dom, &hook);
     }
@@ -1253,6 +1491,17 @@ static PyObject *native_on(PyObject *self, PyObject *unused)
 /* Starts the shadow stack on the calling thread, from its next call on. */
 static PyObject *profile_on(PyObject *self, PyObject *unused)
 {
+    const char *forced = getenv("ALLOCTRACE_PYTHON_PROFILE_STACKS");
+    walk_mode = !native_mode && alloctrace_walk_supported() && !(forced != NULL && strcmp(forced, "1") == 0);
+    if (walk_mode) {
+        if (thread_state() == NULL) {
+            return PyErr_NoMemory();
+        }
+        PyThreadState *ts = PyThreadState_Get();
+        walk_stop = alloctrace_current_frame(ts);
+        walk_stop_ts = ts;
+        Py_RETURN_NONE;
+    }
     if (native_mode) {
         /* The caller's frame and its callers are running already. */
         PyFrameObject *here = PyEval_GetFrame();
@@ -1267,13 +1516,29 @@ static PyObject *profile_on(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* The frame profile_on ran in is returning (the program ran to its end):
+ * walks from now on (atexit handlers) go to the outermost frame. */
+static PyObject *program_returned(PyObject *self, PyObject *unused)
+{
+    walk_stop = NULL;
+    walk_stop_ts = NULL;
+    Py_RETURN_NONE;
+}
+
 /* threading.setprofile's hook: on a new thread's first event, replaces
- * itself by the C profile function and handles that event. */
+ * itself by the C profile function and handles that event; in walk_mode
+ * removes itself and sets up the thread's state. */
 static PyObject *thread_profile(PyObject *self, PyObject *args)
 {
     PyObject *frame, *event, *arg;
     if (!PyArg_ParseTuple(args, "OOO", &frame, &event, &arg)) {
         return NULL;
+    }
+    if (walk_mode) {
+        /* Walks need no profile function: this thread's state only. */
+        PyEval_SetProfile(NULL, NULL);
+        (void)thread_state();
+        Py_RETURN_NONE;
     }
     PyEval_SetProfile(profile, NULL);
     if (PyFrame_Check(frame) && PyUnicode_Check(event) && PyUnicode_CompareWithASCIIString(event, "call") == 0) {
@@ -1320,6 +1585,7 @@ static PyMethodDef methods[] = {
     {"native_on", native_on, METH_NOARGS, "Merges native frames into the stacks (--native); before start."},
     {"profile_on", profile_on, METH_NOARGS, "Keeps this thread's shadow stack from its next call on."},
     {"thread_profile", thread_profile, METH_VARARGS, "For threading.setprofile."},
+    {"program_returned", program_returned, METH_NOARGS, "The frame profile_on ran in returns."},
     {"shadow_frames", shadow_frames, METH_NOARGS, "This thread's shadow stack, innermost first."},
     {NULL, NULL, 0, NULL},
 };

@@ -387,17 +387,31 @@ def g():
 f(20)
 sys.setprofile(None)
 for _ in range(5):
-    g()
+    g()  # G-CALL
 """
+
+
+# Python-only stacks come from a walk of the running frames on CPython 3.11
+# (docs/PYTHON.md), from a profile function elsewhere or when this is set
+# (make python-test runs the tests both ways).
+WALKED = sys.version_info[:2] == (3, 11) and os.environ.get("ALLOCTRACE_PYTHON_PROFILE_STACKS") != "1"
 
 
 class ProfileTakenOver(unittest.TestCase):
     def test_no_stale_stacks_once_the_program_sets_its_own_profile_function(self):
         t = Traced(self, PROFILE_TAKEN)
         t.check(self)
+        big = [s for s in t.sites() if s["bytes"] >= 100000]
+        if WALKED:
+            # A walk needs no profile function: g's five 100 KB blocks keep
+            # their stack, g under the module.
+            self.assertEqual(len(big), 1, big)
+            self.assertEqual(big[0]["allocations"], 5)
+            self.assertEqual([(f["function"], f["line"]) for f in big[0]["stack"]],
+                             [("g", t.line("G-SITE")), ("<module>", t.line("G-CALL"))])
+            return
         self.assertEqual(t.innermost("g"), [])
         # g's five 100 KB blocks: without a stack, not under f's stale frames.
-        big = [s for s in t.sites() if s["bytes"] >= 100000]
         self.assertEqual([s["stack"] for s in big], [[]], big)
         self.assertGreaterEqual(big[0]["allocations"], 5)
 
