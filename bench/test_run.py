@@ -237,7 +237,12 @@ class Parsing(unittest.TestCase):
 
     def test_memray_and_alloctrace_see_the_same_allocations(self):
         configs = dict(bench.MEMRAY_CONFIGS)
-        self.assertEqual(set(configs), {"plain", "alloctrace", "memray", "alloctrace_native", "memray_native"})
+        self.assertEqual(set(configs),
+                         {"plain", "alloctrace", "memray", "alloctrace_native", "memray_native", "alloctrace_profile"})
+        # The context row's alloctrace keeps its stacks with a profile
+        # function, as memray does; the target rows' walks the frames.
+        self.assertEqual(bench.MEMRAY_CONFIG_ENV, {"alloctrace_profile": {"ALLOCTRACE_PYTHON_PROFILE_STACKS": "1"}})
+        self.assertEqual(configs["alloctrace_profile"], configs["alloctrace"])
         for cfg in ("memray", "memray_native"):
             self.assertIn("--trace-python-allocators", configs[cfg])
         self.assertIn("--native", configs["memray_native"])
@@ -286,7 +291,10 @@ class Parsing(unittest.TestCase):
 
         rows, raw = self.memray_rows(lambda: ("/venv/bin/python", "1.0", None), run_cpu)
         by = {(r["item"], r["what"].split(":")[0]): r for r in rows}
-        self.assertEqual(len(rows), 4)
+        self.assertEqual(len(rows), 6)
+        for script in ("deep-stack", "json/dict"):
+            context = by[("U2", script + " (profile function)")]
+            self.assertEqual((context["status"], context["value"]), ("", "0.500 of memray's"))
         for script in ("deep-stack", "json/dict"):
             u2 = by[("U2", script)]
             self.assertEqual((u2["status"], u2["value"]), ("met", "0.500 of memray's"))
