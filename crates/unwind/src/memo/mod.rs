@@ -68,6 +68,45 @@ struct Check {
 
 const NO_CHECK: Check = Check { at: 0, want: 0 };
 
+/// The most inner frames an [`Alt`] holds.
+const ALT: usize = 8;
+
+/// The other branch: the inner frames `f[j + 1..j + 1 + m]` of an earlier
+/// walk of the memo, with their checks, flags and addresses exactly as the
+/// memo held them, that the latest walk displaced when it appended its
+/// own inner frames after `f[j]` (a loop allocating from two places in
+/// turn: a key, then a value). While `f[..=j]`, their checks and the
+/// ending stay as they were (every write to them but `walk_to_match`'s
+/// appending after `f[j]` or further in forgets the branch), `f[..=j]`
+/// with the branch is a memo of that earlier walk, as valid as the memo:
+/// the next walk in the state of its innermost frame takes it
+/// ([`take_alt`](walk::take_alt)) after the same checks, and the two
+/// branches change places.
+#[derive(Clone, Copy, Debug)]
+struct Alt {
+    /// The frames, outermost first (at `f[j + 1..]` in the memo).
+    f: [MFrame; ALT],
+    /// Their checks (the memo's `ck[ck_end[j]..]`).
+    ck: [Check; 2 * ALT],
+    /// Their `ck_end`, as the memo's (absolute: `ck_end[j]` is unchanged).
+    end: [u8; ALT],
+    /// Their addresses as in `ra_rev`: `f[i]`'s at `ra[ALT - 1 - i]`.
+    ra: [u64; ALT],
+    /// Frames held (0: none).
+    m: usize,
+    /// The memo frame they were called from.
+    j: usize,
+}
+
+const NO_ALT: Alt = Alt {
+    f: [NO_FRAME; ALT],
+    ck: [NO_CHECK; 2 * ALT],
+    end: [0; ALT],
+    ra: [0; ALT],
+    m: 0,
+    j: 0,
+};
+
 /// Checks a memo holds: at most two per step (the return-address slot and
 /// the rbp slot), for the steps of `f[1..]`.
 const CHECKS: usize = 2 * CAP;
@@ -84,10 +123,11 @@ struct Term {
 
 /// One thread's memory of its previous memoized capture.
 ///
-/// Fixed size (about 8.4 KiB: [`MEMO_DEPTH`] frames of the previous walk,
+/// Fixed size (about 9 KiB: [`MEMO_DEPTH`] frames of the previous walk,
 /// outermost first, the flat list of the words their steps read, their
-/// addresses in the order a capture writes them, and as many frames of
-/// scratch for the frames a walk finds new), no heap. Owned by one thread and passed `&mut` to
+/// addresses in the order a capture writes them, as many frames of
+/// scratch for the frames a walk finds new, and a few inner frames of the
+/// walk before, the other branch), no heap. Owned by one thread and passed `&mut` to
 /// [`capture_from`](crate::capture_from) or
 /// [`capture_here`](crate::capture_here). Tied to the unwinder and the
 /// stack bounds it was filled with; a memo moved to another thread is not
@@ -105,6 +145,10 @@ pub struct WalkMemo {
     /// first, as a capture writes them, so that taking frames is a copy.
     ra_rev: [u64; CAP],
     s: [MFrame; CAP],
+    /// The inner frames of an earlier walk the latest one displaced.
+    alt: Alt,
+    /// The last capture took the other branch ([`WalkMemo::took_alt`]).
+    took_alt: bool,
     /// Frames in `f` (0: nothing to reuse).
     len: usize,
     /// `f[0]` was a kept frame of the previous walk (else the frame beyond
@@ -130,6 +174,8 @@ impl WalkMemo {
             ck_end: [0; CAP],
             ra_rev: [0; CAP],
             s: [NO_FRAME; CAP],
+            alt: NO_ALT,
+            took_alt: false,
             len: 0,
             kept0: false,
             truncated: false,
@@ -149,6 +195,15 @@ impl WalkMemo {
     /// reports `shared == 0`).
     pub fn clear(&mut self) {
         self.len = 0;
+        self.alt.m = 0;
+    }
+
+    /// The last memoized capture with this memo was, frame for frame
+    /// and with its ending, the capture before the previous one: its
+    /// stack is that capture's (a loop allocating from two places in
+    /// turn). False after any other capture.
+    pub fn took_alt(&self) -> bool {
+        self.took_alt
     }
 
     /// How many unwinding steps the last memoized capture with this memo
@@ -176,10 +231,12 @@ impl WalkMemo {
         self.ra_rev.last().copied()
     }
 
-    /// Forgets that the last capture left addresses unwritten (a capture
-    /// that returns before walking writes none it would leave).
+    /// Forgets that the last capture left addresses unwritten and that it
+    /// took the other branch (a capture that returns before walking does
+    /// neither).
     pub(crate) fn clear_unfilled(&mut self) {
         self.unfilled = 0;
+        self.took_alt = false;
     }
 
     /// Writes the addresses the last capture left unwritten into `out`,

@@ -73,6 +73,8 @@ pub(super) fn resume(
     j: usize,
     bp0: u64,
 ) -> Option<MemoWalk> {
+    // It may rewrite frames of the memo's: the other branch goes.
+    memo.alt.m = 0;
     let (old_truncated, old_term) = (memo.truncated, memo.term);
     let WalkMemo {
         f,
@@ -254,6 +256,8 @@ pub(super) fn window(
     j: usize,
     lim: u32,
 ) -> Option<MemoWalk> {
+    // It may move the memo's frames: the other branch goes.
+    memo.alt.m = 0;
     let d = out.len();
     let b = (n + j).checked_sub(d)?;
     if lim != NO_LIM && lim as usize > b {

@@ -47,6 +47,11 @@ pub(crate) fn walk<const LAZY: bool>(
                 }
             }
         }
+        if memo.alt.m != 0 {
+            if let Some(w) = take_alt::<LAZY>(cur, memo, out) {
+                return w;
+            }
+        }
     }
     match walk_to_match::<LAZY>(cur, fence, unwinder, cache, memo, out) {
         Some(w) => w,
@@ -110,19 +115,21 @@ pub(super) fn walk_to_match<const LAZY: bool>(
     if lim != NO_LIM {
         return None;
     }
-    let (old_truncated, old_term) = (memo.truncated, memo.term);
+    let (old_truncated, old_term, old_len) = (memo.truncated, memo.term, memo.len);
     let WalkMemo {
         f,
         ck,
         ck_end,
         ra_rev,
         s,
+        alt,
         ..
     } = memo;
     // f[j] is the frame at out[n].
     if changed_to_end(ck, ck_end, old_term, j) != 0 {
         return resume(memo, unwinder, cache, fence.hi, out, n, j, cur.bp);
     }
+    save_alt(alt, f, ck, ck_end, ra_rev, j, old_len);
     // f[j - 1], ..., f[0]: ra_rev[CAP - j..], unchanged by the append.
     if LAZY {
         memo.unfilled = j;
@@ -137,4 +144,165 @@ pub(super) fn walk_to_match<const LAZY: bool>(
         truncated: old_truncated,
         shared: j + 1,
     })
+}
+
+/// Keeps the inner frames `f[j + 1..len]` of the memo's walk (`len` its
+/// frames), which the walk matching at `f[j]` is about to replace, as the
+/// other branch ([`Alt`]) when they fit and every step from the innermost
+/// of them outward can be re-checked; else forgets the branch, unless
+/// nothing is replaced and the branch hangs from `f[j]` or further out
+/// (then the frames it needs stay as they are).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn save_alt(
+    alt: &mut Alt,
+    f: &[MFrame; CAP],
+    ck: &[Check; CHECKS],
+    ck_end: &[u8; CAP],
+    ra_rev: &[u64; CAP],
+    j: usize,
+    len: usize,
+) {
+    let m = len.wrapping_sub(j + 1);
+    if m == 0 && alt.j <= j {
+        return;
+    }
+    alt.m = 0;
+    if m == 0 || m > ALT || len > CAP {
+        return;
+    }
+    let (Some(&e0), Some(&e1)) = (ck_end.get(j), ck_end.get(len - 1)) else {
+        return;
+    };
+    let (e0, e1) = (usize::from(e0), usize::from(e1));
+    let (Some(fs), Some(cs), Some(es), Some(rs)) = (
+        f.get(j + 1..len),
+        ck.get(e0..e1),
+        ck_end.get(j + 1..len),
+        ra_rev.get(CAP - len..CAP - 1 - j),
+    ) else {
+        return;
+    };
+    if fs.last().is_none_or(|x| x.lim != NO_LIM) {
+        return;
+    }
+    let (Some(af), Some(ac), Some(ae), Some(ar)) = (
+        alt.f.get_mut(..m),
+        alt.ck.get_mut(..cs.len()),
+        alt.end.get_mut(..m),
+        alt.ra.get_mut(ALT - m..),
+    ) else {
+        return;
+    };
+    af.copy_from_slice(fs);
+    ac.copy_from_slice(cs);
+    ae.copy_from_slice(es);
+    ar.copy_from_slice(rs);
+    alt.m = m;
+    alt.j = j;
+}
+
+/// The other branch ([`Alt`]) taken: when `cur` is in the state of its
+/// innermost frame and every word its steps and the memo's steps from
+/// `f[alt.j]` outward read (with the ending) holds, the walk is exactly
+/// that earlier walk, as [`memo_walk`] would give it; the branch and the
+/// memo's inner frames change places (the memo then holds this walk, the
+/// branch the previous one). `None`, with nothing written, otherwise.
+/// The caller checked that the memo is of this unwinder and fence.
+// Must not allocate, lock, make a system call or panic: runs inside malloc.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+pub(super) fn take_alt<const LAZY: bool>(
+    cur: Regs,
+    memo: &mut WalkMemo,
+    out: &mut [u64],
+) -> Option<MemoWalk> {
+    let WalkMemo {
+        f,
+        ck,
+        ck_end,
+        ra_rev,
+        alt,
+        ..
+    } = memo;
+    let (m, j) = (alt.m, alt.j);
+    let b = alt.f.get(m.wrapping_sub(1))?;
+    let len = j + 1 + m;
+    // f[..=j] are there (the memo holds at least them: else the branch
+    // would have gone) and the walk fits the depth limit.
+    if !(b.sp == cur.sp
+        && b.ra == cur.pc
+        && (b.flags & F_IP != 0) == cur.ip
+        && (b.flags & F_DEP == 0 || b.bp == cur.bp)
+        && memo.len > j
+        && len <= out.len())
+    {
+        return None;
+    }
+    let e0 = usize::from(*ck_end.get(j)?);
+    let k_new = usize::from(*alt.end.get(m - 1)?).checked_sub(e0)?;
+    if check_span(alt.ck.get(..k_new)?) | changed_to_end(ck, ck_end, memo.term, j) != 0 {
+        return None;
+    }
+    // Swap the branch with f[j + 1..memo.len] (as many places as the
+    // longer of the two; what lies beyond either's end is not read).
+    let m_old = memo.len - 1 - j;
+    let k_old = usize::from(*ck_end.get(memo.len - 1)?).checked_sub(e0)?;
+    let (mm, kk) = (m.max(m_old), k_new.max(k_old));
+    if mm > ALT || j + 1 + mm > CAP || e0 + kk > CHECKS || kk > 2 * ALT {
+        return None;
+    }
+    let (Some(fs), Some(cs), Some(es), Some(rs)) = (
+        f.get_mut(j + 1..j + 1 + mm),
+        ck.get_mut(e0..e0 + kk),
+        ck_end.get_mut(j + 1..j + 1 + mm),
+        ra_rev.get_mut(CAP - 1 - j - mm..CAP - 1 - j),
+    ) else {
+        return None;
+    };
+    let (Some(af), Some(ac), Some(ae), Some(ar)) = (
+        alt.f.get_mut(..mm),
+        alt.ck.get_mut(..kk),
+        alt.end.get_mut(..mm),
+        alt.ra.get_mut(ALT - mm..),
+    ) else {
+        return None;
+    };
+    swap_items(fs, af);
+    swap_items(cs, ac);
+    swap_items(es, ae);
+    swap_items(rs, ar);
+    // The displaced frames: the branch, if every step from the innermost
+    // of them can be re-checked.
+    alt.m = match alt.f.get(m_old.wrapping_sub(1)) {
+        Some(x) if x.lim == NO_LIM => m_old,
+        _ => 0,
+    };
+    memo.len = len;
+    memo.steps = 0;
+    memo.took_alt = true;
+    // The branch's addresses (innermost first), then f[j], ..., f[0]'s:
+    // left to `fill` by a lazy capture, which interns only the first.
+    let upto = if LAZY { m } else { len };
+    if let (Some(dst), Some(src)) = (out.get_mut(..upto), ra_rev.get(CAP - len..CAP - len + upto)) {
+        copy_words(dst, src);
+    }
+    if LAZY {
+        memo.unfilled = j + 1;
+    }
+    Some(MemoWalk {
+        len,
+        truncated: memo.truncated,
+        shared: j + 1,
+    })
+}
+
+/// Swaps `a` and `b` item by item (as many as the shorter holds): a short
+/// inlined loop, for the few items of a branch.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn swap_items<T: Copy>(a: &mut [T], b: &mut [T]) {
+    for (x, y) in a.iter_mut().zip(b.iter_mut()) {
+        core::mem::swap(x, y);
+    }
 }
