@@ -711,7 +711,17 @@ fn two_call_sites_in_turn_take_the_other_branch() {
         } else {
             one_level_down(&mut cx)
         };
-        seen.push((plain, w, steps, cx.memo0.took_alt()));
+        let took = cx.memo0.took_alt();
+        // The caller's tag moves with the walk: the site's when its walk
+        // is taken from the branch, none for a walk with new frames.
+        let site_tag = 100 + i as u64 % 2;
+        if took {
+            assert_eq!(cx.memo0.tag(), site_tag, "capture {i}");
+        } else if steps > 0 {
+            assert_eq!(cx.memo0.tag(), 0, "capture {i}");
+        }
+        cx.memo0.set_tag(site_tag);
+        seen.push((plain, w, steps, took));
     }
     for (i, (plain, w, steps, took)) in seen.iter().enumerate().skip(2) {
         let (before, ..) = &seen[i - 2];

@@ -96,6 +96,8 @@ struct Alt {
     m: usize,
     /// The memo frame they were called from.
     j: usize,
+    /// The [`WalkMemo::tag`] of the walk they belong to.
+    tag: u64,
 }
 
 const NO_ALT: Alt = Alt {
@@ -105,6 +107,7 @@ const NO_ALT: Alt = Alt {
     ra: [0; ALT],
     m: 0,
     j: 0,
+    tag: 0,
 };
 
 /// Checks a memo holds: at most two per step (the return-address slot and
@@ -149,6 +152,8 @@ pub struct WalkMemo {
     alt: Alt,
     /// The last capture took the other branch ([`WalkMemo::took_alt`]).
     took_alt: bool,
+    /// The caller's word for the memo's walk ([`WalkMemo::tag`]).
+    tag: u64,
     /// Frames in `f` (0: nothing to reuse).
     len: usize,
     /// `f[0]` was a kept frame of the previous walk (else the frame beyond
@@ -176,6 +181,7 @@ impl WalkMemo {
             s: [NO_FRAME; CAP],
             alt: NO_ALT,
             took_alt: false,
+            tag: 0,
             len: 0,
             kept0: false,
             truncated: false,
@@ -196,6 +202,7 @@ impl WalkMemo {
     pub fn clear(&mut self) {
         self.len = 0;
         self.alt.m = 0;
+        self.tag = 0;
     }
 
     /// The last memoized capture with this memo was, frame for frame
@@ -204,6 +211,23 @@ impl WalkMemo {
     /// turn). False after any other capture.
     pub fn took_alt(&self) -> bool {
         self.took_alt
+    }
+
+    /// The word the caller attached to the memo's walk with
+    /// [`set_tag`](Self::set_tag) (say, the ID it gave that walk's stack),
+    /// 0 when none. It stays while the memo's walk is proven the same (a
+    /// capture that takes the whole memo) and moves with the inner frames
+    /// of the other branch: after a capture that [`took_alt`](Self::took_alt),
+    /// it is the word given to that earlier walk. Any other capture (a walk
+    /// with new or changed frames) and [`clear`](Self::clear) make it 0.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// Attaches `tag` to the memo's walk, the last capture's (see
+    /// [`tag`](Self::tag)).
+    pub fn set_tag(&mut self, tag: u64) {
+        self.tag = tag;
     }
 
     /// How many unwinding steps the last memoized capture with this memo

@@ -73,8 +73,10 @@ pub(super) fn resume(
     j: usize,
     bp0: u64,
 ) -> Option<MemoWalk> {
-    // It may rewrite frames of the memo's: the other branch goes.
+    // It may rewrite frames of the memo's: the other branch goes, and the
+    // walk is a new one.
     memo.alt.m = 0;
+    memo.tag = 0;
     let (old_truncated, old_term) = (memo.truncated, memo.term);
     let WalkMemo {
         f,
@@ -256,8 +258,10 @@ pub(super) fn window(
     j: usize,
     lim: u32,
 ) -> Option<MemoWalk> {
-    // It may move the memo's frames: the other branch goes.
+    // It may move the memo's frames: the other branch goes, and the walk
+    // is a new one.
     memo.alt.m = 0;
+    memo.tag = 0;
     let d = out.len();
     let b = (n + j).checked_sub(d)?;
     if lim != NO_LIM && lim as usize > b {

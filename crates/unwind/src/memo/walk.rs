@@ -115,7 +115,8 @@ pub(super) fn walk_to_match<const LAZY: bool>(
     if lim != NO_LIM {
         return None;
     }
-    let (old_truncated, old_term, old_len) = (memo.truncated, memo.term, memo.len);
+    let (old_truncated, old_term, old_len, old_tag) =
+        (memo.truncated, memo.term, memo.len, memo.tag);
     let WalkMemo {
         f,
         ck,
@@ -129,7 +130,10 @@ pub(super) fn walk_to_match<const LAZY: bool>(
     if changed_to_end(ck, ck_end, old_term, j) != 0 {
         return resume(memo, unwinder, cache, fence.hi, out, n, j, cur.bp);
     }
-    save_alt(alt, f, ck, ck_end, ra_rev, j, old_len);
+    if save_alt(alt, f, ck, ck_end, ra_rev, j, old_len) {
+        alt.tag = old_tag;
+    }
+    memo.tag = 0;
     // f[j - 1], ..., f[0]: ra_rev[CAP - j..], unchanged by the append.
     if LAZY {
         memo.unfilled = j;
@@ -151,7 +155,8 @@ pub(super) fn walk_to_match<const LAZY: bool>(
 /// other branch ([`Alt`]) when they fit and every step from the innermost
 /// of them outward can be re-checked; else forgets the branch, unless
 /// nothing is replaced and the branch hangs from `f[j]` or further out
-/// (then the frames it needs stay as they are).
+/// (then the frames it needs stay as they are). True when it kept them
+/// (the caller gives the branch the displaced walk's tag).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 fn save_alt(
@@ -162,17 +167,17 @@ fn save_alt(
     ra_rev: &[u64; CAP],
     j: usize,
     len: usize,
-) {
+) -> bool {
     let m = len.wrapping_sub(j + 1);
     if m == 0 && alt.j <= j {
-        return;
+        return false;
     }
     alt.m = 0;
     if m == 0 || m > ALT || len > CAP {
-        return;
+        return false;
     }
     let (Some(&e0), Some(&e1)) = (ck_end.get(j), ck_end.get(len - 1)) else {
-        return;
+        return false;
     };
     let (e0, e1) = (usize::from(e0), usize::from(e1));
     let (Some(fs), Some(cs), Some(es), Some(rs)) = (
@@ -181,10 +186,10 @@ fn save_alt(
         ck_end.get(j + 1..len),
         ra_rev.get(CAP - len..CAP - 1 - j),
     ) else {
-        return;
+        return false;
     };
     if fs.last().is_none_or(|x| x.lim != NO_LIM) {
-        return;
+        return false;
     }
     let (Some(af), Some(ac), Some(ae), Some(ar)) = (
         alt.f.get_mut(..m),
@@ -192,7 +197,7 @@ fn save_alt(
         alt.end.get_mut(..m),
         alt.ra.get_mut(ALT - m..),
     ) else {
-        return;
+        return false;
     };
     af.copy_from_slice(fs);
     ac.copy_from_slice(cs);
@@ -200,6 +205,7 @@ fn save_alt(
     ar.copy_from_slice(rs);
     alt.m = m;
     alt.j = j;
+    true
 }
 
 /// The other branch ([`Alt`]) taken: when `cur` is in the state of its
@@ -281,6 +287,7 @@ pub(super) fn take_alt<const LAZY: bool>(
     memo.len = len;
     memo.steps = 0;
     memo.took_alt = true;
+    core::mem::swap(&mut memo.tag, &mut alt.tag);
     // The branch's addresses (innermost first), then f[j], ..., f[0]'s:
     // left to `fill` by a lazy capture, which interns only the first.
     let upto = if LAZY { m } else { len };
