@@ -248,7 +248,7 @@ fn memo_equals_compact_equals_framehop_over_alternating_inner_paths() {
         let _ = round;
     }
     let [n, frames, shared, took, whole, whole_shared, lazy, alt] = cx.stats;
-    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo; untruncated pairs: {whole} common, {whole_shared} shared; {lazy} lazy; {alt} the other branch");
+    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo; untruncated pairs: {whole} common, {whole_shared} shared; {lazy} lazy; {alt} from a branch");
     // Half the captures are lazy: many of them take addresses from the
     // memo without writing them.
     assert!(lazy * 8 > n, "{:?}", cx.stats);
@@ -546,10 +546,10 @@ fn caller_of(start: StartRegs, kn: &Known, local: &[u64; WORDS], base: u64) -> O
 }
 
 /// Captures over a hand-built stack changed a word (or the start) at a
-/// time between captures (`in_turn`: each time from the start and then
-/// from its caller's frame, two call sites in turn): every capture's
-/// memoized walk must equal the full ones; the stats.
-fn mutated_synthetic_stacks(in_turn: bool) -> [usize; 8] {
+/// time between captures (each time from the start and then from as many
+/// of its callers' frames as `sites` says, call sites in turn): every
+/// capture's memoized walk must equal the full ones; the stats.
+fn mutated_synthetic_stacks(sites: usize) -> [usize; 8] {
     let mut cx = Cx::new();
     let kn = known(&mut cx);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -588,10 +588,13 @@ fn mutated_synthetic_stacks(in_turn: bool) -> [usize; 8] {
         local.copy_from_slice(&words[..]);
         std::hint::black_box(&mut local);
         cx.check(start, depth);
-        if in_turn {
-            if let Some(caller) = caller_of(start, &kn, &local, base) {
-                cx.check(caller, depth);
-            }
+        let mut from = start;
+        for _ in 1..sites {
+            let Some(caller) = caller_of(from, &kn, &local, base) else {
+                break;
+            };
+            cx.check(caller, depth);
+            from = caller;
         }
     }
     cx.stats
@@ -603,9 +606,9 @@ fn memo_over_mutated_synthetic_stacks() {
     // start) at a time between captures: every capture's memoized walk must
     // equal the full ones, whatever changed (a return address, a saved
     // rbp, the word an ending read, rbp at the start).
-    let stats = mutated_synthetic_stacks(false);
+    let stats = mutated_synthetic_stacks(1);
     let [n, frames, shared, took, .., lazy, alt] = stats;
-    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo, {lazy} lazy, {alt} the other branch");
+    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo, {lazy} lazy, {alt} from a branch");
     assert!(frames > 4 * n, "{stats:?}");
     assert!(took * 4 > n, "{stats:?}");
     assert!(lazy > 0, "{stats:?}");
@@ -613,14 +616,17 @@ fn memo_over_mutated_synthetic_stacks() {
 
 #[test]
 fn memo_over_mutated_synthetic_stacks_from_two_frames_in_turn() {
-    // The same, capturing each time from the start and from its caller's
-    // frame: the memo's other branch (the inner frames of the capture
-    // before the previous one) is taken only when every word holds.
-    let stats = mutated_synthetic_stacks(true);
-    let [n, frames, shared, took, .., lazy, alt] = stats;
-    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo, {lazy} lazy, {alt} the other branch");
-    assert!(frames > 4 * n, "{stats:?}");
-    assert!(alt * 8 > n, "{stats:?}");
+    // The same, capturing each time from the start and from its callers'
+    // frames (two or three call sites in turn): a branch of the memo (the
+    // inner frames of an earlier capture) is taken only when every word
+    // holds.
+    for sites in [2, 3] {
+        let stats = mutated_synthetic_stacks(sites);
+        let [n, frames, shared, took, .., lazy, alt] = stats;
+        println!("{sites} sites: {n} captures, {frames} frames, {shared} shared, {took} took frames from the memo, {lazy} lazy, {alt} from a branch");
+        assert!(frames > 4 * n, "{stats:?}");
+        assert!(alt * 8 > n, "{stats:?}");
+    }
 }
 
 #[test]

@@ -754,3 +754,33 @@ fn the_other_branch_is_re_checked_to_the_end() {
         assert!(!took_z, "chain {chain}");
     }
 }
+
+/// A capture point two frames below `capture_point0`'s caller.
+#[inline(never)]
+fn two_levels_down(cx: &mut Cx) -> (Vec<u64>, Walk, MemoWalk, u32) {
+    let r = one_level_down(cx);
+    std::hint::black_box(());
+    r
+}
+
+#[test]
+fn three_call_sites_in_turn_take_their_branches() {
+    // Three places in turn (a key, its growth, a value): from the fourth
+    // capture on, each is the capture three before, taken from a branch
+    // with no step, equal to the plain capture.
+    let mut cx = Cx::new();
+    let mut seen = Vec::new();
+    for i in 0..12 {
+        let (plain, _, w, steps) = match i % 3 {
+            0 => capture_point0(&mut cx, 64),
+            1 => one_level_down(&mut cx),
+            _ => two_levels_down(&mut cx),
+        };
+        seen.push((plain, w, steps, cx.memo0.took_alt()));
+    }
+    for (i, (plain, w, steps, took)) in seen.iter().enumerate().skip(3) {
+        let (before, ..) = &seen[i - 3];
+        assert_eq!(plain.get(1..), before.get(1..), "capture {i}");
+        assert!(*took && *steps == 0, "capture {i}: {w:?} {steps}");
+    }
+}

@@ -1,8 +1,8 @@
 //! The shim's capture (`capture_stack_from`, from the caller's registers
 //! as a naked entry hands them over) from two call sites in turn: each
-//! keeps its stack ID, and a stack walked after one taken from the memo's
-//! other branch is interned right. (A test file of its own: one session
-//! per process.)
+//! keeps its stack ID, and a stack walked after one taken from a branch
+//! of the memo is interned right. (A test file of its own: one session per
+//! process.)
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
 mod common;
@@ -75,7 +75,7 @@ fn two_call_sites_in_turn_keep_their_stacks() {
     // The shim's capture (from the caller's registers) from two call
     // sites in turn, a (under p, q) and b (under r), then from c, under
     // p and q like a: each site keeps one stack ID however its captures
-    // come about (the memo's other branch, with the ID the first capture
+    // come about (a branch of the memo, with the ID the first capture
     // of that walk interned), and c, walked after a capture that took
     // a's walk from the branch, shares a's outer frames, not b's.
     let dir = std::env::temp_dir().join(format!("alloctrace-capture-alt-{}", std::process::id()));

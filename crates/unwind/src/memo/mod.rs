@@ -71,27 +71,32 @@ const NO_CHECK: Check = Check { at: 0, want: 0 };
 /// The most inner frames an [`Alt`] holds.
 const ALT: usize = 8;
 
-/// The other branch: the inner frames `f[j + 1..j + 1 + m]` of an earlier
-/// walk of the memo, with their checks, flags and addresses exactly as the
-/// memo held them, that the latest walk displaced when it appended its
-/// own inner frames after `f[j]` (a loop allocating from two places in
-/// turn: a key, then a value). While `f[..=j]`, their checks and the
-/// ending stay as they were (every write to them but `walk_to_match`'s
-/// appending after `f[j]` or further in forgets the branch), `f[..=j]`
+/// Branches a memo keeps ([`Alt`]): with the memo's walk, the last three
+/// walks of a loop allocating from three places in turn.
+const ALTS: usize = 2;
+
+/// A branch: the inner frames of an earlier walk of the memo, innermost
+/// first, exactly as the memo held them (state, kind, slot, `F_DEP`),
+/// called from the memo's frame `f[j]`. Kept when a walk displaced them
+/// (appending its own inner frames after `f[j]` or further out: a loop
+/// allocating from two or three places in turn, a key then a value).
+/// While `f[..=j]`, their checks and the ending stay as they were, `f[..=j]`
 /// with the branch is a memo of that earlier walk, as valid as the memo:
-/// the next walk in the state of its innermost frame takes it
-/// ([`take_alt`](walk::take_alt)) after the same checks, and the two
-/// branches change places.
+/// its checks are those `append` computes from the frames (the
+/// return-address slot of each frame's caller, and its rbp slot where the
+/// caller's `F_DEP` says so), so they are not kept. A walk that replaces
+/// `f[j' + 1..]` for `j' < j` moves the branch onto `f[j']`, taking the
+/// memo's frames `f[j' + 1..=j]` into it (forgotten when they do not fit);
+/// every other write to the memo's frames forgets every branch. The next
+/// walk in the state of a branch's innermost frame takes it
+/// ([`take_alt`](walk::take_alt)) after its checks and the memo's from
+/// `f[j]` outward, and the memo's inner frames become a branch in its
+/// place.
 #[derive(Clone, Copy, Debug)]
 struct Alt {
-    /// The frames, outermost first (at `f[j + 1..]` in the memo).
+    /// The frames, innermost first (at `f[j + m]`, ..., `f[j + 1]` of the
+    /// memo they belong to).
     f: [MFrame; ALT],
-    /// Their checks (the memo's `ck[ck_end[j]..]`).
-    ck: [Check; 2 * ALT],
-    /// Their `ck_end`, as the memo's (absolute: `ck_end[j]` is unchanged).
-    end: [u8; ALT],
-    /// Their addresses as in `ra_rev`: `f[i]`'s at `ra[ALT - 1 - i]`.
-    ra: [u64; ALT],
     /// Frames held (0: none).
     m: usize,
     /// The memo frame they were called from.
@@ -102,9 +107,6 @@ struct Alt {
 
 const NO_ALT: Alt = Alt {
     f: [NO_FRAME; ALT],
-    ck: [NO_CHECK; 2 * ALT],
-    end: [0; ALT],
-    ra: [0; ALT],
     m: 0,
     j: 0,
     tag: 0,
@@ -129,8 +131,8 @@ struct Term {
 /// Fixed size (about 9 KiB: [`MEMO_DEPTH`] frames of the previous walk,
 /// outermost first, the flat list of the words their steps read, their
 /// addresses in the order a capture writes them, as many frames of
-/// scratch for the frames a walk finds new, and a few inner frames of the
-/// walk before, the other branch), no heap. Owned by one thread and passed `&mut` to
+/// scratch for the frames a walk finds new, and a few inner frames of two
+/// earlier walks, the branches), no heap. Owned by one thread and passed `&mut` to
 /// [`capture_from`](crate::capture_from) or
 /// [`capture_here`](crate::capture_here). Tied to the unwinder and the
 /// stack bounds it was filled with; a memo moved to another thread is not
@@ -148,9 +150,11 @@ pub struct WalkMemo {
     /// first, as a capture writes them, so that taking frames is a copy.
     ra_rev: [u64; CAP],
     s: [MFrame; CAP],
-    /// The inner frames of an earlier walk the latest one displaced.
-    alt: Alt,
-    /// The last capture took the other branch ([`WalkMemo::took_alt`]).
+    /// The inner frames of earlier walks that later ones displaced.
+    alts: [Alt; ALTS],
+    /// The branch the next displaced frames go to when none is free.
+    alt_next: usize,
+    /// The last capture took a branch ([`WalkMemo::took_alt`]).
     took_alt: bool,
     /// The caller's word for the memo's walk ([`WalkMemo::tag`]).
     tag: u64,
@@ -179,7 +183,8 @@ impl WalkMemo {
             ck_end: [0; CAP],
             ra_rev: [0; CAP],
             s: [NO_FRAME; CAP],
-            alt: NO_ALT,
+            alts: [NO_ALT; ALTS],
+            alt_next: 0,
             took_alt: false,
             tag: 0,
             len: 0,
@@ -201,14 +206,21 @@ impl WalkMemo {
     /// reports `shared == 0`).
     pub fn clear(&mut self) {
         self.len = 0;
-        self.alt.m = 0;
+        self.forget_alts();
         self.tag = 0;
     }
 
+    /// Forgets every branch ([`Alt`]).
+    pub(crate) fn forget_alts(&mut self) {
+        for a in &mut self.alts {
+            a.m = 0;
+        }
+    }
+
     /// The last memoized capture with this memo was, frame for frame
-    /// and with its ending, the capture before the previous one: its
-    /// stack is that capture's (a loop allocating from two places in
-    /// turn). False after any other capture.
+    /// and with its ending, an earlier capture whose inner frames the memo
+    /// kept aside (a loop allocating from two or three places in turn):
+    /// its stack is that capture's. False after any other capture.
     pub fn took_alt(&self) -> bool {
         self.took_alt
     }
@@ -217,7 +229,7 @@ impl WalkMemo {
     /// [`set_tag`](Self::set_tag) (say, the ID it gave that walk's stack),
     /// 0 when none. It stays while the memo's walk is proven the same (a
     /// capture that takes the whole memo) and moves with the inner frames
-    /// of the other branch: after a capture that [`took_alt`](Self::took_alt),
+    /// of a branch: after a capture that [`took_alt`](Self::took_alt),
     /// it is the word given to that earlier walk. Any other capture (a walk
     /// with new or changed frames) and [`clear`](Self::clear) make it 0.
     pub fn tag(&self) -> u64 {
@@ -256,7 +268,7 @@ impl WalkMemo {
     }
 
     /// Forgets that the last capture left addresses unwritten and that it
-    /// took the other branch (a capture that returns before walking does
+    /// took a branch (a capture that returns before walking does
     /// neither).
     pub(crate) fn clear_unfilled(&mut self) {
         self.unfilled = 0;

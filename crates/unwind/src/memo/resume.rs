@@ -73,9 +73,9 @@ pub(super) fn resume(
     j: usize,
     bp0: u64,
 ) -> Option<MemoWalk> {
-    // It may rewrite frames of the memo's: the other branch goes, and the
+    // It may rewrite frames of the memo's: the branches go, and the
     // walk is a new one.
-    memo.alt.m = 0;
+    memo.forget_alts();
     memo.tag = 0;
     let (old_truncated, old_term) = (memo.truncated, memo.term);
     let WalkMemo {
@@ -258,9 +258,9 @@ pub(super) fn window(
     j: usize,
     lim: u32,
 ) -> Option<MemoWalk> {
-    // It may move the memo's frames: the other branch goes, and the walk
+    // It may move the memo's frames: the branches go, and the walk
     // is a new one.
-    memo.alt.m = 0;
+    memo.forget_alts();
     memo.tag = 0;
     let d = out.len();
     let b = (n + j).checked_sub(d)?;

@@ -47,10 +47,8 @@ pub(crate) fn walk<const LAZY: bool>(
                 }
             }
         }
-        if memo.alt.m != 0 {
-            if let Some(w) = take_alt::<LAZY>(cur, memo, out) {
-                return w;
-            }
+        if let Some(w) = take_alt::<LAZY>(cur, memo, out) {
+            return w;
         }
     }
     match walk_to_match::<LAZY>(cur, fence, unwinder, cache, memo, out) {
@@ -123,16 +121,15 @@ pub(super) fn walk_to_match<const LAZY: bool>(
         ck_end,
         ra_rev,
         s,
-        alt,
+        alts,
+        alt_next,
         ..
     } = memo;
     // f[j] is the frame at out[n].
     if changed_to_end(ck, ck_end, old_term, j) != 0 {
         return resume(memo, unwinder, cache, fence.hi, out, n, j, cur.bp);
     }
-    if save_alt(alt, f, ck, ck_end, ra_rev, j, old_len) {
-        alt.tag = old_tag;
-    }
+    displace(alts, alt_next, f, j, old_len, old_tag, None);
     memo.tag = 0;
     // f[j - 1], ..., f[0]: ra_rev[CAP - j..], unchanged by the append.
     if LAZY {
@@ -150,71 +147,96 @@ pub(super) fn walk_to_match<const LAZY: bool>(
     })
 }
 
-/// Keeps the inner frames `f[j + 1..len]` of the memo's walk (`len` its
-/// frames), which the walk matching at `f[j]` is about to replace, as the
-/// other branch ([`Alt`]) when they fit and every step from the innermost
-/// of them outward can be re-checked; else forgets the branch, unless
-/// nothing is replaced and the branch hangs from `f[j]` or further out
-/// (then the frames it needs stay as they are). True when it kept them
-/// (the caller gives the branch the displaced walk's tag).
+/// Before the memo's frames `f[j + 1..len]` (`len` its frames) are
+/// replaced by a walk that matched at `f[j]`: moves every branch called
+/// from a frame further in than `f[j]` onto `f[j]`, with the memo's frames
+/// from its own down to `f[j + 1]` (forgotten when they do not fit), and
+/// keeps the replaced frames as a branch (the walk's `tag`) in slot `into`
+/// (else a free one, else the one kept longest ago), when they fit and
+/// every step from the innermost of them outward can be re-checked.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-fn save_alt(
-    alt: &mut Alt,
+fn displace(
+    alts: &mut [Alt; ALTS],
+    alt_next: &mut usize,
     f: &[MFrame; CAP],
-    ck: &[Check; CHECKS],
-    ck_end: &[u8; CAP],
-    ra_rev: &[u64; CAP],
     j: usize,
     len: usize,
-) -> bool {
+    tag: u64,
+    into: Option<usize>,
+) {
+    for a in alts.iter_mut() {
+        if a.m == 0 || a.j <= j {
+            continue;
+        }
+        let extra = a.j - j;
+        // f[a.j], f[a.j - 1], ..., f[j + 1] after the branch's frames.
+        match (a.f.get_mut(a.m..a.m + extra), f.get(j + 1..=a.j)) {
+            (Some(dst), Some(src)) => {
+                for (d, x) in dst.iter_mut().zip(src.iter().rev()) {
+                    *d = *x;
+                }
+                a.m += extra;
+                a.j = j;
+            }
+            _ => a.m = 0,
+        }
+    }
     let m = len.wrapping_sub(j + 1);
-    if m == 0 && alt.j <= j {
-        return false;
-    }
-    alt.m = 0;
-    if m == 0 || m > ALT || len > CAP {
-        return false;
-    }
-    let (Some(&e0), Some(&e1)) = (ck_end.get(j), ck_end.get(len - 1)) else {
-        return false;
+    let Some(src) = f.get(j + 1..len) else {
+        return;
     };
-    let (e0, e1) = (usize::from(e0), usize::from(e1));
-    let (Some(fs), Some(cs), Some(es), Some(rs)) = (
-        f.get(j + 1..len),
-        ck.get(e0..e1),
-        ck_end.get(j + 1..len),
-        ra_rev.get(CAP - len..CAP - 1 - j),
-    ) else {
-        return false;
-    };
-    if fs.last().is_none_or(|x| x.lim != NO_LIM) {
-        return false;
+    if m == 0 || m > ALT || src.last().is_none_or(|x| x.lim != NO_LIM) {
+        return;
     }
-    let (Some(af), Some(ac), Some(ae), Some(ar)) = (
-        alt.f.get_mut(..m),
-        alt.ck.get_mut(..cs.len()),
-        alt.end.get_mut(..m),
-        alt.ra.get_mut(ALT - m..),
-    ) else {
-        return false;
+    let slot = into
+        .or_else(|| alts.iter().position(|a| a.m == 0))
+        .unwrap_or(*alt_next);
+    *alt_next = (slot + 1) % ALTS;
+    let Some(a) = alts.get_mut(slot) else {
+        return;
     };
-    af.copy_from_slice(fs);
-    ac.copy_from_slice(cs);
-    ae.copy_from_slice(es);
-    ar.copy_from_slice(rs);
-    alt.m = m;
-    alt.j = j;
-    true
+    for (d, x) in a.f.iter_mut().zip(src.iter().rev()) {
+        *d = *x;
+    }
+    a.m = m;
+    a.j = j;
+    a.tag = tag;
 }
 
-/// The other branch ([`Alt`]) taken: when `cur` is in the state of its
+/// Re-reads the words the steps of branch `a` read (its frames' and the
+/// step from its outermost frame to `oj`, the memo frame it is called
+/// from), as `append` computes them from the frames: zero when every one
+/// holds.
+///
+/// Every address was read by a compact step of a frame at or above the
+/// branch's innermost one, through a fence with the memo's `hi` (the
+/// caller checks that the innermost is in the current walk's state).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn alt_changed(a: &Alt, oj: &MFrame) -> u64 {
+    let fr = a.f.get(..a.m).unwrap_or_default();
+    let mut acc = 0u64;
+    for (i, me) in fr.iter().enumerate() {
+        let o = fr.get(i + 1).unwrap_or(oj);
+        // SAFETY: see this function's docs.
+        acc |= unsafe { load(o.sp.wrapping_sub(8)) ^ o.ra };
+        if kind_of(me) != S_PASS && o.flags & F_DEP != 0 {
+            // SAFETY: as above.
+            acc |= unsafe { load(me.slot) ^ o.bp };
+        }
+    }
+    acc
+}
+
+/// A branch ([`Alt`]) taken: when `cur` is in the state of a branch's
 /// innermost frame and every word its steps and the memo's steps from
-/// `f[alt.j]` outward read (with the ending) holds, the walk is exactly
-/// that earlier walk, as [`memo_walk`] would give it; the branch and the
-/// memo's inner frames change places (the memo then holds this walk, the
-/// branch the previous one). `None`, with nothing written, otherwise.
-/// The caller checked that the memo is of this unwinder and fence.
+/// `f[j]` outward read (with the ending) holds, the walk is exactly that
+/// earlier walk, as [`memo_walk`] would give it. The memo's inner frames
+/// become a branch in its place (`displace`) and the branch's frames are
+/// appended after `f[j]` (`append`, as `walk_to_match` appends new ones).
+/// `None`, with nothing written, otherwise. The caller checked that the
+/// memo is of this unwinder and fence.
 // Must not allocate, lock, make a system call or panic: runs inside malloc.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
@@ -223,93 +245,78 @@ pub(super) fn take_alt<const LAZY: bool>(
     memo: &mut WalkMemo,
     out: &mut [u64],
 ) -> Option<MemoWalk> {
+    let h = memo.alts.iter().position(|a| {
+        a.m != 0 && {
+            let b = &a.f[0];
+            b.sp == cur.sp
+                && b.ra == cur.pc
+                && (b.flags & F_IP != 0) == cur.ip
+                && (b.flags & F_DEP == 0 || b.bp == cur.bp)
+        }
+    })?;
     let WalkMemo {
         f,
         ck,
         ck_end,
         ra_rev,
-        alt,
+        s,
+        alts,
+        alt_next,
         ..
     } = memo;
-    let (m, j) = (alt.m, alt.j);
-    let b = alt.f.get(m.wrapping_sub(1))?;
+    let a = alts.get(h)?;
+    let (m, j, tag) = (a.m, a.j, a.tag);
     let len = j + 1 + m;
-    // f[..=j] are there (the memo holds at least them: else the branch
-    // would have gone) and the walk fits the depth limit.
-    if !(b.sp == cur.sp
-        && b.ra == cur.pc
-        && (b.flags & F_IP != 0) == cur.ip
-        && (b.flags & F_DEP == 0 || b.bp == cur.bp)
-        && memo.len > j
-        && len <= out.len())
-    {
+    if memo.len <= j || len > out.len() || len > CAP {
         return None;
     }
-    let e0 = usize::from(*ck_end.get(j)?);
-    let k_new = usize::from(*alt.end.get(m - 1)?).checked_sub(e0)?;
-    if check_span(alt.ck.get(..k_new)?) | changed_to_end(ck, ck_end, memo.term, j) != 0 {
+    if alt_changed(a, f.get(j)?) | changed_to_end(ck, ck_end, memo.term, j) != 0 {
         return None;
     }
-    // Swap the branch with f[j + 1..memo.len] (as many places as the
-    // longer of the two; what lies beyond either's end is not read).
-    let m_old = memo.len - 1 - j;
-    let k_old = usize::from(*ck_end.get(memo.len - 1)?).checked_sub(e0)?;
-    let (mm, kk) = (m.max(m_old), k_new.max(k_old));
-    if mm > ALT || j + 1 + mm > CAP || e0 + kk > CHECKS || kk > 2 * ALT {
+    // `shared`: f[..=j], and the branch's outer frames whose addresses
+    // are those of the previous walk's frames after f[j] (a recursion
+    // deeper or shallower than the branch's, say).
+    let more =
+        a.f.get(..m)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .zip(f.get(j + 1..memo.len).unwrap_or_default())
+            .take_while(|(x, y)| x.ra == y.ra)
+            .count();
+    // The branch's frames to the scratch, its slot freed for the memo's
+    // inner frames, then the branch's frames appended after f[j].
+    let (Some(dst), Some(src)) = (s.get_mut(..m), a.f.get(..m)) else {
+        return None;
+    };
+    dst.copy_from_slice(src);
+    if let Some(a) = alts.get_mut(h) {
+        a.m = 0;
+    }
+    displace(alts, alt_next, f, j, memo.len, memo.tag, Some(h));
+    let ok = append(f, ck, ck_end, ra_rev, j, s.get(..m).unwrap_or_default());
+    if !ok {
+        memo.len = 0;
+        memo.forget_alts();
         return None;
     }
-    let (Some(fs), Some(cs), Some(es), Some(rs)) = (
-        f.get_mut(j + 1..j + 1 + mm),
-        ck.get_mut(e0..e0 + kk),
-        ck_end.get_mut(j + 1..j + 1 + mm),
-        ra_rev.get_mut(CAP - 1 - j - mm..CAP - 1 - j),
-    ) else {
-        return None;
-    };
-    let (Some(af), Some(ac), Some(ae), Some(ar)) = (
-        alt.f.get_mut(..mm),
-        alt.ck.get_mut(..kk),
-        alt.end.get_mut(..mm),
-        alt.ra.get_mut(ALT - mm..),
-    ) else {
-        return None;
-    };
-    swap_items(fs, af);
-    swap_items(cs, ac);
-    swap_items(es, ae);
-    swap_items(rs, ar);
-    // The displaced frames: the branch, if every step from the innermost
-    // of them can be re-checked.
-    alt.m = match alt.f.get(m_old.wrapping_sub(1)) {
-        Some(x) if x.lim == NO_LIM => m_old,
-        _ => 0,
-    };
     memo.len = len;
     memo.steps = 0;
     memo.took_alt = true;
-    core::mem::swap(&mut memo.tag, &mut alt.tag);
+    memo.tag = tag;
     // The branch's addresses (innermost first), then f[j], ..., f[0]'s:
     // left to `fill` by a lazy capture, which interns only the first.
-    let upto = if LAZY { m } else { len };
-    if let (Some(dst), Some(src)) = (out.get_mut(..upto), ra_rev.get(CAP - len..CAP - len + upto)) {
-        copy_words(dst, src);
+    for (o, x) in out.iter_mut().zip(s.iter().take(m)) {
+        *o = x.ra;
     }
     if LAZY {
         memo.unfilled = j + 1;
+    } else if let (Some(dst), Some(src)) = (out.get_mut(m..len), ra_rev.get(CAP - 1 - j..)) {
+        copy_words(dst, src);
     }
     Some(MemoWalk {
         len,
         truncated: memo.truncated,
-        shared: j + 1,
+        shared: j + 1 + more,
     })
-}
-
-/// Swaps `a` and `b` item by item (as many as the shorter holds): a short
-/// inlined loop, for the few items of a branch.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-#[inline(always)]
-fn swap_items<T: Copy>(a: &mut [T], b: &mut [T]) {
-    for (x, y) in a.iter_mut().zip(b.iter_mut()) {
-        core::mem::swap(x, y);
-    }
 }

@@ -72,9 +72,9 @@ pub(super) fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u6
         // Not 0: `walk` is set only with a stack.
         return u64::from(state.last.id);
     }
-    // The walk before the previous one again (the memo's other branch, a
-    // loop allocating from two places in turn): its stack, by the tag
-    // `intern_walk` gave that walk, when it was cut the same way.
+    // An earlier walk again (a branch of the memo: a loop allocating from
+    // two or three places in turn): its stack, by the tag `intern_walk`
+    // gave that walk, when it was cut the same way.
     if state.memo.took_alt() {
         let tag = state.memo.tag();
         if tag >> 32 == walk_key && tag as u32 != 0 {
