@@ -294,7 +294,7 @@ pub(super) fn take_alt<const LAZY: bool>(
         a.m = 0;
     }
     displace(alts, alt_next, f, j, memo.len, memo.tag, Some(h));
-    let ok = append(f, ck, ck_end, ra_rev, j, s.get(..m).unwrap_or_default());
+    let ok = put_back(f, ck, ck_end, ra_rev, j, s.get(..m).unwrap_or_default());
     if !ok {
         memo.len = 0;
         memo.forget_alts();
@@ -319,4 +319,64 @@ pub(super) fn take_alt<const LAZY: bool>(
         truncated: memo.truncated,
         shared: j + 1 + more,
     })
+}
+
+/// [`append`] for a branch's frames `new` (innermost first), taken back
+/// after `f[j]`, the frame they were called from: their flags (`F_DEP`
+/// among them) and limits are already what `append` would compute (`f[j]`
+/// and its outer frames are as they were when the memo held them, and
+/// every limit is none), so the frames are copied as they are and only
+/// their checks, `ck_end` and addresses are written. False, with nothing
+/// written, when they would not fit (the caller empties the memo).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn put_back(
+    f: &mut [MFrame; CAP],
+    ck: &mut [Check; CHECKS],
+    ck_end: &mut [u8; CAP],
+    ra_rev: &mut [u64; CAP],
+    j: usize,
+    new: &[MFrame],
+) -> bool {
+    let n = new.len();
+    let end = j + 1 + n;
+    let Some(&oj) = f.get(j) else {
+        return false;
+    };
+    let mut e = ck_end.get(j).map_or(0, |&e| usize::from(e));
+    if end > CAP || e + 2 * n > CHECKS {
+        return false;
+    }
+    let mut o = oj;
+    for (i, me) in new.iter().rev().enumerate() {
+        let at = j + 1 + i;
+        if let Some(c) = ck.get_mut(e) {
+            *c = Check {
+                at: o.sp.wrapping_sub(8),
+                want: o.ra,
+            };
+        }
+        e += 1;
+        if kind_of(me) != S_PASS && o.flags & F_DEP != 0 {
+            if let Some(c) = ck.get_mut(e) {
+                *c = Check {
+                    at: me.slot,
+                    want: o.bp,
+                };
+            }
+            e += 1;
+        }
+        if let Some(x) = f.get_mut(at) {
+            *x = *me;
+        }
+        if let Some(x) = ck_end.get_mut(at) {
+            // At most 2 * CAP (< 256) checks.
+            *x = e as u8;
+        }
+        if let Some(x) = ra_rev.get_mut(CAP - 1 - at) {
+            *x = me.ra;
+        }
+        o = *me;
+    }
+    true
 }
