@@ -75,6 +75,16 @@ const ALT: usize = 8;
 /// walks of a loop allocating from three places in turn.
 const ALTS: usize = 2;
 
+/// Walks with new frames a branch taken keeps the memo keeping branches
+/// for (`WalkMemo::alt_credit`; a new memo starts with it): where none is
+/// taken (a Python interpreter's captures, whose inner frames seldom come
+/// back as they were), keeping them costs each such walk a copy of its
+/// displaced frames for nothing, so the memo then keeps them for
+/// `ALTS + 1` walks in a row (enough to find three places in turn) every
+/// `ALT_PROBE`-th walk only.
+const ALT_CREDIT: u32 = 4;
+const ALT_PROBE: u32 = 32;
+
 /// A branch: the inner frames of an earlier walk of the memo, innermost
 /// first, exactly as the memo held them (state, kind, slot, `F_DEP`),
 /// called from the memo's frame `f[j]`. Kept when a walk displaced them
@@ -154,6 +164,12 @@ pub struct WalkMemo {
     alts: [Alt; ALTS],
     /// The branch the next displaced frames go to when none is free.
     alt_next: usize,
+    /// How many more walks with new frames keep their displaced frames as
+    /// a branch ([`ALT_CREDIT`] after a branch taken); at 0, only
+    /// `ALTS + 1` in a row every [`ALT_PROBE`]-th (`alt_probe` counts
+    /// them).
+    alt_credit: u32,
+    alt_probe: u32,
     /// The last capture took a branch ([`WalkMemo::took_alt`]).
     took_alt: bool,
     /// The caller's word for the memo's walk ([`WalkMemo::tag`]).
@@ -185,6 +201,8 @@ impl WalkMemo {
             s: [NO_FRAME; CAP],
             alts: [NO_ALT; ALTS],
             alt_next: 0,
+            alt_credit: ALT_CREDIT,
+            alt_probe: 0,
             took_alt: false,
             tag: 0,
             len: 0,

@@ -123,13 +123,30 @@ pub(super) fn walk_to_match<const LAZY: bool>(
         s,
         alts,
         alt_next,
+        alt_credit,
+        alt_probe,
         ..
     } = memo;
     // f[j] is the frame at out[n].
     if changed_to_end(ck, ck_end, old_term, j) != 0 {
         return resume(memo, unwinder, cache, fence.hi, out, n, j, cur.bp);
     }
-    displace(alts, alt_next, f, j, old_len, old_tag, None);
+    // Keep the displaced frames while branches are taken, else now and
+    // then (ALT_CREDIT); when not, the branches they would move go.
+    *alt_probe = alt_probe.wrapping_add(1);
+    if *alt_probe % ALT_PROBE == 0 {
+        *alt_credit = (*alt_credit).max(ALTS as u32 + 1);
+    }
+    if *alt_credit > 0 {
+        *alt_credit -= 1;
+        displace(alts, alt_next, f, j, old_len, old_tag, None);
+    } else {
+        for a in alts.iter_mut() {
+            if a.j > j {
+                a.m = 0;
+            }
+        }
+    }
     memo.tag = 0;
     // f[j - 1], ..., f[0]: ra_rev[CAP - j..], unchanged by the append.
     if LAZY {
@@ -303,6 +320,7 @@ pub(super) fn take_alt<const LAZY: bool>(
     memo.len = len;
     memo.steps = 0;
     memo.took_alt = true;
+    memo.alt_credit = ALT_CREDIT;
     memo.tag = tag;
     // The branch's addresses (innermost first), then f[j], ..., f[0]'s:
     // left to `fill` by a lazy capture, which interns only the first.

@@ -75,9 +75,9 @@
 //!   walk's inner frames when a later walk displaces them (a branch). A
 //!   walk that takes them back (`WalkMemo::took_alt`) is, frame for frame,
 //!   the tagged walk: under the same key, its stack is the tag's ID,
-//!   returned without interning. The previous stack's nodes are then not this
-//!   walk's, so `LastStack` keeps the ID and key and forgets the nodes
-//!   (the next walk with new frames interns them all).
+//!   returned without interning. The previous stack's nodes are this
+//!   walk's only for the frames the two share: `LastStack` keeps the ID,
+//!   the key and those nodes.
 //! - **The C API's frames** ([`capture_stack_or_lost`], called inside the
 //!   library) are dropped by count (`skip`: every function between the
 //!   capture and the caller's frame is `#[inline(never)]` or

@@ -79,9 +79,15 @@ pub(super) fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u6
         let tag = state.memo.tag();
         if tag >> 32 == walk_key && tag as u32 != 0 {
             let last = &mut state.last;
-            // The previous stack's nodes are not this walk's: `shared` of
-            // the next walk counts this one's frames.
-            last.tail = TAIL_NONE;
+            // The previous stack's nodes are this walk's only for the
+            // frames the two share (`shared` of the next walk counts this
+            // one's frames): the rest are forgotten. Same ending, same
+            // truncation: the same tail.
+            if last.tail == TAIL_NONE || last.tail == TAIL_CAPI {
+                last.tail = TAIL_NONE;
+            } else {
+                last.len = last.len.min(walk.shared.saturating_sub(last.tail));
+            }
             last.walk = walk_key;
             last.id = tag as u32;
             return u64::from(last.id);
