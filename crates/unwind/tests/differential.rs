@@ -57,7 +57,7 @@ struct Cx {
     /// of consecutive captures not truncated: the outermost addresses they
     /// have in common, and `shared`; lazy captures that left addresses
     /// unwritten.
-    stats: [usize; 7],
+    stats: [usize; 8],
 }
 
 impl Cx {
@@ -71,7 +71,7 @@ impl Cx {
             cache: DwarfCache::new(),
             memo: Box::new(WalkMemo::new()),
             prev: None,
-            stats: [0; 7],
+            stats: [0; 8],
         })
     }
 
@@ -134,6 +134,9 @@ impl Cx {
         self.stats[2] += wm.shared;
         if (self.memo.steps_walked() as usize) < wm.len {
             self.stats[3] += 1;
+        }
+        if self.memo.took_alt() {
+            self.stats[7] += 1;
         }
         if !wm.truncated {
             if let Some((prev, false)) = &self.prev {
@@ -244,8 +247,8 @@ fn memo_equals_compact_equals_framehop_over_alternating_inner_paths() {
         });
         let _ = round;
     }
-    let [n, frames, shared, took, whole, whole_shared, lazy] = cx.stats;
-    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo; untruncated pairs: {whole} common, {whole_shared} shared; {lazy} lazy");
+    let [n, frames, shared, took, whole, whole_shared, lazy, alt] = cx.stats;
+    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo; untruncated pairs: {whole} common, {whole_shared} shared; {lazy} lazy; {alt} from a branch");
     // Half the captures are lazy: many of them take addresses from the
     // memo without writing them.
     assert!(lazy * 8 > n, "{:?}", cx.stats);
@@ -514,12 +517,39 @@ fn build(rng: &mut Rng, kn: &Known, words: &mut [u64; WORDS], base: u64) -> Star
     }
 }
 
-#[test]
-fn memo_over_mutated_synthetic_stacks() {
-    // Frames of known kinds on a hand-built stack, changed a word (or the
-    // start) at a time between captures: every capture's memoized walk must
-    // equal the full ones, whatever changed (a return address, a saved
-    // rbp, the word an ending read, rbp at the start).
+/// The state of the frame a compact step from `start` (a frame of `kn`'s
+/// kinds on the hand-built stack `local`, at `base`) returns to, as the
+/// words now hold it; `None` where that step would not return a frame.
+fn caller_of(start: StartRegs, kn: &Known, local: &[u64; WORDS], base: u64) -> Option<StartRegs> {
+    let word = |at: u64| {
+        let i = at.checked_sub(base)? / 8;
+        at.is_multiple_of(8).then_some(())?;
+        local.get(i as usize).copied()
+    };
+    let next = if start.ra == kn.nofp {
+        let sp = start.sp + 8 * kn.k;
+        StartRegs {
+            ra: word(sp - 8)?,
+            sp,
+            bp: start.bp,
+        }
+    } else if start.ra == kn.fp && start.bp >= start.sp {
+        StartRegs {
+            ra: word(start.bp + 8)?,
+            sp: start.bp + 16,
+            bp: word(start.bp)?,
+        }
+    } else {
+        return None;
+    };
+    (next.ra != 0 && next.ra != kn.end && word(next.sp).is_some()).then_some(next)
+}
+
+/// Captures over a hand-built stack changed a word (or the start) at a
+/// time between captures (each time from the start and then from as many
+/// of its callers' frames as `sites` says, call sites in turn): every
+/// capture's memoized walk must equal the full ones; the stats.
+fn mutated_synthetic_stacks(sites: usize) -> [usize; 8] {
     let mut cx = Cx::new();
     let kn = known(&mut cx);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -558,12 +588,45 @@ fn memo_over_mutated_synthetic_stacks() {
         local.copy_from_slice(&words[..]);
         std::hint::black_box(&mut local);
         cx.check(start, depth);
+        let mut from = start;
+        for _ in 1..sites {
+            let Some(caller) = caller_of(from, &kn, &local, base) else {
+                break;
+            };
+            cx.check(caller, depth);
+            from = caller;
+        }
     }
-    let [n, frames, shared, took, .., lazy] = cx.stats;
-    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo, {lazy} lazy");
-    assert!(frames > 4 * n, "{:?}", cx.stats);
-    assert!(took * 4 > n, "{:?}", cx.stats);
-    assert!(lazy > 0, "{:?}", cx.stats);
+    cx.stats
+}
+
+#[test]
+fn memo_over_mutated_synthetic_stacks() {
+    // Frames of known kinds on a hand-built stack, changed a word (or the
+    // start) at a time between captures: every capture's memoized walk must
+    // equal the full ones, whatever changed (a return address, a saved
+    // rbp, the word an ending read, rbp at the start).
+    let stats = mutated_synthetic_stacks(1);
+    let [n, frames, shared, took, .., lazy, alt] = stats;
+    println!("{n} captures, {frames} frames, {shared} shared, {took} took frames from the memo, {lazy} lazy, {alt} from a branch");
+    assert!(frames > 4 * n, "{stats:?}");
+    assert!(took * 4 > n, "{stats:?}");
+    assert!(lazy > 0, "{stats:?}");
+}
+
+#[test]
+fn memo_over_mutated_synthetic_stacks_from_two_frames_in_turn() {
+    // The same, capturing each time from the start and from its callers'
+    // frames (two or three call sites in turn): a branch of the memo (the
+    // inner frames of an earlier capture) is taken only when every word
+    // holds.
+    for sites in [2, 3] {
+        let stats = mutated_synthetic_stacks(sites);
+        let [n, frames, shared, took, .., lazy, alt] = stats;
+        println!("{sites} sites: {n} captures, {frames} frames, {shared} shared, {took} took frames from the memo, {lazy} lazy, {alt} from a branch");
+        assert!(frames > 4 * n, "{stats:?}");
+        assert!(alt * 8 > n, "{stats:?}");
+    }
 }
 
 #[test]

@@ -688,3 +688,99 @@ fn a_capture_in_the_same_state_takes_no_step() {
         assert_eq!(*steps, 0);
     }
 }
+
+/// A capture point one frame below `capture_point0`'s caller.
+#[inline(never)]
+fn one_level_down(cx: &mut Cx) -> (Vec<u64>, Walk, MemoWalk, u32) {
+    let r = capture_point0(cx, 64);
+    std::hint::black_box(());
+    r
+}
+
+#[test]
+fn two_call_sites_in_turn_take_the_other_branch() {
+    // A loop allocating from two places in turn (a key, then a value):
+    // from the third capture on, each is the capture before the previous
+    // one, taken from the memo's other branch with no step, and equal to
+    // the plain capture (capture_point0 compares them).
+    let mut cx = Cx::new();
+    let mut seen = Vec::new();
+    for i in 0..8 {
+        let (plain, _, w, steps) = if i % 2 == 0 {
+            capture_point0(&mut cx, 64)
+        } else {
+            one_level_down(&mut cx)
+        };
+        let took = cx.memo0.took_alt();
+        // The caller's tag moves with the walk: the site's when its walk
+        // is taken from the branch, none for a walk with new frames.
+        let site_tag = 100 + i as u64 % 2;
+        if took {
+            assert_eq!(cx.memo0.tag(), site_tag, "capture {i}");
+        } else if steps > 0 {
+            assert_eq!(cx.memo0.tag(), 0, "capture {i}");
+        }
+        cx.memo0.set_tag(site_tag);
+        seen.push((plain, w, steps, took));
+    }
+    for (i, (plain, w, steps, took)) in seen.iter().enumerate().skip(2) {
+        let (before, ..) = &seen[i - 2];
+        assert_eq!(plain.get(1..), before.get(1..), "capture {i}");
+        assert!(w.shared > 0 && w.shared < w.len, "capture {i}: {w:?}");
+        assert!(*took && *steps == 0, "capture {i}: {w:?} {steps}");
+    }
+}
+
+#[test]
+fn the_other_branch_is_re_checked_to_the_end() {
+    // The Y/Z trap with a capture from elsewhere between: under Y, a
+    // capture one frame down (the other branch, once the next capture
+    // displaces it), then one from the callback itself; under Z, the
+    // capture one frame down again, in the same state as the one under Y
+    // (same addresses, same return addresses) up to the word holding
+    // X's return address. It must not be taken from the branch.
+    for chain in [4, 5] {
+        let mut cx = Cx::new();
+        let mut seen = Vec::new();
+        run_chain(chain, 0, 0, &mut || {
+            let (down, _, wd, _) = one_level_down(&mut cx);
+            let took = cx.memo0.took_alt();
+            let _ = capture_point0(&mut cx, 64);
+            seen.push((down, wd, took));
+        });
+        assert_eq!(seen.len(), 2);
+        let ((under_y, ..), (under_z, _, took_z)) = (&seen[0], &seen[1]);
+        assert_ne!(under_y, under_z, "chain {chain}");
+        assert!(!took_z, "chain {chain}");
+    }
+}
+
+/// A capture point two frames below `capture_point0`'s caller.
+#[inline(never)]
+fn two_levels_down(cx: &mut Cx) -> (Vec<u64>, Walk, MemoWalk, u32) {
+    let r = one_level_down(cx);
+    std::hint::black_box(());
+    r
+}
+
+#[test]
+fn three_call_sites_in_turn_take_their_branches() {
+    // Three places in turn (a key, its growth, a value): from the fourth
+    // capture on, each is the capture three before, taken from a branch
+    // with no step, equal to the plain capture.
+    let mut cx = Cx::new();
+    let mut seen = Vec::new();
+    for i in 0..12 {
+        let (plain, _, w, steps) = match i % 3 {
+            0 => capture_point0(&mut cx, 64),
+            1 => one_level_down(&mut cx),
+            _ => two_levels_down(&mut cx),
+        };
+        seen.push((plain, w, steps, cx.memo0.took_alt()));
+    }
+    for (i, (plain, w, steps, took)) in seen.iter().enumerate().skip(3) {
+        let (before, ..) = &seen[i - 3];
+        assert_eq!(plain.get(1..), before.get(1..), "capture {i}");
+        assert!(*took && *steps == 0, "capture {i}: {w:?} {steps}");
+    }
+}

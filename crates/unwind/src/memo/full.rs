@@ -89,6 +89,10 @@ pub(crate) fn memo_walk(
     out: &mut [u64],
 ) -> MemoWalk {
     let d = out.len();
+    // It rewrites the memo's frames: the branches go, and the walk
+    // is a new one.
+    memo.forget_alts();
+    memo.tag = 0;
     let usable = memo.len > 0 && memo.unwinder == unwinder.id && memo.hi == fence.hi;
     let old_len = if usable { memo.len.min(CAP) } else { 0 };
     let (old_kept0, old_truncated, old_term) = (memo.kept0, memo.truncated, memo.term);

@@ -68,6 +68,60 @@ struct Check {
 
 const NO_CHECK: Check = Check { at: 0, want: 0 };
 
+/// The most inner frames an [`Alt`] holds.
+const ALT: usize = 8;
+
+/// Branches a memo keeps ([`Alt`]): with the memo's walk, the last three
+/// walks of a loop allocating from three places in turn.
+const ALTS: usize = 2;
+
+/// Walks with new frames a branch taken keeps the memo keeping branches
+/// for (`WalkMemo::alt_credit`; a new memo starts with it): where none is
+/// taken (a Python interpreter's captures, whose inner frames seldom come
+/// back as they were), keeping them costs each such walk a copy of its
+/// displaced frames for nothing, so the memo then keeps them for
+/// `ALTS + 1` walks in a row (enough to find three places in turn) every
+/// `ALT_PROBE`-th walk only.
+const ALT_CREDIT: u32 = 4;
+const ALT_PROBE: u32 = 32;
+
+/// A branch: the inner frames of an earlier walk of the memo, innermost
+/// first, exactly as the memo held them (state, kind, slot, `F_DEP`),
+/// called from the memo's frame `f[j]`. Kept when a walk displaced them
+/// (appending its own inner frames after `f[j]` or further out: a loop
+/// allocating from two or three places in turn, a key then a value).
+/// While `f[..=j]`, their checks and the ending stay as they were, `f[..=j]`
+/// with the branch is a memo of that earlier walk, as valid as the memo:
+/// its checks are those `append` computes from the frames (the
+/// return-address slot of each frame's caller, and its rbp slot where the
+/// caller's `F_DEP` says so), so they are not kept. A walk that replaces
+/// `f[j' + 1..]` for `j' < j` moves the branch onto `f[j']`, taking the
+/// memo's frames `f[j' + 1..=j]` into it (forgotten when they do not fit);
+/// every other write to the memo's frames forgets every branch. The next
+/// walk in the state of a branch's innermost frame takes it
+/// ([`take_alt`](walk::take_alt)) after its checks and the memo's from
+/// `f[j]` outward, and the memo's inner frames become a branch in its
+/// place.
+#[derive(Clone, Copy, Debug)]
+struct Alt {
+    /// The frames, innermost first (at `f[j + m]`, ..., `f[j + 1]` of the
+    /// memo they belong to).
+    f: [MFrame; ALT],
+    /// Frames held (0: none).
+    m: usize,
+    /// The memo frame they were called from.
+    j: usize,
+    /// The [`WalkMemo::tag`] of the walk they belong to.
+    tag: u64,
+}
+
+const NO_ALT: Alt = Alt {
+    f: [NO_FRAME; ALT],
+    m: 0,
+    j: 0,
+    tag: 0,
+};
+
 /// Checks a memo holds: at most two per step (the return-address slot and
 /// the rbp slot), for the steps of `f[1..]`.
 const CHECKS: usize = 2 * CAP;
@@ -84,10 +138,11 @@ struct Term {
 
 /// One thread's memory of its previous memoized capture.
 ///
-/// Fixed size (about 8.4 KiB: [`MEMO_DEPTH`] frames of the previous walk,
+/// Fixed size (about 9 KiB: [`MEMO_DEPTH`] frames of the previous walk,
 /// outermost first, the flat list of the words their steps read, their
-/// addresses in the order a capture writes them, and as many frames of
-/// scratch for the frames a walk finds new), no heap. Owned by one thread and passed `&mut` to
+/// addresses in the order a capture writes them, as many frames of
+/// scratch for the frames a walk finds new, and a few inner frames of two
+/// earlier walks, the branches), no heap. Owned by one thread and passed `&mut` to
 /// [`capture_from`](crate::capture_from) or
 /// [`capture_here`](crate::capture_here). Tied to the unwinder and the
 /// stack bounds it was filled with; a memo moved to another thread is not
@@ -105,6 +160,20 @@ pub struct WalkMemo {
     /// first, as a capture writes them, so that taking frames is a copy.
     ra_rev: [u64; CAP],
     s: [MFrame; CAP],
+    /// The inner frames of earlier walks that later ones displaced.
+    alts: [Alt; ALTS],
+    /// The branch the next displaced frames go to when none is free.
+    alt_next: usize,
+    /// How many more walks with new frames keep their displaced frames as
+    /// a branch ([`ALT_CREDIT`] after a branch taken); at 0, only
+    /// `ALTS + 1` in a row every [`ALT_PROBE`]-th (`alt_probe` counts
+    /// them).
+    alt_credit: u32,
+    alt_probe: u32,
+    /// The last capture took a branch ([`WalkMemo::took_alt`]).
+    took_alt: bool,
+    /// The caller's word for the memo's walk ([`WalkMemo::tag`]).
+    tag: u64,
     /// Frames in `f` (0: nothing to reuse).
     len: usize,
     /// `f[0]` was a kept frame of the previous walk (else the frame beyond
@@ -130,6 +199,12 @@ impl WalkMemo {
             ck_end: [0; CAP],
             ra_rev: [0; CAP],
             s: [NO_FRAME; CAP],
+            alts: [NO_ALT; ALTS],
+            alt_next: 0,
+            alt_credit: ALT_CREDIT,
+            alt_probe: 0,
+            took_alt: false,
+            tag: 0,
             len: 0,
             kept0: false,
             truncated: false,
@@ -149,6 +224,40 @@ impl WalkMemo {
     /// reports `shared == 0`).
     pub fn clear(&mut self) {
         self.len = 0;
+        self.forget_alts();
+        self.tag = 0;
+    }
+
+    /// Forgets every branch ([`Alt`]).
+    pub(crate) fn forget_alts(&mut self) {
+        for a in &mut self.alts {
+            a.m = 0;
+        }
+    }
+
+    /// The last memoized capture with this memo was, frame for frame
+    /// and with its ending, an earlier capture whose inner frames the memo
+    /// kept aside (a loop allocating from two or three places in turn):
+    /// its stack is that capture's. False after any other capture.
+    pub fn took_alt(&self) -> bool {
+        self.took_alt
+    }
+
+    /// The word the caller attached to the memo's walk with
+    /// [`set_tag`](Self::set_tag) (say, the ID it gave that walk's stack),
+    /// 0 when none. It stays while the memo's walk is proven the same (a
+    /// capture that takes the whole memo) and moves with the inner frames
+    /// of a branch: after a capture that [`took_alt`](Self::took_alt),
+    /// it is the word given to that earlier walk. Any other capture (a walk
+    /// with new or changed frames) and [`clear`](Self::clear) make it 0.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// Attaches `tag` to the memo's walk, the last capture's (see
+    /// [`tag`](Self::tag)).
+    pub fn set_tag(&mut self, tag: u64) {
+        self.tag = tag;
     }
 
     /// How many unwinding steps the last memoized capture with this memo
@@ -176,10 +285,12 @@ impl WalkMemo {
         self.ra_rev.last().copied()
     }
 
-    /// Forgets that the last capture left addresses unwritten (a capture
-    /// that returns before walking writes none it would leave).
+    /// Forgets that the last capture left addresses unwritten and that it
+    /// took a branch (a capture that returns before walking does
+    /// neither).
     pub(crate) fn clear_unfilled(&mut self) {
         self.unfilled = 0;
+        self.took_alt = false;
     }
 
     /// Writes the addresses the last capture left unwritten into `out`,

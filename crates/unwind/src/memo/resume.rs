@@ -73,6 +73,10 @@ pub(super) fn resume(
     j: usize,
     bp0: u64,
 ) -> Option<MemoWalk> {
+    // It may rewrite frames of the memo's: the branches go, and the
+    // walk is a new one.
+    memo.forget_alts();
+    memo.tag = 0;
     let (old_truncated, old_term) = (memo.truncated, memo.term);
     let WalkMemo {
         f,
@@ -254,6 +258,10 @@ pub(super) fn window(
     j: usize,
     lim: u32,
 ) -> Option<MemoWalk> {
+    // It may move the memo's frames: the branches go, and the walk
+    // is a new one.
+    memo.forget_alts();
+    memo.tag = 0;
     let d = out.len();
     let b = (n + j).checked_sub(d)?;
     if lim != NO_LIM && lim as usize > b {

@@ -69,6 +69,15 @@
 //!   interning (`intern_walk`, out of line so that the common case keeps
 //!   few registers across the walk). A walk of the C API's and a reset
 //!   state forget the previous walk.
+//! - **The walk before, again** (a loop allocating from two or three
+//!   places in turn): `intern_walk` tags the memo's walk with its key and
+//!   stack ID (`WalkMemo::set_tag`); the memo keeps the tag with that
+//!   walk's inner frames when a later walk displaces them (a branch). A
+//!   walk that takes them back (`WalkMemo::took_alt`) is, frame for frame,
+//!   the tagged walk: under the same key, its stack is the tag's ID,
+//!   returned without interning. The previous stack's nodes are this
+//!   walk's only for the frames the two share: `LastStack` keeps the ID,
+//!   the key and those nodes.
 //! - **The C API's frames** ([`capture_stack_or_lost`], called inside the
 //!   library) are dropped by count (`skip`: every function between the
 //!   capture and the caller's frame is `#[inline(never)]` or

@@ -72,6 +72,27 @@ pub(super) fn capture_from_in_section(slot: &ThreadSlot, start: StartRegs) -> u6
         // Not 0: `walk` is set only with a stack.
         return u64::from(state.last.id);
     }
+    // An earlier walk again (a branch of the memo: a loop allocating from
+    // two or three places in turn): its stack, by the tag `intern_walk`
+    // gave that walk, when it was cut the same way.
+    if state.memo.took_alt() {
+        let tag = state.memo.tag();
+        if tag >> 32 == walk_key && tag as u32 != 0 {
+            let last = &mut state.last;
+            // The previous stack's nodes are this walk's only for the
+            // frames the two share (`shared` of the next walk counts this
+            // one's frames): the rest are forgotten. Same ending, same
+            // truncation: the same tail.
+            if last.tail == TAIL_NONE || last.tail == TAIL_CAPI {
+                last.tail = TAIL_NONE;
+            } else {
+                last.len = last.len.min(walk.shared.saturating_sub(last.tail));
+            }
+            last.walk = walk_key;
+            last.id = tag as u32;
+            return u64::from(last.id);
+        }
+    }
     intern_walk(state, n, walk.shared, walk_key)
 }
 
@@ -90,6 +111,11 @@ pub(super) fn intern_walk(state: &mut CaptureState, n: usize, shared: usize, wal
     let id = stack_of_walk(last, out, &mut state.memo, shared, walk_truncated, depth);
     last.walk = if id != 0 { walk_key } else { WALK_NONE };
     last.id = id;
+    // The memo's walk and its key give this stack: the memo keeps the tag
+    // with the walk's inner frames when the next walk displaces them.
+    if id != 0 && walk_key >> 32 == 0 {
+        state.memo.set_tag(walk_key << 32 | u64::from(id));
+    }
     match id {
         0 => LOST_STACK,
         id => u64::from(id),
