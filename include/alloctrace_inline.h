@@ -108,26 +108,8 @@ static inline int trace_writer_enabled(void)
 
 #if ALLOCTRACE_INLINE
 
-/* A LEB128 varint, as the format crate's put_event_varint writes it: one,
- * two and three bytes (most time deltas, ID deltas and stack IDs)
- * straight, longer ones by the loop. */
 static inline __attribute__((always_inline)) uint8_t *alloctrace_put_varint_(uint8_t *p, uint64_t v)
 {
-    if (v < 0x80) {
-        p[0] = (uint8_t)v;
-        return p + 1;
-    }
-    if (v < (UINT64_C(1) << 14)) {
-        p[0] = (uint8_t)(v | 0x80);
-        p[1] = (uint8_t)(v >> 7);
-        return p + 2;
-    }
-    if (v < (UINT64_C(1) << 21)) {
-        p[0] = (uint8_t)(v | 0x80);
-        p[1] = (uint8_t)((v >> 7) | 0x80);
-        p[2] = (uint8_t)(v >> 14);
-        return p + 3;
-    }
     while (v >= 0x80) {
         *p++ = (uint8_t)(v | 0x80);
         v >>= 7;
