@@ -35,7 +35,7 @@
 //!   stack's nodes) hangs off the thread's slot (thread.rs), so the
 //!   capture finds it with the slot, without TLS of its own. States are
 //!   carved side by side from chunks of 64 (`Chunk`), each copied from a
-//!   template when handed out: 14,720 bytes a thread, where a box each
+//!   template when handed out: 15,432 bytes a thread, where a box each
 //!   took the 16 KiB class of the shim's private heap and its
 //!   construction on the stack faulted in most of its size on every
 //!   thread's stack. Taking one may allocate (a chunk), which a capture must

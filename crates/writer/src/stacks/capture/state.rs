@@ -137,13 +137,13 @@ pub(super) static EMPTY_STATE: CaptureState = CaptureState {
     last: LastStack::new(),
 };
 
-/// States per [`Chunk`]: 64 of 14,720 bytes, 0.9 MiB.
+/// States per [`Chunk`]: 64 of 15,432 bytes, 0.9 MiB.
 pub(super) const CHUNK_STATES: usize = 64;
 
 /// Capture states side by side, initialised one by one as they are handed
 /// out ([`CaptureState::carve`]). One allocation per state would round each
 /// up to an allocator's size class (the shim's private heap: 16 KiB for
-/// 14.4 KiB); a chunk's pages are touched only as its states are taken.
+/// 15.1 KiB); a chunk's pages are touched only as its states are taken.
 pub(super) struct Chunk {
     /// The next state to hand out (past the end: used up).
     pub(super) next: AtomicUsize,
