@@ -697,13 +697,6 @@ static uint64_t native_stack(shadow_stack *s, PyThreadState *ts, int top_lasti)
     return s->last_stack;
 }
 
-/* The `prefix` of entry `i`: the stack ID of entries[0..i), computed from
- * the nearest entry below that has one, one trace_stack_push a visible
- * frame. */
-/* The stack ID of entry `e`'s frame at instruction `lasti` (its current
- * one) inside the stack `prefix` of its callers (not PREFIX_NONE): one
- * trace_stack_push, unless the site table has it. `prefix` when `e` shows
- * no frame; PREFIX_NONE when the push could not give it. */
 /* The thread state running on this thread: callers hold the GIL, so it is
  * the GIL holder's, one load (PyGILState_GetThisThreadState is a
  * pthread_getspecific). */
@@ -758,6 +751,10 @@ static uint64_t site_push(site_slot *site, uint64_t prefix, PyCodeObject *code, 
     return stack;
 }
 
+/* The stack ID of entry `e`'s frame at instruction `lasti` (its current
+ * one) inside the stack `prefix` of its callers (not PREFIX_NONE): one
+ * trace_stack_push, unless the site table has it. `prefix` when `e` shows
+ * no frame; PREFIX_NONE when the push could not give it. */
 static uint64_t site_stack(shadow_stack *s, shadow_entry *e, uint64_t prefix, int lasti)
 {
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
@@ -861,6 +858,9 @@ __attribute__((noinline)) static uint64_t walked_stack_new(shadow_stack *s, stru
     return stack;
 }
 
+/* The `prefix` of entry `i`: the stack ID of entries[0..i), computed from
+ * the nearest entry below that has one, one trace_stack_push a visible
+ * frame. */
 static uint64_t prefix_of(shadow_stack *s, size_t i)
 {
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
@@ -879,7 +879,6 @@ static uint64_t prefix_of(shadow_stack *s, size_t i)
     }
     return p;
 }
-
 
 static uint64_t shadow_stack_id(shadow_stack *s);
 
