@@ -414,8 +414,9 @@ static void sites_release(void *arg)
 }
 
 /* The calling thread's state, made if need be (libc memory, never
- * PyMem: called outside the hooks, by the profile function, profile_on
- * and thread_profile); NULL when it cannot be had. */
+ * PyMem: called by the profile function, profile_on and thread_profile,
+ * and in walk_mode by a hook on a thread none of those saw); NULL when it
+ * cannot be had. */
 static shadow_stack *thread_state(void)
 {
     shadow_stack *s = shadow;
@@ -887,8 +888,17 @@ static inline uint64_t current_stack(void)
 {
     /* Must not allocate: runs inside the allocator hooks; GIL held. */
     shadow_stack *s = shadow;
-    if (s == NULL) {
-        return 0;
+    if (__builtin_expect(s == NULL, 0)) {
+        if (!walk_mode) {
+            return 0;
+        }
+        /* A thread that started without thread_profile (made by C code,
+         * or by _thread.start_new_thread): its walk state made now, of
+         * libc memory, never PyMem (invariant 1). */
+        s = thread_state();
+        if (s == NULL) {
+            return 0;
+        }
     }
     return walk_mode ? walked_stack(s) : shadow_stack_id(s);
 }

@@ -416,6 +416,34 @@ class ProfileTakenOver(unittest.TestCase):
         self.assertGreaterEqual(big[0]["allocations"], 5)
 
 
+RAW_THREAD = """
+import _thread, time
+
+def worker(done):
+    done.append(bytes(123456))  # RAW-THREAD-SITE
+
+done = []
+_thread.start_new_thread(worker, (done,))
+while not done:
+    time.sleep(0.01)
+"""
+
+
+class ThreadsNotStartedByThreading(unittest.TestCase):
+    def test_a_thread_from_start_new_thread(self):
+        t = Traced(self, RAW_THREAD)
+        t.check(self)
+        big = [s for s in t.sites() if s["bytes"] >= 123456]
+        self.assertEqual(len(big), 1, big)
+        if WALKED:
+            # Walked on its first allocation: its stack is its own frame.
+            self.assertEqual([(f["function"], f["line"]) for f in big[0]["stack"]],
+                             [("worker", t.line("RAW-THREAD-SITE"))])
+        else:
+            # No thread_profile ran on it: no shadow stack, no call stack.
+            self.assertEqual(big[0]["stack"], [])
+
+
 NATIVE = """
 import threading
 
