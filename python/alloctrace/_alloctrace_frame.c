@@ -114,9 +114,13 @@ int alloctrace_walk(PyThreadState *ts, const void *stop, struct walked *w)
     return 0;
 }
 
+/* From 3.11.1 on, a frame leaves the chain before it is cleared (GH-99729),
+ * so a walk made by a finalizer that the clearing runs never meets a
+ * frame whose code object may already be gone; 3.11.0 keeps the shadow
+ * stack. Py_Version: the running interpreter's, not the headers'. */
 int alloctrace_walk_supported(void)
 {
-    return 1;
+    return Py_Version >= 0x030B01F0;
 }
 #else
 int alloctrace_unseen_frames(PyThreadState *ts, PyFrameObject *top, PyCodeObject **code, int *lasti, char *entry,

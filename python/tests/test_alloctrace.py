@@ -391,10 +391,10 @@ for _ in range(5):
 """
 
 
-# Python-only stacks come from a walk of the running frames on CPython 3.11
-# (docs/PYTHON.md), from a profile function elsewhere or when this is set
+# Python-only stacks come from a walk of the running frames on CPython 3.11.1
+# and later 3.11 releases (docs/PYTHON.md), from a profile function elsewhere or when this is set
 # (make python-test runs the tests both ways).
-WALKED = sys.version_info[:2] == (3, 11) and os.environ.get("ALLOCTRACE_PYTHON_PROFILE_STACKS") != "1"
+WALKED = (3, 11, 1) <= sys.version_info[:3] < (3, 12) and os.environ.get("ALLOCTRACE_PYTHON_PROFILE_STACKS") != "1"
 
 
 class ProfileTakenOver(unittest.TestCase):
