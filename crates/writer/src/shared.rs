@@ -20,12 +20,14 @@ pub use crate::buffer::DATA_OFFSET as BATCH_DATA_OFFSET;
 
 /// The call-stack table's node layout, which the inline path reads to
 /// find whether a stack is already marked in the generation
-/// (stacks/call_stack_table.rs, invariant 6). Generated into the header
-/// with [`BATCH_DATA_OFFSET`].
-pub use crate::stacks::call_stack_table::{
-    MAX_NODES as CALL_STACK_MAX_NODES, NODE_SIZE as CALL_STACK_NODE_SIZE,
-    NODE_USED_OFFSET as CALL_STACK_NODE_USED_OFFSET,
-};
+/// (stacks/call_stack_table.rs, invariant 6, which asserts its `Node`
+/// against these): the most nodes, a node's bytes and the offset of its
+/// `used` pair. Generated into the header with [`BATCH_DATA_OFFSET`].
+pub const CALL_STACK_MAX_NODES: usize = 1 << 20;
+/// See [`CALL_STACK_MAX_NODES`].
+pub const CALL_STACK_NODE_SIZE: usize = 48;
+/// See [`CALL_STACK_MAX_NODES`].
+pub const CALL_STACK_NODE_USED_OFFSET: usize = 16;
 
 /// What the header's inline event path may do in the running session
 /// (the `inline_mode` field of [`Shared`]).

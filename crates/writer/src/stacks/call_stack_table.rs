@@ -67,18 +67,21 @@
 //!    seqlock section of `g`; otherwise it calls the library, which marks.
 //!    It reads the node array through `SHARED.call_stack_nodes` (stored
 //!    once the array is mapped, never unmapped) at the offsets
-//!    [`NODE_SIZE`] and [`NODE_USED_OFFSET`] give, which the header takes
-//!    from alloctrace_format.h: a node's layout is `repr(C)` and asserted,
-//!    and changes together with that header's generator.
+//!    `shared::CALL_STACK_NODE_SIZE` and `CALL_STACK_NODE_USED_OFFSET`
+//!    give, which the header takes from alloctrace_format.h: a node's
+//!    layout is `repr(C)` and asserted against them, and changes together
+//!    with them.
 
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::reserved::Region;
-use crate::shared::SHARED;
+use crate::shared::{
+    CALL_STACK_MAX_NODES, CALL_STACK_NODE_SIZE, CALL_STACK_NODE_USED_OFFSET, SHARED,
+};
 
 /// Most nodes the table holds (frames of all distinct stacks, shared
-/// prefixes counted once): 32 MiB of address space, used as touched.
-pub const MAX_NODES: usize = 1 << 20;
+/// prefixes counted once): 48 MiB of address space (and 8 MiB of index), used as touched.
+pub(crate) const MAX_NODES: usize = CALL_STACK_MAX_NODES;
 /// Hash slots: twice the nodes, so the index is at most half full.
 const SLOT_BITS: u32 = 21;
 const SLOTS: usize = 1 << SLOT_BITS;
@@ -87,7 +90,8 @@ const SLOTS: usize = 1 << SLOT_BITS;
 const MAX_PROBES: usize = 1024;
 
 /// `repr(C)`: the header's inline event path reads `used` (invariant 6),
-/// at the offsets [`NODE_SIZE`] and [`NODE_USED_OFFSET`] give it.
+/// at the offsets `shared::CALL_STACK_NODE_SIZE` and
+/// `CALL_STACK_NODE_USED_OFFSET` give it.
 #[repr(C)]
 struct Node {
     parent: AtomicU32,
@@ -107,14 +111,12 @@ struct Node {
     listed: [AtomicU64; 2],
 }
 
-/// Bytes per node in the node array, and the offset of a node's `used`
-/// pair in it: generated into alloctrace_format.h (crates/header-gen) for
-/// the header's inline path (invariant 6).
-pub const NODE_SIZE: usize = core::mem::size_of::<Node>();
-/// See [`NODE_SIZE`].
-pub const NODE_USED_OFFSET: usize = core::mem::offset_of!(Node, used);
-static_assertions::const_assert_eq!(NODE_SIZE, 48);
-static_assertions::const_assert_eq!(NODE_USED_OFFSET, 16);
+// The layout the header reads (invariant 6).
+static_assertions::const_assert_eq!(core::mem::size_of::<Node>(), CALL_STACK_NODE_SIZE);
+static_assertions::const_assert_eq!(
+    core::mem::offset_of!(Node, used),
+    CALL_STACK_NODE_USED_OFFSET
+);
 
 /// Nodes per chunk of [`DIRTY`].
 const CHUNK_BITS: u32 = 10;
